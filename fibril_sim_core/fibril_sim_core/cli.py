@@ -1,0 +1,175 @@
+"""``fibril_sim``: inspect a plan, run a simulation into a trace, query traces.
+
+User mistakes print one line ``fibril_sim: error: ...`` and exit 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import FibrilError
+from .inputs_file import load_inputs
+from .plan import SimulationBuilder
+from .records import DeviceOutput, FrameTiming
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.handler(args)
+    except FibrilError as exc:
+        print(f"fibril_sim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fibril_sim: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fibril_sim",
+        description="Fibril Sim: MuJoCo simulations with virtual devices, traces and "
+                    "parameter tools.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    inspect = commands.add_parser("inspect", help="resolve a manifest and show the plan")
+    inspect.add_argument("manifest", type=Path)
+    inspect.add_argument("--json", action="store_true", help="the full plan document as JSON")
+    inspect.set_defaults(handler=_inspect)
+
+    run = commands.add_parser("run", help="run a simulation, optionally into an MCAP trace")
+    run.add_argument("manifest", type=Path)
+    length = run.add_mutually_exclusive_group(required=True)
+    length.add_argument("--steps", type=int, help="physics ticks to run")
+    length.add_argument("--duration", type=float, help="simulated seconds to run")
+    run.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    run.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
+    run.add_argument("--inputs", type=Path, help="recorded inputs to replay (YAML)")
+    run.set_defaults(handler=_run)
+
+    trace = commands.add_parser("trace", help="read traces")
+    trace_commands = trace.add_subparsers(title="trace commands", metavar="COMMAND")
+    query = trace_commands.add_parser("query", help="extract one signal from a trace")
+    query.add_argument("trace", type=Path)
+    query.add_argument("selector", help="body:<name>.position|quaternion, "
+                       "joint:<name>.position|velocity, sensor:<name>, "
+                       "actuator:<endpoint>.applied|force, device:<id>")
+    query.add_argument("--format", choices=("csv", "json"), default="csv")
+    query.set_defaults(handler=_trace_query)
+    return parser
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    plan = SimulationBuilder().build(args.manifest)
+    document = plan.inspect()
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    model = document["model"]
+    print(f"manifest  {document['manifest']}")
+    print(f"model     {model['path']}  (timestep {model['timestep_ns'] / 1e6:g} ms, "
+          f"nq {model['nq']}, nv {model['nv']}, nu {model['nu']}, bodies {model['nbody']})")
+    print(f"scenario  keyframe {document['scenario']['keyframe'] or '-'}, "
+          f"{document['scenario']['initial_inputs']} initial input(s)")
+    print("components")
+    for item in document["components"]:
+        if item["role"] == "actuator":
+            print(f"  {item['id']:<18} {item['type']:<28} endpoint {item['endpoint']} -> "
+                  f"{item['binding']['actuator']}  modes {', '.join(item['modes'])}  "
+                  f"latency {item['command_latency']['seconds'] * 1e3:g} ms")
+        else:
+            print(f"  {item['id']:<18} {item['type']:<28} {item['sample_type']}  "
+                  f"every {item['period']['seconds'] * 1e3:g} ms, "
+                  f"latency {item['latency']['seconds'] * 1e3:g} ms")
+    provenance = document["provenance"]
+    print(f"provenance manifest {provenance['manifest_sha256'][:12]}  model "
+          f"{provenance['model_sha256'][:12]}  compiled {provenance['compiled_model_sha256'][:12]}"
+          f"  parameters {provenance['parameter_set_hash'][:12]}  "
+          f"mujoco {provenance['build']['mujoco']}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .trace import TraceWriter
+
+    plan = SimulationBuilder().build(args.manifest)
+    timebase = plan.timebase
+    if args.steps is not None:
+        if args.steps < 0:
+            raise FibrilError(f"--steps must be >= 0, got {args.steps}")
+        ticks = args.steps
+    else:
+        if not args.duration >= 0:
+            raise FibrilError(f"--duration must be >= 0, got {args.duration}")
+        ticks = timebase.ticks_ceil(args.duration)
+    recorded = load_inputs(args.inputs, timebase) if args.inputs else []
+    trace = None
+    if args.trace is not None:
+        trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
+                            layout=dict(plan.layout))
+    counts: Counter[str] = Counter()
+    instance = None
+    started = time.perf_counter()
+    try:
+        instance = plan.create_instance(args.seed, trace=trace, collect=False)
+        instance.subscribe(lambda r: counts.update(
+            (r.device_id,) if isinstance(r, DeviceOutput) else (type(r).__name__,)))
+        if recorded:
+            instance.enqueue_recorded_trace_inputs(recorded)
+        frame = max(1, timebase.ticks_ceil(plan.manifest.runtime.frame_duration_s) * 10)
+        remaining = ticks
+        while remaining > 0:
+            chunk = min(frame, remaining)
+            start_sim, start = instance.session_time_ns, time.perf_counter()
+            instance.advance(chunk)
+            wall = time.perf_counter() - start
+            remaining -= chunk
+            if trace is not None and plan.manifest.trace.frame_timing:
+                sim = (instance.session_time_ns - start_sim) / 1e9
+                trace.write(FrameTiming(instance.episode, instance.tick,
+                                        instance.episode_time_ns, instance.session_time_ns,
+                                        wall, sim / wall if wall > 0 else 0.0))
+    except KeyboardInterrupt:
+        at = instance.tick if instance is not None else 0
+        print(f"fibril_sim: interrupted at tick {at}"
+              + (f"; trace closed: {args.trace}" if trace is not None else ""), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if trace is not None:
+            trace.close()
+    wall = time.perf_counter() - started
+    sim_s = ticks * timebase.timestep_s
+    print(f"ran {ticks} ticks ({sim_s:g} s simulated) in {wall:.3f} s wall "
+          f"(real-time factor {sim_s / wall if wall > 0 else float('inf'):.1f})")
+    for name in sorted(counts):
+        print(f"  {name:<24} {counts[name]} record(s)")
+    if instance.rejected_count:
+        print(f"  rejected inputs: {instance.rejected_count}")
+    if trace is not None:
+        print(f"trace: {args.trace}")
+    return 0
+
+
+def _trace_query(args: argparse.Namespace) -> int:
+    from .trace_query import query, to_csv, to_json
+
+    result = query(args.trace, args.selector)
+    sys.stdout.write(to_csv(result) if args.format == "csv" else to_json(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Devices: virtual sensors with an acquisition period, a latency and their own noise stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from .base import BuildContext, Field, ResolvedComponent
+
+DEVICE_FIELDS: dict[str, Field] = {
+    "period": Field("duration", positive=True, doc="acquisition period, s (whole ticks)"),
+    "latency": Field("duration", 0.0, minimum=0.0, doc="acquisition → delivery, s (whole ticks)"),
+    "frame_id": Field("str", "", doc="frame of the samples (default: the bound object's name)"),
+}
+
+
+@dataclass(frozen=True)
+class DeviceDescriptor:
+    """Immutable description of one bound device; ``create`` makes a fresh runtime object."""
+
+    id: str
+    type: str
+    sample_type: str
+    component_names: tuple[str, ...]
+    period_ticks: int
+    latency_ticks: int
+    frame_id: str
+    binding: Mapping[str, Any]
+    config: Mapping[str, Any]
+    factory: Any = field(repr=False, compare=False)
+
+    def create(self, rng: np.random.Generator) -> Device:
+        return self.factory(self, rng)
+
+
+class Device:
+    """Mutable per-instance state of a device: its random stream and the acquisition itself.
+
+    Noise draws come from a block buffer so that the per-sample cost stays small while the
+    stream consumed by each device stays the same whatever the stepping pattern.
+    """
+
+    __slots__ = ("descriptor", "rng", "_noise", "_used", "_scalars")
+    BLOCK = 4096
+
+    def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
+        self.descriptor = descriptor
+        self.rng = rng
+        self._noise = np.empty(0)
+        self._used = 0
+        self._scalars: list[float] = []
+
+    def normal(self, count: int) -> np.ndarray:
+        """``count`` standard normal draws from this device's own stream."""
+        if self._used + count > self._noise.shape[0]:
+            self._noise = np.concatenate(
+                (self._noise[self._used:], self.rng.standard_normal(max(self.BLOCK, count))))
+            self._used = 0
+        out = self._noise[self._used:self._used + count]
+        self._used += count
+        return out
+
+    def normal1(self) -> float:
+        """One standard normal draw as a Python float (cheap on the hot path)."""
+        if not self._scalars:
+            self._scalars = self.normal(self.BLOCK).tolist()
+            self._scalars.reverse()
+        return self._scalars.pop()
+
+    def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        """Sample the state whose derived quantities ``data`` holds (see instance docs)."""
+        raise NotImplementedError
+
+
+def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample_type: str,
+                      component_names: tuple[str, ...], frame_id: str,
+                      binding: Mapping[str, Any],
+                      factory: Callable[[DeviceDescriptor, np.random.Generator], Device]
+                      ) -> DeviceDescriptor:
+    """Descriptor with the period and latency checked to be whole, positive tick counts."""
+    config = component.config
+    where = component.where.key("config")
+    return DeviceDescriptor(
+        id=component.id,
+        type=component.type,
+        sample_type=sample_type,
+        component_names=component_names,
+        period_ticks=ctx.ticks(config["period"], where.key("period")),
+        latency_ticks=ctx.ticks(config["latency"], where.key("latency")),
+        frame_id=config["frame_id"] or frame_id,
+        binding=dict(binding),
+        config=dict(config),
+        factory=factory,
+    )
+
+
+def quantize(values: np.ndarray, resolution: float) -> np.ndarray:
+    """Round to a resolution (0: unchanged)."""
+    if resolution > 0:
+        return np.round(values / resolution) * resolution
+    return values

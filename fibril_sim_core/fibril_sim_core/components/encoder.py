@@ -1,0 +1,84 @@
+"""fibril_sim/encoder: a quantizing joint encoder on a hinge or slide joint."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+from .base import BuildContext, ComponentType, Field, ResolvedComponent, internal_name
+from .device import DEVICE_FIELDS, Device, DeviceDescriptor, device_descriptor
+from ._sensors import add_sensor, require_object
+
+SAMPLE_TYPE = "fibril_sim/encoder_sample/v1"
+COMPONENTS = ("position", "velocity", "counts")
+
+
+class EncoderType(ComponentType):
+    """Counts of a hinge (per revolution) or slide (per metre) joint, with offset, bias, noise.
+
+    Sample ``[position, velocity, counts]``: position is the quantized reading in joint units,
+    velocity the finite difference of quantized positions over the period.
+    """
+
+    type_id = "fibril_sim/encoder"
+    role = "device"
+    bind_keys = (("joint",), ())
+    fields = {
+        **DEVICE_FIELDS,
+        "counts_per_revolution": Field("float", 4096.0, positive=True,
+                                       doc="hinge: counts per 2π rad; slide: counts per metre"),
+        "offset": Field("float", 0.0, doc="mounting offset added to the joint value"),
+        "bias": Field("float", 0.0, doc="reading bias added to the joint value"),
+        "noise_counts": Field("float", 0.0, minimum=0.0, doc="white noise std, in counts"),
+    }
+
+    def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:
+        joint = component.bind["joint"]
+        require_object(spec, mujoco.mjtObj.mjOBJ_JOINT, joint, component.where.key("bind.joint"))
+        add_sensor(spec, component.id, "jointpos", mujoco.mjtSensor.mjSENS_JOINTPOS,
+                   mujoco.mjtObj.mjOBJ_JOINT, joint)
+
+    def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:
+        where = component.where.key("bind.joint")
+        joint = component.bind["joint"]
+        jid = ctx.object_id(mujoco.mjtObj.mjOBJ_JOINT, joint, where, "joint")
+        jtype = int(ctx.model.jnt_type[jid])
+        if jtype not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            raise where.fail(f"joint {joint!r} is not a hinge or slide joint")
+        adr, _ = ctx.sensor(internal_name(component.id, "jointpos"), where)
+        cpr = component.config["counts_per_revolution"]
+        per_unit = cpr / (2 * math.pi) if jtype == mujoco.mjtJoint.mjJNT_HINGE else cpr
+        return device_descriptor(
+            component, ctx, sample_type=SAMPLE_TYPE, component_names=COMPONENTS,
+            frame_id=joint,
+            binding={"joint": joint, "joint_id": jid, "sensor_adr": adr,
+                     "counts_per_unit": per_unit},
+            factory=Encoder)
+
+
+class Encoder(Device):
+    __slots__ = ("_adr", "_per_unit", "_shift", "_noise_std", "_last", "_dt")
+
+    def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
+        super().__init__(descriptor, rng)
+        config = descriptor.config
+        self._adr = descriptor.binding["sensor_adr"]
+        self._per_unit = descriptor.binding["counts_per_unit"]
+        self._shift = config["offset"] + config["bias"]
+        self._noise_std = config["noise_counts"]
+        self._last: float | None = None
+        self._dt = 0.0
+
+    def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        raw = (float(data.sensordata[self._adr]) + self._shift) * self._per_unit
+        if self._noise_std:
+            raw += self._noise_std * self.normal1()
+        counts = float(round(raw))
+        position = counts / self._per_unit
+        if not self._dt:
+            self._dt = self.descriptor.period_ticks * model.opt.timestep
+        velocity = 0.0 if self._last is None else (position - self._last) / self._dt
+        self._last = position
+        return np.array((position, velocity, counts))

@@ -1,0 +1,65 @@
+"""fibril_sim/motor_feedback: applied force, velocity and (DC motors) current of an actuator."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from .base import BuildContext, ComponentType, Field, ResolvedComponent
+from .device import DEVICE_FIELDS, Device, DeviceDescriptor, device_descriptor
+
+SAMPLE_TYPE = "fibril_sim/motor_feedback_sample/v1"
+COMPONENTS = ("force", "velocity", "current")
+
+
+class MotorFeedbackType(ComponentType):
+    """Sample ``[force, velocity, current]`` in actuator space. ``current`` is force / K for a
+    native DC motor (K the compiled effective motor constant) and 0 for other actuators.
+    """
+
+    type_id = "fibril_sim/motor_feedback"
+    role = "device"
+    bind_keys = (("actuator",), ())
+    fields = {
+        **DEVICE_FIELDS,
+        "force_noise": Field("float", 0.0, minimum=0.0),
+        "velocity_noise": Field("float", 0.0, minimum=0.0),
+        "current_noise": Field("float", 0.0, minimum=0.0),
+    }
+
+    def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:
+        name = component.bind["actuator"]
+        aid = ctx.object_id(mujoco.mjtObj.mjOBJ_ACTUATOR, name,
+                            component.where.key("bind.actuator"), "actuator")
+        dcmotor = int(ctx.model.actuator_gaintype[aid]) == mujoco.mjtGain.mjGAIN_DCMOTOR
+        constant = float(ctx.model.actuator_gainprm[aid][1]) if dcmotor else 0.0
+        return device_descriptor(
+            component, ctx, sample_type=SAMPLE_TYPE, component_names=COMPONENTS,
+            frame_id=name,
+            binding={"actuator": name, "actuator_id": aid, "motor_constant": constant},
+            factory=MotorFeedback)
+
+
+class MotorFeedback(Device):
+    __slots__ = ("_aid", "_inv_k", "_std")
+
+    def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
+        super().__init__(descriptor, rng)
+        constant = descriptor.binding["motor_constant"]
+        self._aid = descriptor.binding["actuator_id"]
+        self._inv_k = 1.0 / constant if constant > 0 else 0.0
+        config = descriptor.config
+        self._std = (config["force_noise"], config["velocity_noise"], config["current_noise"])
+
+    def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+        force = float(data.actuator_force[self._aid])
+        velocity = float(data.actuator_velocity[self._aid])
+        current = force * self._inv_k
+        std = self._std
+        if std[0]:
+            force += std[0] * self.normal1()
+        if std[1]:
+            velocity += std[1] * self.normal1()
+        if std[2]:
+            current += std[2] * self.normal1()
+        return np.array((force, velocity, current))

@@ -1,0 +1,148 @@
+"""The ingress-only ExternalInput contract.
+
+Any thread may enqueue; nothing here touches MjData. Accepted inputs wait until the owner thread
+commits them at a tick boundary in acceptance order. A rejected input raises IngressError to the
+sender and is also recorded (counted and traced) — never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .components import ActuatorDescriptor, Command, Endpoint
+from .errors import IngressError
+from .records import ExternalInput, IngressRecord
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedInput:
+    """An accepted input with its parsed command, waiting for (or given) a commit tick."""
+
+    acceptance_sequence: int
+    input: ExternalInput
+    endpoint: int  # index into the instance's endpoints
+    command: Command
+    commit_tick: int = -1
+
+
+class Ingress:
+    """Validation, ordering and the thread-safe pending queue of one instance."""
+
+    def __init__(self, actuators: tuple[ActuatorDescriptor, ...],
+                 endpoints: list[Endpoint], clock: Callable[[], tuple[int, int]]) -> None:
+        self._index = {a.endpoint: i for i, a in enumerate(actuators)}
+        self._actuators = actuators
+        self._endpoints = endpoints
+        self._clock = clock  # () -> (episode, session_time_ns), read for rejection records
+        self._lock = threading.Lock()
+        self._pending: list[AcceptedInput] = []
+        self._rejected: list[IngressRecord] = []
+        self._last_sequence: dict[str, int] = {}
+        self._next_acceptance = 0
+        self.accepted_count = 0
+        self.rejected_count = 0
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self._index)
+
+    def parse(self, item: ExternalInput) -> tuple[int, Command]:
+        """Check source, payload type and payload; return (endpoint index, command)."""
+        index = self._index.get(item.source_id)
+        if index is None:
+            raise IngressError(f"unknown source_id {item.source_id!r}; known sources: "
+                               f"{', '.join(self._index) or 'none'}")
+        expected = self._actuators[index].payload_type
+        if item.payload_type != expected:
+            raise IngressError(f"source {item.source_id!r} accepts payload_type {expected!r}, "
+                               f"got {item.payload_type!r}")
+        if not isinstance(item.payload, Mapping):
+            raise IngressError(f"source {item.source_id!r}: payload must be a JSON object, got "
+                               f"{type(item.payload).__name__}")
+        try:
+            command = self._endpoints[index].parse(item.payload)
+        except ValueError as exc:
+            raise IngressError(f"source {item.source_id!r} sequence {item.source_sequence}: "
+                               f"{exc}") from None
+        return index, command
+
+    def enqueue(self, item: ExternalInput) -> int:
+        """Accept an input for the next tick boundary; return its acceptance sequence."""
+        with self._lock:
+            try:
+                if isinstance(item.source_sequence, bool) or not isinstance(
+                        item.source_sequence, int) or item.source_sequence < 0:
+                    raise IngressError(f"source {item.source_id!r}: source_sequence must be a "
+                                       f"non-negative integer, got {item.source_sequence!r}")
+                last = self._last_sequence.get(item.source_id)
+                if last is not None and item.source_sequence <= last:
+                    raise IngressError(f"source {item.source_id!r}: source_sequence "
+                                       f"{item.source_sequence} does not increase (last "
+                                       f"accepted {last})")
+                index, command = self.parse(item)
+            except IngressError as exc:
+                self._reject(item, str(exc))
+                raise
+            self._last_sequence[item.source_id] = item.source_sequence
+            sequence = self._next_acceptance
+            self._next_acceptance += 1
+            self.accepted_count += 1
+            self._pending.append(AcceptedInput(sequence, item, index, command))
+            return sequence
+
+    def _reject(self, item: ExternalInput, reason: str) -> None:
+        episode, session_ns = self._clock()
+        self.rejected_count += 1
+        self._rejected.append(IngressRecord(
+            episode=episode, source_id=str(item.source_id), source_sequence=_int(item.source_sequence),
+            payload_type=str(item.payload_type), payload_json=payload_text(item), accepted=False,
+            commit_tick=-1, acceptance_sequence=0, reject_reason=reason,
+            session_time_ns=session_ns))
+
+    @property
+    def waiting(self) -> bool:
+        """Whether anything was accepted or rejected since the last ``take`` (lock-free peek)."""
+        return bool(self._pending or self._rejected)
+
+    def take(self) -> tuple[list[AcceptedInput], list[IngressRecord]]:
+        """Everything accepted or rejected since the last call (owner thread)."""
+        if not self._pending and not self._rejected:
+            return [], []
+        with self._lock:
+            pending, self._pending = self._pending, []
+            rejected, self._rejected = self._rejected, []
+        return pending, rejected
+
+    def record_rejection(self, item: ExternalInput, reason: str) -> None:
+        with self._lock:
+            self._reject(item, reason)
+
+
+def payload_text(item: ExternalInput) -> str:
+    if item.payload_json:
+        return item.payload_json
+    try:
+        return json.dumps(item.payload, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(item.payload)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def external_input(source_id: str, source_sequence: int, payload_type: str,
+                   payload: Mapping | str) -> ExternalInput:
+    """Build an ExternalInput from a payload object or its JSON text."""
+    if isinstance(payload, str):
+        try:
+            decoded = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise IngressError(f"source {source_id!r} sequence {source_sequence}: payload_json "
+                               f"is not valid JSON: {exc.msg}") from None
+        return ExternalInput(source_id, source_sequence, payload_type, decoded, payload)
+    return ExternalInput(source_id, source_sequence, payload_type, dict(payload),
+                         json.dumps(dict(payload), sort_keys=True, separators=(",", ":")))

@@ -1,0 +1,340 @@
+"""SimulationBuilder → SimulationPlan: the immutable, resolved blueprint of a simulation.
+
+Everything that can be checked before running is checked here: component types and configs,
+bindings against the compiled model, periods and latencies in whole ticks, the scenario keyframe
+and initial inputs. Many independent SimulationInstances come from one plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+
+from . import provenance as prov
+from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
+                         DeviceDescriptor, ResolvedComponent)
+from .components.base import effective_config, validate_config
+from .errors import FibrilError, ManifestError, PlanError
+from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
+from .timebase import Timebase
+
+if TYPE_CHECKING:
+    from .instance import SimulationInstance
+
+
+@dataclass(frozen=True)
+class ParameterOverlays:
+    """Typed construction inputs that change parameters without editing MJCF text.
+
+    ``mujoco`` callables edit the parsed MjSpec before compilation; ``components`` maps
+    component id → {config key: value} applied to the effective config before validation.
+    ``identity`` is what ``parameter_set_hash`` is computed from.
+    """
+
+    mujoco: tuple[Any, ...] = ()
+    components: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    identity: tuple[Any, ...] = ()
+
+    @property
+    def parameter_set_hash(self) -> str:
+        text = json.dumps(list(self.identity), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SimulationPlan:
+    """Immutable: compiled model, component descriptors, schedule, options, provenance.
+
+    ``model`` is shared by every instance and must be treated as read-only.
+    """
+
+    manifest: SimulationManifest
+    model: mujoco.MjModel = field(repr=False)
+    timebase: Timebase
+    devices: tuple[DeviceDescriptor, ...]
+    actuators: tuple[ActuatorDescriptor, ...]
+    keyframe_id: int
+    scenario: ScenarioSpec
+    provenance: Mapping[str, Any]
+    layout: Mapping[str, Any]
+
+    @property
+    def endpoints(self) -> Mapping[str, ActuatorDescriptor]:
+        return MappingProxyType({a.endpoint: a for a in self.actuators})
+
+    def device(self, device_id: str) -> DeviceDescriptor:
+        for device in self.devices:
+            if device.id == device_id:
+                return device
+        known = ", ".join(d.id for d in self.devices)
+        raise PlanError(f"no device {device_id!r} in the plan; devices: {known}")
+
+    def create_instance(self, seed: int = 0, *, scenario: ScenarioSpec | None = None,
+                        trace: Any = None, snapshot_every: int | None = None,
+                        collect: bool = True) -> SimulationInstance:
+        """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
+
+        ``trace`` (a TraceWriter) receives every record; ``snapshot_every`` overrides the
+        manifest's state snapshot interval (default: the manifest's when tracing, else none);
+        ``collect`` keeps records for ``poll()``.
+        """
+        from .instance import SimulationInstance
+
+        return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
+                                  snapshot_every=snapshot_every, collect=collect)
+
+    def inspect(self) -> dict[str, Any]:
+        """A JSON-able document describing the plan (``fibril_sim inspect``)."""
+        tb = self.timebase
+        components: list[dict[str, Any]] = []
+        for actuator in self.actuators:
+            components.append({
+                "id": actuator.id, "type": actuator.type, "role": "actuator",
+                "endpoint": actuator.endpoint, "payload_type": actuator.payload_type,
+                "binding": dict(actuator.binding), "modes": sorted(actuator.modes),
+                "command_latency": {"ticks": actuator.latency_ticks,
+                                    "seconds": actuator.latency_ticks * tb.timestep_s},
+                "config": _jsonable(actuator.config)})
+        for device in self.devices:
+            components.append({
+                "id": device.id, "type": device.type, "role": "device",
+                "sample_type": device.sample_type,
+                "components": list(device.component_names)
+                if len(device.component_names) <= 16 else
+                [*device.component_names[:3], "...", device.component_names[-1]],
+                "binding": _jsonable(device.binding), "frame_id": device.frame_id,
+                "period": {"ticks": device.period_ticks,
+                           "seconds": device.period_ticks * tb.timestep_s},
+                "latency": {"ticks": device.latency_ticks,
+                            "seconds": device.latency_ticks * tb.timestep_s},
+                "config": _jsonable(device.config)})
+        model = self.model
+        return {
+            "manifest": str(self.manifest.path),
+            "model": {"path": str(self.manifest.model), "timestep_ns": tb.timestep_ns,
+                      "nq": model.nq, "nv": model.nv, "nu": model.nu, "na": model.na,
+                      "nbody": model.nbody, "njnt": model.njnt, "nsensor": model.nsensor,
+                      "nkey": model.nkey},
+            "components": components,
+            "scenario": {"keyframe": self.scenario.keyframe,
+                         "initial_inputs": len(self.scenario.initial_inputs)},
+            "trace": {"state_every_steps": self.manifest.trace.state_every_steps,
+                      "frame_timing": self.manifest.trace.frame_timing},
+            "runtime": _jsonable(self.manifest.runtime.__dict__),
+            "provenance": _jsonable(self.provenance),
+        }
+
+
+class SimulationBuilder:
+    """Resolves a manifest (and optional parameter overlays) into a SimulationPlan."""
+
+    def __init__(self, registry: ComponentRegistry | None = None) -> None:
+        self.registry = registry or ComponentRegistry.standard()
+
+    def build(self, manifest: SimulationManifest | str | Path,
+              overlays: ParameterOverlays | None = None) -> SimulationPlan:
+        if not isinstance(manifest, SimulationManifest):
+            manifest = load_manifest(manifest)
+        if manifest.parameter_overlays and overlays is None:
+            raise PlanError(f"{manifest.path}: parameter_overlays: overlay artifacts cannot be "
+                            f"applied by this version yet; remove the key to run")
+        overlays = overlays or ParameterOverlays()
+        registry = self._registry_with_extensions(manifest)
+        components = self._resolve_components(manifest, registry, overlays)
+        spec = self._parse_model(manifest)
+        assets = prov.asset_files(spec, manifest.model)
+        for apply in overlays.mujoco:
+            apply(spec)
+        for component in components:
+            registry.get(component.type).prepare(component, spec)
+        model = self._compile(manifest, spec)
+        try:
+            timebase = Timebase.from_seconds(model.opt.timestep)
+        except ValueError as exc:
+            raise PlanError(f"{manifest.model}: option timestep: {exc}") from None
+        ctx = BuildContext(model, timebase)
+        devices: list[DeviceDescriptor] = []
+        actuators: list[ActuatorDescriptor] = []
+        endpoints: dict[str, str] = {}
+        for component in components:
+            descriptor = registry.get(component.type).bind(component, ctx)
+            if isinstance(descriptor, ActuatorDescriptor):
+                if descriptor.endpoint in endpoints:
+                    raise component.where.key("endpoint").fail(
+                        f"endpoint {descriptor.endpoint!r} is already used by component "
+                        f"{endpoints[descriptor.endpoint]!r}")
+                endpoints[descriptor.endpoint] = component.id
+                actuators.append(descriptor)
+            else:
+                devices.append(descriptor)
+        scenario = manifest.scenario
+        keyframe_id = self._keyframe(manifest, model, scenario)
+        self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
+        provenance = self._provenance(manifest, model, assets, overlays, registry)
+        layout = trace_layout(model, timebase, devices, actuators)
+        return SimulationPlan(
+            manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
+            actuators=tuple(actuators), keyframe_id=keyframe_id, scenario=scenario,
+            provenance=MappingProxyType(provenance), layout=MappingProxyType(layout))
+
+    def _registry_with_extensions(self, manifest: SimulationManifest) -> ComponentRegistry:
+        if not manifest.extensions:
+            return self.registry
+        registry = ComponentRegistry()
+        for type_id in self.registry:
+            registry.register(self.registry.get(type_id))
+        for i, reference in enumerate(manifest.extensions):
+            try:
+                registry.load_extension(reference)
+            except FibrilError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - extension code is foreign
+                raise ManifestError(f"{manifest.path}: extensions[{i}]: cannot load "
+                                    f"{reference!r}: {type(exc).__name__}: {exc}") from None
+        return registry
+
+    def _resolve_components(self, manifest: SimulationManifest, registry: ComponentRegistry,
+                            overlays: ParameterOverlays) -> list[ResolvedComponent]:
+        resolved: list[ResolvedComponent] = []
+        unknown_overlay = set(overlays.components) - {c.id for c in manifest.components}
+        if unknown_overlay:
+            raise PlanError(f"component overlay names unknown component(s): "
+                            f"{', '.join(sorted(unknown_overlay))}")
+        for spec in manifest.components:
+            kind = registry.get(spec.type)
+            if kind is None:
+                raise spec.where.key("type").fail(
+                    f"unknown component type {spec.type!r}; known: {', '.join(registry)}")
+            profile = manifest.profiles[spec.profile].config if spec.profile else None
+            config = effective_config(profile, spec.config)
+            for path, value in overlays.components.get(spec.id, {}).items():
+                config[path] = value
+            validated = validate_config(kind.fields, config, spec.where.key("config"))
+            component = ResolvedComponent(
+                id=spec.id, type=spec.type, endpoint=spec.endpoint, bind=spec.bind,
+                config=MappingProxyType(validated), where=spec.where)
+            if spec.endpoint is not None and kind.role != "actuator":
+                raise spec.where.key("endpoint").fail(
+                    f"only actuator components have an endpoint; {spec.type} is a device")
+            kind.check_bind(component)
+            resolved.append(component)
+        return resolved
+
+    @staticmethod
+    def _parse_model(manifest: SimulationManifest) -> mujoco.MjSpec:
+        try:
+            return mujoco.MjSpec.from_file(str(manifest.model))
+        except Exception as exc:  # noqa: BLE001 - MuJoCo raises plain ValueError
+            raise PlanError(f"{manifest.model}: cannot parse MJCF: {_one_line(exc)}") from None
+
+    @staticmethod
+    def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec) -> mujoco.MjModel:
+        try:
+            return spec.compile()
+        except Exception as exc:  # noqa: BLE001
+            raise PlanError(f"{manifest.model}: cannot compile model: {_one_line(exc)}") from None
+
+    @staticmethod
+    def _keyframe(manifest: SimulationManifest, model: mujoco.MjModel,
+                  scenario: ScenarioSpec) -> int:
+        if scenario.keyframe is None:
+            return -1
+        key = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, scenario.keyframe)
+        if key < 0:
+            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_KEY, i) for i in range(model.nkey)]
+            known = ", ".join(n for n in names if n) or "none in the model"
+            raise ManifestError(f"{manifest.path}: scenario.keyframe: no keyframe named "
+                                f"{scenario.keyframe!r}; known: {known}")
+        return key
+
+    @staticmethod
+    def _check_inputs(manifest: SimulationManifest, inputs: Sequence[InputSpec],
+                      endpoints: Mapping[str, ActuatorDescriptor]) -> None:
+        last: dict[str, int] = {}
+        for i, item in enumerate(inputs):
+            where = f"{manifest.path}: scenario.initial_inputs[{i}]"
+            endpoint = endpoints.get(item.source_id)
+            if endpoint is None:
+                raise ManifestError(f"{where}.source_id: unknown source {item.source_id!r}; "
+                                    f"endpoints: {', '.join(endpoints) or 'none'}")
+            if item.payload_type != endpoint.payload_type:
+                raise ManifestError(f"{where}.payload_type: {item.payload_type!r} is not "
+                                    f"accepted by {item.source_id!r}; expected "
+                                    f"{endpoint.payload_type!r}")
+            try:
+                endpoint.create().parse(item.payload)
+            except ValueError as exc:
+                raise ManifestError(f"{where}.payload: {exc}") from None
+            if item.source_sequence <= last.get(item.source_id, -1):
+                raise ManifestError(f"{where}.source_sequence: {item.source_sequence} does not "
+                                    f"increase for source {item.source_id!r}")
+            last[item.source_id] = item.source_sequence
+
+    @staticmethod
+    def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, assets: list[Path],
+                    overlays: ParameterOverlays, registry: ComponentRegistry) -> dict[str, Any]:
+        base = manifest.model.parent
+        model_files = prov.included_files(manifest.model)
+        return {
+            "manifest_path": str(manifest.path),
+            "manifest_sha256": manifest.sha256,
+            "model_path": str(manifest.model),
+            "model_sha256": prov.sha256_file(manifest.model),
+            "model_files": {prov.relative(p, base): prov.sha256_file(p) for p in model_files},
+            "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
+            "compiled_model_sha256": prov.compiled_model_sha256(model),
+            "parameter_set_hash": overlays.parameter_set_hash,
+            "parameter_overlays": [str(p) for p in manifest.parameter_overlays],
+            "extensions": [{"reference": ref,
+                            "version": prov.package_version(ref.partition(":")[0].split(".")[0])}
+                           for ref in manifest.extensions],
+            "build": prov.build_identity(),
+        }
+
+
+def trace_layout(model: mujoco.MjModel, timebase: Timebase,
+                 devices: Sequence[DeviceDescriptor],
+                 actuators: Sequence[ActuatorDescriptor]) -> dict[str, Any]:
+    """Names a trace needs to answer semantic queries without the model."""
+    joint_types = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
+    obj = mujoco.mjtObj
+    return {
+        "timestep_ns": timebase.timestep_ns,
+        "bodies": [mujoco.mj_id2name(model, obj.mjOBJ_BODY, i) or f"body{i}"
+                   for i in range(model.nbody)],
+        "joints": [{"name": mujoco.mj_id2name(model, obj.mjOBJ_JOINT, i) or f"joint{i}",
+                    "type": joint_types[int(model.jnt_type[i])],
+                    "qposadr": int(model.jnt_qposadr[i]), "dofadr": int(model.jnt_dofadr[i])}
+                   for i in range(model.njnt)],
+        "sensors": [{"name": mujoco.mj_id2name(model, obj.mjOBJ_SENSOR, i) or f"sensor{i}",
+                     "adr": int(model.sensor_adr[i]), "dim": int(model.sensor_dim[i])}
+                    for i in range(model.nsensor)],
+        "actuators": [mujoco.mj_id2name(model, obj.mjOBJ_ACTUATOR, i) or f"actuator{i}"
+                      for i in range(model.nu)],
+        "endpoints": {a.endpoint: a.actuator for a in actuators},
+        "devices": {d.id: {"sample_type": d.sample_type,
+                           "component_names": list(d.component_names)} for d in devices},
+    }
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)

@@ -1,0 +1,108 @@
+"""Semantic records that flow out of a SimulationInstance.
+
+They are plain, immutable values so that the trace writer, a ROS publisher and a calibration
+observer can all receive the same object. Times are integer nanoseconds of EpisodeTime unless the
+name says ``session``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalInput:
+    """A value arriving from outside the simulation (controller, ROS callback, recording).
+
+    ``payload`` is the decoded JSON object; ``payload_json`` its text form as received.
+    """
+
+    source_id: str
+    source_sequence: int
+    payload_type: str
+    payload: dict
+    payload_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IngressRecord:
+    """What the ingress did with one ExternalInput: committed at a tick, or rejected."""
+
+    episode: int
+    source_id: str
+    source_sequence: int
+    payload_type: str
+    payload_json: str
+    accepted: bool
+    commit_tick: int  # -1 when rejected
+    acceptance_sequence: int
+    reject_reason: str
+    session_time_ns: int
+
+
+class DeviceOutput(NamedTuple):
+    """One sample of a virtual sensor: acquired at one tick, visible after its latency.
+
+    A NamedTuple (immutable and cheap to create: one is made per acquisition on the hot path).
+    """
+
+    episode: int
+    device_id: str
+    sample_type: str
+    acquisition_tick: int
+    acquisition_time_ns: int
+    delivery_time_ns: int
+    session_acquisition_time_ns: int
+    session_delivery_time_ns: int
+    values: np.ndarray
+    component_names: tuple[str, ...]
+    frame_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActuatorApplication:
+    """An actuator endpoint's command path at one tick: commanded → released → applied."""
+
+    episode: int
+    tick: int
+    time_ns: int
+    session_time_ns: int
+    endpoint: str
+    actuator: str
+    mode: str
+    commanded: float
+    released: float
+    applied: float
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """Post-physics state at one tick (arrays are copies)."""
+
+    episode: int
+    tick: int
+    time_ns: int
+    session_time_ns: int
+    qpos: np.ndarray
+    qvel: np.ndarray
+    act: np.ndarray
+    ctrl: np.ndarray
+    actuator_force: np.ndarray
+    sensordata: np.ndarray
+    xpos: np.ndarray  # (nbody, 3)
+    xquat: np.ndarray  # (nbody, 4) wxyz
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTiming:
+    """Timing of one completed host frame."""
+
+    episode: int
+    tick: int
+    episode_time_ns: int
+    session_time_ns: int
+    wall_step_time: float
+    real_time_factor: float

@@ -1,0 +1,250 @@
+"""SimulationRuntime, SimulationHost and SimulationConnection: the live process boundary.
+
+One owner thread (the host) steps the instance: paused, lockstep (only ``step(n)`` advances),
+real time at factor r, or as fast as possible. Clients never touch MjData: they submit
+ExternalInputs through the ingress, receive records through callbacks (called on the host
+thread), and control the host through requests that the host serves between frames.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import FibrilError, InstanceError
+from .instance import Record, SimulationInstance
+from .manifest import RuntimeOptions
+from .plan import SimulationPlan
+from .records import ExternalInput, FrameTiming
+
+RecordCallback = Callable[[Any], None]
+
+
+@dataclass
+class _Request:
+    action: str
+    argument: Any = None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class SimulationHost:
+    """Owns the instance and its thread; serves control requests between frames."""
+
+    def __init__(self, instance: SimulationInstance, options: RuntimeOptions) -> None:
+        self.instance = instance
+        self.options = options
+        timebase = instance.plan.timebase
+        self.frame_ticks = max(1, timebase.ticks_ceil(options.frame_duration_s))
+        self._mode = options.mode
+        self._paused = options.start_paused or options.mode in ("paused", "lockstep")
+        self._rtf = options.real_time_factor
+        self._requests: queue.Queue[_Request] = queue.Queue()
+        self._callbacks: tuple[RecordCallback, ...] = ()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.failure: BaseException | None = None
+        self.last_frame: FrameTiming | None = None
+        instance.subscribe(self._dispatch)
+
+    # -------------------------------------------------------------- client side
+    def add_callback(self, callback: RecordCallback) -> None:
+        with self._lock:
+            self._callbacks = (*self._callbacks, callback)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise InstanceError("the simulation host is already running")
+        self._thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
+        self._thread.start()
+
+    def request(self, action: str, argument: Any = None, timeout: float | None = 60.0) -> Any:
+        """Ask the host thread to do something between frames; wait for the result."""
+        if self.failure is not None:
+            raise InstanceError(f"the simulation host stopped after an error: {self.failure}")
+        if self._thread is None or not self._thread.is_alive():
+            raise InstanceError("the simulation host is not running")
+        item = _Request(action, argument)
+        self._requests.put(item)
+        if not item.done.wait(timeout):
+            raise InstanceError(f"the simulation host did not answer {action!r} in {timeout} s")
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._stopping = True
+        self._requests.put(_Request("wake"))
+        thread.join(timeout)
+        self._thread = None
+
+    # -------------------------------------------------------------- host thread
+    def _dispatch(self, record: Record) -> None:
+        for callback in self._callbacks:
+            callback(record)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - kept and reported to clients
+            self.failure = exc
+            while not self._requests.empty():
+                item = self._requests.get_nowait()
+                item.error = InstanceError(f"the simulation host stopped after an error: {exc}")
+                item.done.set()
+
+    def _loop(self) -> None:
+        instance = self.instance
+        anchor_wall = time.perf_counter()
+        anchor_sim = instance.session_time_ns
+        while not self._stopping:
+            wait: float | None
+            if self._paused:
+                wait = None
+            elif self._mode == "realtime":
+                due = anchor_wall + (instance.session_time_ns - anchor_sim) / 1e9 / self._rtf
+                wait = max(0.0, due - time.perf_counter())
+            else:
+                wait = 0.0
+            try:
+                if wait is None:
+                    item = self._requests.get()
+                elif wait > 0:
+                    item = self._requests.get(timeout=wait)
+                else:
+                    item = self._requests.get_nowait()
+            except queue.Empty:
+                item = None
+            if item is not None:
+                resync = self._serve(item)
+                if resync:
+                    anchor_wall, anchor_sim = time.perf_counter(), instance.session_time_ns
+                continue
+            if not self._paused:
+                self._frame(self.frame_ticks)
+
+    def _serve(self, item: _Request) -> bool:
+        """Run one request; return True when real-time pacing must restart from now."""
+        instance = self.instance
+        try:
+            if item.action == "pause":
+                self._paused = True
+            elif item.action == "resume":
+                self._paused = False
+            elif item.action == "step":
+                ticks = int(item.argument)
+                if ticks < 0:
+                    raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
+                self._frame(ticks)
+            elif item.action == "reset":
+                instance.reset(keyframe=item.argument or None)
+            elif item.action == "rtf":
+                self._rtf = float(item.argument)
+            elif item.action == "mode":
+                self._mode = str(item.argument)
+            elif item.action == "state":
+                pass
+            elif item.action != "wake":
+                raise InstanceError(f"unknown host request {item.action!r}")
+            item.result = dict(instance.state(), paused=self._paused)
+        except FibrilError as exc:
+            item.error = exc
+        finally:
+            item.done.set()
+        return item.action in ("resume", "reset", "rtf", "mode", "step")
+
+    def _frame(self, ticks: int) -> None:
+        instance = self.instance
+        start_sim = instance.session_time_ns
+        start = time.perf_counter()
+        instance.advance(ticks)
+        wall = time.perf_counter() - start
+        sim = (instance.session_time_ns - start_sim) / 1e9
+        frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
+                            instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
+        self.last_frame = frame
+        self._dispatch(frame)
+
+
+class SimulationConnection:
+    """What a client (a ROS node, a test, a GUI) may do with a running simulation."""
+
+    def __init__(self, host: SimulationHost) -> None:
+        self._host = host
+
+    @property
+    def plan(self) -> SimulationPlan:
+        return self._host.instance.plan
+
+    def submit(self, item: ExternalInput) -> int:
+        """Thread-safe ingress; returns the acceptance sequence or raises IngressError."""
+        return self._host.instance.enqueue(item)
+
+    def on_record(self, callback: RecordCallback) -> None:
+        """Receive every DeviceOutput, ActuatorApplication, IngressRecord, StateSnapshot and
+        FrameTiming, on the host thread, as the simulation emits them."""
+        self._host.add_callback(callback)
+
+    def pause(self) -> dict[str, Any]:
+        return self._host.request("pause")
+
+    def resume(self) -> dict[str, Any]:
+        return self._host.request("resume")
+
+    def step(self, ticks: int) -> dict[str, Any]:
+        """Advance exactly ``ticks`` ticks (while paused: lockstep) and return the state."""
+        return self._host.request("step", ticks)
+
+    def reset(self, keyframe: str | None = None) -> dict[str, Any]:
+        return self._host.request("reset", keyframe)
+
+    def set_real_time_factor(self, factor: float) -> dict[str, Any]:
+        if not factor > 0:
+            raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+        return self._host.request("rtf", factor)
+
+    def set_mode(self, mode: str) -> dict[str, Any]:
+        if mode not in ("realtime", "fast"):
+            raise InstanceError(f"mode must be 'realtime' or 'fast', got {mode!r}")
+        return self._host.request("mode", mode)
+
+    def state(self) -> dict[str, Any]:
+        return self._host.request("state")
+
+
+class SimulationRuntime:
+    """Builds the instance and host for a plan and hands out connections."""
+
+    def __init__(self, plan: SimulationPlan, *, seed: int = 0, trace: Any = None,
+                 options: RuntimeOptions | None = None) -> None:
+        self.plan = plan
+        self.instance = plan.create_instance(seed, trace=trace, collect=False)
+        self.host = SimulationHost(self.instance, options or plan.manifest.runtime)
+        if trace is not None and plan.manifest.trace.frame_timing:
+            self.host.add_callback(
+                lambda record: trace.write(record) if isinstance(record, FrameTiming) else None)
+
+    def connect(self) -> SimulationConnection:
+        return SimulationConnection(self.host)
+
+    def start(self) -> SimulationRuntime:
+        self.host.start()
+        return self
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def __enter__(self) -> SimulationRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

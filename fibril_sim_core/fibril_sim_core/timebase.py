@@ -1,0 +1,50 @@
+"""Integer-nanosecond time and its relation to physics ticks.
+
+A tick is one physics step; its length comes from MJCF only. Durations from YAML (seconds) must
+be whole numbers of ticks so that schedules never drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Timebase:
+    """The physics step in integer nanoseconds."""
+
+    timestep_ns: int
+
+    @classmethod
+    def from_seconds(cls, timestep: float) -> Timebase:
+        ns = round(timestep * NS_PER_S)
+        if ns <= 0 or abs(ns - timestep * NS_PER_S) > 1e-3:
+            raise ValueError(f"timestep {timestep!r} s is not a whole number of nanoseconds")
+        return cls(ns)
+
+    @property
+    def timestep_s(self) -> float:
+        return self.timestep_ns / NS_PER_S
+
+    def time_ns(self, tick: int) -> int:
+        return tick * self.timestep_ns
+
+    def ticks(self, seconds: float) -> int:
+        """Seconds → whole ticks; raises ValueError naming the nearest valid values."""
+        exact = seconds * NS_PER_S / self.timestep_ns
+        ticks = round(exact)
+        if abs(exact - ticks) > 1e-6:
+            lower = int(exact // 1)
+            options = [f"{t * self.timestep_s:g} s" for t in (lower, lower + 1) if t >= 0]
+            raise ValueError(
+                f"{seconds:g} s is not a whole number of physics steps "
+                f"(timestep {self.timestep_s:g} s); nearest valid: {' or '.join(options)}")
+        return ticks
+
+    def ticks_ceil(self, seconds: float) -> int:
+        """Seconds → the number of ticks that covers them (for run durations)."""
+        exact = seconds * NS_PER_S / self.timestep_ns
+        ticks = round(exact)
+        return ticks if abs(exact - ticks) <= 1e-6 else int(exact // 1) + 1
