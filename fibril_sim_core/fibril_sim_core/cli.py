@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -36,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fibril_sim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `fibril_sim trace query ... | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,7 +171,8 @@ def _trace_query(args: argparse.Namespace) -> int:
     from .trace_query import query, to_csv, to_json
 
     result = query(args.trace, args.selector)
-    sys.stdout.write(to_csv(result) if args.format == "csv" else to_json(result) + "\n")
+    text = to_csv(result) if args.format == "csv" else to_json(result)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 

@@ -30,6 +30,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
 
 from . import _msgtypes
+from ._cdr_device import DeviceTemplate, device_template, encode_device
 from .errors import TraceError
 from .records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
 
@@ -200,6 +201,7 @@ class TraceWriter:
             FrameTiming: self._encode_frame_timing,
         }
         self._device_topics: dict[str, str] = {}
+        self._device_templates: dict[tuple, DeviceTemplate] = {}
         self._actuator_topics: dict[str, str] = {}
         self._count = 0
 
@@ -344,6 +346,18 @@ class TraceWriter:
         topic = self._device_topics.get(r.device_id)
         if topic is None:
             topic = self._device_topics[r.device_id] = device_topic(r.device_id)
+        key = (r.device_id, r.frame_id, r.sample_type, r.component_names, len(r.values))
+        template = self._device_templates.get(key)
+        if template is None:
+            template = self._device_templates[key] = device_template(
+                r.frame_id, r.device_id, r.sample_type, tuple(r.component_names), len(r.values))
+        data = encode_device(template, r.session_delivery_time_ns, r.session_acquisition_time_ns,
+                             r.acquisition_time_ns, r.delivery_time_ns, r.episode, r.values)
+        return topic, _msgtypes.DEVICE_SAMPLE, r.session_delivery_time_ns, memoryview(data)
+
+    def _encode_device_generic(self, r: DeviceOutput) -> tuple[str, str, int, memoryview]:
+        """The reference encoding through the typestore (kept to test the fast path)."""
+        topic = device_topic(r.device_id)
         msg = self._DeviceSample(
             header=self._Header(stamp=self._time(r.session_delivery_time_ns), frame_id=r.frame_id),
             acquisition_stamp=self._time(r.session_acquisition_time_ns),

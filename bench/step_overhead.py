@@ -1,0 +1,97 @@
+"""Step overhead: Fibril's event-driven ``advance`` against a raw MuJoCo loop.
+
+The drivetrain example with all devices active runs N ticks (default 100k) four ways, interleaved
+so that machine noise hits all of them alike, and the medians are compared:
+
+* ``raw``        a Python loop of ``mujoco.mj_step(m, d)`` over the same compiled model (the
+                 plan's, hidden device sensors included) with the same constant control;
+* ``raw_nstep``  one ``mujoco.mj_step(m, d, nstep=N)`` call (the floor: no Python at all);
+* ``fibril``     ``SimulationInstance.advance(N)`` with every device acquiring;
+* ``fibril+trace`` the same while writing a rosbag2/MCAP trace (state every 10 steps).
+
+Usage: ``python bench/step_overhead.py [--ticks 100000] [--repeats 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import mujoco
+
+from fibril_sim_core import SimulationBuilder
+from fibril_sim_core.trace import TraceWriter
+
+MANIFEST = Path(__file__).resolve().parents[1] / "config/examples/drivetrain/simulation.yaml"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    plan = SimulationBuilder().build(MANIFEST)
+    model = plan.model
+    probe = plan.create_instance(seed=1)
+    probe.advance(10)
+    control = probe.data.ctrl.copy()  # what the scenario's initial command applies
+    scratch = Path(tempfile.mkdtemp(prefix="fibril-bench-"))
+
+    def raw() -> float:
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, plan.keyframe_id)
+        data.ctrl[:] = control
+        step = mujoco.mj_step
+        start = time.perf_counter()
+        for _ in range(args.ticks):
+            step(model, data)
+        return time.perf_counter() - start
+
+    def raw_nstep() -> float:
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, plan.keyframe_id)
+        data.ctrl[:] = control
+        start = time.perf_counter()
+        mujoco.mj_step(model, data, args.ticks)
+        return time.perf_counter() - start
+
+    def fibril() -> float:
+        instance = plan.create_instance(seed=1, collect=False)
+        start = time.perf_counter()
+        instance.advance(args.ticks)
+        return time.perf_counter() - start
+
+    def fibril_trace() -> float:
+        folder = scratch / f"trace-{time.monotonic_ns()}"
+        trace = TraceWriter(folder, provenance=dict(plan.provenance), layout=dict(plan.layout))
+        instance = plan.create_instance(seed=1, trace=trace, collect=False)
+        start = time.perf_counter()
+        instance.advance(args.ticks)
+        trace.close()
+        elapsed = time.perf_counter() - start
+        shutil.rmtree(folder)
+        return elapsed
+
+    cases = {"raw": raw, "raw_nstep": raw_nstep, "fibril": fibril, "fibril+trace": fibril_trace}
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.repeats):
+        for name, case in cases.items():
+            times[name].append(case())
+    shutil.rmtree(scratch, ignore_errors=True)
+    devices = ", ".join(f"{d.id} {d.period_ticks}" for d in plan.devices)
+    print(f"drivetrain, {args.ticks} ticks, {args.repeats} interleaved repeats, mujoco "
+          f"{mujoco.__version__}; device periods (ticks): {devices}")
+    base = statistics.median(times["raw"])
+    print(f"{'case':<14}{'median s':>10}{'us/tick':>10}{'vs raw':>9}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<14}{median:>10.3f}{median / args.ticks * 1e6:>10.2f}"
+              f"{median / base:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
