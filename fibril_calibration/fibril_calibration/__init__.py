@@ -1,0 +1,1 @@
+"""Fibril Sim calibration engine and recording adapters (rosbag2 / MCAP / CSV)."""

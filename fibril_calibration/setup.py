@@ -1,0 +1,27 @@
+"""fibril_calibration: builds with colcon (ament_python) and with pip (pyproject.toml)."""
+
+from setuptools import find_packages, setup
+
+package_name = 'fibril_calibration'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(include=[package_name, f'{package_name}.*']),
+    package_data={package_name: ['py.typed']},
+    data_files=[
+        ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
+        (f'share/{package_name}', ['package.xml']),
+    ],
+    python_requires='>=3.10',
+    # Exact versions are pinned once, in the repository's requirements.txt.
+    install_requires=['fibril_sim_core', 'numpy', 'scipy'],
+    zip_safe=False,
+    maintainer='Fibril Sim developers',
+    maintainer_email='fibril-sim@example.com',
+    description='Fibril Sim calibration engine and recording adapters (rosbag2 / MCAP / CSV)',
+    license='Apache-2.0',
+    entry_points={
+        'console_scripts': [],
+    },
+)

@@ -1,0 +1,1 @@
+"""Fibril Sim rclpy nodes: live simulation node, SIL example controller, calibrate-on-bag."""
