@@ -283,6 +283,11 @@ class SimulationInstance:
                 self._commit(t)
             if t >= target:
                 return
+            if self._snapshot_every and t % self._snapshot_every == 0 \
+                    and self._snapshot_pre is None:
+                # Captured right before the step so ctrl is what produces the step's forces.
+                self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
+                                          data.ctrl.copy()))
             following = self._next_event(t)
             if following > target:
                 following = target
@@ -333,7 +338,7 @@ class SimulationInstance:
         deliveries = self._deliveries
         while deliveries and deliveries[0][0] <= t:
             self._emit(heapq.heappop(deliveries)[2])
-        if self._snapshot_every:
+        if self._snapshot_pre is not None:
             self._snapshot(t)
 
     def _commit(self, t: int) -> None:
@@ -383,9 +388,6 @@ class SimulationInstance:
                 qpos, qvel, act, ctrl, data.actuator_force.copy(), data.sensordata.copy(),
                 data.xpos.copy(), data.xquat.copy()))
             self._snapshot_pre = None
-        if t % self._snapshot_every == 0:
-            self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
-                                      data.ctrl.copy()))
 
     def state(self) -> dict[str, Any]:
         """A summary of where the instance is (for services and status displays)."""

@@ -41,7 +41,8 @@ class SimulationHost:
         self.options = options
         timebase = instance.plan.timebase
         self.frame_ticks = max(1, timebase.ticks_ceil(options.frame_duration_s))
-        self._mode = options.mode
+        # "paused" starts paused and runs in real time once resumed; "lockstep" only steps.
+        self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
         self._requests: queue.Queue[_Request] = queue.Queue()
@@ -67,13 +68,20 @@ class SimulationHost:
     def request(self, action: str, argument: Any = None, timeout: float | None = 60.0) -> Any:
         """Ask the host thread to do something between frames; wait for the result."""
         if self.failure is not None:
-            raise InstanceError(f"the simulation host stopped after an error: {self.failure}")
+            raise InstanceError(f"the simulation host stopped after an error: "
+                                f"{_describe(self.failure)}")
         if self._thread is None or not self._thread.is_alive():
             raise InstanceError("the simulation host is not running")
         item = _Request(action, argument)
         self._requests.put(item)
-        if not item.done.wait(timeout):
-            raise InstanceError(f"the simulation host did not answer {action!r} in {timeout} s")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not item.done.wait(0.05):
+            if self.failure is not None or not self._thread.is_alive():
+                raise InstanceError(f"the simulation host stopped after an error: "
+                                    f"{_describe(self.failure)}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise InstanceError(f"the simulation host did not answer {action!r} in "
+                                    f"{timeout} s")
         if item.error is not None:
             raise item.error
         return item.result
@@ -99,7 +107,8 @@ class SimulationHost:
             self.failure = exc
             while not self._requests.empty():
                 item = self._requests.get_nowait()
-                item.error = InstanceError(f"the simulation host stopped after an error: {exc}")
+                item.error = InstanceError(f"the simulation host stopped after an error: "
+                                           f"{_describe(exc)}")
                 item.done.set()
 
     def _loop(self) -> None:
@@ -139,6 +148,9 @@ class SimulationHost:
             if item.action == "pause":
                 self._paused = True
             elif item.action == "resume":
+                if self._mode == "lockstep":
+                    raise InstanceError("resume: in lockstep mode only step(n) advances; "
+                                        "set_mode('realtime') or set_mode('fast') first")
                 self._paused = False
             elif item.action == "step":
                 ticks = int(item.argument)
@@ -158,6 +170,10 @@ class SimulationHost:
             item.result = dict(instance.state(), paused=self._paused)
         except FibrilError as exc:
             item.error = exc
+        except BaseException as exc:  # the host stops; the request that hit it learns why
+            item.error = InstanceError(f"the simulation host stopped after an error: "
+                                       f"{_describe(exc)}")
+            raise
         finally:
             item.done.set()
         return item.action in ("resume", "reset", "rtf", "mode", "step")
@@ -173,6 +189,10 @@ class SimulationHost:
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
         self._dispatch(frame)
+
+
+def _describe(exc: BaseException | None) -> str:
+    return "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
 
 
 class SimulationConnection:

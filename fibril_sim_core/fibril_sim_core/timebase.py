@@ -31,15 +31,19 @@ class Timebase:
     def time_ns(self, tick: int) -> int:
         return tick * self.timestep_ns
 
-    def ticks(self, seconds: float) -> int:
-        """Seconds → whole ticks; raises ValueError naming the nearest valid values."""
+    def ticks(self, seconds: float, minimum: int = 0) -> int:
+        """Seconds → whole ticks (at least ``minimum``); raises ValueError naming the nearest
+        valid values."""
         exact = seconds * NS_PER_S / self.timestep_ns
         ticks = round(exact)
-        if abs(exact - ticks) > 1e-6:
+        if abs(exact - ticks) > 1e-6 or ticks < minimum:
             lower = int(exact // 1)
-            options = [f"{t * self.timestep_s:g} s" for t in (lower, lower + 1) if t >= 0]
+            candidates = sorted({max(t, minimum) for t in (lower, lower + 1)})
+            options = [f"{t * self.timestep_s:g} s" for t in candidates]
+            what = (f"shorter than {minimum} physics step(s)" if exact < minimum
+                    else "not a whole number of physics steps")
             raise ValueError(
-                f"{seconds:g} s is not a whole number of physics steps "
+                f"{seconds:g} s is {what} "
                 f"(timestep {self.timestep_s:g} s); nearest valid: {' or '.join(options)}")
         return ticks
 

@@ -30,6 +30,13 @@ def require_object(spec: mujoco.MjSpec, objtype: mujoco.mjtObj, name: str,
                          + (f"; known: {shown}" if names else ""))
 
 
+def require_scalar_joint(spec: mujoco.MjSpec, name: str, where: s.Where) -> None:
+    """The joint exists and is a hinge or slide (one position value)."""
+    require_object(spec, mujoco.mjtObj.mjOBJ_JOINT, name, where)
+    if spec.joint(name).type not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+        raise where.fail(f"joint {name!r} is not a hinge or slide joint")
+
+
 def add_sensor(spec: mujoco.MjSpec, component_id: str, what: str, sensor: mujoco.mjtSensor,
                objtype: mujoco.mjtObj, objname: str) -> str:
     name = internal_name(component_id, what)

@@ -110,9 +110,9 @@ class BuildContext:
             raise where.fail(f"no MuJoCo {kind} named {name!r} in the model{hint if known else ''}")
         return index
 
-    def ticks(self, seconds: float, where: s.Where) -> int:
+    def ticks(self, seconds: float, where: s.Where, minimum: int = 0) -> int:
         try:
-            return self.timebase.ticks(seconds)
+            return self.timebase.ticks(seconds, minimum)
         except ValueError as exc:
             raise where.fail(str(exc)) from None
 

@@ -40,7 +40,7 @@ class CameraType(ComponentType):
         return device_descriptor(
             component, ctx, sample_type=DEPTH_SAMPLE_TYPE if depth else RGB_SAMPLE_TYPE,
             component_names=(f"{'depth' if depth else 'rgb'}[{size}]",), frame_id=name,
-            binding={"camera": name, "camera_id": cid}, factory=Camera)
+            binding={"camera": name, "camera_id": cid, "model": ctx.model}, factory=Camera)
 
 
 class Camera(Device):
@@ -48,22 +48,27 @@ class Camera(Device):
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         super().__init__(descriptor, rng)
-        self._renderer: mujoco.Renderer | None = None
+        self._renderer = open_renderer(descriptor, descriptor.binding["model"])
         self._camera = descriptor.binding["camera_id"]
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        if self._renderer is None:
-            self._renderer = open_renderer(self.descriptor, model)
         self._renderer.update_scene(data, camera=self._camera)
         return np.asarray(self._renderer.render(), dtype=np.float64).ravel()
+
+
+_GL_FAILURE: list[str] = []  # a failed GL start is not retried: MuJoCo aborts on a second try
 
 
 def open_renderer(descriptor: DeviceDescriptor, model: mujoco.MjModel) -> mujoco.Renderer:
     """Create the offscreen renderer, or explain which GL piece is missing."""
     config = descriptor.config
     try:
+        if _GL_FAILURE:
+            raise RuntimeError(_GL_FAILURE[0])
         renderer = mujoco.Renderer(model, height=config["height"], width=config["width"])
     except Exception as exc:  # noqa: BLE001 - any GL failure becomes one clear message
+        if not _GL_FAILURE:
+            _GL_FAILURE.append(str(exc))
         raise ComponentError(
             f"camera device {descriptor.id!r} ({descriptor.binding['camera']}): no offscreen "
             f"OpenGL context available ({type(exc).__name__}: {exc}); install EGL or OSMesa "

@@ -89,7 +89,7 @@ def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample
         type=component.type,
         sample_type=sample_type,
         component_names=component_names,
-        period_ticks=ctx.ticks(config["period"], where.key("period")),
+        period_ticks=ctx.ticks(config["period"], where.key("period"), minimum=1),
         latency_ticks=ctx.ticks(config["latency"], where.key("latency")),
         frame_id=config["frame_id"] or frame_id,
         binding=dict(binding),

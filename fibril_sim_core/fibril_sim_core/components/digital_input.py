@@ -7,7 +7,7 @@ import numpy as np
 
 from .base import BuildContext, ComponentType, Field, ResolvedComponent, internal_name
 from .device import DEVICE_FIELDS, Device, DeviceDescriptor, device_descriptor
-from ._sensors import add_sensor, require_object
+from ._sensors import add_sensor, require_scalar_joint
 
 SAMPLE_TYPE = "fibril_sim/digital_input_sample/v1"
 COMPONENTS = ("state",)
@@ -42,8 +42,7 @@ class DigitalInputType(ComponentType):
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:
         if "joint" in component.bind:
             joint = component.bind["joint"]
-            require_object(spec, mujoco.mjtObj.mjOBJ_JOINT, joint,
-                           component.where.key("bind.joint"))
+            require_scalar_joint(spec, joint, component.where.key("bind.joint"))
             add_sensor(spec, component.id, "jointpos", mujoco.mjtSensor.mjSENS_JOINTPOS,
                        mujoco.mjtObj.mjOBJ_JOINT, joint)
 

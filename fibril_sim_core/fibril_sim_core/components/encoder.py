@@ -9,7 +9,7 @@ import numpy as np
 
 from .base import BuildContext, ComponentType, Field, ResolvedComponent, internal_name
 from .device import DEVICE_FIELDS, Device, DeviceDescriptor, device_descriptor
-from ._sensors import add_sensor, require_object
+from ._sensors import add_sensor, require_scalar_joint
 
 SAMPLE_TYPE = "fibril_sim/encoder_sample/v1"
 COMPONENTS = ("position", "velocity", "counts")
@@ -36,7 +36,7 @@ class EncoderType(ComponentType):
 
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:
         joint = component.bind["joint"]
-        require_object(spec, mujoco.mjtObj.mjOBJ_JOINT, joint, component.where.key("bind.joint"))
+        require_scalar_joint(spec, joint, component.where.key("bind.joint"))
         add_sensor(spec, component.id, "jointpos", mujoco.mjtSensor.mjSENS_JOINTPOS,
                    mujoco.mjtObj.mjOBJ_JOINT, joint)
 

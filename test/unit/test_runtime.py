@@ -1,0 +1,222 @@
+"""SimulationRuntime / SimulationHost / SimulationConnection: the live host thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from _models import HINGE_XML, build, command, device, motor
+from fibril_sim_core.manifest import RuntimeOptions
+
+from fibril_sim_core import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    InstanceError,
+    SimulationPlan,
+    SimulationRuntime,
+)
+
+DT_NS = 1_000_000
+
+
+@pytest.fixture()
+def plan(tmp_path: Path) -> SimulationPlan:
+    return build(tmp_path, HINGE_XML, [
+        motor("m", "drive", "drive/command"),
+        device("enc", "encoder", {"joint": "shaft"}, period=0.002)])
+
+
+@pytest.fixture()
+def start(plan: SimulationPlan) -> Iterator[Callable[..., SimulationRuntime]]:
+    """Start a runtime with the given options; always stopped at the end of the test."""
+    started: list[SimulationRuntime] = []
+
+    def _start(**options) -> SimulationRuntime:
+        runtime = SimulationRuntime(plan, seed=1, options=RuntimeOptions(**options)).start()
+        started.append(runtime)
+        return runtime
+
+    yield _start
+    for runtime in started:
+        runtime.stop()
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_lockstep_step_advances_exactly(start) -> None:
+    runtime = start(mode="lockstep")
+    connection = runtime.connect()
+    assert connection.state()["tick"] == 0
+    for n in range(1, 4):
+        state = connection.step(10)
+        assert state["tick"] == 10 * n
+        assert state["session_time_ns"] == 10 * n * DT_NS
+        assert state["paused"] is True
+    time.sleep(0.1)
+    assert connection.state()["tick"] == 30  # nothing moves between steps
+    assert connection.step(0)["tick"] == 30
+    with pytest.raises(InstanceError, match="step: ticks must be >= 0, got -5"):
+        connection.step(-5)
+    assert connection.plan is runtime.plan
+
+
+def test_records_reach_on_record_callbacks_on_the_host_thread(start) -> None:
+    runtime = start(mode="lockstep")
+    connection = runtime.connect()
+    records, threads = [], set()
+
+    def collect(record) -> None:
+        records.append(record)
+        threads.add(threading.current_thread().name)
+
+    connection.on_record(collect)
+    assert connection.submit(command("drive/command", 0, "voltage", 5.0)) == 0
+    connection.step(20)
+    assert threads == {"fibril-sim-host"}
+    outputs = [r for r in records if isinstance(r, DeviceOutput)]
+    assert [o.acquisition_tick for o in outputs] == list(range(0, 20, 2))
+    (commit,) = [r for r in records if isinstance(r, IngressRecord)]
+    (application,) = [r for r in records if isinstance(r, ActuatorApplication)]
+    assert commit.commit_tick == application.tick == 0 and application.applied == 5.0
+    (frame,) = [r for r in records if isinstance(r, FrameTiming)]
+    assert (frame.tick, frame.episode_time_ns) == (20, 20 * DT_NS)
+    assert runtime.instance.data.ctrl[0] == 5.0
+
+
+def test_pause_and_resume(start) -> None:
+    runtime = start(mode="fast")
+    connection = runtime.connect()
+    _wait_for(lambda: connection.state()["tick"] > 100)
+    paused = connection.pause()
+    assert paused["paused"] is True
+    time.sleep(0.1)
+    assert connection.state()["tick"] == paused["tick"]
+    stepped = connection.step(10)  # stepping works while paused
+    assert stepped["tick"] == paused["tick"] + 10
+    assert connection.resume()["paused"] is False
+    _wait_for(lambda: connection.state()["tick"] > stepped["tick"] + 100)
+
+
+def test_start_paused_option(start) -> None:
+    runtime = start(mode="realtime", start_paused=True)
+    connection = runtime.connect()
+    time.sleep(0.05)
+    state = connection.state()
+    assert (state["tick"], state["paused"]) == (0, True)
+    connection.resume()
+    _wait_for(lambda: connection.state()["tick"] > 0)
+
+
+def test_realtime_factor_paces_simulation(start) -> None:
+    runtime = start(mode="realtime", real_time_factor=5.0)
+    connection = runtime.connect()
+    _wait_for(lambda: connection.state()["tick"] > 0)
+    first, wall0 = connection.state()["session_time_ns"], time.perf_counter()
+    time.sleep(0.8)
+    last, wall1 = connection.state()["session_time_ns"], time.perf_counter()
+    factor = (last - first) / 1e9 / (wall1 - wall0)
+    assert 2.5 < factor < 6.5
+
+
+def test_reset_keeps_session_time_monotonic(start) -> None:
+    runtime = start(mode="lockstep")
+    connection = runtime.connect()
+    sessions = []
+    connection.on_record(lambda r: sessions.append(r.session_delivery_time_ns)
+                         if isinstance(r, DeviceOutput) else None)
+    connection.step(100)
+    state = connection.reset()
+    assert (state["tick"], state["episode"], state["session_time_ns"]) == (0, 1, 100 * DT_NS)
+    assert connection.step(10)["session_time_ns"] == 110 * DT_NS
+    state = connection.reset(keyframe="quarter")
+    assert (state["tick"], state["episode"], state["session_time_ns"]) == (0, 2, 110 * DT_NS)
+    assert state["qpos"][0] == pytest.approx(1.5707963267948966)
+    connection.step(10)
+    assert sessions == sorted(sessions) and len(sessions) == 50 + 5 + 5
+    with pytest.raises(InstanceError, match="reset: no keyframe named 'launch'"):
+        connection.reset(keyframe="launch")
+    assert connection.state()["episode"] == 2
+
+
+def test_failing_callback_stops_the_host_and_every_request_raises(start) -> None:
+    runtime = start(mode="lockstep")
+    connection = runtime.connect()
+
+    def explode(record) -> None:
+        if not isinstance(record, DeviceOutput):
+            return
+        raise RuntimeError("subscriber exploded")
+
+    connection.on_record(explode)
+    # The request during which the callback failed learns why ...
+    with pytest.raises(InstanceError) as info:
+        connection.step(10)
+    assert str(info.value) == ("the simulation host stopped after an error: RuntimeError: "
+                               "subscriber exploded")
+    _wait_for(lambda: runtime.host.failure is not None)
+    # ... and so does every later one.
+    for request in (connection.state, lambda: connection.step(1), connection.resume):
+        with pytest.raises(InstanceError) as info:
+            request()
+        assert "the simulation host stopped after an error" in str(info.value)
+        assert "subscriber exploded" in str(info.value)
+    assert runtime.instance.tick < 10  # the failing frame did not complete
+    runtime.stop()
+
+
+def test_stop_joins_the_host_thread(start) -> None:
+    runtime = start(mode="fast")
+    connection = runtime.connect()
+    with pytest.raises(InstanceError, match="already running"):
+        runtime.start()
+    _wait_for(lambda: connection.state()["tick"] > 0)
+    host_threads = [t for t in threading.enumerate() if t.name == "fibril-sim-host"]
+    assert len(host_threads) == 1
+    runtime.stop()
+    assert not host_threads[0].is_alive()
+    tick = runtime.instance.tick
+    time.sleep(0.05)
+    assert runtime.instance.tick == tick
+    with pytest.raises(InstanceError, match="the simulation host is not running"):
+        connection.state()
+    runtime.stop()  # idempotent
+
+
+def test_stop_while_paused_and_context_manager(plan: SimulationPlan) -> None:
+    with SimulationRuntime(plan, options=RuntimeOptions(mode="paused")) as runtime:
+        (thread,) = [t for t in threading.enumerate() if t.name == "fibril-sim-host"]
+        assert runtime.connect().state()["paused"] is True
+    assert not thread.is_alive()
+
+
+def test_set_mode_and_real_time_factor_validate(start) -> None:
+    connection = start(mode="lockstep").connect()
+    with pytest.raises(InstanceError, match="mode must be 'realtime' or 'fast', got 'warp'"):
+        connection.set_mode("warp")
+    with pytest.raises(InstanceError, match="real_time_factor must be > 0, got 0"):
+        connection.set_real_time_factor(0)
+    assert connection.set_real_time_factor(2.0)["tick"] == 0
+
+
+def test_lockstep_refuses_resume_until_the_mode_changes(start) -> None:
+    runtime = start(mode="lockstep")
+    connection = runtime.connect()
+    with pytest.raises(InstanceError, match="lockstep mode only step"):
+        connection.resume()
+    assert connection.state()["tick"] == 0
+    connection.set_mode("fast")
+    connection.resume()
+    deadline = time.monotonic() + 5
+    while connection.state()["tick"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert connection.state()["tick"] > 0
