@@ -6,7 +6,7 @@ SimulationInstance (one run) / SimulationRuntime (live host thread + connections
 
 from .components import ComponentRegistry, ComponentType, Field
 from .errors import (ComponentError, FibrilError, IngressError, InstanceError, ManifestError,
-                     OverlayError, PlanError, TraceError)
+                     PlanError, TraceError)
 from .ingress import external_input
 from .instance import SimulationInstance
 from .manifest import SimulationManifest, load_manifest
@@ -20,7 +20,7 @@ from .timebase import Timebase
 __all__ = [
     "STANDARD_SAMPLE_TYPES", "ActuatorApplication", "ComponentError", "ComponentRegistry",
     "ComponentType", "DeviceOutput", "ExternalInput", "FibrilError", "Field", "FrameTiming",
-    "IngressError", "IngressRecord", "InstanceError", "ManifestError", "OverlayError",
+    "IngressError", "IngressRecord", "InstanceError", "ManifestError",
     "ParameterOverlays", "PlanError", "SampleType", "SampleTypeRegistry", "SimulationBuilder",
     "SimulationConnection", "SimulationHost", "SimulationInstance", "SimulationManifest",
     "SimulationPlan", "SimulationRuntime", "StateSnapshot", "Timebase", "TraceError",

@@ -33,7 +33,3 @@ class InstanceError(FibrilError):
 
 class TraceError(FibrilError):
     """A trace cannot be written, read or queried."""
-
-
-class OverlayError(FibrilError):
-    """A parameter overlay artifact or one of its targets is invalid."""
