@@ -133,6 +133,7 @@ def _run(args: argparse.Namespace) -> int:
             (r.device_id,) if isinstance(r, DeviceOutput) else (type(r).__name__,)))
         if recorded:
             instance.enqueue_recorded_trace_inputs(recorded)
+        # Offline runs advance in chunks of ten runtime frames; each chunk is one FrameTiming.
         frame = max(1, timebase.ticks_ceil(plan.manifest.runtime.frame_duration_s) * 10)
         remaining = ticks
         while remaining > 0:
