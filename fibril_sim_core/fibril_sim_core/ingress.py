@@ -116,10 +116,6 @@ class Ingress:
             rejected, self._rejected = self._rejected, []
         return pending, rejected
 
-    def record_rejection(self, item: ExternalInput, reason: str) -> None:
-        with self._lock:
-            self._reject(item, reason)
-
 
 def payload_text(item: ExternalInput) -> str:
     if item.payload_json:

@@ -379,15 +379,14 @@ class SimulationInstance:
             command.value, applied))
 
     def _snapshot(self, t: int) -> None:
+        """Complete the snapshot whose state was captured right before the step t-1 → t."""
         data = self.data
-        pending = self._snapshot_pre
-        if pending is not None and pending[0] == t - 1:
-            tick, (qpos, qvel, act, ctrl) = pending
-            self._emit(StateSnapshot(
-                self._episode, tick, tick * self._dt, self._session_offset + tick * self._dt,
-                qpos, qvel, act, ctrl, data.actuator_force.copy(), data.sensordata.copy(),
-                data.xpos.copy(), data.xquat.copy()))
-            self._snapshot_pre = None
+        tick, (qpos, qvel, act, ctrl) = self._snapshot_pre
+        self._emit(StateSnapshot(
+            self._episode, tick, tick * self._dt, self._session_offset + tick * self._dt,
+            qpos, qvel, act, ctrl, data.actuator_force.copy(), data.sensordata.copy(),
+            data.xpos.copy(), data.xquat.copy()))
+        self._snapshot_pre = None
 
     def state(self) -> dict[str, Any]:
         """A summary of where the instance is (for services and status displays)."""
