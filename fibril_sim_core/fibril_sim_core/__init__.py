@@ -10,7 +10,10 @@ from .errors import (ComponentError, FibrilError, IngressError, InstanceError, M
 from .ingress import external_input
 from .instance import SimulationInstance
 from .manifest import SimulationManifest, load_manifest
-from .plan import ParameterOverlays, SimulationBuilder, SimulationPlan
+from .overlays import (ComponentTarget, MujocoTarget, OverlayArtifact, OverlayError,
+                       OverlayParameter, OverlayTarget, ParameterOverlays,
+                       load_overlay_artifact, overlay_document, parse_target)
+from .plan import SimulationBuilder, SimulationPlan
 from .records import (ActuatorApplication, DeviceOutput, ExternalInput, FrameTiming,
                       IngressRecord, StateSnapshot)
 from .runtime import SimulationConnection, SimulationHost, SimulationRuntime
@@ -19,10 +22,12 @@ from .timebase import Timebase
 
 __all__ = [
     "STANDARD_SAMPLE_TYPES", "ActuatorApplication", "ComponentError", "ComponentRegistry",
-    "ComponentType", "DeviceOutput", "ExternalInput", "FibrilError", "Field", "FrameTiming",
-    "IngressError", "IngressRecord", "InstanceError", "ManifestError",
+    "ComponentTarget", "ComponentType", "DeviceOutput", "ExternalInput", "FibrilError", "Field",
+    "FrameTiming", "IngressError", "IngressRecord", "InstanceError", "ManifestError",
+    "MujocoTarget", "OverlayArtifact", "OverlayError", "OverlayParameter", "OverlayTarget",
     "ParameterOverlays", "PlanError", "SampleType", "SampleTypeRegistry", "SimulationBuilder",
     "SimulationConnection", "SimulationHost", "SimulationInstance", "SimulationManifest",
     "SimulationPlan", "SimulationRuntime", "StateSnapshot", "Timebase", "TraceError",
-    "external_input", "load_manifest",
+    "external_input", "load_manifest", "load_overlay_artifact", "overlay_document",
+    "parse_target",
 ]

@@ -7,8 +7,6 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import mujoco
+import numpy as np
 
 from . import provenance as prov
 from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
@@ -23,29 +22,13 @@ from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
 from .components.base import effective_config, validate_config
 from .errors import FibrilError, ManifestError, PlanError
 from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
+from .mujoco_targets import apply_mujoco_overlays, compiled_value
+from .overlays import (ComponentTarget, MujocoTarget, OverlayError, OverlayParameter,
+                       ParameterOverlays, load_overlay_artifact, merge_layers)
 from .timebase import Timebase
 
 if TYPE_CHECKING:
     from .instance import SimulationInstance
-
-
-@dataclass(frozen=True)
-class ParameterOverlays:
-    """Typed construction inputs that change parameters without editing MJCF text.
-
-    ``mujoco`` callables edit the parsed MjSpec before compilation; ``components`` maps
-    component id → {config key: value} applied to the effective config before validation.
-    ``identity`` is what ``parameter_set_hash`` is computed from.
-    """
-
-    mujoco: tuple[Any, ...] = ()
-    components: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    identity: tuple[Any, ...] = ()
-
-    @property
-    def parameter_set_hash(self) -> str:
-        text = json.dumps(list(self.identity), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -139,22 +122,22 @@ class SimulationBuilder:
         self.registry = registry or ComponentRegistry.standard()
 
     def build(self, manifest: SimulationManifest | str | Path,
-              overlays: ParameterOverlays | None = None) -> SimulationPlan:
+              overlays: ParameterOverlays | Sequence[OverlayParameter] | None = None
+              ) -> SimulationPlan:
+        """Resolve ``manifest``; ``overlays`` apply after the manifest's own
+        ``parameter_overlays`` (a parameter with the same id replaces the manifest's)."""
         if not isinstance(manifest, SimulationManifest):
             manifest = load_manifest(manifest)
-        if manifest.parameter_overlays and overlays is None:
-            raise PlanError(f"{manifest.path}: parameter_overlays: overlay artifacts cannot be "
-                            f"applied by this version yet; remove the key to run")
-        overlays = overlays or ParameterOverlays()
+        overlays = self._overlays(manifest, overlays)
         registry = self._registry_with_extensions(manifest)
         components = self._resolve_components(manifest, registry, overlays)
         spec = self._parse_model(manifest)
         assets = prov.asset_files(spec, manifest.model)
-        for apply in overlays.mujoco:
-            apply(spec)
+        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure)
         for component in components:
             registry.get(component.type).prepare(component, spec)
-        model = self._compile(manifest, spec)
+        model = self._compile(manifest, spec, overlays)
+        self._check_overlays_held(model, spec, overlays)
         try:
             timebase = Timebase.from_seconds(model.opt.timestep)
         except ValueError as exc:
@@ -184,6 +167,34 @@ class SimulationBuilder:
             actuators=tuple(actuators), keyframe_id=keyframe_id, scenario=scenario,
             provenance=MappingProxyType(provenance), layout=MappingProxyType(layout))
 
+    @staticmethod
+    def _overlays(manifest: SimulationManifest,
+                  given: ParameterOverlays | Sequence[OverlayParameter] | None
+                  ) -> ParameterOverlays:
+        layers = [load_overlay_artifact(path).parameters for path in manifest.parameter_overlays]
+        if isinstance(given, ParameterOverlays):
+            layers.append(given.parameters)
+        elif given is not None:
+            layers.append(tuple(given))
+        if not layers:
+            return ParameterOverlays()
+        return ParameterOverlays(merge_layers(layers))
+
+    @staticmethod
+    def _check_overlays_held(model: mujoco.MjModel, spec: mujoco.MjSpec,
+                             overlays: ParameterOverlays) -> None:
+        """Every applied value must be what the compiled model holds."""
+        for parameter, target in overlays.mujoco:
+            held = compiled_value(model, spec, target)
+            if held is None:
+                continue
+            wanted = parameter.value
+            if not np.allclose(np.atleast_1d(held), np.atleast_1d(wanted), rtol=1e-9,
+                               atol=1e-12):
+                raise _overlay_failure(parameter, target,
+                                       f"the compiled model holds {held!r} instead; a compiler "
+                                       f"setting or default overrides this field")
+
     def _registry_with_extensions(self, manifest: SimulationManifest) -> ComponentRegistry:
         if not manifest.extensions:
             return self.registry
@@ -203,10 +214,12 @@ class SimulationBuilder:
     def _resolve_components(self, manifest: SimulationManifest, registry: ComponentRegistry,
                             overlays: ParameterOverlays) -> list[ResolvedComponent]:
         resolved: list[ResolvedComponent] = []
-        unknown_overlay = set(overlays.components) - {c.id for c in manifest.components}
-        if unknown_overlay:
-            raise PlanError(f"component overlay names unknown component(s): "
-                            f"{', '.join(sorted(unknown_overlay))}")
+        known = {c.id for c in manifest.components}
+        for component_id in sorted(set(overlays.components) - known):
+            pid, value = next(iter(overlays.components[component_id].values()))
+            raise OverlayError(f"overlay parameter {pid!r} (value {value!r}): target component "
+                               f"{component_id!r} is not in the manifest; components: "
+                               f"{', '.join(sorted(known)) or 'none'}")
         for spec in manifest.components:
             kind = registry.get(spec.type)
             if kind is None:
@@ -214,9 +227,30 @@ class SimulationBuilder:
                     f"unknown component type {spec.type!r}; known: {', '.join(registry)}")
             profile = manifest.profiles[spec.profile].config if spec.profile else None
             config = effective_config(profile, spec.config)
-            for path, value in overlays.components.get(spec.id, {}).items():
-                config[path] = value
-            validated = validate_config(kind.fields, config, spec.where.key("config"))
+            overlaid = overlays.components.get(spec.id, {})
+            for path, (pid, value) in overlaid.items():
+                target = ComponentTarget(spec.id, path)
+                field_spec = kind.fields.get(path)
+                if field_spec is None or field_spec.kind not in ("float", "duration", "int"):
+                    numeric = [n for n, f in kind.fields.items()
+                               if f.kind in ("float", "duration", "int")]
+                    raise OverlayError(f"overlay parameter {pid!r} (value {value!r}): "
+                                       f"{target.key}: {spec.type} has no numeric scalar "
+                                       f"config key {path!r}; numeric keys: "
+                                       f"{', '.join(numeric)}")
+                if field_spec.kind == "int" and float(value) != int(value):
+                    raise OverlayError(f"overlay parameter {pid!r}: {target.key} takes an "
+                                       f"integer, got {value!r}")
+                config[path] = int(value) if field_spec.kind == "int" else value
+            try:
+                validated = validate_config(kind.fields, config, spec.where.key("config"))
+            except FibrilError as exc:
+                hit = [(p, v, k) for k, (p, v) in overlaid.items() if f".{k}:" in str(exc)]
+                if not hit:
+                    raise
+                pid, value, path = hit[0]
+                raise OverlayError(f"overlay parameter {pid!r} (value {value!r}) on "
+                                   f"component_config:{spec.id}:{path}: {exc}") from None
             component = ResolvedComponent(
                 id=spec.id, type=spec.type, endpoint=spec.endpoint, bind=spec.bind,
                 config=MappingProxyType(validated), where=spec.where)
@@ -235,11 +269,15 @@ class SimulationBuilder:
             raise PlanError(f"{manifest.model}: cannot parse MJCF: {_one_line(exc)}") from None
 
     @staticmethod
-    def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec) -> mujoco.MjModel:
+    def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec,
+                 overlays: ParameterOverlays) -> mujoco.MjModel:
         try:
             return spec.compile()
         except Exception as exc:  # noqa: BLE001
-            raise PlanError(f"{manifest.model}: cannot compile model: {_one_line(exc)}") from None
+            with_overlays = (f" (with parameter overlays {', '.join(p.id for p in overlays.parameters)})"
+                             if overlays.mujoco else "")
+            raise PlanError(f"{manifest.model}: cannot compile model{with_overlays}: "
+                            f"{_one_line(exc)}") from None
 
     @staticmethod
     def _keyframe(manifest: SimulationManifest, model: mujoco.MjModel,
@@ -291,7 +329,9 @@ class SimulationBuilder:
             "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
             "compiled_model_sha256": prov.compiled_model_sha256(model),
             "parameter_set_hash": overlays.parameter_set_hash,
-            "parameter_overlays": [str(p) for p in manifest.parameter_overlays],
+            "parameter_overlays": {str(p): prov.sha256_file(p)
+                                   for p in manifest.parameter_overlays},
+            "parameters": overlays.describe(),
             "extensions": [{"reference": ref,
                             "version": prov.package_version(ref.partition(":")[0].split(".")[0])}
                            for ref in manifest.extensions],
@@ -322,6 +362,12 @@ def trace_layout(model: mujoco.MjModel, timebase: Timebase,
         "devices": {d.id: {"sample_type": d.sample_type,
                            "component_names": list(d.component_names)} for d in devices},
     }
+
+
+def _overlay_failure(parameter: OverlayParameter, target: MujocoTarget,
+                     problem: str) -> OverlayError:
+    return OverlayError(f"overlay parameter {parameter.id!r} (value {parameter.value!r}) on "
+                        f"{target.key}: {problem}")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,0 +1,52 @@
+"""The contract between the problem side (episodes → residuals) and the solver side.
+
+The problem side turns one vector of physical parameter values into one ``Evaluation``: a fixed
+residual layout whose blocks say which episode and signal each slice came from. The solver side
+(optimizer, finite differences, analysis) sees nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+Scope = Literal["training", "validation"]
+
+
+@dataclass(frozen=True)
+class ResidualBlock:
+    """One (episode, signal) slice ``[start, stop)`` of a residual vector."""
+
+    episode: str
+    signal: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Residuals of one scope at one parameter vector.
+
+    ``residuals`` are the objective's data residuals ``sqrt(w_e) * (sim - rec) / scale``;
+    ``unweighted`` are the same without ``sqrt(w_e)`` (equal when every weight is 1). Neither
+    includes priors or robust losses: the solver adds those.
+    """
+
+    residuals: np.ndarray
+    unweighted: np.ndarray
+    blocks: tuple[ResidualBlock, ...]
+
+
+class ResidualModel(Protocol):
+    """What the solver calls: physical parameter values (declaration order) → Evaluation.
+
+    ``evaluate`` raises ``EvaluationError`` when a rollout fails; the layout never depends on
+    the parameter values.
+    """
+
+    parameter_ids: tuple[str, ...]
+    has_validation: bool
+
+    def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation: ...
