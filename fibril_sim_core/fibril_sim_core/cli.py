@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import FibrilError
 from .inputs_file import load_inputs
@@ -73,7 +74,54 @@ def _parser() -> argparse.ArgumentParser:
                        "actuator:<endpoint>.applied|force, device:<id>")
     query.add_argument("--format", choices=("csv", "json"), default="csv")
     query.set_defaults(handler=_trace_query)
+
+    experiment = commands.add_parser("experiment", help="parameter experiments")
+    experiment_commands = experiment.add_subparsers(title="experiment commands",
+                                                    metavar="COMMAND")
+    exp_run = experiment_commands.add_parser(
+        "run", help="run the baseline and explicit variants of an experiment")
+    exp_run.add_argument("experiment", type=Path)
+    exp_run.add_argument("--output", type=Path, required=True,
+                         help="result JSON (written only when the experiment completes)")
+    exp_run.add_argument("--traces", type=Path,
+                         help="new folder for the runs' traces (default: <output>.traces)")
+    exp_run.set_defaults(handler=_experiment_run)
+    _register_calibrate(commands)
     return parser
+
+
+def _register_calibrate(commands: Any) -> None:
+    """``fibril_sim calibrate`` lives in fibril_calibration; absent if it is not installed."""
+    try:
+        from fibril_calibration.cli import register
+    except ImportError:
+        return
+    register(commands)
+
+
+def _experiment_run(args: argparse.Namespace) -> int:
+    from .experiment_runner import run_experiment, write_json_atomically
+
+    traces = args.traces or args.output.with_name(args.output.stem + ".traces")
+    document = run_experiment(args.experiment, traces=traces,
+                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+    write_json_atomically(args.output, document)
+    summary = document["summary"]
+    print(f"{summary['succeeded']}/{summary['runs']} run(s) succeeded: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(summary["by_status"].items())))
+    for run in document["runs"]:
+        metrics = ", ".join(f"{k}={_short(v)}" for k, v in run["metrics"].items())
+        print(f"  {run['id']:<16} {run['status']:<18} {metrics}")
+    print(f"results: {args.output}\ntraces:  {traces}")
+    return 0 if summary["succeeded"] == summary["runs"] else 1
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
 
 
 def _inspect(args: argparse.Namespace) -> int:

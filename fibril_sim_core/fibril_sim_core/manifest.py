@@ -275,3 +275,10 @@ def parse_input_spec(value: Any, where: s.Where) -> InputSpec:
         payload_type=s.string(body["payload_type"], where.key("payload_type")),
         payload=payload,
     )
+
+
+def load_scenario(path: str | Path) -> ScenarioSpec:
+    """A scenario override file: the manifest's ``scenario`` section as its own document."""
+    path = Path(path)
+    where = s.Where(str(path), error=ManifestError)
+    return _scenario(s.load_yaml(path, ManifestError) or {}, where)

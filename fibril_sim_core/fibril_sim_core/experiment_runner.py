@@ -1,0 +1,392 @@
+"""Runs a parameter experiment: the baseline and each explicit variant, each into its own trace.
+
+Every run builds a normal SimulationPlan from the canonical manifest plus the baseline overlay
+with the variant's values, so construction provenance and ``parameter_set_hash`` are the usual
+ones. A failing variant is recorded with its result class and never stops its siblings.
+Variant-level parallelism uses separate processes (``workers``); records are identical to a
+serial run apart from timestamps and wall times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import mujoco
+
+from ._schema import Where
+from .errors import FibrilError, PlanError
+from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
+from .manifest import load_manifest, load_scenario
+from .metrics import COMPARE, ContactObserver, MetricUnavailable, signal_metric
+from .overlays import OverlayArtifact, OverlayError, load_overlay_artifact, parse_value
+from .plan import SimulationBuilder
+from .provenance import sha256_file
+from .trace import TraceWriter
+
+RESULT_FORMAT = "fibril_sim/experiment_result"
+RESULT_VERSION = {"major": 1, "minor": 0}
+
+# Result classes, in the order a run can fail.
+INVALID_PARAMETER = "invalid_parameter"
+COMPILE_FAILURE = "compile_failure"
+RUNTIME_FAILURE = "runtime_failure"
+TIMEOUT = "timeout"
+UNAVAILABLE_METRIC = "unavailable_metric"
+ASSERTION_FAILURE = "assertion_failure"
+SUCCEEDED = "succeeded"
+
+_CHUNK_TICKS = 100
+_NUMERICAL_WARNINGS = ("mjWARN_BADQPOS", "mjWARN_BADQVEL", "mjWARN_BADQACC", "mjWARN_BADCTRL",
+                       "mjWARN_CONTACTFULL", "mjWARN_CNSTRFULL", "mjWARN_INERTIA")
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """What a worker needs for one run (picklable)."""
+
+    experiment: Path
+    run_id: str
+    role: str
+    values: Mapping[str, Any]
+    trace: Path
+
+
+def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run every run of ``experiment``; return the versioned result document."""
+    if not isinstance(experiment, Experiment):
+        experiment = load_experiment(experiment)
+    baseline = load_overlay_artifact(experiment.baseline_overlay)
+    load_manifest(experiment.manifest)  # a broken manifest is the experiment's error, not a run's
+    if traces.exists():
+        raise ExperimentError(f"{traces}: the trace folder already exists; remove it or choose "
+                              f"another with --traces")
+    traces.mkdir(parents=True)
+    baseline_values = {p.id: p.value for p in baseline.parameters}
+    jobs = [RunJob(experiment.path, BASELINE_ID, "baseline", baseline_values,
+                   traces / BASELINE_ID)]
+    jobs += [RunJob(experiment.path, v.id, "variant", {**baseline_values, **v.parameter_values},
+                    traces / v.id) for v in experiment.variants]
+    records = _run_all(jobs, experiment.execution.workers, progress)
+    return _document(experiment, baseline, records, traces)
+
+
+def _run_all(jobs: list[RunJob], workers: int,
+             progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    def report(done: int, record: dict[str, Any]) -> None:
+        if progress is not None:
+            reason = f": {record['error_reason']}" if record["error_reason"] else ""
+            progress(f"[{done}/{len(jobs)}] {record['id']} {record['status']} "
+                     f"({record['wall_seconds']:.2f} s){reason}")
+
+    if workers == 1 or len(jobs) == 1:
+        records = []
+        for job in jobs:
+            records.append(execute_run(job))
+            report(len(records), records[-1])
+        return records
+    context = multiprocessing.get_context("spawn")
+    results: dict[int, dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                results[i] = future.result()
+            except BrokenProcessPool as exc:
+                results[i] = _failed(jobs[i], RUNTIME_FAILURE, f"worker process died: {exc}")
+            report(len(results), results[i])
+    return [results[i] for i in range(len(jobs))]
+
+
+def execute_run(job: RunJob) -> dict[str, Any]:
+    """One run, start to finish; every failure becomes a result class, never an exception."""
+    started = _now()
+    clock = time.perf_counter()
+    record: dict[str, Any] = {"id": job.run_id, "role": job.role, "started_at": started}
+    try:
+        experiment = load_experiment(job.experiment)
+        baseline = load_overlay_artifact(experiment.baseline_overlay)
+        parameters = _parameters(baseline, job.values)
+    except (OverlayError, ExperimentError) as exc:
+        return _finish(record, clock, job, INVALID_PARAMETER, str(exc))
+    record["parameters"] = {p.id: _plain(p.value) for p in parameters}
+    record["parameter_diff"] = _diff({p.id: _plain(p.value) for p in baseline.parameters},
+                                     record["parameters"])
+    try:
+        plan = SimulationBuilder().build(experiment.manifest, parameters)
+    except PlanError as exc:
+        return _finish(record, clock, job, COMPILE_FAILURE, str(exc))
+    except FibrilError as exc:
+        return _finish(record, clock, job, COMPILE_FAILURE, str(exc))
+    record["parameter_set_hash"] = plan.provenance["parameter_set_hash"]
+    record["targets"] = list(plan.provenance["parameters"])
+    record["plan"] = plan.inspect()
+    scenario = load_scenario(experiment.scenario) if experiment.scenario else None
+    execution = experiment.execution
+    observers: dict[str, ContactObserver] = {}
+    contact_errors: dict[str, str] = {}
+    for metric in experiment.metrics:
+        if metric.kind in ("contact_duration", "max_contact_wrench") and metric.contact:
+            try:
+                observers.setdefault(metric.contact, ContactObserver(plan.model, metric.contact))
+            except MetricUnavailable as exc:
+                contact_errors[metric.contact] = str(exc)
+    status, reason, sim_wall = _simulate(plan, scenario, execution, job.trace, observers)
+    record["trace"] = str(job.trace)
+    if status != SUCCEEDED:
+        return _finish(record, clock, job, status, reason)
+    metrics, unavailable = _metrics(experiment, plan, job.trace, observers, contact_errors,
+                                    sim_wall)
+    record["metrics"] = metrics
+    outcomes = _assertions(experiment, metrics)
+    record["assertions"] = outcomes
+    if unavailable:
+        return _finish(record, clock, job, UNAVAILABLE_METRIC, "; ".join(unavailable))
+    failed = [o for o in outcomes if not o["passed"]]
+    if failed:
+        reason = "; ".join(f"{o['metric']} = {o['actual']!r} is not {o['op']} {o['value']:g}"
+                           for o in failed)
+        return _finish(record, clock, job, ASSERTION_FAILURE, reason)
+    return _finish(record, clock, job, SUCCEEDED, None)
+
+
+def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any]) -> list[Any]:
+    declared = {p.id: p for p in baseline.parameters}
+    unknown = sorted(set(values) - set(declared))
+    if unknown:
+        raise OverlayError(f"parameter_values: {', '.join(map(repr, unknown))} not declared by "
+                           f"the baseline overlay {baseline.path}; declared: "
+                           f"{', '.join(declared) or 'none'}")
+    where = Where(f"{baseline.path}", "parameter_values", OverlayError)
+    out = []
+    for pid, parameter in declared.items():
+        raw = values[pid]
+        raw = list(raw) if isinstance(raw, tuple) else raw
+        out.append(parameter.with_value(parse_value(raw, parameter.targets, where.key(pid), pid)))
+    return out
+
+
+def _simulate(plan: Any, scenario: Any, execution: Any, trace_path: Path,
+              observers: Mapping[str, ContactObserver]) -> tuple[str, str | None, float]:
+    """Step the run; returns (status, reason, wall seconds spent stepping)."""
+    warnings = [getattr(mujoco.mjtWarning, name) for name in _NUMERICAL_WARNINGS]
+    trace = TraceWriter(trace_path, provenance=dict(plan.provenance, seed=execution.seed),
+                        layout=dict(plan.layout))
+    wall = 0.0
+    try:
+        instance = plan.create_instance(execution.seed, scenario=scenario, trace=trace,
+                                        collect=False)
+        model, data = instance.model, instance.data
+        chunk = 1 if observers else _CHUNK_TICKS
+        deadline = time.perf_counter() + execution.timeout_seconds
+        start = time.perf_counter()
+        done = 0
+        while done < execution.steps:
+            step = min(chunk, execution.steps - done)
+            instance.advance(step)
+            done += step
+            for observer in observers.values():
+                observer.observe(model, data)
+            if done % _CHUNK_TICKS == 0 or done == execution.steps:
+                for warning in warnings:
+                    if data.warning[warning].number:
+                        name = mujoco.mjtWarning(warning).name
+                        return (RUNTIME_FAILURE, f"MuJoCo warning {name} (info "
+                                f"{data.warning[warning].lastinfo}) by tick {instance.tick}",
+                                time.perf_counter() - start)
+                if not (_finite(data.qpos) and _finite(data.qvel)):
+                    return (RUNTIME_FAILURE, f"non-finite state at tick {instance.tick}",
+                            time.perf_counter() - start)
+                if time.perf_counter() > deadline:
+                    return (TIMEOUT, f"timeout_seconds {execution.timeout_seconds:g} exceeded "
+                            f"at tick {instance.tick} of {execution.steps}",
+                            time.perf_counter() - start)
+        wall = time.perf_counter() - start
+    except FibrilError as exc:
+        return RUNTIME_FAILURE, str(exc), wall
+    except Exception as exc:  # noqa: BLE001 - a variant's failure never stops its siblings
+        return RUNTIME_FAILURE, f"{type(exc).__name__}: {exc}", wall
+    finally:
+        trace.close()
+    return SUCCEEDED, None, wall
+
+
+def _finite(array: Any) -> bool:
+    return bool(all(math.isfinite(v) for v in array))
+
+
+def _metrics(experiment: Experiment, plan: Any, trace: Path,
+             observers: Mapping[str, ContactObserver], contact_errors: Mapping[str, str],
+             sim_wall: float) -> tuple[dict[str, Any], list[str]]:
+    values: dict[str, Any] = {}
+    unavailable: list[str] = []
+    dt = plan.timebase.timestep_s
+    for metric in experiment.metrics:
+        try:
+            if metric.kind in ("signal", "event_reached"):
+                values[metric.id] = signal_metric(trace, metric)
+            elif metric.kind in ("contact_duration", "max_contact_wrench"):
+                if metric.contact in contact_errors:
+                    raise MetricUnavailable(contact_errors[metric.contact])
+                observer = observers[metric.contact or ""]
+                values[metric.id] = (observer.ticks_in_contact * dt
+                                     if metric.kind == "contact_duration" else observer.max_force)
+            else:  # rtf
+                simulated = experiment.execution.steps * dt
+                values[metric.id] = simulated / sim_wall if sim_wall > 0 else None
+            value = values[metric.id]
+            if isinstance(value, float) and not math.isfinite(value):
+                raise MetricUnavailable(f"value is {value}")
+        except MetricUnavailable as exc:
+            values[metric.id] = None
+            unavailable.append(f"metric {metric.id!r}: {exc}")
+    return values, unavailable
+
+
+def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    outcomes = []
+    for assertion in experiment.assertions:
+        actual = metrics.get(assertion.metric)
+        passed = isinstance(actual, (int, float)) and COMPARE[assertion.op](
+            float(actual), assertion.value)
+        outcomes.append({"metric": assertion.metric, "op": assertion.op,
+                         "value": assertion.value, "actual": actual, "passed": bool(passed)})
+    return outcomes
+
+
+def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
+            reason: str | None) -> dict[str, Any]:
+    record.setdefault("parameters", {k: _plain(v) for k, v in job.values.items()})
+    record.setdefault("parameter_diff", {})
+    record.setdefault("metrics", {})
+    record.setdefault("assertions", [])
+    record.setdefault("trace", None)
+    record["status"] = status
+    record["success"] = status == SUCCEEDED
+    record["error_reason"] = reason
+    record["finished_at"] = _now()
+    record["wall_seconds"] = time.perf_counter() - clock
+    return record
+
+
+def _failed(job: RunJob, status: str, reason: str) -> dict[str, Any]:
+    return _finish({"id": job.run_id, "role": job.role, "started_at": None},
+                   time.perf_counter(), job, status, reason)
+
+
+def _diff(baseline: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    diff = {}
+    for pid, value in values.items():
+        before = baseline.get(pid)
+        if before != value:
+            entry: dict[str, Any] = {"baseline": before, "value": value}
+            if isinstance(value, float) and isinstance(before, float):
+                entry["delta"] = value - before
+            diff[pid] = entry
+    return diff
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [float(v) for v in value]
+    return float(value) if isinstance(value, (int, float)) else value
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _document(experiment: Experiment, baseline: OverlayArtifact,
+              records: list[dict[str, Any]], traces: Path) -> dict[str, Any]:
+    manifest = load_manifest(experiment.manifest)
+    sources = {
+        "experiment": {"path": str(experiment.path), "sha256": experiment.sha256},
+        "manifest": {"path": str(experiment.manifest), "sha256": manifest.sha256,
+                     "file_sha256": sha256_file(experiment.manifest)},
+        "model": {"path": str(manifest.model), "sha256": sha256_file(manifest.model)},
+        "baseline_overlay": {"path": str(experiment.baseline_overlay),
+                             "sha256": baseline.sha256},
+        "scenario": ({"path": str(experiment.scenario),
+                      "sha256": sha256_file(experiment.scenario)}
+                     if experiment.scenario else None),
+    }
+    by_id = {r["id"]: r for r in records}
+    base = by_id[BASELINE_ID]
+    comparison = []
+    for record in records:
+        if record["role"] != "variant":
+            continue
+        metric_diff = {}
+        for mid, value in record["metrics"].items():
+            before = base["metrics"].get(mid)
+            entry: dict[str, Any] = {"baseline": before, "variant": value}
+            if isinstance(value, float) and isinstance(before, float):
+                entry["delta"] = value - before
+            metric_diff[mid] = entry
+        comparison.append({"id": record["id"], "success": record["success"],
+                           "status": record["status"],
+                           "parameter_diff": record["parameter_diff"],
+                           "metric_diff": metric_diff, "trace": record["trace"]})
+    execution = experiment.execution
+    return {
+        "format": RESULT_FORMAT,
+        "schema_version": RESULT_VERSION,
+        "experiment": {"id": experiment.id, "path": str(experiment.path),
+                       "sha256": experiment.sha256},
+        "sources": sources,
+        "sources_sha256": hashlib.sha256(json.dumps(sources, sort_keys=True).encode()
+                                         ).hexdigest(),
+        "manifest": str(experiment.manifest),
+        "scenario": str(experiment.scenario) if experiment.scenario else None,
+        "baseline_overlay": {"path": str(experiment.baseline_overlay), "sha256": baseline.sha256,
+                             "parameters": [p.describe() for p in baseline.parameters]},
+        "mujoco_version": mujoco.__version__,
+        "execution": {"steps": execution.steps, "timeout_seconds": execution.timeout_seconds,
+                      "workers": execution.workers, "cpu_budget": execution.cpu_budget,
+                      "mujoco_internal_threads": execution.mujoco_internal_threads,
+                      "seed": execution.seed},
+        "traces": str(traces),
+        "summary": {"runs": len(records),
+                    "succeeded": sum(1 for r in records if r["success"]),
+                    "by_status": _count(r["status"] for r in records)},
+        "runs": records,
+        "comparison": {"baseline": {"id": BASELINE_ID, "success": base["success"],
+                                    "status": base["status"], "metrics": base["metrics"],
+                                    "trace": base["trace"]},
+                       "variants": comparison},
+    }
+
+
+def _count(statuses: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` so that ``path`` is either complete or absent, never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            json.dump(document, stream, indent=2, allow_nan=False)
+            stream.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
