@@ -3,7 +3,7 @@
 Every run builds a normal SimulationPlan from the canonical manifest plus the baseline overlay
 with the variant's values, so construction provenance and ``parameter_set_hash`` are the usual
 ones. A failing variant is recorded with its result class and never stops its siblings.
-Variant-level parallelism uses separate processes (``workers``); records are identical to a
+Variant-level parallelism uses separate processes (``workers``, forked from a fork server); records are identical to a
 serial run apart from timestamps and wall times.
 """
 
@@ -98,7 +98,10 @@ def _run_all(jobs: list[RunJob], workers: int,
             records.append(execute_run(job))
             report(len(records), records[-1])
         return records
-    context = multiprocessing.get_context("spawn")
+    # A fork server that has imported MuJoCo and this module forks each worker: workers start in
+    # milliseconds and never inherit the parent's threads (trace writers, user code).
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     results: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
         futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
