@@ -46,6 +46,7 @@ class MujocoKind:
     range: bool = False
     minor: int = 0
     nonnegative: bool = False
+    positive: bool = False
 
 
 def _kinds() -> dict[str, MujocoKind]:
@@ -65,8 +66,11 @@ def _kinds() -> dict[str, MujocoKind]:
         MujocoKind("actuator_position_kv", "actuator", nonnegative=True),
         MujocoKind("actuator_adhesion_gain", "actuator", nonnegative=True),
         MujocoKind("actuator_delay", "actuator", nonnegative=True),
+        # MJCF itself refuses R <= 0 and K <= 0 (in its parser, not the compiler).
+        MujocoKind("dcmotor_resistance", "actuator", positive=True),
+        MujocoKind("dcmotor_effective_motor_constant", "actuator", positive=True),
         *(MujocoKind(name, "actuator", nonnegative=True)
-          for name in (*_DC_GAIN, "dcmotor_inductance", *_DC_DYN)),
+          for name in (*list(_DC_GAIN)[2:], "dcmotor_inductance", *_DC_DYN)),
         MujocoKind("tendon_range", "tendon", range=True, minor=1),
         MujocoKind("joint_range", "joint", range=True, minor=1),
         MujocoKind("equality_weld_torquescale", "equality", minor=1, nonnegative=True),
@@ -125,7 +129,8 @@ def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTar
     if kind == "joint_stiffness":
         return float(np.ravel(model.jnt_stiffness[objid])[0])
     if kind == "joint_range":
-        scale = 180.0 / math.pi if (spec.compiler.degree and
+        # MuJoCo converts a hinge range from degrees only when the joint is limited.
+        scale = 180.0 / math.pi if (spec.compiler.degree and model.jnt_limited[objid] and
                                     model.jnt_type[objid] == mujoco.mjtJoint.mjJNT_HINGE) else 1.0
         return tuple(float(v) * scale for v in model.jnt_range[objid])
     if kind.startswith("geom_"):

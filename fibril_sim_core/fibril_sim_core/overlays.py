@@ -216,10 +216,36 @@ def parse_value(raw: Any, targets: Sequence[OverlayTarget], where: Where,
                          f"is not finite")
     value = float(raw)
     for target in targets:
-        if isinstance(target, MujocoTarget) and KINDS[target.kind].nonnegative and value < 0:
+        kind = KINDS[target.kind] if isinstance(target, MujocoTarget) else None
+        if kind is not None and kind.positive and value <= 0:
+            raise where.fail(f"parameter {parameter_id!r}: {target.key} must be > 0, "
+                             f"got {value:g}")
+        if kind is not None and kind.nonnegative and value < 0:
             raise where.fail(f"parameter {parameter_id!r}: {target.key} must be >= 0, "
                              f"got {value:g}")
     return value
+
+
+def validate_parameter(parameter: OverlayParameter) -> OverlayParameter:
+    """Check a programmatically built parameter exactly as an artifact's would be checked."""
+    where = Where(f"overlay parameter {parameter.id!r}", error=OverlayError)
+    if not parameter.targets:
+        raise where.fail("binds no target")
+    for target in parameter.targets:
+        if isinstance(target, MujocoTarget):
+            kind = _kind(target.kind, where, SCHEMA_MINORS[-1])
+            if kind.name == "plugin_attribute":
+                if not target.attribute:
+                    raise where.fail(f"{target.key}: plugin_attribute needs an attribute")
+            else:
+                _check_index(kind, target, where.key("target"))
+        elif not isinstance(target, ComponentTarget):
+            raise where.fail(f"target {target!r} is neither a MujocoTarget nor a "
+                             f"ComponentTarget")
+    raw = list(parameter.value) if isinstance(parameter.value, (tuple, list)) \
+        else parameter.value
+    value = parse_value(raw, parameter.targets, where.key("value"), parameter.id)
+    return parameter if value == parameter.value else parameter.with_value(value)
 
 
 def _is_number(raw: Any) -> bool:
@@ -254,8 +280,13 @@ def load_overlay_artifact(path: str | Path) -> OverlayArtifact:
         if parameter_id in seen:
             raise at.key("id").fail(f"duplicate parameter id {parameter_id!r}")
         seen.add(parameter_id)
-        targets = _targets(item, at, minor)
-        value = parse_value(item["value"], targets, at.key("value"), parameter_id)
+        try:
+            targets = _targets(item, at, minor)
+            value = parse_value(item["value"], targets, at.key("value"), parameter_id)
+        except OverlayError as exc:
+            if repr(parameter_id) in str(exc):
+                raise
+            raise OverlayError(f"{exc} (parameter {parameter_id!r})") from None
         unit = s.string(item["unit"], at.key("unit")) if "unit" in item else None
         origin = (s.string(item["provenance"], at.key("provenance"))
                   if "provenance" in item else None)
@@ -323,6 +354,8 @@ class ParameterOverlays:
     components: Mapping[str, Mapping[str, tuple[str, float]]] = field(init=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "parameters",
+                           tuple(validate_parameter(p) for p in self.parameters))
         check_conflicts(self.parameters)
         bindings = [(p, t) for p in self.parameters for t in p.targets]
         mujoco = sorted(((p, t) for p, t in bindings if isinstance(t, MujocoTarget)),

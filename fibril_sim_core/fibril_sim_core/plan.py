@@ -147,7 +147,10 @@ class SimulationBuilder:
         actuators: list[ActuatorDescriptor] = []
         endpoints: dict[str, str] = {}
         for component in components:
-            descriptor = registry.get(component.type).bind(component, ctx)
+            try:
+                descriptor = registry.get(component.type).bind(component, ctx)
+            except FibrilError as exc:
+                raise _component_overlay_failure(exc, component.id, overlays) from None
             if isinstance(descriptor, ActuatorDescriptor):
                 if descriptor.endpoint in endpoints:
                     raise component.where.key("endpoint").fail(
@@ -368,6 +371,16 @@ def _overlay_failure(parameter: OverlayParameter, target: MujocoTarget,
                      problem: str) -> OverlayError:
     return OverlayError(f"overlay parameter {parameter.id!r} (value {parameter.value!r}) on "
                         f"{target.key}: {problem}")
+
+
+def _component_overlay_failure(exc: FibrilError, component_id: str,
+                               overlays: ParameterOverlays) -> FibrilError:
+    """Blame an overlay, not the manifest, when an overlaid config key fails to bind."""
+    for path, (pid, value) in overlays.components.get(component_id, {}).items():
+        if f".{path}:" in str(exc):
+            return OverlayError(f"overlay parameter {pid!r} (value {value!r}) on "
+                                f"component_config:{component_id}:{path}: {exc}")
+    return exc
 
 
 def _one_line(exc: BaseException) -> str:
