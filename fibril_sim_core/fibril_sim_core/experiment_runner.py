@@ -70,7 +70,7 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
     baseline = load_overlay_artifact(experiment.baseline_overlay)
-    load_manifest(experiment.manifest)  # a broken manifest is the experiment's error, not a run's
+    _check_start(experiment)
     if traces.exists():
         raise ExperimentError(f"{traces}: the trace folder already exists; remove it or choose "
                               f"another with --traces")
@@ -82,6 +82,18 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                     traces / v.id) for v in experiment.variants]
     records = _run_all(jobs, experiment.execution.workers, progress)
     return _document(experiment, baseline, records, traces)
+
+
+def _check_start(experiment: Experiment) -> None:
+    """A broken manifest, fixed overlay or scenario is the experiment's error, not a run's."""
+    plan = SimulationBuilder().build(experiment.manifest)
+    if experiment.scenario is None:
+        return
+    scenario = load_scenario(experiment.scenario)
+    try:
+        plan.create_instance(scenario=scenario, collect=False)
+    except FibrilError as exc:
+        raise ExperimentError(f"{experiment.scenario}: {exc}") from None
 
 
 def _run_all(jobs: list[RunJob], workers: int,
@@ -120,15 +132,18 @@ def execute_run(job: RunJob) -> dict[str, Any]:
     started = _now()
     clock = time.perf_counter()
     record: dict[str, Any] = {"id": job.run_id, "role": job.role, "started_at": started}
+    experiment = load_experiment(job.experiment)
+    baseline = load_overlay_artifact(experiment.baseline_overlay)
+    declared = {p.id: _plain(p.value) for p in baseline.parameters}
     try:
-        experiment = load_experiment(job.experiment)
-        baseline = load_overlay_artifact(experiment.baseline_overlay)
-        parameters = _parameters(baseline, job.values)
-    except (OverlayError, ExperimentError) as exc:
+        parameters = _parameters(baseline, job.values, _where(experiment, job))
+    except OverlayError as exc:
+        given = {k: _as_given(v) for k, v in job.values.items()}
+        record["parameters"] = given
+        record["parameter_diff"] = _diff(declared, given)
         return _finish(record, clock, job, INVALID_PARAMETER, str(exc))
     record["parameters"] = {p.id: _plain(p.value) for p in parameters}
-    record["parameter_diff"] = _diff({p.id: _plain(p.value) for p in baseline.parameters},
-                                     record["parameters"])
+    record["parameter_diff"] = _diff(declared, record["parameters"])
     try:
         plan = SimulationBuilder().build(experiment.manifest, parameters)
     except PlanError as exc:
@@ -167,14 +182,20 @@ def execute_run(job: RunJob) -> dict[str, Any]:
     return _finish(record, clock, job, SUCCEEDED, None)
 
 
-def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any]) -> list[Any]:
+def _where(experiment: Experiment, job: RunJob) -> Where:
+    for i, variant in enumerate(experiment.variants):
+        if variant.id == job.run_id:
+            return Where(str(experiment.path), f"variants[{i}].parameter_values", OverlayError)
+    return Where(str(experiment.baseline_overlay), "parameters", OverlayError)
+
+
+def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any], where: Where
+                ) -> list[Any]:
     declared = {p.id: p for p in baseline.parameters}
     unknown = sorted(set(values) - set(declared))
     if unknown:
-        raise OverlayError(f"parameter_values: {', '.join(map(repr, unknown))} not declared by "
-                           f"the baseline overlay {baseline.path}; declared: "
-                           f"{', '.join(declared) or 'none'}")
-    where = Where(f"{baseline.path}", "parameter_values", OverlayError)
+        raise where.fail(f"{', '.join(map(repr, unknown))} not declared by the baseline "
+                         f"overlay {baseline.path}; declared: {', '.join(declared) or 'none'}")
     out = []
     for pid, parameter in declared.items():
         raw = values[pid]
@@ -273,7 +294,7 @@ def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict
 
 def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
             reason: str | None) -> dict[str, Any]:
-    record.setdefault("parameters", {k: _plain(v) for k, v in job.values.items()})
+    record.setdefault("parameters", {k: _as_given(v) for k, v in job.values.items()})
     record.setdefault("parameter_diff", {})
     record.setdefault("metrics", {})
     record.setdefault("assertions", [])
@@ -295,9 +316,9 @@ def _diff(baseline: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, A
     diff = {}
     for pid, value in values.items():
         before = baseline.get(pid)
-        if before != value:
+        if before != value or type(before) is not type(value):
             entry: dict[str, Any] = {"baseline": before, "value": value}
-            if isinstance(value, float) and isinstance(before, float):
+            if type(value) is float and type(before) is float:
                 entry["delta"] = value - before
             diff[pid] = entry
     return diff
@@ -307,6 +328,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [float(v) for v in value]
     return float(value) if isinstance(value, (int, float)) else value
+
+
+def _as_given(value: Any) -> Any:
+    """A requested value as the user wrote it, but always strict-JSON safe."""
+    if isinstance(value, (list, tuple)):
+        return [_as_given(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else repr(float(value))
+    return repr(value)
 
 
 def _now() -> str:
