@@ -1,0 +1,70 @@
+"""CandidatePlanBuilder: calibration parameter values → a normal SimulationPlan.
+
+The boundary of the calibration core is ``CalibrationParameterValues -> SimulationPlan``. The
+default builder binds each physical value to its typed targets as an ``OverlayParameter`` and
+hands them to ``SimulationBuilder`` as construction input: component-config targets are applied
+to the effective config after profile composition, MuJoCo targets to the parsed MjSpec before
+compilation. No MJCF text is edited and there is no calibration-only execution path.
+
+The programmatic API accepts any object with the same ``build`` method (a model variant, an
+extension config) without changing the calibration core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from fibril_sim_core.manifest import SimulationManifest, load_manifest
+from fibril_sim_core.overlays import OverlayParameter, overlay_document
+from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
+
+from .parameters import CalibrationParameter
+
+CalibrationParameterValues = Mapping[str, float]
+"""Physical values by parameter id (declaration order)."""
+
+
+@runtime_checkable
+class CandidatePlanBuilderProtocol(Protocol):
+    """What the calibration core needs: physical values → an immutable SimulationPlan.
+
+    ``build`` raises a FibrilError (e.g. PlanError) for values the model cannot take; it may be
+    called from several threads at once.
+    """
+
+    def build(self, values: CalibrationParameterValues) -> SimulationPlan: ...
+
+
+class CandidatePlanBuilder:
+    """The standard adapter: values → typed ``OverlayParameter``s → ``SimulationBuilder``.
+
+    The manifest is loaded once and reused, so a candidate costs one MJCF parse and compile.
+    """
+
+    def __init__(self, manifest: SimulationManifest | str | Path,
+                 parameters: Sequence[CalibrationParameter], *,
+                 builder: SimulationBuilder | None = None) -> None:
+        if not isinstance(manifest, SimulationManifest):
+            manifest = load_manifest(manifest)
+        self.manifest = manifest
+        self.parameters = tuple(parameters)
+        self.builder = builder or SimulationBuilder()
+
+    def overlay_parameters(self, values: CalibrationParameterValues
+                           ) -> tuple[OverlayParameter, ...]:
+        """The typed overlay parameters of ``values`` (every declared parameter, in order)."""
+        missing = [p.id for p in self.parameters if p.id not in values]
+        if missing:
+            raise KeyError(f"no value for parameter(s) {', '.join(missing)}")
+        return tuple(OverlayParameter(p.id, float(values[p.id]), tuple(p.targets), p.unit,
+                                      p.provenance) for p in self.parameters)
+
+    def build(self, values: CalibrationParameterValues) -> SimulationPlan:
+        return self.builder.build(self.manifest, overlays=self.overlay_parameters(values))
+
+    def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
+                         source: Mapping | None = None) -> dict:
+        """The portable overlay artifact of ``values`` (loads as a manifest parameter_overlay)."""
+        return overlay_document(self.overlay_parameters(values), id=id, source=source)

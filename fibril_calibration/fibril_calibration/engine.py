@@ -1,0 +1,219 @@
+"""``run_calibration``: request → problem → solver → result document (the programmatic entry).
+
+    result = run_calibration("calibration.yaml", progress=print)
+    result.document["fitted_parameters"]; result.parameter_overlay
+
+The CLI is a thin layer over this function. Custom device decoders and a replacement
+CandidatePlanBuilder plug in here without changing the calibration core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fibril_sim_core.manifest import SimulationManifest
+from fibril_sim_core.overlays import OverlayParameter
+from fibril_sim_core.plan import SimulationPlan
+
+from .candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
+from .decoders import CalibrationDeviceOutputDecoderRegistry
+from .optimizer import Tolerances
+from .outcome import CalibrationOutcome
+from .parameters import CalibrationParameter
+from .problem import CalibrationProblem, Progress
+from .request import CalibrationRequest, load_calibration_request
+from .result import build_result_document, to_json
+from .solver import SolverOptions, calibrate
+from .verdict import FitCriteria
+
+CandidateBuilderArgument = (CandidatePlanBuilderProtocol
+                            | Callable[[SimulationManifest, Sequence[CalibrationParameter]],
+                                       CandidatePlanBuilderProtocol]
+                            | None)
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """The outcome of one calibration run and its full result document."""
+
+    request: CalibrationRequest = field(repr=False)
+    outcome: CalibrationOutcome = field(repr=False)
+    fitted_plan: SimulationPlan = field(repr=False)
+    document: dict[str, Any] = field(repr=False)
+
+    @property
+    def fitted_values(self) -> dict[str, float]:
+        return self.outcome.fitted_values
+
+    @property
+    def parameter_overlay(self) -> dict[str, Any]:
+        """The portable overlay artifact of the fitted values (``--output-overlay``)."""
+        return self.document["parameter_overlay"]
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return to_json(self.document, indent=indent)
+
+    def summary(self) -> str:
+        return summary_text(self.document)
+
+
+def solver_options(request: CalibrationRequest,
+                   progress: Progress | None = None) -> SolverOptions:
+    """Map the request's optimizer / objective / analysis / fit blocks to SolverOptions."""
+    optimizer = request.optimizer
+    defaults = Tolerances()
+    tolerances = Tolerances(
+        ftol=optimizer.function_tolerance or defaults.ftol,
+        xtol=optimizer.parameter_tolerance or defaults.xtol,
+        gtol=optimizer.gradient_tolerance or defaults.gtol)
+    fit = request.fit
+    criteria = None
+    if fit.specified:
+        extra = ({} if fit.near_bound_fraction is None
+                 else {"near_bound_fraction": fit.near_bound_fraction})
+        criteria = FitCriteria(
+            max_training_rms=fit.max_training_rms, max_validation_rms=fit.max_validation_rms,
+            max_local_condition_number=fit.max_local_condition_number,
+            max_episode_rms_ratio=fit.max_episode_rms_ratio,
+            reject_parameter_near_bound=fit.reject_parameter_near_bound, **extra)
+    options: dict[str, Any] = dict(
+        max_iterations=optimizer.max_iterations,
+        loss=request.objective.loss,
+        standardized_gaussian_residuals=request.objective.standardized_gaussian_residuals,
+        profile_likelihood=request.analysis.profile_likelihood.enabled,
+        profile_samples=request.analysis.profile_likelihood.samples_per_parameter,
+        information_matrix=request.analysis.information_matrix,
+        fit_criteria=criteria, progress=progress, tolerances=tolerances)
+    if optimizer.finite_difference_relative_step is not None:
+        options["relative_step"] = optimizer.finite_difference_relative_step
+    return SolverOptions(**options)
+
+
+def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
+                    progress: Progress | None = None,
+                    candidate_builder: CandidateBuilderArgument = None,
+                    decoders: CalibrationDeviceOutputDecoderRegistry | None = None
+                    ) -> CalibrationResult:
+    """Load (if needed) and validate the request, fit, analyse and build the result document.
+
+    ``candidate_builder`` is a CandidatePlanBuilder-like object (``build(values) -> plan``) or
+    a factory ``(manifest, parameters) -> builder``; ``decoders`` adds custom device decoders.
+    Raises CalibrationRequestError for an invalid request and EvaluationError when a rollout
+    cannot be evaluated (e.g. at the initial values).
+    """
+    decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
+    factory, instance = _builder_parts(candidate_builder)
+    if isinstance(request_or_path, CalibrationRequest):
+        request = request_or_path
+    else:
+        if progress is not None:
+            progress(f"loading {request_or_path}")
+        request = load_calibration_request(request_or_path, decoders=decoders,
+                                           candidate_builder=factory)
+    builder = instance or (factory or CandidatePlanBuilder)(request.manifest, request.parameters)
+    if progress is not None:
+        sizes = [sum(s.count for s in e.signals) for e in request.training]
+        progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
+                 f"{len(request.validation)} validation episode(s), {sum(sizes)} training "
+                 f"reference sample(s); max_parallelism {request.execution.max_parallelism}")
+    with CalibrationProblem(request, candidate_builder=builder, decoders=decoders,
+                            progress=progress) as problem:
+        outcome = calibrate(problem, request.parameters, solver_options(request, progress))
+        fitted_plan = problem.candidate_plan(outcome.fitted)
+        rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
+                         for s in problem.schedules(scope)}  # type: ignore[arg-type]
+        statistics = problem.statistics
+    values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
+    overlay_parameters = _overlay_parameters(request, builder, values)
+    document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
+                                     statistics, rollout_ticks)
+    if progress is not None:
+        progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
+    return CalibrationResult(request, outcome, fitted_plan, document)
+
+
+def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
+    if argument is None:
+        return None, None
+    if isinstance(argument, type) or not hasattr(argument, "build"):
+        return argument, None
+    return None, argument
+
+
+def _overlay_parameters(request: CalibrationRequest, builder: Any,
+                        values: dict[str, float]) -> tuple[OverlayParameter, ...]:
+    """The fitted values bound to their typed targets; provenance names the calibration."""
+    if hasattr(builder, "overlay_parameters"):
+        parameters = tuple(builder.overlay_parameters(values))
+    else:
+        parameters = CandidatePlanBuilder(request.manifest,
+                                          request.parameters).overlay_parameters(values)
+    origin = f"fibril_sim calibrate {request.path.name} (request sha256 {request.sha256[:16]})"
+    return tuple(OverlayParameter(p.id, p.value, p.targets, p.unit,
+                                  origin + (f"; prior provenance: {p.provenance}"
+                                            if p.provenance else ""))
+                 for p in parameters)
+
+
+# --------------------------------------------------------------------------- summary
+
+def summary_text(document: dict[str, Any]) -> str:
+    """A readable summary of a result document (the CLI's default output)."""
+    lines: list[str] = []
+    optimizer = document.get("optimizer", {})
+    lines.append(f"calibration  {document['request']['path']}")
+    evaluations = document.get("evaluations", {})
+    lines.append(f"termination  {document.get('optimization_termination')} after "
+                 f"{optimizer.get('iterations')} iteration(s) "
+                 f"(max {optimizer.get('max_iterations')}); "
+                 f"{evaluations.get('training')} training evaluation(s), "
+                 f"{document.get('wall_time_s', 0.0):.2f} s")
+    identifiability = document.get("local_identifiability") or {}
+    per = {p["id"]: p for p in identifiability.get("parameters", [])}
+    contract = {p["id"]: p for p in document.get("parameter_contract", [])}
+    valid = document.get("likelihood_interpretation_valid")
+    lines.append("parameters" + ("  (± 1 standard deviation, 95 % interval)" if valid else
+                                 "  (no statistical interval: likelihood interpretation "
+                                 "not valid)"))
+    width = max([len(pid) for pid in document.get("fitted_parameters", {})] + [4])
+    for pid, value in document.get("fitted_parameters", {}).items():
+        unit = contract.get(pid, {}).get("unit") or ""
+        entry = per.get(pid, {})
+        text = f"  {pid:<{width}}  {value:.6g}{(' ' + unit) if unit else ''}"
+        if valid:
+            sd = entry.get("standard_deviation")
+            interval = entry.get("interval_95")
+            if sd is not None and interval is not None:
+                text += f"  ± {sd:.3g}  [{interval[0]:.6g}, {interval[1]:.6g}]"
+            else:
+                text += "  (not locally identifiable: no interval)"
+        bounds = contract.get(pid, {})
+        if bounds:
+            text += f"   bounds [{bounds['lower']:g}, {bounds['upper']:g}]"
+        lines.append(text)
+    for scope in ("training", "validation"):
+        summary = document.get(f"{scope}_summary")
+        if not summary:
+            continue
+        aggregate = summary["aggregate"]
+        episodes = ", ".join(f"{e['episode']} {_g(e['rms'])}" for e in summary["episodes"])
+        lines.append(f"{scope:<11}  rms {_g(aggregate['rms'])} over {aggregate['count']} "
+                     f"residual(s)  (per episode: {episodes})")
+    rank = identifiability.get("numerical_rank")
+    count = len(document.get("fitted_parameters", {}))
+    condition = identifiability.get("condition_number")
+    condition_text = "infinite" if identifiability.get("condition_number_infinite") \
+        else _g(condition)
+    lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
+    fit = document.get("fit") or {}
+    reasons = fit.get("reasons") or []
+    lines.append(f"fit          {fit.get('verdict')}"
+                 + (f"  (reasons: {', '.join(reasons)})" if reasons else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _g(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

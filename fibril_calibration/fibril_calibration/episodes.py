@@ -1,0 +1,275 @@
+"""Replaying one recorded episode on a candidate plan and turning it into residuals.
+
+Lifecycle of a rollout (no calibration-only execution path):
+
+1. ``plan.create_instance(seed=episode_seed)``: the manifest's scenario keyframe and initial
+   external inputs are restored by the normal lifecycle;
+2. ``instance.inject_state(initial_state)``;
+3. ``instance.enqueue_recorded_trace_inputs(recorded_inputs)``: recorded commit ticks and
+   acceptance order pass the ordinary ingress contract; nothing writes ``ctrl`` directly;
+4. the instance advances event-driven to the boundaries where a snapshot observation is read
+   and then to the rollout end; between those it runs whole ``mj_step(nstep=k)`` spans.
+
+Rollout length: ``horizon_steps`` when given, otherwise the first tick at or after the last
+reference time of the episode. Snapshot observations that need a later grid point (linear
+alignment brackets the last reference time) extend the rollout to that point. Event-driven
+observations see the samples stamped in ``[0, horizon]``.
+
+The schedule of snapshot reads depends only on the reference times, the alignment and the
+physics timestep, never on the candidate parameters, so it is computed once per episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import numpy as np
+
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.records import ActuatorApplication, DeviceOutput
+
+from .alignment import align, quat_error
+from .decoders import CalibrationDeviceOutputDecoderRegistry
+from .errors import EvaluationError
+from .observations import ObservationSpec, snapshot_reader
+
+if TYPE_CHECKING:
+    from fibril_sim_core.plan import SimulationPlan
+
+    from .request import EpisodeSpec, SignalSpec
+
+_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+             mujoco.mjtWarning.mjWARN_BADQVEL)
+
+
+@dataclass(frozen=True)
+class SignalSchedule:
+    """One signal of an episode: its observation and (snapshot) the grid ticks to capture."""
+
+    signal: SignalSpec
+    observation: ObservationSpec
+    ticks: np.ndarray | None  # snapshot: sorted unique ticks whose state is read
+
+
+@dataclass(frozen=True)
+class EpisodeSchedule:
+    """Parameter-independent rollout plan of one episode."""
+
+    episode: EpisodeSpec
+    timestep_ns: int
+    horizon: int  # event-driven samples are those stamped at or before horizon·dt
+    end_tick: int  # the rollout ends here at least (snapshot reads included)
+    boundaries: tuple[int, ...]  # ascending boundaries with snapshot reads
+    reads: tuple[tuple[tuple[int, int], ...], ...]  # per boundary: (signal index, row)
+    signals: tuple[SignalSchedule, ...]
+
+    @property
+    def residual_count(self) -> int:
+        return sum(s.signal.count * s.observation.residual_dimension for s in self.signals)
+
+
+def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSpec],
+                     timestep_ns: int) -> EpisodeSchedule:
+    """The ticks to capture for each snapshot signal and the rollout end."""
+    last = max(int(signal.times_ns[-1]) for signal in episode.signals)
+    horizon = episode.horizon_steps if episode.horizon_steps is not None else \
+        -(-last // timestep_ns)
+    signals: list[SignalSchedule] = []
+    reads: dict[int, list[tuple[int, int]]] = {}
+    end = horizon
+    for index, signal in enumerate(episode.signals):
+        observation = observations[signal.observation]
+        if observation.event_driven:
+            signals.append(SignalSchedule(signal, observation, None))
+            continue
+        ticks = grid_ticks(signal.times_ns, signal.alignment, observation.sample_every_steps,
+                           timestep_ns)
+        signals.append(SignalSchedule(signal, observation, ticks))
+        shift = 1 if observation.derived else 0  # derived values of x(t) exist after step t
+        for row, tick in enumerate(ticks.tolist()):
+            reads.setdefault(tick + shift, []).append((index, row))
+        end = max(end, int(ticks[-1]) + shift)
+    boundaries = tuple(sorted(reads))
+    return EpisodeSchedule(episode, timestep_ns, horizon, end, boundaries,
+                           tuple(tuple(reads[b]) for b in boundaries), tuple(signals))
+
+
+def grid_ticks(times_ns: np.ndarray, alignment: str, every: int, timestep_ns: int) -> np.ndarray:
+    """The observation-grid ticks (multiples of ``every``) that ``alignment`` needs."""
+    grid = every * timestep_ns
+    times = np.asarray(times_ns, dtype=np.int64)
+    k = times // grid
+    rest = times - k * grid
+    if alignment in ("exact", "zero_order_hold"):
+        needed = k
+    elif alignment == "nearest":
+        needed = np.where(2 * rest > grid, k + 1, k)  # a tie goes to the earlier grid point
+    else:  # linear: both brackets unless the time is on the grid
+        needed = np.concatenate((k, k[rest > 0] + 1))
+    return np.unique(needed) * every
+
+
+@dataclass
+class Track:
+    """Simulated samples of one signal: sorted times (ns) and one row per sample."""
+
+    times_ns: np.ndarray
+    values: np.ndarray
+
+
+def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
+                decoders: CalibrationDeviceOutputDecoderRegistry) -> list[Track]:
+    """Roll the episode out on ``plan``; the simulated samples of each signal, in order."""
+    episode = schedule.episode
+    label = f"episode {episode.id!r}"
+    model = plan.model
+    instance = plan.create_instance(episode.seed, collect=False)
+    try:
+        if episode.initial_state:
+            instance.inject_state([dict(entry) for entry in episode.initial_state])
+    except FibrilError as exc:
+        raise EvaluationError(f"{label}: initial_state: {exc}") from None
+    try:
+        if episode.recorded_inputs:
+            instance.enqueue_recorded_trace_inputs(episode.recorded_inputs)
+    except FibrilError as exc:
+        raise EvaluationError(f"{label}: recorded_inputs: {exc}") from None
+
+    # Snapshot buffers and readers, resolved by name on this candidate's model.
+    buffers: list[np.ndarray | None] = []
+    readers: list[Any] = []
+    devices: dict[str, list[DeviceOutput]] = {}
+    applications: dict[str, list[ActuatorApplication]] = {}
+    extra = 0
+    for item in schedule.signals:
+        observation = item.observation
+        if item.ticks is None:
+            buffers.append(None)
+            readers.append(None)
+            if observation.source == "device_output":
+                devices.setdefault(observation.name, [])
+                if observation.timestamp == "acquisition":
+                    latency = plan.device(observation.name).latency_ticks
+                    extra = max(extra, latency, 1)
+                else:
+                    extra = max(extra, 1)  # a latency-0 sample stamped at t is emitted at t+1
+            else:
+                applications.setdefault(observation.name, [])
+            continue
+        buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
+        readers.append(snapshot_reader(observation, model).read)
+
+    if devices or applications:
+        def observe(record: Any, devices: dict = devices,
+                    applications: dict = applications) -> None:
+            kind = type(record)
+            if kind is DeviceOutput:
+                found = devices.get(record.device_id)
+            elif kind is ActuatorApplication:
+                found = applications.get(record.endpoint)
+            else:
+                return
+            if found is not None:
+                found.append(record)
+
+        instance.subscribe(observe)
+
+    data = instance.data
+    try:
+        for boundary, reads in zip(schedule.boundaries, schedule.reads):
+            instance.advance(boundary - instance.tick)
+            for index, row in reads:
+                buffers[index][row] = readers[index](data)  # type: ignore[index]
+        end = max(schedule.end_tick, schedule.horizon + extra if (devices or applications)
+                  else schedule.end_tick)
+        instance.advance(end - instance.tick)
+    except FibrilError as exc:
+        raise EvaluationError(f"{label}: rollout failed at tick {instance.tick}: {exc}") from None
+    for warning in _WARNINGS:
+        if data.warning[warning].number > 0:
+            raise EvaluationError(
+                f"{label}: the simulation became unstable ({warning.name} x"
+                f"{data.warning[warning].number}); MuJoCo reset the state, so this candidate "
+                f"has no valid rollout")
+
+    dt = schedule.timestep_ns
+    limit = schedule.horizon * dt
+    tracks: list[Track] = []
+    for index, item in enumerate(schedule.signals):
+        observation = item.observation
+        if item.ticks is not None:
+            tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]
+        elif observation.source == "device_output":
+            tracks.append(_device_track(devices[observation.name], observation, decoders, limit,
+                                        label))
+        else:
+            tracks.append(_application_track(applications[observation.name], observation, limit))
+    return tracks
+
+
+def _device_track(outputs: list[DeviceOutput], observation: ObservationSpec,
+                  decoders: CalibrationDeviceOutputDecoderRegistry, limit: int,
+                  label: str) -> Track:
+    acquisition = observation.timestamp == "acquisition"
+    kept = [o for o in outputs
+            if (o.acquisition_time_ns if acquisition else o.delivery_time_ns) <= limit]
+    decoder = decoders.get(observation.sample_type or "")
+    if decoder is None:
+        raise EvaluationError(f"{label}: no decoder for sample type {observation.sample_type!r}")
+    width = len(decoder.components)
+    values = np.empty((len(kept), width))
+    for row, output in enumerate(kept):
+        if output.sample_type != observation.sample_type:
+            raise EvaluationError(f"{label}: device {observation.name!r} emitted "
+                                  f"{output.sample_type!r}, not {observation.sample_type!r}")
+        decoded = np.asarray(decoder.decode(output), dtype=np.float64).ravel()
+        if decoded.shape[0] != width:
+            raise EvaluationError(f"{label}: the decoder of {observation.sample_type!r} returned "
+                                  f"{decoded.shape[0]} value(s), expected {width}")
+        values[row] = decoded
+    if observation.indices is not None:
+        values = values[:, list(observation.indices)]
+    times = np.fromiter(((o.acquisition_time_ns if acquisition else o.delivery_time_ns)
+                         for o in kept), dtype=np.int64, count=len(kept))
+    order = np.argsort(times, kind="stable")  # delivery order is already time order
+    return Track(times[order], values[order])
+
+
+def _application_track(records: list[ActuatorApplication], observation: ObservationSpec,
+                       limit: int) -> Track:
+    kept = [r for r in records if r.time_ns <= limit]
+    values = np.array([(r.commanded, r.released, r.applied) for r in kept],
+                      dtype=np.float64).reshape(len(kept), 3)
+    indices = list(observation.indices or (2,))
+    times = np.fromiter((r.time_ns for r in kept), dtype=np.int64, count=len(kept))
+    return Track(times, values[:, indices])
+
+
+def episode_residuals(schedule: EpisodeSchedule, tracks: list[Track]
+                      ) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
+    """Unweighted residuals ``(sim - rec) / scale`` of one episode and its signal slices."""
+    parts: list[np.ndarray] = []
+    slices: list[tuple[str, int, int]] = []
+    start = 0
+    label = f"episode {schedule.episode.id!r}"
+    for item, track in zip(schedule.signals, tracks):
+        signal, observation = item.signal, item.observation
+        where = f"{label} signal {signal.observation!r}"
+        aligned = align(signal.times_ns, track.times_ns, track.values, signal.alignment,
+                        quaternion=observation.quaternion, label=where)
+        if observation.quaternion:
+            difference = quat_error(aligned, signal.values)
+        else:
+            difference = aligned - signal.values
+        residual = (difference / signal.residual_scales).ravel()
+        if not np.all(np.isfinite(residual)):
+            bad = int(np.flatnonzero(~np.isfinite(residual))[0])
+            sample = bad // max(1, observation.residual_dimension)
+            raise EvaluationError(f"{where}: non-finite simulated value at reference sample "
+                                  f"{sample} (time_ns {int(signal.times_ns[sample])})")
+        parts.append(residual)
+        slices.append((signal.observation, start, start + residual.shape[0]))
+        start += residual.shape[0]
+    return (np.concatenate(parts) if parts else np.empty(0)), slices

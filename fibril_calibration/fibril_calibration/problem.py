@@ -1,0 +1,300 @@
+"""The calibration problem: the ``ResidualModel`` the solver drives.
+
+One evaluation at one physical parameter vector builds ONE candidate SimulationPlan and replays
+every episode of the scope on its own fresh SimulationInstance. Episode residual vectors are
+stacked in declaration order (signals in observation declaration order, samples in time order,
+components innermost), so the layout is fixed by the reference data and never by the candidate
+or by ``execution.max_parallelism``.
+
+* ``execution.max_parallelism`` >= 2 runs independent rollouts on a thread pool (MuJoCo releases
+  the GIL inside ``mj_step``); ``evaluate_many`` spreads the rollouts of several candidates (a
+  finite-difference Jacobian) over the same pool.
+* ``execution.cache_entries`` memoizes full evaluations per parameter vector (LRU), with
+  training and validation in separate scopes, for the lifetime of one calibration run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.plan import SimulationPlan
+
+from .candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
+from .decoders import CalibrationDeviceOutputDecoderRegistry
+from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
+from .errors import EvaluationError
+from .evaluation import Evaluation, ResidualBlock, Scope
+from .request import CalibrationRequest
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ProblemStatistics:
+    """Counters of one calibration run (reported in the result)."""
+
+    evaluations: dict[str, int] = field(default_factory=lambda: {"training": 0,
+                                                                  "validation": 0})
+    cache_hits: dict[str, int] = field(default_factory=lambda: {"training": 0,
+                                                                 "validation": 0})
+    plan_builds: int = 0
+    rollouts: int = 0
+    failures: int = 0
+    build_seconds: float = 0.0
+    rollout_seconds: float = 0.0
+
+    def to_document(self) -> dict[str, Any]:
+        return {"evaluations": dict(self.evaluations), "cache_hits": dict(self.cache_hits),
+                "plan_builds": self.plan_builds, "rollouts": self.rollouts,
+                "failed_evaluations": self.failures,
+                "build_seconds": round(self.build_seconds, 6),
+                "rollout_seconds": round(self.rollout_seconds, 6)}
+
+
+class CalibrationProblem:
+    """Physical parameter values (declaration order) → ``Evaluation`` of a scope."""
+
+    def __init__(self, request: CalibrationRequest, *,
+                 candidate_builder: CandidatePlanBuilderProtocol | None = None,
+                 decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+                 progress: Progress | None = None) -> None:
+        self.request = request
+        self.parameter_ids: tuple[str, ...] = request.parameter_ids
+        self.has_validation: bool = bool(request.validation)
+        self.candidate_builder = candidate_builder or CandidatePlanBuilder(
+            request.manifest, request.parameters)
+        self.decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
+        self.progress = progress
+        self.statistics = ProblemStatistics()
+        timestep = request.nominal_plan.timebase.timestep_ns
+        observations = {o.id: o for o in request.observations}
+        self._schedules: dict[str, tuple[EpisodeSchedule, ...]] = {
+            scope: tuple(schedule_episode(e, observations, timestep)
+                         for e in request.episodes(scope))
+            for scope in ("training", "validation")}
+        self._timestep = timestep
+        self._capacity = request.execution.cache_entries
+        self._cache: dict[str, OrderedDict[bytes, Evaluation]] = {
+            "training": OrderedDict(), "validation": OrderedDict()}
+        self._lock = threading.Lock()
+        self._workers = request.execution.max_parallelism
+        self._pool: ThreadPoolExecutor | None = None
+        self._last_report = 0.0
+
+    # ----------------------------------------------------------------- ResidualModel
+    def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation:
+        """Residuals of ``scope`` at ``physical``; raises EvaluationError on a failed rollout."""
+        return self.evaluate_many([physical], scope)[0]
+
+    def evaluate_many(self, physicals: Sequence[np.ndarray],
+                      scope: Scope = "training") -> list[Evaluation]:
+        """Evaluate several parameter vectors; their rollouts share the worker pool."""
+        self._check_scope(scope)
+        vectors = [self._vector(p) for p in physicals]
+        results: list[Evaluation | None] = [None] * len(vectors)
+        pending: dict[bytes, list[int]] = {}
+        for i, vector in enumerate(vectors):
+            key = vector.tobytes()
+            hit = self._cached(scope, key)
+            if hit is not None:
+                results[i] = hit
+            else:
+                pending.setdefault(key, []).append(i)
+        if pending:
+            todo = [vectors[indices[0]] for indices in pending.values()]
+            computed = self._compute(todo, scope)
+            for (key, indices), evaluation in zip(pending.items(), computed):
+                self._store(scope, key, evaluation)
+                for i in indices:
+                    results[i] = evaluation
+        self._report(scope)
+        return results  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- plans
+    def values(self, physical: np.ndarray) -> dict[str, float]:
+        return {pid: float(v) for pid, v in zip(self.parameter_ids, self._vector(physical))}
+
+    def candidate_plan(self, physical: np.ndarray) -> SimulationPlan:
+        """The candidate SimulationPlan at ``physical`` (one build)."""
+        vector = self._vector(physical)
+        values = self.values(vector)
+        started = time.perf_counter()
+        try:
+            plan = self.candidate_builder.build(values)
+        except FibrilError as exc:
+            raise EvaluationError(f"candidate plan at {_describe(values)}: {exc}") from None
+        finally:
+            with self._lock:
+                self.statistics.plan_builds += 1
+                self.statistics.build_seconds += time.perf_counter() - started
+        if plan.timebase.timestep_ns != self._timestep:
+            raise EvaluationError(f"candidate plan at {_describe(values)}: its physics timestep "
+                                  f"({plan.timebase.timestep_ns} ns) differs from the nominal "
+                                  f"plan's ({self._timestep} ns)")
+        return plan
+
+    def schedules(self, scope: Scope) -> tuple[EpisodeSchedule, ...]:
+        return self._schedules[scope]
+
+    def layout(self, scope: Scope) -> tuple[ResidualBlock, ...]:
+        """The residual blocks of a scope (fixed by the reference samples)."""
+        blocks: list[ResidualBlock] = []
+        start = 0
+        for schedule in self._schedules[scope]:
+            for item in schedule.signals:
+                size = item.signal.count * item.observation.residual_dimension
+                blocks.append(ResidualBlock(schedule.episode.id, item.signal.observation,
+                                            start, start + size))
+                start += size
+        return tuple(blocks)
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> CalibrationProblem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- internals
+    def _check_scope(self, scope: str) -> None:
+        if scope not in ("training", "validation"):
+            raise ValueError(f"unknown scope {scope!r}; expected training or validation")
+        if scope == "validation" and not self.has_validation:
+            raise EvaluationError("the request has no validation episodes")
+
+    def _vector(self, physical: Any) -> np.ndarray:
+        vector = np.array(physical, dtype=np.float64).ravel()
+        if vector.shape[0] != len(self.parameter_ids):
+            raise ValueError(f"expected {len(self.parameter_ids)} parameter value(s) "
+                             f"({', '.join(self.parameter_ids)}), got {vector.shape[0]}")
+        if not np.all(np.isfinite(vector)):
+            raise EvaluationError(f"non-finite parameter values {vector.tolist()}")
+        return vector
+
+    def _cached(self, scope: str, key: bytes) -> Evaluation | None:
+        if not self._capacity:
+            return None
+        with self._lock:
+            cache = self._cache[scope]
+            hit = cache.get(key)
+            if hit is not None:
+                cache.move_to_end(key)
+                self.statistics.cache_hits[scope] += 1
+            return hit
+
+    def _store(self, scope: str, key: bytes, evaluation: Evaluation) -> None:
+        if not self._capacity:
+            return
+        with self._lock:
+            cache = self._cache[scope]
+            cache[key] = evaluation
+            cache.move_to_end(key)
+            while len(cache) > self._capacity:
+                cache.popitem(last=False)
+
+    def _compute(self, vectors: list[np.ndarray], scope: str) -> list[Evaluation]:
+        schedules = self._schedules[scope]
+        with self._lock:
+            self.statistics.evaluations[scope] += len(vectors)
+        try:
+            plans = self._map(self.candidate_plan, vectors)
+            tasks = [(plan, schedule) for plan in plans for schedule in schedules]
+            outcomes = self._map(self._rollout, tasks)
+        except EvaluationError:
+            with self._lock:
+                self.statistics.failures += 1
+            raise
+        evaluations = []
+        per = len(schedules)
+        for i, vector in enumerate(vectors):
+            evaluations.append(self._assemble(schedules, outcomes[i * per:(i + 1) * per]))
+        return evaluations
+
+    def _rollout(self, task: tuple[SimulationPlan, EpisodeSchedule]) -> np.ndarray:
+        plan, schedule = task
+        started = time.perf_counter()
+        try:
+            tracks = run_episode(plan, schedule, self.decoders)
+            residuals, _ = episode_residuals(schedule, tracks)
+        finally:
+            with self._lock:
+                self.statistics.rollouts += 1
+                self.statistics.rollout_seconds += time.perf_counter() - started
+        return residuals
+
+    def _assemble(self, schedules: Sequence[EpisodeSchedule],
+                  outcomes: Sequence[np.ndarray]) -> Evaluation:
+        weighted: list[np.ndarray] = []
+        unweighted: list[np.ndarray] = []
+        blocks: list[ResidualBlock] = []
+        start = 0
+        for schedule, residuals in zip(schedules, outcomes):
+            offset = start
+            for item in schedule.signals:
+                size = item.signal.count * item.observation.residual_dimension
+                blocks.append(ResidualBlock(schedule.episode.id, item.signal.observation,
+                                            offset, offset + size))
+                offset += size
+            if offset - start != residuals.shape[0]:  # pragma: no cover - layout invariant
+                raise EvaluationError(f"episode {schedule.episode.id!r}: residual layout "
+                                      f"mismatch ({residuals.shape[0]} != {offset - start})")
+            start = offset
+            unweighted.append(residuals)
+            weight = schedule.episode.weight
+            weighted.append(residuals if weight == 1.0 else math.sqrt(weight) * residuals)
+        r = np.concatenate(weighted) if weighted else np.empty(0)
+        u = np.concatenate(unweighted) if unweighted else np.empty(0)
+        r.setflags(write=False)
+        u.setflags(write=False)
+        return Evaluation(residuals=r, unweighted=u, blocks=tuple(blocks))
+
+    def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self._workers <= 1 or len(items) <= 1:
+            return [function(item) for item in items]
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self._workers,
+                                                    thread_name_prefix="fibril-calibration")
+        futures = [self._pool.submit(function, item) for item in items]
+        results = []
+        error: BaseException | None = None
+        for future in futures:  # wait for all, then raise the first failure in order
+            try:
+                results.append(future.result())
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                if error is None:
+                    error = exc
+        if error is not None:
+            raise error
+        return results
+
+    def _report(self, scope: str) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if now - self._last_report < 1.0:
+            return
+        self._last_report = now
+        stats = self.statistics
+        self.progress(f"{scope}: {stats.evaluations[scope]} evaluation(s), "
+                      f"{stats.rollouts} rollout(s), {stats.cache_hits[scope]} cache hit(s)")
+
+
+def _describe(values: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}={v:.9g}" for k, v in values.items()) + "}"

@@ -1,0 +1,990 @@
+"""The calibration request (schema 3.1): loaded, validated whole, resolved against the plan.
+
+Every inconsistency is a ``CalibrationRequestError`` naming the file, the key path, the value
+and what was expected, raised before any candidate is evaluated: unknown keys, wrong versions,
+duplicate or unknown ids, bounds, selectors that do not resolve on the nominal plan, signal
+shapes and timestamps, alignment/horizon combinations, recorded inputs the plan's ingress would
+refuse, initial states that do not fit the model, and statistical claims the request cannot
+support (``standardized_gaussian_residuals`` with non-measurement scales or engineering
+weights).
+
+Relative paths (the manifest, ``samples_file``, ``recorded_inputs_file``) resolve against the
+request file's folder. The nominal plan is built once at the initial parameter values (and
+probed at the lower and upper bounds) so that targets and selectors are checked on a real
+compiled model.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fibril_sim_core import _schema as s
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.manifest import SimulationManifest, load_manifest
+from fibril_sim_core.overlays import OverlayError, OverlayTarget, parse_target, parse_value
+from fibril_sim_core.records import IngressRecord
+
+from .alignment import ALIGNMENTS
+from .decoders import CalibrationDeviceOutputDecoderRegistry
+from .errors import CalibrationRequestError
+from .losses import LOSS_TYPES, LossSpec
+from .observations import ObservationSpec, parse_observation
+from .parameters import PARAMETERIZATIONS, CalibrationParameter, Prior, parameter_problems
+
+if TYPE_CHECKING:
+    from fibril_sim_core.plan import SimulationPlan
+
+    from .candidate_plan import CandidatePlanBuilderProtocol
+
+SCHEMA_MAJOR = 3
+SCHEMA_MINORS = (1,)
+OPTIMIZER_TYPES = ("ceres", "least_squares")
+SCALE_SEMANTICS = ("measurement_standard_deviation", "characteristic_scale", "user_scale")
+OBJECTIVE_VERSION = "fibril_calibration/objective/v1"
+RESERVED_EPISODE_IDS = ("__prior__",)
+# Keys the result writes into its context beside the request's own context keys.
+RESERVED_CONTEXT_KEYS = ("training_episode_content_sha256", "validation_episode_content_sha256",
+                         "training_content_sha256", "validation_content_sha256",
+                         "objective_version", "alignment_contract", "observation_spec_sha256",
+                         "optimizer_id", "optimizer_option_sha256", "episode_seeds",
+                         "request_sha256")
+
+_TOP_REQUIRED = ("schema_version", "manifest", "parameters", "observations", "training")
+_TOP_OPTIONAL = ("validation", "optimizer", "objective", "execution", "analysis", "fit",
+                 "context")
+
+
+# --------------------------------------------------------------------------- typed request
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """The reference samples of one observation in one episode and how they are compared."""
+
+    observation: str
+    alignment: str
+    residual_scales: np.ndarray = field(repr=False)  # (residual_dimension,)
+    scale_semantics: str
+    times_ns: np.ndarray = field(repr=False)  # (n,) int64, strictly increasing
+    values: np.ndarray = field(repr=False)  # (n, dimension); orientations unit-normalized
+    samples_file: str | None = None
+
+    @property
+    def count(self) -> int:
+        return int(self.times_ns.shape[0])
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One recorded episode: seed, weight, initial state, recorded inputs and signals.
+
+    ``signals`` follow the declaration order of ``observations`` (the residual block order).
+    ``horizon_steps`` is what the request says (None: derived from the last reference time).
+    """
+
+    id: str
+    scope: str  # training | validation
+    seed: int
+    weight: float
+    horizon_steps: int | None
+    initial_state: tuple[Mapping[str, Any], ...]
+    recorded_inputs: tuple[IngressRecord, ...]
+    signals: tuple[SignalSpec, ...]
+    content_sha256: str
+
+    def signal(self, observation_id: str) -> SignalSpec:
+        for signal in self.signals:
+            if signal.observation == observation_id:
+                return signal
+        raise KeyError(observation_id)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """``optimizer``: ``ceres`` names the spec's bound-constrained least-squares solver, which
+    this implementation runs with ``scipy.optimize.least_squares`` (same as ``least_squares``)."""
+
+    type: str = "ceres"
+    max_iterations: int = 100
+    function_tolerance: float | None = None
+    parameter_tolerance: float | None = None
+    gradient_tolerance: float | None = None
+    finite_difference_relative_step: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    standardized_gaussian_residuals: bool = False
+    loss: LossSpec | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"version": OBJECTIVE_VERSION,
+                "standardized_gaussian_residuals": self.standardized_gaussian_residuals,
+                "loss": None if self.loss is None else {"type": self.loss.type,
+                                                        "scale": self.loss.scale}}
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    max_parallelism: int = 1
+    cache_entries: int = 256
+
+
+@dataclass(frozen=True)
+class ProfileLikelihoodSpec:
+    enabled: bool = False
+    samples_per_parameter: int = 21
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    profile_likelihood: ProfileLikelihoodSpec = ProfileLikelihoodSpec()
+    information_matrix: bool = False
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """Fit criteria; ``specified`` is False when the request has no ``fit`` block."""
+
+    specified: bool = False
+    max_training_rms: float | None = None
+    max_validation_rms: float | None = None
+    max_local_condition_number: float | None = None
+    max_episode_rms_ratio: float | None = None
+    reject_parameter_near_bound: bool = False
+    near_bound_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class CalibrationRequest:
+    """A validated calibration request, resolved against its nominal plan."""
+
+    path: Path
+    document: Mapping[str, Any] = field(repr=False)
+    sha256: str
+    manifest: SimulationManifest = field(repr=False)
+    nominal_plan: SimulationPlan = field(repr=False)
+    parameters: tuple[CalibrationParameter, ...]
+    observations: tuple[ObservationSpec, ...]
+    training: tuple[EpisodeSpec, ...]
+    validation: tuple[EpisodeSpec, ...]
+    optimizer: OptimizerSpec
+    objective: ObjectiveSpec
+    execution: ExecutionSpec
+    analysis: AnalysisSpec
+    fit: FitSpec
+    context: Mapping[str, Any]
+
+    @property
+    def parameter_ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.parameters)
+
+    @property
+    def initial_values(self) -> np.ndarray:
+        return np.array([p.initial for p in self.parameters], dtype=np.float64)
+
+    def observation(self, observation_id: str) -> ObservationSpec:
+        for observation in self.observations:
+            if observation.id == observation_id:
+                return observation
+        raise KeyError(observation_id)
+
+    def episodes(self, scope: str) -> tuple[EpisodeSpec, ...]:
+        return self.training if scope == "training" else self.validation
+
+    def observation_spec_sha256(self) -> str:
+        return canonical_sha256([o.describe() for o in self.observations])
+
+
+# --------------------------------------------------------------------------- loading
+
+CandidateFactory = Callable[[SimulationManifest, Sequence[CalibrationParameter]],
+                            "CandidatePlanBuilderProtocol"]
+
+
+def load_calibration_request(
+        path: str | Path, *, decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+        candidate_builder: CandidateFactory | None = None) -> CalibrationRequest:
+    """Read, validate and resolve a calibration request file.
+
+    ``candidate_builder(manifest, parameters)`` makes the CandidatePlanBuilder (default: the
+    typed-overlay one); the nominal plan it builds resolves the selectors.
+    """
+    file = Path(path).resolve()
+    document = s.load_yaml(file, CalibrationRequestError)
+    return parse_calibration_request(document, file, decoders=decoders,
+                                     candidate_builder=candidate_builder)
+
+
+def parse_calibration_request(
+        document: Any, file: Path, *,
+        decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+        candidate_builder: CandidateFactory | None = None) -> CalibrationRequest:
+    """Validate a parsed request document; relative paths resolve against ``file``'s folder."""
+    from .candidate_plan import CandidatePlanBuilder
+
+    decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
+    root = s.Where(str(file), "", CalibrationRequestError)
+    doc = s.mapping(document, root)
+    s.keys(doc, root, required=_TOP_REQUIRED, optional=_TOP_OPTIONAL)
+    s.version(doc["schema_version"], root.key("schema_version"),
+              major=SCHEMA_MAJOR, minors=SCHEMA_MINORS)
+    base = file.parent
+
+    manifest_path = base / s.string(doc["manifest"], root.key("manifest"))
+    try:
+        manifest = load_manifest(manifest_path)
+    except FibrilError as exc:
+        raise root.key("manifest").fail(str(exc)) from None
+
+    parameters = _parameters(doc["parameters"], root.key("parameters"))
+    factory = candidate_builder or CandidatePlanBuilder
+    candidates = factory(manifest, parameters)
+    nominal = _probe_plans(candidates, parameters, root.key("parameters"))
+
+    observations = _observations(doc["observations"], root.key("observations"), nominal,
+                                 decoders)
+    objective = _objective(doc.get("objective", {}), root.key("objective"))
+    by_id = {o.id: o for o in observations}
+    episode_ids: dict[str, str] = {}
+    training = _episodes(doc["training"], root.key("training"), "training", by_id, nominal,
+                         base, episode_ids, required=True)
+    validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
+                           by_id, nominal, base, episode_ids, required=False)
+    if objective.standardized_gaussian_residuals:
+        _check_standardized(doc, root, training + validation)
+    fit = _fit(doc.get("fit"), root.key("fit"))
+    if fit.max_validation_rms is not None and not validation:
+        raise root.key("fit").key("max_validation_rms").fail(
+            "a validation RMS criterion needs validation episodes; the request has none")
+
+    return CalibrationRequest(
+        path=file, document=doc, sha256=canonical_sha256(doc), manifest=manifest,
+        nominal_plan=nominal, parameters=parameters, observations=observations,
+        training=training, validation=validation,
+        optimizer=_optimizer(doc.get("optimizer", {}), root.key("optimizer")),
+        objective=objective,
+        execution=_execution(doc.get("execution", {}), root.key("execution")),
+        analysis=_analysis(doc.get("analysis", {}), root.key("analysis")),
+        fit=fit, context=_context(doc.get("context", {}), root.key("context")))
+
+
+# --------------------------------------------------------------------------- parameters
+
+def _parameters(value: Any, where: s.Where) -> tuple[CalibrationParameter, ...]:
+    items = s.sequence(value, where)
+    if not items:
+        raise where.fail("expected at least one parameter to fit")
+    out: list[CalibrationParameter] = []
+    seen: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for i, item in enumerate(items):
+        at = where.key(i)
+        body = s.mapping(item, at)
+        s.keys(body, at, required=("id", "lower", "upper", "initial"),
+               optional=("unit", "provenance", "nominal", "parameterization",
+                         "coordinate_scale", "prior", "target", "targets", "description"))
+        pid = s.string(body["id"], at.key("id"))
+        if pid in seen:
+            raise at.key("id").fail(f"duplicate parameter id {pid!r} (first declared at "
+                                    f"{seen[pid]})")
+        if pid == "__prior__":
+            raise at.key("id").fail("the id '__prior__' is reserved for prior residuals")
+        seen[pid] = at.path
+        lower = s.number(body["lower"], at.key("lower"))
+        upper = s.number(body["upper"], at.key("upper"))
+        if not lower < upper:
+            raise at.key("upper").fail(f"expected upper > lower ({lower:g}), got {upper:g}")
+        initial = s.number(body["initial"], at.key("initial"))
+        if not lower <= initial <= upper:
+            raise at.key("initial").fail(f"initial {initial:g} lies outside the bounds "
+                                         f"[{lower:g}, {upper:g}]")
+        nominal = s.number(body["nominal"], at.key("nominal")) if "nominal" in body else None
+        parameterization = s.string(body.get("parameterization", "linear"),
+                                    at.key("parameterization"))
+        if parameterization not in PARAMETERIZATIONS:
+            raise at.key("parameterization").fail(
+                f"unknown parameterization {parameterization!r}; expected one of "
+                f"{', '.join(PARAMETERIZATIONS)}")
+        if parameterization == "log_positive":
+            if lower <= 0:
+                raise at.key("lower").fail(f"log_positive searches log(value); lower must be "
+                                           f"> 0, got {lower:g}")
+            if nominal is not None and nominal <= 0:
+                raise at.key("nominal").fail(f"log_positive parameters need a positive "
+                                             f"nominal, got {nominal:g}")
+        scale = None
+        if "coordinate_scale" in body:
+            scale = s.number(body["coordinate_scale"], at.key("coordinate_scale"),
+                             positive=True)
+        prior = None
+        if "prior" in body:
+            pw = at.key("prior")
+            raw = s.mapping(body["prior"], pw)
+            s.keys(raw, pw, required=("mean", "standard_deviation"))
+            prior = Prior(s.number(raw["mean"], pw.key("mean")),
+                          s.number(raw["standard_deviation"], pw.key("standard_deviation"),
+                                   positive=True))
+        unit = s.string(body["unit"], at.key("unit")) if "unit" in body else None
+        provenance = (s.string(body["provenance"], at.key("provenance"))
+                      if "provenance" in body else None)
+        if "description" in body:
+            s.string(body["description"], at.key("description"))
+        targets = _targets(body, at)
+        for key, number in (("lower", lower), ("upper", upper), ("initial", initial)):
+            try:
+                parse_value(number, targets, at.key(key), pid)
+            except OverlayError as exc:  # pragma: no cover - parse_value raises where.error
+                raise at.key(key).fail(str(exc)) from None
+        for target in targets:
+            other = owners.get(target.key)
+            if other is not None:
+                raise at.key("target").fail(f"{target.key} is already bound by parameter "
+                                            f"{other!r}; one field takes one parameter")
+            owners[target.key] = pid
+        parameter = CalibrationParameter(
+            id=pid, lower=lower, upper=upper, initial=initial, nominal=nominal, unit=unit,
+            provenance=provenance, parameterization=parameterization,  # type: ignore[arg-type]
+            coordinate_scale=scale, prior=prior, targets=targets)
+        problems = parameter_problems(parameter)
+        if problems:
+            raise at.fail("; ".join(problems))
+        out.append(parameter)
+    return tuple(out)
+
+
+def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[OverlayTarget, ...]:
+    if ("target" in body) == ("targets" in body):
+        raise at.fail("give exactly one of 'target' (one typed target) or 'targets' (a list)")
+    if "target" in body:
+        return (parse_target(body["target"], at.key("target")),)
+    raw = s.sequence(body["targets"], at.key("targets"))
+    if not raw:
+        raise at.key("targets").fail("expected at least one target")
+    targets = tuple(parse_target(t, at.key("targets").key(i)) for i, t in enumerate(raw))
+    keys = [t.key for t in targets]
+    if len(set(keys)) != len(keys):
+        raise at.key("targets").fail("the same target is listed twice")
+    return targets
+
+
+def _probe_plans(candidates: Any, parameters: Sequence[CalibrationParameter],
+                 where: s.Where) -> SimulationPlan:
+    """Build the nominal plan at the initial values; probe the lower and upper bounds too."""
+    probes = (("initial", [p.initial for p in parameters]),
+              ("lower", [p.lower for p in parameters]),
+              ("upper", [p.upper for p in parameters]))
+    nominal = None
+    for label, values in probes:
+        try:
+            plan = candidates.build(dict(zip((p.id for p in parameters), values)))
+        except FibrilError as exc:
+            raise where.fail(f"the candidate plan cannot be built with every parameter at its "
+                             f"{label} value: {exc}") from None
+        if nominal is None:
+            nominal = plan
+    assert nominal is not None
+    return nominal
+
+
+# --------------------------------------------------------------------------- observations
+
+def _observations(value: Any, where: s.Where, plan: SimulationPlan,
+                  decoders: CalibrationDeviceOutputDecoderRegistry
+                  ) -> tuple[ObservationSpec, ...]:
+    items = s.sequence(value, where)
+    if not items:
+        raise where.fail("expected at least one observation")
+    out: list[ObservationSpec] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(items):
+        observation = parse_observation(item, where.key(i), plan, decoders)
+        if observation.id in seen:
+            raise where.key(i).key("id").fail(f"duplicate observation id {observation.id!r} "
+                                              f"(first declared at {seen[observation.id]})")
+        seen[observation.id] = where.key(i).path
+        out.append(observation)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- episodes
+
+def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str, ObservationSpec],
+              plan: SimulationPlan, base: Path, seen: dict[str, str], *,
+              required: bool) -> tuple[EpisodeSpec, ...]:
+    items = s.sequence(value, where)
+    if required and not items:
+        raise where.fail("expected at least one training episode")
+    out = []
+    for i, item in enumerate(items):
+        episode = _episode(item, where.key(i), scope, observations, plan, base)
+        if episode.id in seen:
+            raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
+                                              f"declared at {seen[episode.id]})")
+        seen[episode.id] = where.key(i).path
+        out.append(episode)
+    return tuple(out)
+
+
+def _episode(value: Any, where: s.Where, scope: str,
+             observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
+             base: Path) -> EpisodeSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("id", "signals"),
+           optional=("episode_seed", "weight", "horizon_steps", "initial_state",
+                     "recorded_inputs", "recorded_inputs_file", "description"))
+    episode_id = s.string(body["id"], where.key("id"))
+    if episode_id in RESERVED_EPISODE_IDS:
+        raise where.key("id").fail(f"the episode id {episode_id!r} is reserved")
+    if "description" in body:
+        s.string(body["description"], where.key("description"))
+    seed = s.integer(body.get("episode_seed", 0), where.key("episode_seed"), minimum=0)
+    weight = s.number(body.get("weight", 1.0), where.key("weight"), positive=True)
+    horizon = None
+    if "horizon_steps" in body:
+        horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
+    initial_state = _initial_state(body.get("initial_state", []), where.key("initial_state"),
+                                   plan)
+    if "recorded_inputs" in body and "recorded_inputs_file" in body:
+        raise where.fail("give 'recorded_inputs' or 'recorded_inputs_file', not both")
+    if "recorded_inputs_file" in body:
+        fw = where.key("recorded_inputs_file")
+        path = base / s.string(body["recorded_inputs_file"], fw)
+        loaded = s.load_yaml(path, CalibrationRequestError)
+        if isinstance(loaded, Mapping):
+            inner = s.Where(str(path), "", CalibrationRequestError)
+            s.keys(loaded, inner, required=("recorded_inputs",))
+            records_where = inner.key("recorded_inputs")
+            loaded = loaded["recorded_inputs"]
+        else:
+            records_where = s.Where(str(path), "", CalibrationRequestError)
+        inputs = _recorded_inputs(loaded, records_where, plan)
+    else:
+        inputs = _recorded_inputs(body.get("recorded_inputs", []), where.key("recorded_inputs"),
+                                  plan)
+
+    sw = where.key("signals")
+    raw_signals = s.mapping(body["signals"], sw)
+    if not raw_signals:
+        raise sw.fail("expected at least one signal (observation id → reference samples)")
+    unknown = [str(k) for k in raw_signals if k not in observations]
+    if unknown:
+        raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
+                                      f"observations: {', '.join(observations)}")
+    timestep = plan.timebase.timestep_ns
+    signals = []
+    last_time = 0
+    for observation_id, observation in observations.items():
+        if observation_id not in raw_signals:
+            continue
+        signal = _signal(raw_signals[observation_id], sw.key(observation_id), observation,
+                         timestep, horizon, base)
+        last_time = max(last_time, int(signal.times_ns[-1]))
+        signals.append(signal)
+    needed = -(-last_time // timestep)
+    if horizon is not None and horizon < needed:
+        raise where.key("horizon_steps").fail(
+            f"horizon_steps {horizon} ends at {horizon * timestep} ns, before the last reference "
+            f"sample at {last_time} ns; it needs at least {needed} step(s) of {timestep} ns")
+    content = _episode_hash(episode_id, seed, weight, horizon, initial_state, inputs, signals)
+    return EpisodeSpec(id=episode_id, scope=scope, seed=seed, weight=weight,
+                       horizon_steps=horizon, initial_state=initial_state,
+                       recorded_inputs=inputs, signals=tuple(signals), content_sha256=content)
+
+
+def _initial_state(value: Any, where: s.Where,
+                   plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
+    import mujoco
+
+    model = plan.model
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(s.sequence(value, where)):
+        at = where.key(i)
+        body = s.mapping(item, at)
+        kind = body.get("type")
+        if kind == "joint":
+            s.keys(body, at, required=("type", "joint"), optional=("qpos", "qvel"))
+            name = s.string(body["joint"], at.key("joint"))
+            jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+            if jid < 0:
+                raise at.key("joint").fail(f"no MuJoCo joint named {name!r} in the model")
+            jtype = int(model.jnt_type[jid])
+            label = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}[jtype]
+            nq, nv = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}[jtype]
+            if "qpos" not in body and "qvel" not in body:
+                raise at.fail("a joint entry sets qpos, qvel or both")
+            entry: dict[str, Any] = {"type": "joint", "joint": name}
+            for key, size in (("qpos", nq), ("qvel", nv)):
+                if key in body:
+                    values = _numbers(body[key], at.key(key))
+                    if len(values) != size:
+                        raise at.key(key).fail(f"{label} joint {name!r} has {size} {key} "
+                                               f"value(s), got {len(values)}")
+                    if key == "qpos" and label in ("free", "ball"):
+                        q = values[-4:]
+                        if abs(math.sqrt(sum(v * v for v in q)) - 1.0) > 1e-3:
+                            raise at.key(key).fail(f"the orientation part {q} of {label} joint "
+                                                   f"{name!r} is not a unit quaternion (wxyz)")
+                    entry[key] = values
+            out.append(entry)
+        elif kind == "mocap":
+            s.keys(body, at, required=("type", "body"), optional=("pos", "quat"))
+            name = s.string(body["body"], at.key("body"))
+            bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
+            if bid < 0:
+                raise at.key("body").fail(f"no MuJoCo body named {name!r} in the model")
+            if int(model.body_mocapid[bid]) < 0:
+                raise at.key("body").fail(f"body {name!r} is not a mocap body")
+            if "pos" not in body and "quat" not in body:
+                raise at.fail("a mocap entry sets pos, quat or both")
+            entry = {"type": "mocap", "body": name}
+            for key, size in (("pos", 3), ("quat", 4)):
+                if key in body:
+                    values = _numbers(body[key], at.key(key))
+                    if len(values) != size:
+                        raise at.key(key).fail(f"expected {size} values, got {len(values)}")
+                    if key == "quat" and abs(math.sqrt(sum(v * v for v in values)) - 1) > 1e-3:
+                        raise at.key(key).fail(f"{values} is not a unit quaternion (wxyz)")
+                    entry[key] = values
+            out.append(entry)
+        elif kind == "actuator":
+            s.keys(body, at, required=("type", "actuator", "act"))
+            name = s.string(body["actuator"], at.key("actuator"))
+            aid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, name)
+            if aid < 0:
+                raise at.key("actuator").fail(f"no MuJoCo actuator named {name!r} in the model")
+            num = int(model.actuator_actnum[aid])
+            if num == 0:
+                raise at.key("actuator").fail(f"actuator {name!r} has no activation state in the "
+                                              f"nominal plan")
+            values = _numbers(body["act"], at.key("act"))
+            if len(values) != num:
+                raise at.key("act").fail(f"actuator {name!r} has {num} activation value(s), got "
+                                         f"{len(values)}")
+            out.append({"type": "actuator", "actuator": name, "act": values})
+        else:
+            raise at.key("type").fail(f"expected joint, mocap or actuator, got {s.describe(kind)}")
+    return tuple(out)
+
+
+def _numbers(value: Any, where: s.Where) -> list[float]:
+    return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]
+
+
+def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan
+                     ) -> tuple[IngressRecord, ...]:
+    endpoints = plan.endpoints
+    records: list[tuple[int, int, IngressRecord, s.Where]] = []
+    acceptances: dict[int, str] = {}
+    for i, item in enumerate(s.sequence(value, where)):
+        at = where.key(i)
+        body = s.mapping(item, at)
+        s.keys(body, at, required=("source_id", "source_sequence", "payload_type",
+                                   "commit_tick", "acceptance_sequence"),
+               optional=("payload_json", "payload", "accepted"))
+        source = s.string(body["source_id"], at.key("source_id"))
+        sequence = s.integer(body["source_sequence"], at.key("source_sequence"), minimum=0)
+        payload_type = s.string(body["payload_type"], at.key("payload_type"))
+        commit_tick = s.integer(body["commit_tick"], at.key("commit_tick"), minimum=0)
+        acceptance = s.integer(body["acceptance_sequence"], at.key("acceptance_sequence"),
+                               minimum=0)
+        accepted = s.boolean(body.get("accepted", True), at.key("accepted"))
+        if ("payload" in body) == ("payload_json" in body):
+            raise at.fail("give exactly one of 'payload_json' (the recorded JSON text) or "
+                          "'payload' (a mapping)")
+        if "payload_json" in body:
+            text = s.string(body["payload_json"], at.key("payload_json"))
+            try:
+                payload = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise at.key("payload_json").fail(f"not valid JSON: {exc.msg}") from None
+        else:
+            payload = dict(s.mapping(body["payload"], at.key("payload")))
+            text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        if accepted:
+            if acceptance in acceptances:
+                raise at.key("acceptance_sequence").fail(
+                    f"acceptance_sequence {acceptance} is also used by {acceptances[acceptance]}")
+            acceptances[acceptance] = at.path
+            endpoint = endpoints.get(source)
+            if endpoint is None:
+                raise at.key("source_id").fail(f"unknown source {source!r}; the plan's actuator "
+                                               f"endpoints: {', '.join(endpoints) or 'none'}")
+            if payload_type != endpoint.payload_type:
+                raise at.key("payload_type").fail(f"{payload_type!r} is not accepted by "
+                                                  f"{source!r}; expected "
+                                                  f"{endpoint.payload_type!r}")
+            if not isinstance(payload, Mapping):
+                raise at.key("payload_json").fail(f"the payload must be a JSON object, got "
+                                                  f"{type(payload).__name__}")
+            try:
+                endpoint.create().parse(payload)
+            except ValueError as exc:
+                raise at.key("payload_json" if "payload_json" in body else "payload").fail(
+                    str(exc)) from None
+        record = IngressRecord(0, source, sequence, payload_type, text, accepted, commit_tick,
+                               acceptance, "", 0)
+        records.append((commit_tick, acceptance, record, at))
+    last: dict[str, tuple[int, str]] = {}
+    for _, _, record, at in sorted((r for r in records if r[2].accepted),
+                                   key=lambda r: (r[0], r[1])):
+        previous = last.get(record.source_id)
+        if previous is not None and record.source_sequence <= previous[0]:
+            raise at.key("source_sequence").fail(
+                f"source_sequence {record.source_sequence} of {record.source_id!r} does not "
+                f"increase in recorded commit/acceptance order (after {previous[0]} at "
+                f"{previous[1]})")
+        last[record.source_id] = (record.source_sequence, at.path)
+    return tuple(r[2] for r in records)
+
+
+def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
+            horizon: int | None, base: Path) -> SignalSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("alignment",),
+           optional=("residual_scale", "residual_scales", "scale_semantics", "samples",
+                     "samples_file"))
+    alignment = s.string(body["alignment"], where.key("alignment"))
+    if alignment not in ALIGNMENTS:
+        raise where.key("alignment").fail(f"unknown alignment {alignment!r}; expected one of "
+                                          f"{', '.join(ALIGNMENTS)}")
+    if alignment == "linear" and observation.event_driven and horizon is None:
+        raise where.key("alignment").fail(
+            f"linear alignment of the event-driven {observation.source} observation "
+            f"{observation.id!r} needs the episode's horizon_steps: the time of the next "
+            f"simulated event cannot be derived in general")
+    semantics = s.string(body.get("scale_semantics", "user_scale"), where.key("scale_semantics"))
+    if semantics not in SCALE_SEMANTICS:
+        raise where.key("scale_semantics").fail(f"unknown scale_semantics {semantics!r}; "
+                                                f"expected one of {', '.join(SCALE_SEMANTICS)}")
+    width = observation.residual_dimension
+    if ("residual_scale" in body) == ("residual_scales" in body):
+        raise where.fail("give exactly one of 'residual_scale' (one scale) or 'residual_scales' "
+                         f"({width} per-component scales)")
+    if "residual_scale" in body:
+        scales = np.full(width, s.number(body["residual_scale"], where.key("residual_scale"),
+                                         positive=True))
+    else:
+        sw = where.key("residual_scales")
+        raw = s.sequence(body["residual_scales"], sw)
+        if len(raw) != width:
+            extra = (" (an orientation residual is a 3-D rotation vector, not the 4 quaternion "
+                     "components)" if observation.quaternion else "")
+            raise sw.fail(f"observation {observation.id!r} has {width} residual component(s) "
+                          f"({', '.join(observation.residual_components)}), got {len(raw)} "
+                          f"scale(s){extra}")
+        scales = np.array([s.number(v, sw.key(i), positive=True) for i, v in enumerate(raw)])
+
+    if ("samples" in body) == ("samples_file" in body):
+        raise where.fail("give exactly one of 'samples' (inline) or 'samples_file' (a CSV file)")
+    samples_file = None
+    if "samples" in body:
+        times, values = _inline_samples(body["samples"], where.key("samples"), observation)
+    else:
+        fw = where.key("samples_file")
+        samples_file = s.string(body["samples_file"], fw)
+        times, values = _csv_samples(base / samples_file, fw, observation)
+    if observation.quaternion:
+        norms = np.linalg.norm(values, axis=1)
+        bad = np.flatnonzero(np.abs(norms - 1.0) > 1e-2)
+        if bad.size:
+            raise where.fail(f"sample {int(bad[0])} (time_ns {int(times[bad[0]])}) of "
+                             f"orientation {observation.id!r} has norm {norms[bad[0]]:.4g}; "
+                             f"expected a unit quaternion (wxyz)")
+        values = values / norms[:, None]
+    if not observation.event_driven and alignment == "exact":
+        grid = observation.sample_every_steps * timestep
+        off = np.flatnonzero(times % grid)
+        if off.size:
+            t = int(times[off[0]])
+            below = t // grid * grid
+            raise where.fail(f"exact alignment: sample {int(off[0])} at time_ns {t} is not on "
+                             f"the observation grid of {observation.sample_every_steps} step(s) "
+                             f"x {timestep} ns; nearest grid times: {below} or {below + grid}")
+    times.setflags(write=False)
+    values.setflags(write=False)
+    scales.setflags(write=False)
+    return SignalSpec(observation.id, alignment, scales, semantics, times, values, samples_file)
+
+
+def _inline_samples(value: Any, where: s.Where,
+                    observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
+    items = s.sequence(value, where)
+    if not items:
+        raise where.fail("expected at least one sample")
+    times = np.empty(len(items), dtype=np.int64)
+    values = np.empty((len(items), observation.dimension))
+    previous = -1
+    for i, item in enumerate(items):
+        at = where.key(i)
+        body = s.mapping(item, at)
+        s.keys(body, at, required=("time_ns", "values"))
+        t = s.integer(body["time_ns"], at.key("time_ns"), minimum=0)
+        if t <= previous:
+            raise at.key("time_ns").fail(f"time_ns must increase strictly; {t} follows "
+                                         f"{previous}")
+        previous = t
+        row = s.sequence(body["values"], at.key("values"))
+        if len(row) != observation.dimension:
+            raise at.key("values").fail(
+                f"observation {observation.id!r} ({observation.source}) has "
+                f"{observation.dimension} value(s) per sample "
+                f"({', '.join(observation.components)}), got {len(row)}")
+        times[i] = t
+        values[i] = [s.number(v, at.key("values").key(j)) for j, v in enumerate(row)]
+    return times, values
+
+
+def _csv_samples(path: Path, where: s.Where,
+                 observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
+    """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except OSError as exc:
+        raise where.fail(f"cannot read samples file {str(path)!r}: "
+                         f"{exc.strerror or exc}") from None
+    file = str(path)
+    if not rows or not rows[0] or rows[0][0].strip() != "time_ns":
+        raise CalibrationRequestError(f"{file}: line 1: expected a header row starting with "
+                                      f"'time_ns'")
+    width = observation.dimension
+    if len(rows[0]) != width + 1:
+        raise CalibrationRequestError(
+            f"{file}: line 1: observation {observation.id!r} has {width} value column(s) "
+            f"({', '.join(observation.components)}) after time_ns, got {len(rows[0]) - 1}")
+    data = [r for r in rows[1:]]
+    if not data:
+        raise CalibrationRequestError(f"{file}: expected at least one sample row")
+    times = np.empty(len(data), dtype=np.int64)
+    values = np.empty((len(data), width))
+    previous = -1
+    for i, row in enumerate(data):
+        line = i + 2
+        if len(row) != width + 1:
+            raise CalibrationRequestError(f"{file}: line {line}: expected {width + 1} columns, "
+                                          f"got {len(row)}")
+        try:
+            t = int(row[0])
+        except ValueError:
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns {row[0]!r} is not an "
+                                          f"integer") from None
+        if t < 0 or t <= previous:
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns must increase strictly "
+                                          f"from 0; {t} follows {previous}")
+        previous = t
+        times[i] = t
+        try:
+            values[i] = [float(v) for v in row[1:]]
+        except ValueError:
+            raise CalibrationRequestError(f"{file}: line {line}: values must be numbers, got "
+                                          f"{row[1:]}") from None
+        if not np.all(np.isfinite(values[i])):
+            raise CalibrationRequestError(f"{file}: line {line}: values must be finite, got "
+                                          f"{row[1:]}")
+    return times, values
+
+
+def _check_standardized(doc: Mapping[str, Any], root: s.Where,
+                        episodes: Sequence[EpisodeSpec]) -> None:
+    """standardized_gaussian_residuals: every signal is a measurement standard deviation and
+    every weight is 1.0, in training and validation alike."""
+    claim = "objective.standardized_gaussian_residuals is true"
+    for episode in episodes:
+        index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
+        at = root.key(episode.scope).key(index)
+        if episode.weight != 1.0:
+            raise at.key("weight").fail(
+                f"{claim}, so every episode weight must be 1.0 (an engineering weight is not a "
+                f"likelihood); got {episode.weight:g}")
+        for signal in episode.signals:
+            if signal.scale_semantics != "measurement_standard_deviation":
+                raise at.key("signals").key(signal.observation).key("scale_semantics").fail(
+                    f"{claim}, so every signal's scale_semantics must be "
+                    f"measurement_standard_deviation; got {signal.scale_semantics}")
+
+
+def _episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
+                  initial_state: Sequence[Mapping[str, Any]],
+                  inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec]) -> str:
+    digest = hashlib.sha256()
+    header = {"id": episode_id, "episode_seed": seed, "weight": weight, "horizon_steps": horizon,
+              "initial_state": list(initial_state),
+              "recorded_inputs": [[r.source_id, r.source_sequence, r.payload_type,
+                                   r.payload_json, r.accepted, r.commit_tick,
+                                   r.acceptance_sequence] for r in inputs]}
+    digest.update(canonical_json(header).encode())
+    for signal in signals:
+        digest.update(canonical_json({
+            "observation": signal.observation, "alignment": signal.alignment,
+            "scale_semantics": signal.scale_semantics,
+            "residual_scales": signal.residual_scales.tolist()}).encode())
+        digest.update(np.ascontiguousarray(signal.times_ns, dtype="<i8").tobytes())
+        digest.update(np.ascontiguousarray(signal.values, dtype="<f8").tobytes())
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- settings
+
+def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, optional=("type", "max_iterations", "function_tolerance",
+                                  "parameter_tolerance", "gradient_tolerance",
+                                  "finite_difference_relative_step"))
+    kind = s.string(body.get("type", "ceres"), where.key("type"))
+    if kind not in OPTIMIZER_TYPES:
+        raise where.key("type").fail(f"unknown optimizer {kind!r}; expected one of "
+                                     f"{', '.join(OPTIMIZER_TYPES)} (ceres runs the bound-"
+                                     f"constrained least-squares solver)")
+
+    def tolerance(key: str) -> float | None:
+        return s.number(body[key], where.key(key), positive=True) if key in body else None
+
+    step = tolerance("finite_difference_relative_step")
+    if step is not None and step >= 0.5:
+        raise where.key("finite_difference_relative_step").fail(
+            f"expected a small relative step (< 0.5), got {step:g}")
+    return OptimizerSpec(
+        type=kind,
+        max_iterations=s.integer(body.get("max_iterations", 100), where.key("max_iterations"),
+                                 minimum=1),
+        function_tolerance=tolerance("function_tolerance"),
+        parameter_tolerance=tolerance("parameter_tolerance"),
+        gradient_tolerance=tolerance("gradient_tolerance"),
+        finite_difference_relative_step=step)
+
+
+def _objective(value: Any, where: s.Where) -> ObjectiveSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, optional=("standardized_gaussian_residuals", "loss"))
+    standardized = s.boolean(body.get("standardized_gaussian_residuals", False),
+                             where.key("standardized_gaussian_residuals"))
+    loss = None
+    if body.get("loss") is not None:
+        lw = where.key("loss")
+        raw = s.mapping(body["loss"], lw)
+        s.keys(raw, lw, required=("type",), optional=("scale",))
+        kind = s.string(raw["type"], lw.key("type"))
+        if kind not in LOSS_TYPES:
+            raise lw.key("type").fail(f"unknown loss {kind!r}; expected one of "
+                                      f"{', '.join(LOSS_TYPES)}")
+        scale = s.number(raw.get("scale", 1.0), lw.key("scale"), positive=True)
+        loss = LossSpec(kind, scale)
+    return ObjectiveSpec(standardized, loss)
+
+
+def _execution(value: Any, where: s.Where) -> ExecutionSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, optional=("max_parallelism", "cache_entries"))
+    return ExecutionSpec(
+        max_parallelism=s.integer(body.get("max_parallelism", 1), where.key("max_parallelism"),
+                                  minimum=1),
+        cache_entries=s.integer(body.get("cache_entries", 256), where.key("cache_entries"),
+                                minimum=0))
+
+
+def _analysis(value: Any, where: s.Where) -> AnalysisSpec:
+    body = s.mapping(value, where)
+    s.keys(body, where, optional=("profile_likelihood", "information_matrix"))
+    profile = ProfileLikelihoodSpec()
+    if "profile_likelihood" in body:
+        pw = where.key("profile_likelihood")
+        raw = s.mapping(body["profile_likelihood"], pw)
+        s.keys(raw, pw, optional=("enabled", "samples_per_parameter"))
+        samples = s.integer(raw.get("samples_per_parameter", 21),
+                            pw.key("samples_per_parameter"), minimum=3)
+        profile = ProfileLikelihoodSpec(
+            enabled=s.boolean(raw.get("enabled", True), pw.key("enabled")),
+            samples_per_parameter=samples)
+    return AnalysisSpec(profile, s.boolean(body.get("information_matrix", False),
+                                           where.key("information_matrix")))
+
+
+def _fit(value: Any, where: s.Where) -> FitSpec:
+    if value is None:
+        return FitSpec()
+    body = s.mapping(value, where)
+    s.keys(body, where, optional=("max_training_rms", "max_validation_rms",
+                                  "max_local_condition_number", "max_episode_rms_ratio",
+                                  "reject_parameter_near_bound", "near_bound_fraction"))
+
+    def positive(key: str, minimum: float | None = None) -> float | None:
+        if key not in body:
+            return None
+        number = s.number(body[key], where.key(key), positive=True)
+        if minimum is not None and number < minimum:
+            raise where.key(key).fail(f"expected a number >= {minimum:g}, got {number:g}")
+        return number
+
+    tolerance = positive("near_bound_fraction")
+    if tolerance is not None and tolerance >= 0.5:
+        raise where.key("near_bound_fraction").fail(
+            f"expected a fraction of the parameter range below 0.5, got {tolerance:g}")
+    fit = FitSpec(
+        specified=True,
+        max_training_rms=positive("max_training_rms"),
+        max_validation_rms=positive("max_validation_rms"),
+        max_local_condition_number=positive("max_local_condition_number", 1.0),
+        max_episode_rms_ratio=positive("max_episode_rms_ratio", 1.0),
+        reject_parameter_near_bound=s.boolean(body.get("reject_parameter_near_bound", False),
+                                              where.key("reject_parameter_near_bound")),
+        near_bound_fraction=tolerance)
+    if tolerance is not None and not fit.reject_parameter_near_bound:
+        raise where.key("near_bound_fraction").fail(
+            "near_bound_fraction applies only with reject_parameter_near_bound: true")
+    return fit
+
+
+def _context(value: Any, where: s.Where) -> dict[str, Any]:
+    """Free-form provenance keys with scalar values (``seed`` must be an integer)."""
+    body = s.mapping(value, where)
+    out: dict[str, Any] = {}
+    for key, item in body.items():
+        at = where.key(str(key))
+        if not isinstance(key, str) or not key:
+            raise at.fail("context keys must be non-empty strings")
+        if key in RESERVED_CONTEXT_KEYS:
+            raise at.fail(f"{key!r} is written by the calibration result itself; reserved "
+                          f"context keys: {', '.join(RESERVED_CONTEXT_KEYS)}")
+        if key == "seed":
+            out[key] = s.integer(item, at, minimum=0)
+        elif isinstance(item, bool) or isinstance(item, str):
+            out[key] = item
+        elif isinstance(item, (int, float)):
+            out[key] = s.number(item, at) if isinstance(item, float) else item
+        else:
+            raise at.fail(f"context values must be strings, numbers or booleans, got "
+                          f"{s.describe(item)}")
+    return out
+
+
+# --------------------------------------------------------------------------- hashing
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_default,
+                      allow_nan=False)
+
+
+def canonical_sha256(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)

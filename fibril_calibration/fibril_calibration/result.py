@@ -1,0 +1,240 @@
+"""The calibration result document: the solver's outcome plus provenance and the fitted overlay.
+
+A versioned, strict JSON document (``allow_nan=False``; a non-finite number is ``null``):
+
+* everything the solver reports (``CalibrationOutcome.to_document()``: fitted parameters,
+  termination, summaries, local identifiability, information matrix, profile likelihood, fit);
+* ``context``: the request's own context keys plus the training/validation episode content
+  hashes, objective version, alignment contract, observation spec hash, optimizer id and option
+  hash, and seeds;
+* ``candidate_plan``: the provenance of the SimulationPlan built at the fitted values
+  (manifest / model / compiled-model / asset / parameter-set hashes, MuJoCo and build identity);
+* ``parameter_contract`` (bounds, unit, provenance, parameterization, prior, targets) and
+  ``target_mapping`` (parameter id → typed targets) with its hash;
+* ``parameter_overlay``: the portable overlay artifact of the fitted values, which a
+  SimulationManifest's ``parameter_overlays`` loads unchanged.
+
+Files are written atomically (a temporary file in the same folder, then a rename), so an
+interrupted or failed run never leaves a half-written result or overlay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fibril_sim_core.overlays import OverlayParameter, overlay_document
+
+from .alignment import ALIGNMENTS
+from .errors import CalibrationError
+from .parameters import physical_scale
+from .request import OBJECTIVE_VERSION, CalibrationRequest, canonical_sha256
+
+if TYPE_CHECKING:
+    from fibril_sim_core.plan import SimulationPlan
+
+    from .outcome import CalibrationOutcome
+    from .problem import ProblemStatistics
+
+RESULT_FORMAT = "fibril_calibration/result"
+RESULT_SCHEMA_VERSION = {"major": 1, "minor": 0}
+ALIGNMENT_CONTRACT = {
+    "id": "fibril_calibration/alignment/v1",
+    "policies": list(ALIGNMENTS),
+    "snapshot_time": "sample at tick t is the state x(t) at time t*dt, on a grid of "
+                     "sample_every_steps ticks from tick 0",
+    "event_time": "device_output: delivery time (or acquisition time if requested); "
+                  "actuator_application: release tick time; samples stamped in [0, horizon]",
+    "duplicates": "the last sample emitted at a timestamp is the value at that time",
+    "nearest_tie": "earlier sample",
+    "quaternion": "wxyz; linear = shortest-path SLERP; residual = 3-D rotation vector "
+                  "log(conj(q_recorded) * q_simulated), q and -q identical",
+    "residual": "sqrt(episode_weight) * (simulated - recorded) / residual_scale",
+    "layout": "episodes in declaration order; signals in observation declaration order; "
+              "samples in time order; components innermost",
+}
+
+
+def build_result_document(request: CalibrationRequest, outcome: CalibrationOutcome,
+                          fitted_plan: SimulationPlan, overlay_parameters:
+                          Sequence[OverlayParameter],
+                          statistics: ProblemStatistics | None = None,
+                          rollout_ticks: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The full, strict-JSON calibration result."""
+    solver = outcome.to_document()
+    fitted = {pid: float(v) for pid, v in zip(request.parameter_ids, outcome.fitted)}
+    mapping = target_mapping(request)
+    document: dict[str, Any] = {
+        "format": RESULT_FORMAT,
+        "schema_version": dict(RESULT_SCHEMA_VERSION),
+        "request": {"path": str(request.path), "sha256": request.sha256,
+                    "schema_version": {"major": 3, "minor": 1},
+                    "manifest": str(request.manifest.path),
+                    "optimizer_type": request.optimizer.type},
+    }
+    for key, value in solver.items():
+        document[key] = value
+    document["context"] = result_context(request, solver)
+    document["candidate_plan"] = {
+        "values": fitted,
+        "provenance": strict(dict(fitted_plan.provenance)),
+    }
+    document["parameter_contract"] = parameter_contract(request)
+    document["target_mapping"] = mapping
+    document["observations"] = [o.describe() for o in request.observations]
+    document["episodes"] = {
+        scope: [{"id": e.id, "episode_seed": e.seed, "weight": e.weight,
+                 "horizon_steps": e.horizon_steps,
+                 "rollout_ticks": None if rollout_ticks is None else rollout_ticks.get(e.id),
+                 "signals": [{"observation": s.observation, "alignment": s.alignment,
+                              "scale_semantics": s.scale_semantics, "samples": s.count}
+                             for s in e.signals],
+                 "content_sha256": e.content_sha256}
+                for e in request.episodes(scope)]
+        for scope in ("training", "validation")}
+    document["execution"] = {
+        "max_parallelism": request.execution.max_parallelism,
+        "cache_entries": request.execution.cache_entries,
+        "statistics": None if statistics is None else statistics.to_document(),
+    }
+    source = {"format": RESULT_FORMAT, "request": str(request.path),
+              "request_sha256": request.sha256,
+              "optimization_termination": outcome.termination,
+              "fit_verdict": outcome.verdict.verdict,
+              "target_mapping_sha256": mapping["sha256"]}
+    overlay_id = request.context.get("parameter_set_id")
+    document["parameter_overlay"] = overlay_document(
+        overlay_parameters, id=str(overlay_id) if overlay_id is not None else None,
+        source=source)
+    return strict(document)
+
+
+def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = dict(request.context)
+    for scope in ("training", "validation"):
+        episodes = request.episodes(scope)
+        context[f"{scope}_episode_content_sha256"] = {e.id: e.content_sha256 for e in episodes}
+        context[f"{scope}_content_sha256"] = (
+            canonical_sha256([[e.id, e.content_sha256] for e in episodes]) if episodes else None)
+    context["objective_version"] = OBJECTIVE_VERSION
+    context["alignment_contract"] = dict(ALIGNMENT_CONTRACT)
+    context["observation_spec_sha256"] = request.observation_spec_sha256()
+    optimizer_id = solver.get("optimizer", {}).get("id", "unknown")
+    context["optimizer_id"] = f"{optimizer_id} (request optimizer.type: {request.optimizer.type})"
+    context["optimizer_option_sha256"] = canonical_sha256(optimizer_options(request))
+    context["episode_seeds"] = {e.id: e.seed for e in request.training + request.validation}
+    context.setdefault("seed", None)
+    context["request_sha256"] = request.sha256
+    return context
+
+
+def optimizer_options(request: CalibrationRequest) -> dict[str, Any]:
+    """Everything that changes what the optimizer does (the basis of the option hash)."""
+    analysis = request.analysis
+    return {"optimizer": request.optimizer.describe(),
+            "objective": request.objective.describe(),
+            "analysis": {"profile_likelihood": {
+                "enabled": analysis.profile_likelihood.enabled,
+                "samples_per_parameter": analysis.profile_likelihood.samples_per_parameter},
+                "information_matrix": analysis.information_matrix},
+            "fit": {k: v for k, v in request.fit.__dict__.items()}}
+
+
+def parameter_contract(request: CalibrationRequest) -> list[dict[str, Any]]:
+    out = []
+    for p in request.parameters:
+        out.append({
+            "id": p.id, "unit": p.unit, "provenance": p.provenance,
+            "lower": p.lower, "upper": p.upper, "initial": p.initial, "nominal": p.nominal,
+            "parameterization": p.parameterization, "coordinate_scale": p.coordinate_scale,
+            "physical_scale": physical_scale(p),
+            "prior": None if p.prior is None else {
+                "mean": p.prior.mean, "standard_deviation": p.prior.standard_deviation},
+            "targets": [t.describe() for t in p.targets],
+        })
+    return out
+
+
+def target_mapping(request: CalibrationRequest) -> dict[str, Any]:
+    parameters = {p.id: [t.describe() for t in p.targets] for p in request.parameters}
+    return {"parameters": parameters, "sha256": canonical_sha256(parameters)}
+
+
+# --------------------------------------------------------------------------- JSON
+
+def strict(value: Any) -> Any:
+    """A JSON-able copy: numpy → Python, non-finite floats → None, tuples → lists."""
+    if isinstance(value, Mapping):
+        return {str(k): strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return strict(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def to_json(document: Mapping[str, Any], *, indent: int | None = 2) -> str:
+    return json.dumps(document, indent=indent, allow_nan=False, sort_keys=False) + "\n"
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                             dir=folder)
+    except OSError as exc:
+        raise CalibrationError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0600 → the usual file mode
+        os.replace(temporary, target)
+    except OSError as exc:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise CalibrationError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Fail before a long run when an output path cannot be written."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise CalibrationError(f"{what} {str(target)!r}: folder {str(folder)!r} does not exist")
+    if target.is_dir():
+        raise CalibrationError(f"{what} {str(target)!r} is a directory")
+    if not os.access(folder, os.W_OK):
+        raise CalibrationError(f"{what} {str(target)!r}: folder {str(folder)!r} is not writable")
