@@ -86,7 +86,8 @@ def solver_options(request: CalibrationRequest,
         profile_likelihood=request.analysis.profile_likelihood.enabled,
         profile_samples=request.analysis.profile_likelihood.samples_per_parameter,
         information_matrix=request.analysis.information_matrix,
-        fit_criteria=criteria, progress=progress, tolerances=tolerances)
+        fit_criteria=criteria, progress=progress, tolerances=tolerances,
+        optimizer_differences=optimizer.jacobian)
     if optimizer.finite_difference_relative_step is not None:
         options["relative_step"] = optimizer.finite_difference_relative_step
     return SolverOptions(**options)

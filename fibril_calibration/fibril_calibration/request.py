@@ -118,6 +118,7 @@ class OptimizerSpec:
     parameter_tolerance: float | None = None
     gradient_tolerance: float | None = None
     finite_difference_relative_step: float | None = None
+    jacobian: str = "central"
 
     def describe(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -841,7 +842,7 @@ def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("type", "max_iterations", "function_tolerance",
                                   "parameter_tolerance", "gradient_tolerance",
-                                  "finite_difference_relative_step"))
+                                  "finite_difference_relative_step", "jacobian"))
     kind = s.string(body.get("type", "ceres"), where.key("type"))
     if kind not in OPTIMIZER_TYPES:
         raise where.key("type").fail(f"unknown optimizer {kind!r}; expected one of "
@@ -851,6 +852,11 @@ def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
     def tolerance(key: str) -> float | None:
         return s.number(body[key], where.key(key), positive=True) if key in body else None
 
+    jacobian = body.get("jacobian", "central")
+    if jacobian not in ("central", "forward"):
+        raise where.key("jacobian").fail(f"expected 'central' (the default: central inside the "
+                                         f"bounds, one-sided at a bound) or 'forward', got "
+                                         f"{s.describe(jacobian)}")
     step = tolerance("finite_difference_relative_step")
     if step is not None and step >= 0.5:
         raise where.key("finite_difference_relative_step").fail(
@@ -862,7 +868,7 @@ def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
         function_tolerance=tolerance("function_tolerance"),
         parameter_tolerance=tolerance("parameter_tolerance"),
         gradient_tolerance=tolerance("gradient_tolerance"),
-        finite_difference_relative_step=step)
+        finite_difference_relative_step=step, jacobian=jacobian)
 
 
 def _objective(value: Any, where: s.Where) -> ObjectiveSpec:

@@ -9,8 +9,8 @@
    ``validation_summary`` (raw unweighted residuals; validation is evaluated once, at the fit);
 3. local analysis of the data-only unweighted training Jacobian at the fit (``analysis``): one
    second-order linearisation at the fitted point through the same adapter (Ceres'
-   ``Problem::Evaluate`` at the solution). It costs ``2n`` rollouts after forward-difference
-   iterations and nothing after central ones (memoised). The weighted and unweighted Jacobians
+   ``Problem::Evaluate`` at the solution). It costs nothing after the default central-difference
+   iterations (memoised) and ``2n`` rollouts after opt-in forward-difference ones. The weighted and unweighted Jacobians
    come from the same rollouts; ``jacobian_source`` is ``objective_jacobian`` when they coincide
    with the objective's (no prior, no loss, all weights 1) and ``data_only_relinearization``
    otherwise;
@@ -53,7 +53,7 @@ class SolverOptions:
     information_matrix: bool = False
     fit_criteria: FitCriteria | None = None
     progress: Callable[[str], None] | None = None
-    optimizer_differences: str = "forward"
+    optimizer_differences: str = "central"
     relative_step: float | None = None
     tolerances: Tolerances = Tolerances()
     cache_entries: int = 16

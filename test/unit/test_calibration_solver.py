@@ -76,11 +76,24 @@ def test_six_parameters_recovered() -> None:
     out = calibrate(model, params, SolverOptions())
     assert out.termination == "converged"
     np.testing.assert_allclose(out.fitted, truth, atol=1e-7)
-    # Forward differences in the iterations: one batched call of n points per Jacobian, plus
-    # one second-order batch (2n) for the analysis at the fit.
-    assert model.batches[-1] == 12
-    assert set(model.batches[:-1]) == {6}
-    assert out.evaluations.analysis_relinearization == 12
+    # Central differences (the default): one batched call of 2n points per Jacobian; the
+    # analysis at the fit reuses the optimizer's last, memoised Jacobian.
+    assert set(model.batches) == {12}
+    assert out.evaluations.analysis_relinearization == 0
+
+
+def test_forward_differences_are_opt_in() -> None:
+    truth = np.array([0.5, -0.2, 1.5])
+    f = lambda p: p[0] + p[1] * T + p[2] * np.exp(-T)  # noqa: E731
+    y = f(truth)
+    params = [CalibrationParameter(f"p{i}", -5.0, 5.0, 0.0) for i in range(3)]
+    model = BatchNumpyModel([p.id for p in params], [Signal("e", "y", lambda p: (f(p) - y) / 0.01)])
+    out = calibrate(model, params, SolverOptions(optimizer_differences="forward"))
+    np.testing.assert_allclose(out.fitted, truth, atol=1e-7)
+    # n points per Jacobian while iterating, then one second-order batch (2n) at the fit.
+    assert model.batches[-1] == 6
+    assert set(model.batches[:-1]) == {3}
+    assert out.evaluations.analysis_relinearization == 6
 
 
 def test_bounds_are_never_evaluated_outside_and_bound_optimum_is_reported() -> None:
