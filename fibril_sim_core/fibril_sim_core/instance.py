@@ -24,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from mujoco import rollout
+
 from .errors import IngressError, InstanceError
 from .ingress import AcceptedInput, Ingress, external_input
+from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
 from .records import (ActuatorApplication, DeviceOutput, ExternalInput, IngressRecord,
                       StateSnapshot)
 
@@ -36,6 +39,79 @@ if TYPE_CHECKING:
 
 Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
 _NEVER = 1 << 62
+_MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
+_CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
+
+
+class StateCapture:
+    """Values of qpos / qvel / act / sensordata at chosen ticks, filled as the instance runs.
+
+    Row ``i`` holds the state x(t) at ``ticks[i]`` and the sensordata computed from it (MuJoCo
+    computes that during the step t → t+1, so it is filled once that step is done).
+    """
+
+    def __init__(self, model: mujoco.MjModel, ticks: np.ndarray, fields: Sequence[str]) -> None:
+        unknown = sorted(set(fields) - set(_CAPTURE_FIELDS))
+        if unknown:
+            raise InstanceError(f"capture: unknown field(s) {', '.join(unknown)}; expected "
+                                f"{', '.join(_CAPTURE_FIELDS)}")
+        self.ticks = ticks
+        sizes = {"qpos": model.nq, "qvel": model.nv, "act": model.na,
+                 "sensordata": model.nsensordata}
+        self.values = {name: np.full((ticks.shape[0], sizes[name]), np.nan) for name in fields}
+        self._state = tuple(name for name in fields if name != "sensordata")
+        self._sensordata = "sensordata" in fields
+        self.next_state = 0  # index of the next row whose state is still to be taken
+        self.next_sensor = 0 if self._sensordata else ticks.shape[0]
+
+    @property
+    def complete(self) -> bool:
+        return self.next_state >= self.ticks.shape[0] and self.next_sensor >= self.ticks.shape[0]
+
+    def next_event(self, t: int) -> int:
+        """The next boundary after ``t`` at which this capture takes something."""
+        following = _NEVER
+        if self.next_state < self.ticks.shape[0]:
+            following = int(self.ticks[self.next_state])
+        if self.next_sensor < self.ticks.shape[0]:
+            following = min(following, int(self.ticks[self.next_sensor]) + 1)
+        return following if following > t else t + 1
+
+    def take_state(self, t: int, data: mujoco.MjData) -> None:
+        """At boundary ``t`` (MjData holds x(t)): take the state of a row due at ``t``."""
+        row = self.next_state
+        if row < self.ticks.shape[0] and self.ticks[row] == t:
+            for name in self._state:
+                self.values[name][row] = getattr(data, name)
+            self.next_state = row + 1
+
+    def take_sensordata(self, t: int, data: mujoco.MjData) -> None:
+        """At boundary ``t``: MjData's sensordata belongs to x(t-1)."""
+        row = self.next_sensor
+        if row < self.ticks.shape[0] and self.ticks[row] == t - 1:
+            self.values["sensordata"][row] = data.sensordata
+            self.next_sensor = row + 1
+
+    def take_rollout(self, start: int, states: np.ndarray, sensordata: np.ndarray,
+                     offsets: dict[str, tuple[int, int]]) -> None:
+        """From one rollout of ``k`` steps starting at ``start``: state row ``i`` is x(start+i+1)
+        and sensordata row ``i`` belongs to x(start+i)."""
+        k = states.shape[0]
+        ticks = self.ticks
+        end = np.searchsorted(ticks, start + k, side="left")  # x(start+k): taken at the boundary
+        rows = np.arange(self.next_state, end)
+        if rows.size:
+            at = ticks[rows] - start - 1
+            for name in self._state:
+                first, size = offsets[name]
+                self.values[name][rows] = states[at, first:first + size]
+            self.next_state = int(end)
+        if self._sensordata:
+            end = np.searchsorted(ticks, start + k, side="left")
+            rows = np.arange(self.next_sensor, end)
+            if rows.size:
+                self.values["sensordata"][rows] = sensordata[ticks[rows] - start]
+                self.next_sensor = int(end)
 
 
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
@@ -68,6 +144,7 @@ class SimulationInstance:
         self._snapshot_every = snapshot_every
         self._endpoints: list[Endpoint] = [a.create() for a in plan.actuators]
         self._ingress = Ingress(plan.actuators, self._endpoints, self._clock)
+        self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         self._start_episode()
 
     # ----------------------------------------------------------------- lifecycle
@@ -89,6 +166,9 @@ class SimulationInstance:
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
         self._recorded: list[tuple[int, int, AcceptedInput]] = []
+        # The replay whose remaining entries are the tail of _recorded, with its controls.
+        self._replay: tuple[RecordedInputs, ControlTrajectory] | None = None
+        self._capture: StateCapture | None = None
         self._order = 0
         self._snapshot_pre: tuple[int, tuple[np.ndarray, ...]] | None = None
         self._endpoints[:] = [a.create() for a in self.plan.actuators]
@@ -170,44 +250,68 @@ class SimulationInstance:
         sequence. Raises IngressError (and records the rejection) for bad input."""
         return self._ingress.enqueue(item)
 
-    def enqueue_recorded_trace_inputs(self, records: Iterable[IngressRecord | Mapping]) -> int:
+    def enqueue_recorded_trace_inputs(
+            self, records: RecordedInputs | Iterable[IngressRecord | Mapping]) -> int:
         """Replay recorded inputs at their recorded commit ticks, in recorded acceptance order.
 
+        ``records`` are IngressRecords (or mappings with their keys), or a RecordedInputs
+        prepared once with ``plan.prepare_recorded_inputs`` for replaying into many instances.
         Rejected records are skipped (they never reached physics in the recording either).
         Returns the number queued. Raises IngressError naming the record that is invalid.
         """
-        accepted: list[tuple[int, int, ExternalInput]] = []
-        for n, record in enumerate(records):
-            record = _as_record(record, n)
-            if not record.accepted:
-                continue
-            if record.commit_tick < self._tick:
-                raise IngressError(f"recorded input {n} ({record.source_id!r} sequence "
-                                   f"{record.source_sequence}): commit_tick {record.commit_tick} "
-                                   f"is before the current tick {self._tick}")
-            item = external_input(record.source_id, record.source_sequence,
-                                  record.payload_type, record.payload_json)
-            accepted.append((record.commit_tick, record.acceptance_sequence, item))
-        accepted.sort(key=lambda entry: (entry[0], entry[1]))
-        last: dict[str, int] = {}
-        queued: list[tuple[int, int, AcceptedInput]] = []
-        for commit_tick, acceptance, item in accepted:
-            if item.source_sequence <= last.get(item.source_id, -1):
-                raise IngressError(f"recorded input {item.source_id!r}: source_sequence "
-                                   f"{item.source_sequence} does not increase in acceptance "
-                                   f"order")
-            last[item.source_id] = item.source_sequence
-            index, command = self._ingress.parse(item)
-            queued.append((commit_tick, acceptance,
-                           AcceptedInput(acceptance, item, index, command, commit_tick)))
-        self._recorded = sorted(self._recorded + queued, key=lambda entry: entry[:2])
-        self._recorded.reverse()  # pop() from the end in order
-        return len(queued)
+        if not isinstance(records, RecordedInputs) or \
+                records.signature != self.plan.recorded_input_signature:
+            source = (records.entries if isinstance(records, RecordedInputs) else records)
+            records = prepare_recorded_inputs(self.plan.actuators, (
+                IngressRecord(0, e.input.source_id, e.input.source_sequence,
+                              e.input.payload_type, e.input.payload_json, True, e.commit_tick,
+                              e.acceptance_sequence, "", 0) if isinstance(e, AcceptedInput)
+                else e for e in source))
+        entries = records.entries
+        if entries and entries[0].commit_tick < self._tick:
+            first = entries[0]
+            raise IngressError(f"recorded input ({first.input.source_id!r} sequence "
+                               f"{first.input.source_sequence}): commit_tick "
+                               f"{first.commit_tick} is before the current tick {self._tick}")
+        queued = [(e.commit_tick, e.acceptance_sequence, e) for e in reversed(entries)]
+        if not queued:
+            return 0
+        if self._recorded and self._recorded[0][:2] <= queued[-1][:2]:
+            # Everything already queued replays first (ties too): the new block is the tail.
+            self._recorded = queued + self._recorded
+        elif self._recorded:
+            merged = sorted(self._recorded + queued, key=lambda entry: entry[:2])
+            merged.reverse()
+            self._recorded = merged
+            self._replay = None
+            return len(entries)
+        else:
+            self._recorded = queued
+        controls = records.controls(self.plan.actuators, self._endpoints)
+        self._replay = (records, controls) if controls is not None and self._replay is None \
+            else None
+        return len(entries)
+
+    def capture(self, ticks: Sequence[int] | np.ndarray,
+                fields: Sequence[str] = _CAPTURE_FIELDS) -> StateCapture:
+        """Take qpos / qvel / act / sensordata at ``ticks`` (of this episode) as the instance
+        runs, without a per-tick callback: a replayed block fills it straight from the
+        rollout. One capture per episode; the ticks must not be in the past."""
+        array = np.unique(np.asarray(ticks, dtype=np.int64))
+        if array.size and array[0] < self._tick:
+            raise InstanceError(f"capture: tick {int(array[0])} is before the current tick "
+                                f"{self._tick}")
+        self._capture = StateCapture(self.model, array, fields)
+        return self._capture
 
     # ----------------------------------------------------------------- outputs
     def subscribe(self, callback: Callable[[Record], None]) -> None:
         """Call ``callback`` (on the owner thread) with every record as it is emitted."""
         self._subscribers.append(callback)
+
+    @property
+    def _listening(self) -> bool:
+        return self._collect or bool(self._subscribers)
 
     def poll(self) -> list[Record]:
         """Records emitted since the last poll (when the instance collects them)."""
@@ -268,7 +372,12 @@ class SimulationInstance:
         self.advance(1)
 
     def advance(self, ticks: int) -> None:
-        """Advance by ``ticks`` physics ticks, one ``mj_step(nstep=k)`` between events."""
+        """Advance by ``ticks`` physics ticks, one ``mj_step(nstep=k)`` between events.
+
+        A block of replayed recorded commands that nobody listens to record by record (no
+        subscriber, no collection, no device or snapshot due) runs as one ``mujoco.rollout``
+        with the control trajectory those commands produce: the same steps, bit for bit.
+        """
         if ticks < 0:
             raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
         model, data, step = self.model, self.data, mujoco.mj_step
@@ -281,6 +390,9 @@ class SimulationInstance:
                 self._processed = t
             if self._recorded or self._releases or ingress.waiting:
                 self._commit(t)
+            capture = self._capture
+            if capture is not None:
+                capture.take_state(t, data)
             if t >= target:
                 return
             if self._snapshot_every and t % self._snapshot_every == 0 \
@@ -291,6 +403,11 @@ class SimulationInstance:
             following = self._next_event(t)
             if following > target:
                 following = target
+            if following == t + 1 and (self._replay is not None or self._capture is not None):
+                end = self._block_end(t, target)
+                if end - t >= _MIN_ROLLOUT_TICKS:
+                    self._block(t, end)
+                    continue
             step(model, data, following - t)
             self._tick = following
 
@@ -307,7 +424,92 @@ class SimulationInstance:
             snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
             if snapshot < following:
                 following = snapshot
+        if self._capture is not None:
+            following = min(following, self._capture.next_event(t))
         return following if following > t else t + 1
+
+    # ----------------------------------------------------------------- replay blocks
+    def _block_end(self, t: int, target: int) -> int:
+        """How far from ``t`` nothing but replayed commands and captures happen (``t`` when a
+        block cannot run: someone listens to records, a snapshot is due, live input waits)."""
+        if self._listening or self._snapshot_every or self._ingress.waiting:
+            return t
+        remaining = len(self._recorded)
+        if remaining:
+            if self._replay is None or remaining > len(self._replay[0].entries):
+                return t
+        elif self._capture is None:
+            return t
+        end = min(min(self._read_at) if self._read_at else _NEVER, target)
+        if self._deliveries:
+            end = min(end, self._deliveries[0][0])
+        for release, _, item in self._releases:  # a few commands waiting out their latency
+            if self._endpoints[item.endpoint].control(item.command) is None:
+                end = min(end, release)
+        return end
+
+    def _block(self, t: int, end: int) -> None:
+        """Step ``t`` → ``end`` in one rollout, committing and releasing the replayed commands
+        due in ``(t, end)`` exactly as tick-by-tick stepping would."""
+        model, data = self.model, self.data
+        k = end - t
+        table = np.empty((k, model.nu))
+        table[:] = data.ctrl
+        # Commands committed before the block that are released inside it go first (on one
+        # ctrl they were committed before any command of the block).
+        waiting: list[tuple[int, int, float]] = []
+        while self._releases and self._releases[0][0] < end:
+            release_tick, _, item = heapq.heappop(self._releases)
+            index, value = self._endpoints[item.endpoint].control(item.command)
+            waiting.append((release_tick - t, index, value))
+        if self._recorded or waiting:
+            rows = np.array([w[0] for w in waiting], dtype=np.int64)
+            cols = np.array([w[1] for w in waiting], dtype=np.intp)
+            values = np.array([w[2] for w in waiting], dtype=np.float64)
+            inside = np.zeros(0, dtype=bool)
+            if self._recorded:
+                records, controls = self._replay  # type: ignore[misc]
+                first = len(records.entries) - len(self._recorded)
+                last = int(np.searchsorted(records.commit_ticks, end, side="left"))
+                release = controls.release_ticks[first:last]
+                inside = release < end
+                rows = np.concatenate((rows, release[inside] - t))
+                cols = np.concatenate((cols, controls.indices[first:last][inside]))
+                values = np.concatenate((values, controls.values[first:last][inside]))
+            if rows.size:
+                table[:] = np.nan
+                table[0] = data.ctrl
+                # Later commands overwrite earlier ones on the same tick and ctrl: keep the last.
+                _, keep = np.unique((rows * model.nu + cols)[::-1], return_index=True)
+                keep = rows.size - 1 - keep
+                table[rows[keep], cols[keep]] = values[keep]
+                filled = np.where(np.isnan(table), 0, np.arange(k)[:, None])
+                np.maximum.accumulate(filled, axis=0, out=filled)
+                table = table[filled, np.arange(model.nu)]
+            for n in np.flatnonzero(~inside):  # released after the block: they wait
+                self._order += 1
+                heapq.heappush(self._releases, (int(release[n]), self._order,
+                                                records.entries[first + int(n)]))
+            if inside.size:
+                del self._recorded[len(self._recorded) - (last - first):]
+        spec = self._state_spec
+        initial = np.empty(mujoco.mj_stateSize(model, spec))
+        mujoco.mj_getState(model, data, initial, spec)
+        states, sensordata = rollout.rollout(model, data, initial, table,
+                                             initial_warmstart=data.qacc_warmstart.copy())
+        if self._capture is not None:
+            self._capture.take_rollout(t, states[0], sensordata[0], self._state_offsets())
+        self._tick = end
+
+    def _state_offsets(self) -> dict[str, tuple[int, int]]:
+        model = self.model
+        size = mujoco.mj_stateSize
+        bits = mujoco.mjtState
+        time = size(model, bits.mjSTATE_TIME)
+        qpos = size(model, bits.mjSTATE_QPOS)
+        qvel = size(model, bits.mjSTATE_QVEL)
+        return {"qpos": (time, qpos), "qvel": (time + qpos, qvel),
+                "act": (time + qpos + qvel, size(model, bits.mjSTATE_ACT))}
 
     def _boundary(self, t: int) -> None:
         """Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots."""
@@ -340,6 +542,8 @@ class SimulationInstance:
             self._emit(heapq.heappop(deliveries)[2])
         if self._snapshot_pre is not None:
             self._snapshot(t)
+        if self._capture is not None:
+            self._capture.take_sensordata(t, data)
 
     def _commit(self, t: int) -> None:
         """Commit recorded and live inputs due at ``t``; apply commands released at ``t``."""
@@ -356,11 +560,12 @@ class SimulationInstance:
             self._release(t, heapq.heappop(releases)[2])
 
     def _accept(self, t: int, item: AcceptedInput) -> None:
-        source = item.input
-        self._emit(IngressRecord(
-            self._episode, source.source_id, source.source_sequence, source.payload_type,
-            source.payload_json, True, t, item.acceptance_sequence, "",
-            self._session_offset + t * self._dt))
+        if self._listening:
+            source = item.input
+            self._emit(IngressRecord(
+                self._episode, source.source_id, source.source_sequence, source.payload_type,
+                source.payload_json, True, t, item.acceptance_sequence, "",
+                self._session_offset + t * self._dt))
         latency = self.plan.actuators[item.endpoint].latency_ticks
         if latency == 0:
             self._release(t, item)
@@ -373,6 +578,8 @@ class SimulationInstance:
         descriptor = endpoint.descriptor
         command = item.command
         applied = endpoint.apply(self.data, command)
+        if not self._listening:
+            return
         self._emit(ActuatorApplication(
             self._episode, t, t * self._dt, self._session_offset + t * self._dt,
             descriptor.endpoint, descriptor.actuator, command.mode, command.value,
@@ -394,27 +601,6 @@ class SimulationInstance:
                 "episode_time_ns": self.episode_time_ns, "session_time_ns": self.session_time_ns,
                 "qpos": self.data.qpos.tolist(), "qvel": self.data.qvel.tolist(),
                 "accepted_inputs": self.accepted_count, "rejected_inputs": self.rejected_count}
-
-
-def _as_record(record: IngressRecord | Mapping, n: int) -> IngressRecord:
-    if isinstance(record, IngressRecord):
-        return record
-    if not isinstance(record, Mapping):
-        raise IngressError(f"recorded input {n}: expected a mapping, got "
-                           f"{type(record).__name__}")
-    missing = [key for key in ("source_id", "source_sequence", "payload_type", "payload_json",
-                               "commit_tick", "acceptance_sequence") if key not in record]
-    if missing:
-        raise IngressError(f"recorded input {n}: missing {', '.join(missing)}")
-    for key in ("source_sequence", "commit_tick", "acceptance_sequence"):
-        value = record[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise IngressError(f"recorded input {n}: {key} must be a non-negative integer, "
-                               f"got {value!r}")
-    return IngressRecord(0, str(record["source_id"]), record["source_sequence"],
-                         str(record["payload_type"]), str(record["payload_json"]),
-                         bool(record.get("accepted", True)), record["commit_tick"],
-                         record["acceptance_sequence"], "", 0)
 
 
 def _assign(target: np.ndarray, start: int, width: int, values: Any, where: str) -> None:

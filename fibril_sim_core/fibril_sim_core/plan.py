@@ -7,7 +7,7 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +23,7 @@ from .components.base import effective_config, validate_config
 from .errors import FibrilError, ManifestError, PlanError
 from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
 from .mujoco_targets import apply_mujoco_overlays, compiled_value
+from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
 from .overlays import (ComponentTarget, MujocoTarget, OverlayError, OverlayParameter,
                        ParameterOverlays, load_overlay_artifact, merge_layers)
 from .timebase import Timebase
@@ -51,6 +52,16 @@ class SimulationPlan:
     @property
     def endpoints(self) -> Mapping[str, ActuatorDescriptor]:
         return MappingProxyType({a.endpoint: a for a in self.actuators})
+
+    @property
+    def recorded_input_signature(self) -> tuple[Any, ...]:
+        """What parsing recorded inputs depends on (see ``prepare_recorded_inputs``)."""
+        return endpoint_signature(self.actuators)
+
+    def prepare_recorded_inputs(self, records: Iterable[Any]) -> RecordedInputs:
+        """Validate and parse recorded inputs once, to replay them into many instances (of
+        this plan or of any plan with the same endpoints, e.g. calibration candidates)."""
+        return prepare_recorded_inputs(self.actuators, records)
 
     def device(self, device_id: str) -> DeviceDescriptor:
         for device in self.devices:

@@ -359,7 +359,7 @@ def test_recorded_inputs_commit_at_recorded_tick_in_acceptance_order(tmp_path: P
 
 @pytest.mark.parametrize(("records", "message"), [
     ([_recorded("drive/command", 0, 1.0, tick=1, acceptance=0)],
-     "recorded input 0 ('drive/command' sequence 0): commit_tick 1 is before the current tick 4"),
+     "recorded input ('drive/command' sequence 0): commit_tick 1 is before the current tick 4"),
     ([_recorded("drive/command", 3, 1.0, tick=5, acceptance=0),
       _recorded("drive/command", 2, 1.0, tick=6, acceptance=1)],
      "recorded input 'drive/command': source_sequence 2 does not increase in acceptance order"),

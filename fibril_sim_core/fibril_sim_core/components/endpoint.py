@@ -50,3 +50,9 @@ class Endpoint:
     def apply(self, data: mujoco.MjData, command: Command) -> float:
         """Apply driver semantics and write MuJoCo's ctrl; return the applied value."""
         raise NotImplementedError
+
+    def control(self, command: Command) -> tuple[int, float] | None:
+        """``(ctrl index, value)`` that ``apply`` would write, when that depends on nothing but
+        the command and the endpoint's config (None otherwise). Such endpoints let an instance
+        replay a block of recorded commands in one ``mujoco.rollout`` call."""
+        return None

@@ -106,6 +106,11 @@ class Motor(Endpoint):
         return Command(mode, float(value))
 
     def apply(self, data: mujoco.MjData, command: Command) -> float:
+        index, value = self.control(command)
+        data.ctrl[index] = value
+        return value
+
+    def control(self, command: Command) -> tuple[int, float]:
         config = self._config
         value = command.value
         mode = command.mode
@@ -121,5 +126,4 @@ class Motor(Endpoint):
         elif mode == "position" and config["position_limits"]:
             low, high = config["position_limits"]
             value = min(max(value, low), high)
-        data.ctrl[self.descriptor.modes[mode]] = value
-        return value
+        return self.descriptor.modes[mode], value
