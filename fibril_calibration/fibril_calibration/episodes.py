@@ -21,7 +21,7 @@ physics timestep, never on the candidate parameters, so it is computed once per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import mujoco
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from .request import EpisodeSpec, SignalSpec
 
+_CAPTURED = ("qpos", "qvel", "sensordata")  # taken by a StateCapture, even inside rollouts
 _WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
              mujoco.mjtWarning.mjWARN_BADQVEL)
 
@@ -64,6 +65,8 @@ class EpisodeSchedule:
     boundaries: tuple[int, ...]  # ascending boundaries with snapshot reads
     reads: tuple[tuple[tuple[int, int], ...], ...]  # per boundary: (signal index, row)
     signals: tuple[SignalSchedule, ...]
+    # Recorded inputs parsed once per endpoint signature, replayed into every candidate.
+    prepared: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def residual_count(self) -> int:
@@ -133,17 +136,23 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         raise EvaluationError(f"{label}: initial_state: {exc}") from None
     try:
         if episode.recorded_inputs:
-            instance.enqueue_recorded_trace_inputs(episode.recorded_inputs)
+            signature = plan.recorded_input_signature
+            prepared = schedule.prepared.get(signature)
+            if prepared is None:
+                prepared = plan.prepare_recorded_inputs(episode.recorded_inputs)
+                schedule.prepared[signature] = prepared
+            instance.enqueue_recorded_trace_inputs(prepared)
     except FibrilError as exc:
         raise EvaluationError(f"{label}: recorded_inputs: {exc}") from None
 
     # Snapshot buffers and readers, resolved by name on this candidate's model.
     buffers: list[np.ndarray | None] = []
     readers: list[Any] = []
+    captured: dict[int, Any] = {}  # signal index -> reader of a qpos/qvel/sensordata signal
     devices: dict[str, list[DeviceOutput]] = {}
     applications: dict[str, list[ActuatorApplication]] = {}
     extra = 0
-    for item in schedule.signals:
+    for index, item in enumerate(schedule.signals):
         observation = item.observation
         if item.ticks is None:
             buffers.append(None)
@@ -159,7 +168,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                 applications.setdefault(observation.name, [])
             continue
         buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
-        readers.append(snapshot_reader(observation, model).read)
+        reader = snapshot_reader(observation, model)
+        readers.append(reader.read)
+        if reader.array in _CAPTURED:
+            captured[index] = reader
 
     if devices or applications:
         def observe(record: Any, devices: dict = devices,
@@ -177,8 +189,18 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         instance.subscribe(observe)
 
     data = instance.data
+    capture = None
+    if captured:
+        ticks = np.concatenate([schedule.signals[i].ticks for i in captured])  # type: ignore[misc]
+        capture = instance.capture(ticks, tuple({r.array for r in captured.values()}))
+    read_at = zip(schedule.boundaries, schedule.reads)
+    if len(captured) == sum(1 for s in schedule.signals if s.ticks is not None):
+        read_at = iter(())
+    elif captured:  # only body poses (xpos / xquat) are still read at their boundaries
+        read_at = ((b, [r for r in reads if r[0] not in captured]) for b, reads in read_at
+                   if any(r[0] not in captured for r in reads))
     try:
-        for boundary, reads in zip(schedule.boundaries, schedule.reads):
+        for boundary, reads in read_at:
             instance.advance(boundary - instance.tick)
             for index, row in reads:
                 buffers[index][row] = readers[index](data)  # type: ignore[index]
@@ -187,6 +209,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         instance.advance(end - instance.tick)
     except FibrilError as exc:
         raise EvaluationError(f"{label}: rollout failed at tick {instance.tick}: {exc}") from None
+    if capture is not None:
+        for index, reader in captured.items():
+            rows = np.searchsorted(capture.ticks, schedule.signals[index].ticks)
+            buffers[index][:] = capture.values[reader.array][rows][:, reader.index]  # type: ignore[index]
     for warning in _WARNINGS:
         if data.warning[warning].number > 0:
             raise EvaluationError(

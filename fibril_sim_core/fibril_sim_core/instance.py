@@ -273,7 +273,7 @@ class SimulationInstance:
             raise IngressError(f"recorded input ({first.input.source_id!r} sequence "
                                f"{first.input.source_sequence}): commit_tick "
                                f"{first.commit_tick} is before the current tick {self._tick}")
-        queued = [(e.commit_tick, e.acceptance_sequence, e) for e in reversed(entries)]
+        queued = list(records.queue)
         if not queued:
             return 0
         if self._recorded and self._recorded[0][:2] <= queued[-1][:2]:

@@ -88,13 +88,17 @@ class TargetProblem(Exception):
 
 def apply_mujoco_overlays(spec: mujoco.MjSpec,
                           bindings: Sequence[tuple[OverlayParameter, MujocoTarget]],
-                          fail: Callable[[OverlayParameter, MujocoTarget, str], Exception]
-                          ) -> None:
-    """Write every binding into ``spec`` (parsed, not yet compiled)."""
+                          fail: Callable[[OverlayParameter, MujocoTarget, str], Exception],
+                          *, inertials: dict[Any, Any] | None = None,
+                          model_key: Any = None) -> None:
+    """Write every binding into ``spec`` (parsed, not yet compiled). ``inertials`` caches
+    the materialized inertials of bodies per ``model_key`` (the parsed files' identity)."""
     objects = [(p, t, _find(spec, t, fail, p)) for p, t in bindings]
-    bodies = [obj for p, t, obj in objects if t.kind in ("body_mass", "body_inertia")]
+    bodies = list({id(obj): obj for p, t, obj in objects
+                   if t.kind in ("body_mass", "body_inertia")}.values())
     if bodies:
-        _materialize_inertia(spec, bodies)
+        _materialize_inertia(spec, bodies, inertials if model_key is not None else None,
+                             model_key)
     dcmotors: dict[str, list[tuple[OverlayParameter, MujocoTarget]]] = {}
     for parameter, target, obj in objects:
         if target.kind.startswith("dcmotor_"):
@@ -240,19 +244,33 @@ def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTarget, value: Any) -> 
         raise AssertionError(kind)
 
 
-def _materialize_inertia(spec: mujoco.MjSpec, bodies: Sequence[Any]) -> None:
-    """Make geom-inferred inertia explicit so mass/inertia overlays are not recomputed."""
-    try:
-        model = spec.copy().compile()
-    except Exception:  # noqa: BLE001 - the real compile reports the error with context
-        return
-    for body in bodies:
-        objid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body.name)
+def _materialize_inertia(spec: mujoco.MjSpec, bodies: Sequence[Any],
+                         cache: dict[Any, Any] | None, model_key: Any) -> None:
+    """Make geom-inferred inertia explicit so mass/inertia overlays are not recomputed.
+
+    The inertials come from compiling the model as authored (before any overlay), so they
+    depend only on the model files; ``cache`` keeps them per ``model_key``."""
+    wanted = [body.name for body in bodies]
+    key = (model_key, tuple(wanted))
+    inertials = cache.get(key) if cache is not None else None
+    if inertials is None:
+        try:
+            model = spec.copy().compile()
+        except Exception:  # noqa: BLE001 - the real compile reports the error with context
+            return
+        inertials = []
+        for name in wanted:
+            objid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
+            inertials.append((float(model.body_mass[objid]), model.body_inertia[objid].copy(),
+                              model.body_ipos[objid].copy(), model.body_iquat[objid].copy()))
+        if cache is not None:
+            cache[key] = inertials
+    for body, (mass, inertia, ipos, iquat) in zip(bodies, inertials):
         body.explicitinertial = True
-        body.mass = float(model.body_mass[objid])
-        body.inertia = np.array(model.body_inertia[objid], dtype=float)
-        body.ipos = np.array(model.body_ipos[objid], dtype=float)
-        body.iquat = np.array(model.body_iquat[objid], dtype=float)
+        body.mass = mass
+        body.inertia = inertia.copy()
+        body.ipos = ipos.copy()
+        body.iquat = iquat.copy()
         body.fullinertia = np.array([math.nan, 0, 0, 0, 0, 0], dtype=float)
 
 

@@ -131,6 +131,10 @@ class SimulationBuilder:
 
     def __init__(self, registry: ComponentRegistry | None = None) -> None:
         self.registry = registry or ComponentRegistry.standard()
+        # Parsed models and geom-inferred inertials, keyed by the model files' identity: a
+        # calibration builds one plan per candidate from the same files.
+        self._specs: dict[Any, mujoco.MjSpec] = {}
+        self._inertials: dict[Any, Any] = {}
 
     def build(self, manifest: SimulationManifest | str | Path,
               overlays: ParameterOverlays | Sequence[OverlayParameter] | None = None
@@ -142,9 +146,10 @@ class SimulationBuilder:
         overlays = self._overlays(manifest, overlays)
         registry = self._registry_with_extensions(manifest)
         components = self._resolve_components(manifest, registry, overlays)
-        spec = self._parse_model(manifest)
+        spec, model_key = self._parse_model(manifest)
         assets = prov.asset_files(spec, manifest.model)
-        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure)
+        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
+                              inertials=self._inertials, model_key=model_key)
         for component in components:
             registry.get(component.type).prepare(component, spec)
         model = self._compile(manifest, spec, overlays)
@@ -275,12 +280,25 @@ class SimulationBuilder:
             resolved.append(component)
         return resolved
 
-    @staticmethod
-    def _parse_model(manifest: SimulationManifest) -> mujoco.MjSpec:
+    def _parse_model(self, manifest: SimulationManifest) -> tuple[mujoco.MjSpec, Any]:
+        """A fresh MjSpec of the model (a copy of a cached parse while its files are
+        unchanged) and the key of that parse."""
         try:
-            return mujoco.MjSpec.from_file(str(manifest.model))
+            key = tuple(prov.file_key(p) for p in prov.included_files(manifest.model))
+        except OSError:
+            key = None
+        cached = self._specs.get(key) if key is not None else None
+        if cached is not None:
+            return cached.copy(), key
+        try:
+            spec = mujoco.MjSpec.from_file(str(manifest.model))
         except Exception as exc:  # noqa: BLE001 - MuJoCo raises plain ValueError
             raise PlanError(f"{manifest.model}: cannot parse MJCF: {_one_line(exc)}") from None
+        if key is not None:
+            if len(self._specs) >= 8:
+                self._specs.pop(next(iter(self._specs)))
+            self._specs[key] = spec.copy()
+        return spec, key
 
     @staticmethod
     def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec,

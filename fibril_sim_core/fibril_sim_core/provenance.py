@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import xml.etree.ElementTree as ElementTree
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -15,9 +16,22 @@ import mujoco
 import numpy as np
 
 
+def file_key(path: Path) -> tuple[str, int, int]:
+    """Identity of a file's current content for caching: path, mtime, size."""
+    stat = path.stat()
+    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+
+
 def sha256_file(path: Path) -> str:
+    """SHA-256 of a file, remembered while the file is unchanged (calibration builds one plan
+    per candidate from the same files)."""
+    return _sha256_file(file_key(path))
+
+
+@lru_cache(maxsize=1024)
+def _sha256_file(key: tuple[str, int, int]) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with Path(key[0]).open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -25,6 +39,12 @@ def sha256_file(path: Path) -> str:
 
 def included_files(model_path: Path) -> list[Path]:
     """MJCF files pulled in by ``<include file=...>``, recursively (the model itself first)."""
+    return list(_included_files(file_key(model_path)))
+
+
+@lru_cache(maxsize=256)
+def _included_files(key: tuple[str, int, int]) -> tuple[Path, ...]:
+    model_path = Path(key[0])
     seen: list[Path] = []
     pending = [model_path.resolve()]
     while pending:
@@ -40,7 +60,7 @@ def included_files(model_path: Path) -> list[Path]:
             name = element.get("file")
             if name:
                 pending.append((path.parent / name).resolve())
-    return seen
+    return tuple(seen)
 
 
 def asset_files(spec: mujoco.MjSpec, model_path: Path) -> list[Path]:
@@ -81,6 +101,11 @@ def package_version(name: str) -> str:
 
 
 def build_identity() -> dict[str, str]:
+    return dict(_build_identity())
+
+
+@lru_cache(maxsize=1)
+def _build_identity() -> dict[str, str]:
     return {
         "mujoco": mujoco.__version__,
         "fibril_sim_core": package_version("fibril_sim_core"),

@@ -48,6 +48,11 @@ class RecordedInputs:
         return len(self.entries)
 
     @cached_property
+    def queue(self) -> list[tuple[int, int, AcceptedInput]]:
+        """``(commit tick, acceptance, entry)`` in reverse replay order (copied per replay)."""
+        return [(e.commit_tick, e.acceptance_sequence, e) for e in reversed(self.entries)]
+
+    @cached_property
     def commit_ticks(self) -> np.ndarray:
         return np.fromiter((e.commit_tick for e in self.entries), dtype=np.int64,
                            count=len(self.entries))
