@@ -43,6 +43,9 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
+# The problems as mujoco.sysid poses them: plain (linear) coordinates within [min, max].
+PARAMETERIZATION = "linear"
+
 SPRING_MASS_XML = """\
 <mujoco model="spring_mass">
   <option timestep="0.002">
@@ -214,7 +217,7 @@ def fibril_request(problem: Problem, rec: Recording, folder: Path, *, jacobian: 
         "schema_version": {"major": 3, "minor": 1},
         "manifest": "manifest.yaml",
         "parameters": [{"id": pid, "lower": lower, "upper": upper, "initial": initial,
-                        "parameterization": "linear",
+                        "parameterization": PARAMETERIZATION,
                         "target": {"type": "mujoco", "kind": kind, "object": obj}}
                        for pid, kind, obj, truth, initial, lower, upper in problem.parameters],
         "observations": [{"id": name, "source": "sensor", "name": name} for name in sensors],
