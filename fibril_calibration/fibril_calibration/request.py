@@ -8,10 +8,14 @@ refuse, initial states that do not fit the model, and statistical claims the req
 support (``standardized_gaussian_residuals`` with non-measurement scales or engineering
 weights).
 
-Relative paths (the manifest, ``samples_file``, ``recorded_inputs_file``) resolve against the
-request file's folder. The nominal plan is built once at the initial parameter values (and
-probed at the lower and upper bounds) so that targets and selectors are checked on a real
-compiled model.
+Relative paths (the manifest, ``samples_file``, ``recorded_inputs_file``, ``recording`` and
+``samples_from.recording``) resolve against the request file's folder. A ``recording`` (a
+fibril_sim trace: rosbag2/MCAP) gives an episode its recorded inputs and ``samples_from`` gives a
+signal its reference samples from a trace selector; both are read here, once, through
+``recordings`` (see there), so the episode content hash covers the loaded data as for files.
+
+The nominal plan is built once at the initial parameter values (and probed at the lower and
+upper bounds) so that targets and selectors are checked on a real compiled model.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from .errors import CalibrationRequestError
 from .losses import LOSS_TYPES, LossSpec
 from .observations import ObservationSpec, parse_observation
 from .parameters import PARAMETERIZATIONS, CalibrationParameter, Prior, parameter_problems
+from .recordings import (Recording, RecordingError, Recordings, TraceError, TraceQueryError,
+                         without_scenario_inputs)
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -76,6 +82,7 @@ class SignalSpec:
     times_ns: np.ndarray = field(repr=False)  # (n,) int64, strictly increasing
     values: np.ndarray = field(repr=False)  # (n, dimension); orientations unit-normalized
     samples_file: str | None = None
+    samples_from: str | None = None  # the trace selector the samples were read with
 
     @property
     def count(self) -> int:
@@ -99,6 +106,8 @@ class EpisodeSpec:
     recorded_inputs: tuple[IngressRecord, ...]
     signals: tuple[SignalSpec, ...]
     content_sha256: str
+    recording: Path | None = None  # the trace the recorded inputs came from
+    recording_episode: int | None = None  # its episode number
 
     def signal(self, observation_id: str) -> SignalSpec:
         for signal in self.signals:
@@ -259,10 +268,11 @@ def parse_calibration_request(
     objective = _objective(doc.get("objective", {}), root.key("objective"))
     by_id = {o.id: o for o in observations}
     episode_ids: dict[str, str] = {}
-    training = _episodes(doc["training"], root.key("training"), "training", by_id, nominal,
-                         base, episode_ids, required=True)
-    validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
-                           by_id, nominal, base, episode_ids, required=False)
+    with Recordings() as recordings:
+        training = _episodes(doc["training"], root.key("training"), "training", by_id, nominal,
+                             base, episode_ids, recordings, required=True)
+        validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
+                               by_id, nominal, base, episode_ids, recordings, required=False)
     if objective.standardized_gaussian_residuals:
         _check_standardized(doc, root, training + validation)
     fit = _fit(doc.get("fit"), root.key("fit"))
@@ -422,14 +432,14 @@ def _observations(value: Any, where: s.Where, plan: SimulationPlan,
 # --------------------------------------------------------------------------- episodes
 
 def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str, ObservationSpec],
-              plan: SimulationPlan, base: Path, seen: dict[str, str], *,
-              required: bool) -> tuple[EpisodeSpec, ...]:
+              plan: SimulationPlan, base: Path, seen: dict[str, str], recordings: Recordings,
+              *, required: bool) -> tuple[EpisodeSpec, ...]:
     items = s.sequence(value, where)
     if required and not items:
         raise where.fail("expected at least one training episode")
     out = []
     for i, item in enumerate(items):
-        episode = _episode(item, where.key(i), scope, observations, plan, base)
+        episode = _episode(item, where.key(i), scope, observations, plan, base, recordings)
         if episode.id in seen:
             raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
                                               f"declared at {seen[episode.id]})")
@@ -438,13 +448,28 @@ def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str,
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class _EpisodeTraces:
+    """What ``samples_from`` of one episode resolves against: the episode's recording (if any)
+    and its explicit ``recording_episode`` (None: each trace's first episode)."""
+
+    recordings: Recordings
+    base: Path
+    plan: SimulationPlan
+    recording: Recording | None
+    recording_where: s.Where | None
+    episode: int | None
+    episode_where: s.Where
+
+
 def _episode(value: Any, where: s.Where, scope: str,
              observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
-             base: Path) -> EpisodeSpec:
+             base: Path, recordings: Recordings) -> EpisodeSpec:
     body = s.mapping(value, where)
     s.keys(body, where, required=("id", "signals"),
            optional=("episode_seed", "weight", "horizon_steps", "initial_state",
-                     "recorded_inputs", "recorded_inputs_file", "description"))
+                     "recorded_inputs", "recorded_inputs_file", "recording",
+                     "recording_episode", "description"))
     episode_id = s.string(body["id"], where.key("id"))
     if episode_id in RESERVED_EPISODE_IDS:
         raise where.key("id").fail(f"the episode id {episode_id!r} is reserved")
@@ -459,7 +484,23 @@ def _episode(value: Any, where: s.Where, scope: str,
                                    plan)
     if "recorded_inputs" in body and "recorded_inputs_file" in body:
         raise where.fail("give 'recorded_inputs' or 'recorded_inputs_file', not both")
-    if "recorded_inputs_file" in body:
+    explicit = None
+    if "recording_episode" in body:
+        explicit = s.integer(body["recording_episode"], where.key("recording_episode"),
+                             minimum=0)
+    recording = None
+    recording_number = None
+    if "recording" in body:
+        for key in ("recorded_inputs", "recorded_inputs_file"):
+            if key in body:
+                raise where.fail(f"give 'recording' (a trace whose accepted inputs are replayed) "
+                                 f"or '{key}', not both")
+        rw = where.key("recording")
+        recording = _open_recording(body["recording"], rw, recordings, base, plan)
+        recording_number = _recording_episode(recording, explicit, rw,
+                                              where.key("recording_episode"))
+        inputs = _recording_inputs(recording, recording_number, rw, plan)
+    elif "recorded_inputs_file" in body:
         fw = where.key("recorded_inputs_file")
         path = base / s.string(body["recorded_inputs_file"], fw)
         loaded = s.load_yaml(path, CalibrationRequestError)
@@ -483,6 +524,14 @@ def _episode(value: Any, where: s.Where, scope: str,
     if unknown:
         raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
                                       f"observations: {', '.join(observations)}")
+    if explicit is not None and recording is None and not any(
+            isinstance(raw, Mapping) and "samples_from" in raw for raw in raw_signals.values()):
+        raise where.key("recording_episode").fail(
+            f"recording_episode {explicit} selects an episode of a trace, but the episode has "
+            f"no 'recording' and no signal with 'samples_from'")
+    traces = _EpisodeTraces(recordings, base, plan, recording,
+                            where.key("recording") if recording is not None else None,
+                            explicit, where.key("recording_episode"))
     timestep = plan.timebase.timestep_ns
     signals = []
     last_time = 0
@@ -490,7 +539,7 @@ def _episode(value: Any, where: s.Where, scope: str,
         if observation_id not in raw_signals:
             continue
         signal = _signal(raw_signals[observation_id], sw.key(observation_id), observation,
-                         timestep, horizon, base)
+                         timestep, horizon, base, traces)
         last_time = max(last_time, int(signal.times_ns[-1]))
         signals.append(signal)
     needed = -(-last_time // timestep)
@@ -501,7 +550,73 @@ def _episode(value: Any, where: s.Where, scope: str,
     content = _episode_hash(episode_id, seed, weight, horizon, initial_state, inputs, signals)
     return EpisodeSpec(id=episode_id, scope=scope, seed=seed, weight=weight,
                        horizon_steps=horizon, initial_state=initial_state,
-                       recorded_inputs=inputs, signals=tuple(signals), content_sha256=content)
+                       recorded_inputs=inputs, signals=tuple(signals), content_sha256=content,
+                       recording=None if recording is None else recording.path,
+                       recording_episode=recording_number)
+
+
+def _open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
+                    plan: SimulationPlan) -> Recording:
+    """The trace named by ``value`` (relative to the request's folder), checked to share the
+    plan's physics timestep (commit ticks and snapshot ticks count steps of it)."""
+    path = base / s.string(value, where)
+    try:
+        recording = recordings.get(path)
+    except TraceError as exc:
+        raise where.fail(_unreadable(path, exc)) from None
+    timestep = plan.timebase.timestep_ns
+    if recording.timestep_ns != timestep:
+        raise where.fail(f"the trace {str(path)!r} was recorded with a {recording.timestep_ns} "
+                         f"ns timestep; the plan steps {timestep} ns (its ticks would not line "
+                         f"up)")
+    return recording
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    """``cannot read the trace 'PATH': problem`` (the reader's own PATH prefix dropped)."""
+    text = str(exc)
+    for prefix in (f"{path}: ", f"{path.resolve()}: "):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+            break
+    return f"cannot read the trace {str(path)!r}: {text}"
+
+
+def _recording_episode(recording: Recording, explicit: int | None, where: s.Where,
+                       episode_where: s.Where) -> int:
+    """``explicit`` if the trace has it, else the trace's first episode."""
+    try:
+        if explicit is None:
+            first = recording.first_episode()
+            if first is None:
+                raise where.fail(f"the trace {str(recording.path)!r} has no records")
+            return first
+        if recording.has_episode(explicit):
+            return explicit
+        episodes = recording.episodes()
+    except TraceError as exc:
+        raise where.fail(_unreadable(recording.path, exc)) from None
+    raise episode_where.fail(f"episode {explicit} is not in the trace {str(recording.path)!r}; "
+                             f"its episodes: {', '.join(map(str, episodes)) or 'none'}")
+
+
+def _recording_inputs(recording: Recording, number: int, where: s.Where,
+                      plan: SimulationPlan) -> tuple[IngressRecord, ...]:
+    """The accepted inputs of the trace's episode, validated like inline recorded inputs.
+
+    The scenario's initial inputs are left out: ``create_instance`` restores them itself."""
+    try:
+        records = recording.accepted_inputs(number)
+    except TraceError as exc:
+        raise where.fail(_unreadable(recording.path, exc)) from None
+    records = without_scenario_inputs(records, plan.scenario.initial_inputs)
+    items = [{"source_id": r.source_id, "source_sequence": r.source_sequence,
+              "payload_type": r.payload_type, "payload_json": r.payload_json,
+              "commit_tick": r.commit_tick, "acceptance_sequence": r.acceptance_sequence}
+             for r in records]
+    at = s.Where(where.file, f"{where.path} ({str(recording.path)!r}, episode {number}): "
+                             f"accepted input", CalibrationRequestError)
+    return _recorded_inputs(items, at, plan, acceptance_per_tick=True)
 
 
 def _initial_state(value: Any, where: s.Where,
@@ -583,11 +698,14 @@ def _numbers(value: Any, where: s.Where) -> list[float]:
     return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]
 
 
-def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan
-                     ) -> tuple[IngressRecord, ...]:
+def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
+                     acceptance_per_tick: bool = False) -> tuple[IngressRecord, ...]:
+    """Validate recorded inputs. An acceptance_sequence is unique in the whole list, or, with
+    ``acceptance_per_tick`` (a trace: the ingress restarts numbering for the scenario inputs
+    and each recorded-input replay), unique among the inputs committed at the same tick."""
     endpoints = plan.endpoints
     records: list[tuple[int, int, IngressRecord, s.Where]] = []
-    acceptances: dict[int, str] = {}
+    acceptances: dict[Any, str] = {}
     for i, item in enumerate(s.sequence(value, where)):
         at = where.key(i)
         body = s.mapping(item, at)
@@ -614,10 +732,12 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan
             payload = dict(s.mapping(body["payload"], at.key("payload")))
             text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         if accepted:
-            if acceptance in acceptances:
+            key = (commit_tick, acceptance) if acceptance_per_tick else acceptance
+            if key in acceptances:
+                tick = f" at commit_tick {commit_tick}" if acceptance_per_tick else ""
                 raise at.key("acceptance_sequence").fail(
-                    f"acceptance_sequence {acceptance} is also used by {acceptances[acceptance]}")
-            acceptances[acceptance] = at.path
+                    f"acceptance_sequence {acceptance}{tick} is also used by {acceptances[key]}")
+            acceptances[key] = at.path
             endpoint = endpoints.get(source)
             if endpoint is None:
                 raise at.key("source_id").fail(f"unknown source {source!r}; the plan's actuator "
@@ -651,11 +771,11 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan
 
 
 def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
-            horizon: int | None, base: Path) -> SignalSpec:
+            horizon: int | None, base: Path, traces: _EpisodeTraces) -> SignalSpec:
     body = s.mapping(value, where)
     s.keys(body, where, required=("alignment",),
            optional=("residual_scale", "residual_scales", "scale_semantics", "samples",
-                     "samples_file"))
+                     "samples_file", "samples_from"))
     alignment = s.string(body["alignment"], where.key("alignment"))
     if alignment not in ALIGNMENTS:
         raise where.key("alignment").fail(f"unknown alignment {alignment!r}; expected one of "
@@ -687,10 +807,16 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
                           f"scale(s){extra}")
         scales = np.array([s.number(v, sw.key(i), positive=True) for i, v in enumerate(raw)])
 
-    if ("samples" in body) == ("samples_file" in body):
-        raise where.fail("give exactly one of 'samples' (inline) or 'samples_file' (a CSV file)")
+    given = [key for key in ("samples", "samples_file", "samples_from") if key in body]
+    if len(given) != 1:
+        raise where.fail("give exactly one of 'samples' (inline), 'samples_file' (a CSV file) or "
+                         "'samples_from' (a trace selector)")
     samples_file = None
-    if "samples" in body:
+    selector = None
+    if "samples_from" in body:
+        selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
+                                                 observation, traces)
+    elif "samples" in body:
         times, values = _inline_samples(body["samples"], where.key("samples"), observation)
     else:
         fw = where.key("samples_file")
@@ -716,7 +842,55 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
     times.setflags(write=False)
     values.setflags(write=False)
     scales.setflags(write=False)
-    return SignalSpec(observation.id, alignment, scales, semantics, times, values, samples_file)
+    return SignalSpec(observation.id, alignment, scales, semantics, times, values, samples_file,
+                      selector)
+
+
+def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
+                   traces: _EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
+    """``samples_from: {selector, recording?, columns?}``: the selector's rows of the episode.
+
+    Times are the rows' EpisodeTime (a ``device:`` row's acquisition time when the observation
+    is stamped at acquisition); values are the kept columns, as many as the observation has."""
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("selector",), optional=("recording", "columns"))
+    selector = s.string(body["selector"], where.key("selector"))
+    if "recording" in body:
+        rw = where.key("recording")
+        recording = _open_recording(body["recording"], rw, traces.recordings, traces.base,
+                                    traces.plan)
+    elif traces.recording is not None:
+        rw = traces.recording_where  # type: ignore[assignment]
+        recording = traces.recording
+    else:
+        raise where.key("recording").fail(
+            "missing: the episode has no 'recording', so samples_from names the trace to read "
+            "its selector from")
+    number = _recording_episode(recording, traces.episode, rw, traces.episode_where)
+    columns = None
+    if "columns" in body:
+        columns = s.sequence(body["columns"], where.key("columns"))
+    acquisition = observation.timestamp == "acquisition" and selector.startswith("device:")
+    try:
+        series = recording.series(selector, number, columns=columns,
+                                  acquisition_time=acquisition)
+    except TraceQueryError as exc:
+        raise where.key("selector").fail(f"{exc} (trace {str(recording.path)!r})") from None
+    except TraceError as exc:
+        raise rw.fail(_unreadable(recording.path, exc)) from None
+    except RecordingError as exc:
+        at = where
+        for key in exc.key:
+            at = at.key(key)
+        raise at.fail(f"{exc} (trace {str(recording.path)!r})") from None
+    if len(series.columns) != observation.dimension:
+        at = where.key("columns") if columns is not None else where.key("selector")
+        hint = "" if columns is not None else "; keep the matching ones with 'columns'"
+        raise at.fail(f"selector {selector!r} gives {len(series.columns)} value column(s) "
+                      f"({', '.join(series.columns)}); observation {observation.id!r} "
+                      f"({observation.source}) has {observation.dimension} value(s) per sample "
+                      f"({', '.join(observation.components)}){hint}")
+    return selector, series.times_ns.copy(), series.values.copy()
 
 
 def _inline_samples(value: Any, where: s.Where,

@@ -139,7 +139,8 @@ def _parse(selector: str) -> _Selector:
 
 
 def _unknown_name(selector: _Selector, what: str, valid: Iterable[str]) -> TraceQueryError:
-    names = sorted(valid)
+    # Hidden sensors the plan adds for devices stay queryable but are not advertised.
+    names = sorted(name for name in valid if not name.startswith("__fibril__"))
     listed = ", ".join(names[:_MAX_LISTED_NAMES]) or "(none in this trace)"
     if len(names) > _MAX_LISTED_NAMES:
         listed += f", … ({len(names) - _MAX_LISTED_NAMES} more)"
