@@ -96,10 +96,3 @@ def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample
         config=dict(config),
         factory=factory,
     )
-
-
-def quantize(values: np.ndarray, resolution: float) -> np.ndarray:
-    """Round to a resolution (0: unchanged)."""
-    if resolution > 0:
-        return np.round(values / resolution) * resolution
-    return values
