@@ -191,8 +191,13 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     data = instance.data
     capture = None
     if captured:
-        ticks = np.concatenate([schedule.signals[i].ticks for i in captured])  # type: ignore[misc]
-        capture = instance.capture(ticks, tuple({r.array for r in captured.values()}))
+        key = ("capture", tuple(captured))
+        ticks = schedule.prepared.get(key)
+        if ticks is None:  # the same for every candidate: sorted unique union, computed once
+            ticks = np.unique(np.concatenate(
+                [schedule.signals[i].ticks for i in captured]))  # type: ignore[misc]
+            schedule.prepared[key] = ticks
+        capture = instance.capture(ticks, tuple(sorted({r.array for r in captured.values()})))
     read_at = zip(schedule.boundaries, schedule.reads)
     if len(captured) == sum(1 for s in schedule.signals if s.ticks is not None):
         read_at = iter(())

@@ -297,7 +297,9 @@ class SimulationInstance:
         """Take qpos / qvel / act / sensordata at ``ticks`` (of this episode) as the instance
         runs, without a per-tick callback: a replayed block fills it straight from the
         rollout. One capture per episode; the ticks must not be in the past."""
-        array = np.unique(np.asarray(ticks, dtype=np.int64))
+        array = np.asarray(ticks, dtype=np.int64)
+        if array.ndim != 1 or (array.size > 1 and not np.all(array[1:] > array[:-1])):
+            array = np.unique(array)
         if array.size and array[0] < self._tick:
             raise InstanceError(f"capture: tick {int(array[0])} is before the current tick "
                                 f"{self._tick}")
@@ -479,10 +481,12 @@ class SimulationInstance:
             if rows.size:
                 table[:] = np.nan
                 table[0] = data.ctrl
-                # Later commands overwrite earlier ones on the same tick and ctrl: keep the last.
-                _, keep = np.unique((rows * model.nu + cols)[::-1], return_index=True)
-                keep = rows.size - 1 - keep
-                table[rows[keep], cols[keep]] = values[keep]
+                if waiting or not self._replay[1].distinct:  # type: ignore[index]
+                    # Later commands overwrite earlier ones on one tick and ctrl: keep the last.
+                    _, keep = np.unique((rows * model.nu + cols)[::-1], return_index=True)
+                    keep = rows.size - 1 - keep
+                    rows, cols, values = rows[keep], cols[keep], values[keep]
+                table[rows, cols] = values
                 filled = np.where(np.isnan(table), 0, np.arange(k)[:, None])
                 np.maximum.accumulate(filled, axis=0, out=filled)
                 table = table[filled, np.arange(model.nu)]

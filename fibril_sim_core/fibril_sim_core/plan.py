@@ -7,6 +7,7 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import mujoco
-import numpy as np
 
 from . import provenance as prov
 from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
@@ -208,8 +208,8 @@ class SimulationBuilder:
             if held is None:
                 continue
             wanted = parameter.value
-            if not np.allclose(np.atleast_1d(held), np.atleast_1d(wanted), rtol=1e-9,
-                               atol=1e-12):
+            pairs = zip(held, wanted) if isinstance(held, tuple) else ((held, wanted),)
+            if not all(math.isclose(h, float(w), rel_tol=1e-9, abs_tol=1e-12) for h, w in pairs):
                 raise _overlay_failure(parameter, target,
                                        f"the compiled model holds {held!r} instead; a compiler "
                                        f"setting or default overrides this field")

@@ -33,6 +33,8 @@ class ControlTrajectory:
     release_ticks: np.ndarray
     indices: np.ndarray
     values: np.ndarray
+    # No two inputs write the same ctrl at the same tick (nothing to overwrite in a block).
+    distinct: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,4 +146,6 @@ def _control_trajectory(entries: Sequence[AcceptedInput],
             return None
         release[i] = entry.commit_tick + actuators[entry.endpoint].latency_ticks
         indices[i], values[i] = control
-    return ControlTrajectory(release, indices, values)
+    slots = release * (int(indices.max(initial=0)) + 1) + indices
+    distinct = bool(np.unique(slots).size == count)
+    return ControlTrajectory(release, indices, values, distinct)
