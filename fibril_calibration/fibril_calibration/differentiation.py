@@ -70,6 +70,8 @@ class Evaluator:
         self.counts: dict[str, int] = {"training": 0, "validation": 0}
         self.failures = 0
         self._cache: OrderedDict[tuple[str, bytes], Evaluation] = OrderedDict()
+        # ``execution.cache_entries``; even at 0 the latest centre is kept, because
+        # least_squares asks for the residuals and then the Jacobian at the same point.
         self._cache_entries = max(1, cache_entries)
         self._layout: dict[str, tuple[int, tuple]] = {}
         self._many = getattr(model, "evaluate_many", None)
@@ -91,7 +93,8 @@ class Evaluator:
             raise EvaluationError(f"{where}: the residual layout changed between evaluations")
         if not (np.all(np.isfinite(residuals)) and np.all(np.isfinite(unweighted))):
             raise EvaluationError(f"{where}: non-finite residual")
-        return Evaluation(residuals, unweighted, tuple(evaluation.blocks))
+        return Evaluation(residuals, unweighted, tuple(evaluation.blocks),
+                          getattr(evaluation, "weighted", False))
 
     def _call(self, physical: np.ndarray, scope: Scope) -> Evaluation:
         self.counts[scope] += 1
@@ -279,7 +282,7 @@ class FiniteDifference:
             batch.extend(points)
         results = self.evaluator.evaluate_points(batch)
         m = centre.residuals.size
-        same = np.array_equal(centre.residuals, centre.unweighted)
+        same = not centre.weighted and np.array_equal(centre.residuals, centre.unweighted)
         jac = np.zeros((m, len(cols)))
         jac_u = jac if same else np.zeros((m, len(cols)))
         schemes: list[str] = []

@@ -87,6 +87,7 @@ def solver_options(request: CalibrationRequest,
         profile_samples=request.analysis.profile_likelihood.samples_per_parameter,
         information_matrix=request.analysis.information_matrix,
         fit_criteria=criteria, progress=progress, tolerances=tolerances,
+        cache_entries=request.execution.cache_entries,
         optimizer_differences=optimizer.jacobian)
     if optimizer.finite_difference_relative_step is not None:
         options["relative_step"] = optimizer.finite_difference_relative_step
@@ -141,7 +142,8 @@ def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
         return None, None
     if isinstance(argument, type) or not hasattr(argument, "build"):
         return argument, None
-    return None, argument
+    # A ready builder object also resolves the request's selectors on its nominal plan.
+    return (lambda manifest, parameters: argument), argument
 
 
 def _overlay_parameters(request: CalibrationRequest, builder: Any,

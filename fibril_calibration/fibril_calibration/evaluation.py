@@ -37,6 +37,9 @@ class Evaluation:
     residuals: np.ndarray
     unweighted: np.ndarray
     blocks: tuple[ResidualBlock, ...]
+    # Some episode weight is not 1 (so ``residuals`` and ``unweighted`` differ in general, even
+    # where both happen to be zero).
+    weighted: bool = False
 
 
 class ResidualModel(Protocol):

@@ -261,7 +261,8 @@ class CalibrationProblem:
         u = np.concatenate(unweighted) if unweighted else np.empty(0)
         r.setflags(write=False)
         u.setflags(write=False)
-        return Evaluation(residuals=r, unweighted=u, blocks=tuple(blocks))
+        return Evaluation(residuals=r, unweighted=u, blocks=tuple(blocks),
+                          weighted=any(s.episode.weight != 1.0 for s in schedules))
 
     def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         if self._workers <= 1 or len(items) <= 1:

@@ -56,7 +56,7 @@ class SolverOptions:
     optimizer_differences: str = "central"
     relative_step: float | None = None
     tolerances: Tolerances = Tolerances()
-    cache_entries: int = 16
+    cache_entries: int = 16  # execution.cache_entries (the latest centre is always kept)
 
     def __post_init__(self) -> None:
         if int(self.max_iterations) != self.max_iterations or self.max_iterations < 0:
@@ -113,7 +113,7 @@ def calibrate(
     lin = fd.linearize(u_hat, None, 2)  # central / one-sided 3-point; memo hit if order 2
     relinearization = evaluator.counts["training"] - before
     centre = lin.centre
-    weighted = not np.array_equal(centre.residuals, centre.unweighted)
+    weighted = centre.weighted or not np.array_equal(centre.residuals, centre.unweighted)
     same_contract = not (objective.has_prior or options.loss is not None or weighted)
     source = "objective_jacobian" if same_contract else "data_only_relinearization"
     # Request validation already rejects weights != 1 with standardized residuals; the solver
