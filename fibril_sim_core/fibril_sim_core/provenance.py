@@ -6,6 +6,7 @@ Comparing two runs needs more than numbers: it needs to know what was run.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import xml.etree.ElementTree as ElementTree
 from functools import lru_cache
@@ -19,7 +20,7 @@ import numpy as np
 def file_key(path: Path) -> tuple[str, int, int]:
     """Identity of a file's current content for caching: path, mtime, size."""
     stat = path.stat()
-    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+    return os.path.abspath(path), stat.st_mtime_ns, stat.st_size
 
 
 def sha256_file(path: Path) -> str:
