@@ -3,7 +3,8 @@
 #
 #   make setup   create/refresh .venv/ (pinned requirements, fibril_msgs, editable packages)
 #   make test    setup, then the whole pytest suite (PYTEST_ARGS="-k smoke" to narrow it)
-#   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it
+#   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
+#                wheel-damping experiment and the drivetrain calibration (results in .demo/)
 #   make clean   remove .venv/, .demo/ and build/test leftovers
 
 SHELL := /bin/bash
@@ -27,9 +28,13 @@ test: setup
 	exit $$rc
 
 demo: setup
-	@rm -rf .demo/trace && mkdir -p .demo
+	@rm -rf .demo && mkdir -p .demo
 	$(VENV)/bin/fibril_sim run config/examples/drivetrain/simulation.yaml --duration 2.0 --trace .demo/trace
 	$(VENV)/bin/fibril_sim trace query .demo/trace body:chassis.position --format csv | tail -5
+	$(VENV)/bin/fibril_sim experiment run config/examples/drivetrain/wheel-damping-study.yaml \
+	  --output .demo/experiment.json --traces .demo/experiment.traces
+	$(VENV)/bin/fibril_sim calibrate config/examples/drivetrain/calibration.yaml --quiet \
+	  --output .demo/calibration.json --output-overlay .demo/drivetrain-fit.json
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache
