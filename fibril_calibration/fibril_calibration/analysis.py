@@ -64,6 +64,8 @@ class LocalAnalysis:
     residual_variance: float
     covariance: np.ndarray  # dimensionless; inf / nan where undefined
     likelihood_interpretation_valid: bool
+    lower: np.ndarray | None = None  # physical bounds, to flag intervals that cross them
+    upper: np.ndarray | None = None
 
     @property
     def covariance_physical(self) -> np.ndarray:
@@ -115,6 +117,11 @@ class LocalAnalysis:
                 entry["interval_95"] = (
                     [float(iv[i, 0]), float(iv[i, 1])] if np.all(np.isfinite(iv[i])) else None
                 )
+                if entry["interval_95"] is not None and self.lower is not None \
+                        and self.upper is not None:
+                    # The local normal approximation knows no bounds; say when it crosses one.
+                    entry["interval_95_crosses_bounds"] = bool(
+                        iv[i, 0] < self.lower[i] or iv[i, 1] > self.upper[i])
             per_parameter.append(entry)
         cond = self.condition_number
         return {
@@ -161,6 +168,7 @@ def analyze(
     likelihood_valid: bool,
     jacobian_source: str,
     rank_relative_tolerance: float = RANK_RELATIVE_TOLERANCE,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> LocalAnalysis:
     """SVD, rank, condition number and covariance of a dimensionless data-only Jacobian."""
     J = np.asarray(jacobian, dtype=float)
@@ -207,6 +215,8 @@ def analyze(
         residual_variance=variance,
         covariance=covariance,
         likelihood_interpretation_valid=likelihood_valid,
+        lower=None if bounds is None else np.asarray(bounds[0], dtype=float),
+        upper=None if bounds is None else np.asarray(bounds[1], dtype=float),
     )
 
 

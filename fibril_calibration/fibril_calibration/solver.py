@@ -147,6 +147,7 @@ def calibrate(
         options.standardized_gaussian_residuals,
         valid,
         source,
+        bounds=(cmap.lower, cmap.upper),
     )
     information = information_matrix(analysis, J) if options.information_matrix else None
 

@@ -109,3 +109,17 @@ def test_the_specification_example_runs_end_to_end(tmp_path: Path) -> None:
     assert [p["id"] for p in overlay["parameters"]] == ["wheel_damping", "encoder_bias"]
     fitted = copy.deepcopy(document["fitted_parameters"])
     assert set(fitted) == {"wheel_damping", "encoder_bias"}
+
+
+def test_normal_intervals_say_when_they_cross_the_bounds(tmp_path: Path) -> None:
+    rig = write_rig(tmp_path)
+    doc = synthesize(tmp_path, request_doc(rig), {"damping": 0.05}, noise=0.002)
+    doc["objective"] = {"standardized_gaussian_residuals": True}
+    for signal in doc["training"][0]["signals"].values():
+        signal["scale_semantics"] = "measurement_standard_deviation"
+    tight = copy.deepcopy(doc)
+    tight["parameters"][0].update(lower=0.04999, upper=0.05001, initial=0.05)
+    for request, crosses in ((doc, False), (tight, True)):
+        result = run_calibration(write_request(tmp_path, request, f"{crosses}.yaml")).document
+        entry = result["local_identifiability"]["parameters"][0]
+        assert entry["interval_95_crosses_bounds"] is crosses, entry
