@@ -96,22 +96,32 @@ class StateCapture:
                      offsets: dict[str, tuple[int, int]]) -> None:
         """From one rollout of ``k`` steps starting at ``start``: state row ``i`` is x(start+i+1)
         and sensordata row ``i`` belongs to x(start+i)."""
-        k = states.shape[0]
         ticks = self.ticks
-        end = np.searchsorted(ticks, start + k, side="left")  # x(start+k): taken at the boundary
+        # Rows before ``end`` are due before x(start+k), which the boundary after takes.
+        end = int(np.searchsorted(ticks, start + states.shape[0], side="left"))
         rows = np.arange(self.next_state, end)
         if rows.size:
             at = ticks[rows] - start - 1
             for name in self._state:
                 first, size = offsets[name]
                 self.values[name][rows] = states[at, first:first + size]
-            self.next_state = int(end)
+            self.next_state = end
         if self._sensordata:
-            end = np.searchsorted(ticks, start + k, side="left")
             rows = np.arange(self.next_sensor, end)
             if rows.size:
                 self.values["sensordata"][rows] = sensordata[ticks[rows] - start]
-                self.next_sensor = int(end)
+                self.next_sensor = end
+
+
+def _state_offsets(model: mujoco.MjModel) -> dict[str, tuple[int, int]]:
+    """Where qpos / qvel / act sit in a full-physics state vector: (offset, size)."""
+    size = mujoco.mj_stateSize
+    bits = mujoco.mjtState
+    time = size(model, bits.mjSTATE_TIME)
+    qpos = size(model, bits.mjSTATE_QPOS)
+    qvel = size(model, bits.mjSTATE_QVEL)
+    return {"qpos": (time, qpos), "qvel": (time + qpos, qvel),
+            "act": (time + qpos + qvel, size(model, bits.mjSTATE_ACT))}
 
 
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
@@ -145,6 +155,7 @@ class SimulationInstance:
         self._endpoints: list[Endpoint] = [a.create() for a in plan.actuators]
         self._ingress = Ingress(plan.actuators, self._endpoints, self._clock)
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        self._state_layout = _state_offsets(plan.model)
         self._start_episode()
 
     # ----------------------------------------------------------------- lifecycle
@@ -502,18 +513,8 @@ class SimulationInstance:
         states, sensordata = rollout.rollout(model, data, initial, table,
                                              initial_warmstart=data.qacc_warmstart.copy())
         if self._capture is not None:
-            self._capture.take_rollout(t, states[0], sensordata[0], self._state_offsets())
+            self._capture.take_rollout(t, states[0], sensordata[0], self._state_layout)
         self._tick = end
-
-    def _state_offsets(self) -> dict[str, tuple[int, int]]:
-        model = self.model
-        size = mujoco.mj_stateSize
-        bits = mujoco.mjtState
-        time = size(model, bits.mjSTATE_TIME)
-        qpos = size(model, bits.mjSTATE_QPOS)
-        qvel = size(model, bits.mjSTATE_QVEL)
-        return {"qpos": (time, qpos), "qvel": (time + qpos, qvel),
-                "act": (time + qpos + qvel, size(model, bits.mjSTATE_ACT))}
 
     def _boundary(self, t: int) -> None:
         """Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots."""
