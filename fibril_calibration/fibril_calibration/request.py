@@ -504,14 +504,20 @@ def _episode(value: Any, where: s.Where, scope: str,
         fw = where.key("recorded_inputs_file")
         path = base / s.string(body["recorded_inputs_file"], fw)
         loaded = s.load_yaml(path, CalibrationRequestError)
-        if isinstance(loaded, Mapping):
+        if isinstance(loaded, Mapping) and "inputs" in loaded:
+            # The `fibril_sim run --inputs` format (times or commit ticks, file order).
+            loaded, records_where = _run_inputs_file(path, plan), s.Where(
+                str(path), "inputs", CalibrationRequestError)
+            inputs = _recorded_inputs(loaded, records_where, plan)
+        elif isinstance(loaded, Mapping):
             inner = s.Where(str(path), "", CalibrationRequestError)
             s.keys(loaded, inner, required=("recorded_inputs",))
             records_where = inner.key("recorded_inputs")
             loaded = loaded["recorded_inputs"]
+            inputs = _recorded_inputs(loaded, records_where, plan)
         else:
             records_where = s.Where(str(path), "", CalibrationRequestError)
-        inputs = _recorded_inputs(loaded, records_where, plan)
+            inputs = _recorded_inputs(loaded, records_where, plan)
     else:
         inputs = _recorded_inputs(body.get("recorded_inputs", []), where.key("recorded_inputs"),
                                   plan)
@@ -696,6 +702,20 @@ def _initial_state(value: Any, where: s.Where,
 
 def _numbers(value: Any, where: s.Where) -> list[float]:
     return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]
+
+
+def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
+    """A ``fibril_sim run --inputs`` file as recorded-input mappings."""
+    from fibril_sim_core.inputs_file import load_inputs
+
+    try:
+        records = load_inputs(path, plan.timebase)
+    except FibrilError as exc:
+        raise CalibrationRequestError(str(exc)) from None
+    return [{"source_id": r.source_id, "source_sequence": r.source_sequence,
+             "payload_type": r.payload_type, "payload_json": r.payload_json,
+             "commit_tick": r.commit_tick, "acceptance_sequence": r.acceptance_sequence}
+            for r in records]
 
 
 def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,

@@ -123,3 +123,32 @@ def test_normal_intervals_say_when_they_cross_the_bounds(tmp_path: Path) -> None
         result = run_calibration(write_request(tmp_path, request, f"{crosses}.yaml")).document
         entry = result["local_identifiability"]["parameters"][0]
         assert entry["interval_95_crosses_bounds"] is crosses, entry
+
+
+def test_recorded_inputs_file_may_be_a_run_inputs_file(tmp_path: Path) -> None:
+    """The file `fibril_sim run --inputs` replays also serves as an episode's recorded inputs."""
+    import yaml
+
+    rig = write_rig(tmp_path)
+    doc = request_doc(rig)
+    inline = doc["training"][0]["recorded_inputs"]
+    assert inline, "the rig's episode has recorded inputs"
+    (tmp_path / "inputs.yaml").write_text(yaml.safe_dump({
+        "schema_version": {"major": 1, "minor": 0},
+        "inputs": [{"commit_tick": r["commit_tick"], "source_id": r["source_id"],
+                    "source_sequence": r["source_sequence"], "payload_type": r["payload_type"],
+                    "payload_json": r["payload_json"]}
+                   for r in sorted(inline, key=lambda r: (r["commit_tick"],
+                                                          r["acceptance_sequence"]))]}))
+    from_file = copy.deepcopy(doc)
+    del from_file["training"][0]["recorded_inputs"]
+    from_file["training"][0]["recorded_inputs_file"] = "inputs.yaml"
+    a = load_calibration_request(write_request(tmp_path, doc, "inline.yaml"))
+    b = load_calibration_request(write_request(tmp_path, from_file, "file.yaml"))
+    with CalibrationProblem(a) as pa, CalibrationProblem(b) as pb:
+        np.testing.assert_array_equal(pa.evaluate(a.initial_values).residuals,
+                                      pb.evaluate(b.initial_values).residuals)
+    (tmp_path / "inputs.yaml").write_text("schema_version: {major: 1, minor: 0}\ninputs:\n"
+                                          "  - {time: 0.0005, source_id: x}\n")
+    with pytest.raises(Exception, match="inputs.yaml: inputs\\[0\\]"):
+        load_calibration_request(write_request(tmp_path, from_file, "bad.yaml"))
