@@ -135,10 +135,15 @@ class SimulationInstance:
 
     def __init__(self, plan: SimulationPlan, *, seed: int = 0,
                  scenario: ScenarioSpec | None = None, trace: Any = None,
-                 snapshot_every: int | None = None, collect: bool = True) -> None:
+                 snapshot_every: int | None = None, collect: bool = True,
+                 data: mujoco.MjData | None = None) -> None:
         self.plan = plan
         self.model = plan.model
-        self.data = mujoco.MjData(plan.model)
+        if data is not None and data.signature != plan.model.signature:
+            raise InstanceError("create_instance: the MjData given was made for a model of "
+                                "other sizes (signature mismatch)")
+        # A recycled MjData (same size signature) is reset below like a new one.
+        self.data = data if data is not None else mujoco.MjData(plan.model)
         self.scenario = scenario or plan.scenario
         self._dt = plan.timebase.timestep_ns
         self._seed = seed

@@ -72,17 +72,20 @@ class SimulationPlan:
 
     def create_instance(self, seed: int = 0, *, scenario: ScenarioSpec | None = None,
                         trace: Any = None, snapshot_every: int | None = None,
-                        collect: bool = True) -> SimulationInstance:
+                        collect: bool = True, data: mujoco.MjData | None = None
+                        ) -> SimulationInstance:
         """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
 
         ``trace`` (a TraceWriter) receives every record; ``snapshot_every`` overrides the
         manifest's state snapshot interval (default: the manifest's when tracing, else none);
-        ``collect`` keeps records for ``poll()``.
+        ``collect`` keeps records for ``poll()``. ``data`` recycles the MjData of a finished
+        instance of a model with the same size signature (it is fully reset): many short runs
+        then skip allocating MuJoCo's arena each time.
         """
         from .instance import SimulationInstance
 
         return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
-                                  snapshot_every=snapshot_every, collect=collect)
+                                  snapshot_every=snapshot_every, collect=collect, data=data)
 
     def inspect(self) -> dict[str, Any]:
         """A JSON-able document describing the plan (``fibril_sim inspect``)."""

@@ -152,3 +152,21 @@ def test_recorded_inputs_file_may_be_a_run_inputs_file(tmp_path: Path) -> None:
                                           "  - {time: 0.0005, source_id: x}\n")
     with pytest.raises(Exception, match="inputs.yaml: inputs\\[0\\]"):
         load_calibration_request(write_request(tmp_path, from_file, "bad.yaml"))
+
+
+def test_recycled_mujoco_data_gives_identical_residuals(tmp_path: Path, monkeypatch) -> None:
+    """Rollouts reuse their thread's MjData (reset by the fresh instance): same numbers."""
+    from fibril_calibration import episodes
+
+    rig = write_rig(tmp_path)
+    request = load_calibration_request(write_request(tmp_path, request_doc(rig)))
+    points = [request.initial_values * factor for factor in (1.0, 1.3, 0.7, 1.0)]
+    with CalibrationProblem(request) as problem:
+        problem._capacity = 0
+        recycled = [problem.evaluate(p).residuals for p in points]
+    monkeypatch.setattr(episodes, "_scratch_data", lambda model: None)
+    with CalibrationProblem(request) as problem:
+        problem._capacity = 0
+        fresh = [problem.evaluate(p).residuals for p in points]
+    for a, b in zip(recycled, fresh):
+        np.testing.assert_array_equal(a, b)

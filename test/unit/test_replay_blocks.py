@@ -174,3 +174,26 @@ def test_activation_states_roll_out_identically() -> None:
     for name in FIELDS:
         np.testing.assert_array_equal(runs[0].values[name], runs[1].values[name], name)
     assert np.abs(runs[0].values["act"]).max() > 0
+
+
+def test_recycled_mjdata_is_reset_and_checked(hinge) -> None:
+    records = _records(SOURCES, 200)
+    ticks = np.arange(0, 200)
+    first = hinge.create_instance(3, collect=False)
+    first.enqueue_recorded_trace_inputs(records)
+    first.capture(ticks, FIELDS)
+    first.advance(200)
+    recycled = hinge.create_instance(3, collect=False, data=first.data)
+    assert recycled.data is first.data and recycled.tick == 0
+    recycled.enqueue_recorded_trace_inputs(records)
+    again = recycled.capture(ticks, FIELDS)
+    recycled.advance(200)
+    fresh = hinge.create_instance(3, collect=False)
+    fresh.enqueue_recorded_trace_inputs(records)
+    expected = fresh.capture(ticks, FIELDS)
+    fresh.advance(200)
+    for name in FIELDS:
+        np.testing.assert_array_equal(again.values[name], expected.values[name], name)
+    other = SimulationBuilder().build(DRIVETRAIN)
+    with pytest.raises(InstanceError, match="signature"):
+        other.create_instance(data=first.data)
