@@ -212,9 +212,15 @@ class CalibrationProblem:
         with self._lock:
             self.statistics.evaluations[scope] += len(vectors)
         try:
-            plans = self._map(self.candidate_plan, vectors)
-            tasks = [(plan, schedule) for plan in plans for schedule in schedules]
-            outcomes = self._map(self._rollout, tasks)
+            if len(vectors) > 1:
+                # One task per candidate (its build, then its episodes): while one worker holds
+                # the GIL for Python work, another is inside a GIL-free MuJoCo rollout.
+                per_candidate = self._map(lambda v: self._candidate_rollouts(v, scope), vectors)
+                outcomes = [o for outcome in per_candidate for o in outcome]
+            else:
+                plans = [self.candidate_plan(vectors[0])]
+                tasks = [(plan, schedule) for plan in plans for schedule in schedules]
+                outcomes = self._map(self._rollout, tasks)
         except EvaluationError:
             with self._lock:
                 self.statistics.failures += 1
@@ -224,6 +230,10 @@ class CalibrationProblem:
         for i, vector in enumerate(vectors):
             evaluations.append(self._assemble(schedules, outcomes[i * per:(i + 1) * per]))
         return evaluations
+
+    def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
+        plan = self.candidate_plan(vector)
+        return [self._rollout((plan, schedule)) for schedule in self._schedules[scope]]
 
     def _rollout(self, task: tuple[SimulationPlan, EpisodeSchedule]) -> np.ndarray:
         plan, schedule = task
