@@ -143,6 +143,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         if episode.recorded_inputs:
             signature = plan.recorded_input_signature
             prepared = schedule.prepared.get(signature)
+            if prepared is None and episode.prepared_inputs is not None:
+                source, parsed = episode.prepared_inputs
+                if source is episode.recorded_inputs and parsed.signature == signature:
+                    prepared = parsed
             if prepared is None:
                 prepared = plan.prepare_recorded_inputs(episode.recorded_inputs)
                 schedule.prepared[signature] = prepared

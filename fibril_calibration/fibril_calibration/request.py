@@ -108,6 +108,9 @@ class EpisodeSpec:
     content_sha256: str
     recording: Path | None = None  # the trace the recorded inputs came from
     recording_episode: int | None = None  # its episode number
+    # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
+    # endpoints, replayed into every candidate whose endpoints parse the same way.
+    prepared_inputs: Any = field(default=None, compare=False, repr=False)
 
     def signal(self, observation_id: str) -> SignalSpec:
         for signal in self.signals:
@@ -554,11 +557,15 @@ def _episode(value: Any, where: s.Where, scope: str,
             f"horizon_steps {horizon} ends at {horizon * timestep} ns, before the last reference "
             f"sample at {last_time} ns; it needs at least {needed} step(s) of {timestep} ns")
     content = _episode_hash(episode_id, seed, weight, horizon, initial_state, inputs, signals)
+    try:
+        prepared = (inputs, plan.prepare_recorded_inputs(inputs)) if inputs else None
+    except FibrilError as exc:  # the checks above word the common cases with key paths
+        raise where.key("recorded_inputs").fail(str(exc)) from None
     return EpisodeSpec(id=episode_id, scope=scope, seed=seed, weight=weight,
                        horizon_steps=horizon, initial_state=initial_state,
                        recorded_inputs=inputs, signals=tuple(signals), content_sha256=content,
                        recording=None if recording is None else recording.path,
-                       recording_episode=recording_number)
+                       recording_episode=recording_number, prepared_inputs=prepared)
 
 
 def _open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
