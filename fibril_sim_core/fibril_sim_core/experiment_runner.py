@@ -27,7 +27,7 @@ from typing import Any
 import mujoco
 
 from ._schema import Where
-from .errors import FibrilError, PlanError
+from .errors import FibrilError
 from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
 from .manifest import load_manifest, load_scenario
 from .metrics import COMPARE, ContactObserver, MetricUnavailable, signal_metric
@@ -146,9 +146,7 @@ def execute_run(job: RunJob) -> dict[str, Any]:
     record["parameter_diff"] = _diff(declared, record["parameters"])
     try:
         plan = SimulationBuilder().build(experiment.manifest, parameters)
-    except PlanError as exc:
-        return _finish(record, clock, job, COMPILE_FAILURE, str(exc))
-    except FibrilError as exc:
+    except FibrilError as exc:  # PlanError, OverlayError, ManifestError, ComponentError
         return _finish(record, clock, job, COMPILE_FAILURE, str(exc))
     record["parameter_set_hash"] = plan.provenance["parameter_set_hash"]
     record["targets"] = list(plan.provenance["parameters"])
