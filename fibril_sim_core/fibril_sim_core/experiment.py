@@ -22,7 +22,7 @@ SCHEMA_MAJOR = 1
 SCHEMA_MINORS = (0,)
 REDUCERS = ("final", "max_abs", "max_norm", "delta_norm", "duration_above")
 METRIC_KINDS = ("signal", "contact_duration", "max_contact_wrench", "event_reached", "rtf")
-OPERATORS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+OPERATORS = ("lt", "le", "gt", "ge", "eq", "ne")
 BASELINE_ID = "baseline"
 
 
