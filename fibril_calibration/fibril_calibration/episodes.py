@@ -176,11 +176,13 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             else:
                 applications.setdefault(observation.name, [])
             continue
-        buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
         reader = snapshot_reader(observation, model)
         readers.append(reader.read)
         if reader.array in _CAPTURED:
             captured[index] = reader
+            buffers.append(None)  # taken from the capture after the rollout
+        else:
+            buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
 
     if devices or applications:
         def observe(record: Any, devices: dict = devices,
@@ -225,8 +227,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         raise EvaluationError(f"{label}: rollout failed at tick {instance.tick}: {exc}") from None
     if capture is not None:
         for index, reader in captured.items():
-            rows = np.searchsorted(capture.ticks, schedule.signals[index].ticks)
-            buffers[index][:] = capture.values[reader.array][rows][:, reader.index]  # type: ignore[index]
+            values = capture.values[reader.array]
+            rows = _capture_rows(schedule, index, capture.ticks)
+            buffers[index] = (values[:, reader.index] if rows is None
+                              else values[rows][:, reader.index])
     for warning in _WARNINGS:
         if data.warning[warning].number > 0:
             raise EvaluationError(
@@ -247,6 +251,18 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         else:
             tracks.append(_application_track(applications[observation.name], observation, limit))
     return tracks
+
+
+def _capture_rows(schedule: EpisodeSchedule, index: int, captured: np.ndarray
+                  ) -> np.ndarray | None:
+    """Which capture rows signal ``index`` reads (None: all of them, in order); the same for
+    every candidate, so computed once per schedule."""
+    key = ("rows", index)
+    if key not in schedule.prepared:
+        ticks = schedule.signals[index].ticks
+        schedule.prepared[key] = (None if np.array_equal(ticks, captured)
+                                  else np.searchsorted(captured, ticks))
+    return schedule.prepared[key]
 
 
 _SCRATCH = threading.local()

@@ -124,6 +124,51 @@ def _state_offsets(model: mujoco.MjModel) -> dict[str, tuple[int, int]]:
             "act": (time + qpos + qvel, size(model, bits.mjSTATE_ACT))}
 
 
+def _block_controls(ctrl: np.ndarray, t: int, end: int,
+                    waiting: Sequence[tuple[int, int, float]],
+                    records: RecordedInputs | None, controls: ControlTrajectory | None,
+                    first: int) -> tuple[np.ndarray, int, tuple[tuple[int, int], ...]]:
+    """The ctrl of every step ``t`` → ``end`` when the block starts from ``ctrl``, with the
+    ``waiting`` releases (row, index, value) and the recorded inputs from entry ``first`` on.
+
+    Returns the table, how many recorded inputs the block commits and, of those, the ones
+    released after it: (release tick, entry index)."""
+    k = end - t
+    nu = ctrl.shape[0]
+    table = np.empty((k, nu))
+    table[:] = ctrl
+    rows = np.array([w[0] for w in waiting], dtype=np.int64)
+    cols = np.array([w[1] for w in waiting], dtype=np.intp)
+    values = np.array([w[2] for w in waiting], dtype=np.float64)
+    consumed = 0
+    later: tuple[tuple[int, int], ...] = ()
+    distinct = True
+    if records is not None and controls is not None:
+        last = int(np.searchsorted(records.commit_ticks, end, side="left"))
+        release = controls.release_ticks[first:last]
+        inside = release < end
+        rows = np.concatenate((rows, release[inside] - t))
+        cols = np.concatenate((cols, controls.indices[first:last][inside]))
+        values = np.concatenate((values, controls.values[first:last][inside]))
+        consumed = last - first
+        later = tuple((int(release[n]), first + int(n)) for n in np.flatnonzero(~inside))
+        distinct = controls.distinct
+    if rows.size:
+        table[:] = np.nan
+        table[0] = ctrl
+        if waiting or not distinct:
+            # Later commands overwrite earlier ones on one tick and ctrl: keep the last.
+            _, keep = np.unique((rows * nu + cols)[::-1], return_index=True)
+            keep = rows.size - 1 - keep
+            rows, cols, values = rows[keep], cols[keep], values[keep]
+        table[rows, cols] = values
+        filled = np.where(np.isnan(table), 0, np.arange(k)[:, None])
+        np.maximum.accumulate(filled, axis=0, out=filled)
+        table = table[filled, np.arange(nu)]
+    table.setflags(write=False)
+    return table, consumed, later
+
+
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
     """One stream per (episode seed, component id): adding a component changes no other's noise."""
     return np.random.default_rng(np.random.SeedSequence(
@@ -470,9 +515,6 @@ class SimulationInstance:
         """Step ``t`` → ``end`` in one rollout, committing and releasing the replayed commands
         due in ``(t, end)`` exactly as tick-by-tick stepping would."""
         model, data = self.model, self.data
-        k = end - t
-        table = np.empty((k, model.nu))
-        table[:] = data.ctrl
         # Commands committed before the block that are released inside it go first (on one
         # ctrl they were committed before any command of the block).
         waiting: list[tuple[int, int, float]] = []
@@ -480,38 +522,30 @@ class SimulationInstance:
             release_tick, _, item = heapq.heappop(self._releases)
             index, value = self._endpoints[item.endpoint].control(item.command)
             waiting.append((release_tick - t, index, value))
-        if self._recorded or waiting:
-            rows = np.array([w[0] for w in waiting], dtype=np.int64)
-            cols = np.array([w[1] for w in waiting], dtype=np.intp)
-            values = np.array([w[2] for w in waiting], dtype=np.float64)
-            inside = np.zeros(0, dtype=bool)
-            if self._recorded:
-                records, controls = self._replay  # type: ignore[misc]
-                first = len(records.entries) - len(self._recorded)
-                last = int(np.searchsorted(records.commit_ticks, end, side="left"))
-                release = controls.release_ticks[first:last]
-                inside = release < end
-                rows = np.concatenate((rows, release[inside] - t))
-                cols = np.concatenate((cols, controls.indices[first:last][inside]))
-                values = np.concatenate((values, controls.values[first:last][inside]))
-            if rows.size:
-                table[:] = np.nan
-                table[0] = data.ctrl
-                if waiting or not self._replay[1].distinct:  # type: ignore[index]
-                    # Later commands overwrite earlier ones on one tick and ctrl: keep the last.
-                    _, keep = np.unique((rows * model.nu + cols)[::-1], return_index=True)
-                    keep = rows.size - 1 - keep
-                    rows, cols, values = rows[keep], cols[keep], values[keep]
-                table[rows, cols] = values
-                filled = np.where(np.isnan(table), 0, np.arange(k)[:, None])
-                np.maximum.accumulate(filled, axis=0, out=filled)
-                table = table[filled, np.arange(model.nu)]
-            for n in np.flatnonzero(~inside):  # released after the block: they wait
+        if self._recorded:
+            records, controls = self._replay  # type: ignore[misc]
+            first = len(records.entries) - len(self._recorded)
+            if waiting:
+                block = _block_controls(data.ctrl, t, end, waiting, records, controls, first)
+            else:  # the same for every instance replaying these inputs from the same ctrl
+                key = (t, end, first, data.ctrl.tobytes())
+                block = controls.blocks.get(key)
+                if block is None:
+                    block = _block_controls(data.ctrl, t, end, waiting, records, controls,
+                                            first)
+                    if len(controls.blocks) < 16:
+                        controls.blocks[key] = block
+            table, consumed, later = block
+            for release_tick, n in later:  # released after the block: they wait
                 self._order += 1
-                heapq.heappush(self._releases, (int(release[n]), self._order,
-                                                records.entries[first + int(n)]))
-            if inside.size:
-                del self._recorded[len(self._recorded) - (last - first):]
+                heapq.heappush(self._releases, (release_tick, self._order, records.entries[n]))
+            if consumed:
+                del self._recorded[len(self._recorded) - consumed:]
+        elif waiting:
+            table = _block_controls(data.ctrl, t, end, waiting, None, None, 0)[0]
+        else:
+            table = np.empty((end - t, model.nu))
+            table[:] = data.ctrl
         spec = self._state_spec
         initial = np.empty(mujoco.mj_stateSize(model, spec))
         mujoco.mj_getState(model, data, initial, spec)

@@ -137,7 +137,10 @@ class SimulationBuilder:
         # Parsed models and geom-inferred inertials, keyed by the model files' identity: a
         # calibration builds one plan per candidate from the same files.
         self._specs: dict[Any, mujoco.MjSpec] = {}
+        self._assets: dict[Any, list[Path]] = {}
         self._inertials: dict[Any, Any] = {}
+        # The components resolved last: (manifest, registry, component overlays, components).
+        self._resolved: tuple[Any, ...] | None = None
 
     def build(self, manifest: SimulationManifest | str | Path,
               overlays: ParameterOverlays | Sequence[OverlayParameter] | None = None
@@ -148,9 +151,15 @@ class SimulationBuilder:
             manifest = load_manifest(manifest)
         overlays = self._overlays(manifest, overlays)
         registry = self._registry_with_extensions(manifest)
-        components = self._resolve_components(manifest, registry, overlays)
+        components = self._components(manifest, registry, overlays)
         spec, model_key = self._parse_model(manifest)
-        assets = prov.asset_files(spec, manifest.model)
+        assets = self._assets.get(model_key) if model_key is not None else None
+        if assets is None:
+            assets = prov.asset_files(spec, manifest.model)
+            if model_key is not None:
+                if len(self._assets) >= 8:
+                    self._assets.pop(next(iter(self._assets)))
+                self._assets[model_key] = assets
         apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
                               inertials=self._inertials, model_key=model_key)
         for component in components:
@@ -182,12 +191,12 @@ class SimulationBuilder:
         scenario = manifest.scenario
         keyframe_id = self._keyframe(manifest, model, scenario)
         self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
-        provenance = self._provenance(manifest, model, assets, overlays, registry)
-        layout = trace_layout(model, timebase, devices, actuators)
+        provenance = self._provenance(manifest, model, assets, overlays)
+        layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
         return SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
             actuators=tuple(actuators), keyframe_id=keyframe_id, scenario=scenario,
-            provenance=MappingProxyType(provenance), layout=MappingProxyType(layout))
+            provenance=provenance, layout=layout)
 
     @staticmethod
     def _overlays(manifest: SimulationManifest,
@@ -232,6 +241,19 @@ class SimulationBuilder:
                 raise ManifestError(f"{manifest.path}: extensions[{i}]: cannot load "
                                     f"{reference!r}: {type(exc).__name__}: {exc}") from None
         return registry
+
+    def _components(self, manifest: SimulationManifest, registry: ComponentRegistry,
+                    overlays: ParameterOverlays) -> list[ResolvedComponent]:
+        """The resolved components; reused while manifest, registry and component overlays
+        are the same (a calibration of MuJoCo parameters resolves them once)."""
+        key = tuple((cid, tuple(sorted(paths.items())))
+                    for cid, paths in sorted(overlays.components.items()))
+        last = self._resolved
+        if last is not None and last[0] is manifest and last[1] is registry and last[2] == key:
+            return last[3]
+        components = self._resolve_components(manifest, registry, overlays)
+        self._resolved = (manifest, registry, key, components)
+        return components
 
     def _resolve_components(self, manifest: SimulationManifest, registry: ComponentRegistry,
                             overlays: ParameterOverlays) -> list[ResolvedComponent]:
@@ -352,26 +374,36 @@ class SimulationBuilder:
 
     @staticmethod
     def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, assets: list[Path],
-                    overlays: ParameterOverlays, registry: ComponentRegistry) -> dict[str, Any]:
+                    overlays: ParameterOverlays) -> Mapping[str, Any]:
+        """File hashes are taken now (what was built, even if a file changes later); the
+        hashes of in-memory objects (manifest document, compiled model, parameters) on first
+        read."""
         base = manifest.model.parent
-        model_files = prov.included_files(manifest.model)
-        return {
+        model_files = {prov.relative(p, base): prov.sha256_file(p)
+                       for p in prov.included_files(manifest.model)}
+        files = {
+            "model_sha256": prov.sha256_file(manifest.model),
+            "model_files": model_files,
+            "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
+            "parameter_overlays": {str(p): prov.sha256_file(p)
+                                   for p in manifest.parameter_overlays},
+        }
+        return prov.DeferredMapping(lambda: {
             "manifest_path": str(manifest.path),
             "manifest_sha256": manifest.sha256,
             "model_path": str(manifest.model),
-            "model_sha256": prov.sha256_file(manifest.model),
-            "model_files": {prov.relative(p, base): prov.sha256_file(p) for p in model_files},
-            "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
+            "model_sha256": files["model_sha256"],
+            "model_files": files["model_files"],
+            "assets": files["assets"],
             "compiled_model_sha256": prov.compiled_model_sha256(model),
             "parameter_set_hash": overlays.parameter_set_hash,
-            "parameter_overlays": {str(p): prov.sha256_file(p)
-                                   for p in manifest.parameter_overlays},
+            "parameter_overlays": files["parameter_overlays"],
             "parameters": overlays.describe(),
             "extensions": [{"reference": ref,
                             "version": prov.package_version(ref.partition(":")[0].split(".")[0])}
                            for ref in manifest.extensions],
             "build": prov.build_identity(),
-        }
+        })
 
 
 def trace_layout(model: mujoco.MjModel, timebase: Timebase,

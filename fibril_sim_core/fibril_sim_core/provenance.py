@@ -8,13 +8,53 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import threading
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
+
+
+class DeferredMapping(Mapping[str, Any]):
+    """A read-only mapping whose values are computed on first access, all at once.
+
+    A plan's provenance and trace layout are pure functions of immutable inputs (the compiled
+    model, the overlays, the descriptors) but cost more than the rest of a build; a calibration
+    builds one plan per candidate and reads them only for the fitted one.
+    """
+
+    def __init__(self, compute: Callable[[], Mapping[str, Any]]) -> None:
+        self._compute: Callable[[], Mapping[str, Any]] | None = compute
+        self._values: Mapping[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _resolved(self) -> Mapping[str, Any]:
+        values = self._values
+        if values is None:
+            with self._lock:
+                if self._values is None:
+                    assert self._compute is not None
+                    self._values = dict(self._compute())
+                    self._compute = None  # drop what the computation held
+                values = self._values
+        return values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._resolved()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolved())
+
+    def __len__(self) -> int:
+        return len(self._resolved())
+
+    def __repr__(self) -> str:
+        return f"DeferredMapping({dict(self._resolved())!r})"
 
 
 def file_key(path: Path) -> tuple[str, int, int]:

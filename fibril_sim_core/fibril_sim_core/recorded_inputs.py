@@ -35,6 +35,9 @@ class ControlTrajectory:
     values: np.ndarray
     # No two inputs write the same ctrl at the same tick (nothing to overwrite in a block).
     distinct: bool = True
+    # Control tables of replay blocks, keyed by (start, end, first entry, starting ctrl):
+    # every instance replaying these inputs the same way steps the same table.
+    blocks: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
