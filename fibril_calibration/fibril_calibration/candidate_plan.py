@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
-from fibril_sim_core.overlays import OverlayParameter, overlay_document
+from fibril_sim_core.overlays import OverlayParameter, ParameterOverlays, overlay_document
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
 from .parameters import CalibrationParameter
@@ -51,6 +51,7 @@ class CandidatePlanBuilder:
         self.manifest = manifest
         self.parameters = tuple(parameters)
         self.builder = builder or SimulationBuilder()
+        self._template: ParameterOverlays | None = None
 
     def overlay_parameters(self, values: CalibrationParameterValues
                            ) -> tuple[OverlayParameter, ...]:
@@ -62,7 +63,17 @@ class CandidatePlanBuilder:
                                       p.provenance) for p in self.parameters)
 
     def build(self, values: CalibrationParameterValues) -> SimulationPlan:
-        return self.builder.build(self.manifest, overlays=self.overlay_parameters(values))
+        template = self._template
+        if template is None:
+            template = self._template = ParameterOverlays(self.overlay_parameters(values))
+            overlays = template
+        else:  # same targets, new values: only the values are checked again
+            missing = [p.id for p in self.parameters if p.id not in values]
+            if missing:
+                raise KeyError(f"no value for parameter(s) {', '.join(missing)}")
+            overlays = template.with_values({p.id: float(values[p.id])
+                                             for p in self.parameters})
+        return self.builder.build(self.manifest, overlays=overlays)
 
     def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
                          source: Mapping | None = None) -> dict:

@@ -22,6 +22,7 @@ physics timestep, never on the candidate parameters, so it is computed once per 
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -128,12 +129,16 @@ class Track:
 
 
 def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
-                decoders: CalibrationDeviceOutputDecoderRegistry) -> list[Track]:
-    """Roll the episode out on ``plan``; the simulated samples of each signal, in order."""
+                decoders: CalibrationDeviceOutputDecoderRegistry, *,
+                rollout_context: AbstractContextManager[Any] | None = None) -> list[Track]:
+    """Roll the episode out on ``plan``; the simulated samples of each signal, in order.
+    ``rollout_context`` is entered around each GIL-free MuJoCo rollout (see
+    ``SimulationPlan.create_instance``)."""
     episode = schedule.episode
     label = f"episode {episode.id!r}"
     model = plan.model
-    instance = plan.create_instance(episode.seed, collect=False, data=_scratch_data(model))
+    instance = plan.create_instance(episode.seed, collect=False, data=_scratch_data(model),
+                                    rollout_context=rollout_context)
     try:
         if episode.initial_state:
             instance.inject_state([dict(entry) for entry in episode.initial_state])

@@ -39,6 +39,19 @@ from .request import CalibrationRequest
 Progress = Callable[[str], None]
 
 
+class _TurnReleased:
+    """Gives the Python turn away for the duration of a rollout, and takes it back after."""
+
+    def __init__(self, turn: threading.Lock) -> None:
+        self._turn = turn
+
+    def __enter__(self) -> None:
+        self._turn.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self._turn.acquire()
+
+
 @dataclass
 class ProblemStatistics:
     """Counters of one calibration run (reported in the result)."""
@@ -88,6 +101,11 @@ class CalibrationProblem:
             "training": OrderedDict(), "validation": OrderedDict()}
         self._lock = threading.Lock()
         self._workers = request.execution.max_parallelism
+        # Python work of the workers takes turns (one holds the turn, except while MuJoCo
+        # steps a rollout without the GIL): without it, a worker that drops the GIL inside a
+        # short C call lets the other's whole Python phase in first, and both cores idle.
+        self._turn = threading.Lock()
+        self._rollout_turn = _TurnReleased(self._turn)
         self._pool: ThreadPoolExecutor | None = None
         self._last_report = 0.0
 
@@ -232,15 +250,18 @@ class CalibrationProblem:
         return evaluations
 
     def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
-        plan = self.candidate_plan(vector)
+        with self._turn:
+            plan = self.candidate_plan(vector)
         return [self._rollout((plan, schedule)) for schedule in self._schedules[scope]]
 
     def _rollout(self, task: tuple[SimulationPlan, EpisodeSchedule]) -> np.ndarray:
         plan, schedule = task
         started = time.perf_counter()
         try:
-            tracks = run_episode(plan, schedule, self.decoders)
-            residuals, _ = episode_residuals(schedule, tracks)
+            with self._turn:
+                tracks = run_episode(plan, schedule, self.decoders,
+                                     rollout_context=self._rollout_turn)
+                residuals, _ = episode_residuals(schedule, tracks)
         finally:
             with self._lock:
                 self.statistics.rollouts += 1

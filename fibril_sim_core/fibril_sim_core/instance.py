@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import mujoco
@@ -181,7 +182,8 @@ class SimulationInstance:
     def __init__(self, plan: SimulationPlan, *, seed: int = 0,
                  scenario: ScenarioSpec | None = None, trace: Any = None,
                  snapshot_every: int | None = None, collect: bool = True,
-                 data: mujoco.MjData | None = None) -> None:
+                 data: mujoco.MjData | None = None,
+                 rollout_context: AbstractContextManager[Any] | None = None) -> None:
         self.plan = plan
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
@@ -206,6 +208,7 @@ class SimulationInstance:
         self._ingress = Ingress(plan.actuators, self._endpoints, self._clock)
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         self._state_layout = _state_offsets(plan.model)
+        self._rollout_context = rollout_context or nullcontext()
         self._start_episode()
 
     # ----------------------------------------------------------------- lifecycle
@@ -549,8 +552,10 @@ class SimulationInstance:
         spec = self._state_spec
         initial = np.empty(mujoco.mj_stateSize(model, spec))
         mujoco.mj_getState(model, data, initial, spec)
-        states, sensordata = rollout.rollout(model, data, initial, table,
-                                             initial_warmstart=data.qacc_warmstart.copy())
+        warmstart = data.qacc_warmstart.copy()
+        with self._rollout_context:
+            states, sensordata = rollout.rollout(model, data, initial, table,
+                                                 initial_warmstart=warmstart)
         if self._capture is not None:
             self._capture.take_rollout(t, states[0], sensordata[0], self._state_layout)
         self._tick = end

@@ -387,6 +387,33 @@ class ParameterOverlays:
         """Resolved typed target provenance, in canonical order."""
         return [p.describe() for p in sorted(self.parameters, key=lambda p: p.id)]
 
+    def with_values(self, values: Mapping[str, Any]) -> ParameterOverlays:
+        """The same bindings with new values for some parameters. Each value is checked
+        against its targets like any other; the targets and conflicts were checked when this
+        set was made, so a calibration candidate does not pay for that again."""
+        known = {p.id: p for p in self.parameters}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise OverlayError(f"no overlay parameter(s) {', '.join(map(repr, unknown))}; "
+                               f"parameters: {', '.join(known)}")
+        replaced: dict[str, OverlayParameter] = {}
+        for pid, raw in values.items():
+            parameter = known[pid]
+            where = Where(f"overlay parameter {pid!r}", error=OverlayError)
+            raw = list(raw) if isinstance(raw, (tuple, list)) else raw
+            replaced[pid] = parameter.with_value(
+                parse_value(raw, parameter.targets, where.key("value"), pid))
+        new = object.__new__(ParameterOverlays)
+        object.__setattr__(new, "parameters",
+                           tuple(replaced.get(p.id, p) for p in self.parameters))
+        object.__setattr__(new, "mujoco",
+                           tuple((replaced.get(p.id, p), t) for p, t in self.mujoco))
+        object.__setattr__(new, "components", {
+            component: {path: (pid, replaced[pid].value if pid in replaced else value)
+                        for path, (pid, value) in paths.items()}
+            for component, paths in self.components.items()})
+        return new
+
 
 def overlay_document(parameters: Sequence[OverlayParameter], *, id: str | None = None,
                      source: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -72,7 +73,8 @@ class SimulationPlan:
 
     def create_instance(self, seed: int = 0, *, scenario: ScenarioSpec | None = None,
                         trace: Any = None, snapshot_every: int | None = None,
-                        collect: bool = True, data: mujoco.MjData | None = None
+                        collect: bool = True, data: mujoco.MjData | None = None,
+                        rollout_context: AbstractContextManager[Any] | None = None
                         ) -> SimulationInstance:
         """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
 
@@ -80,12 +82,15 @@ class SimulationPlan:
         manifest's state snapshot interval (default: the manifest's when tracing, else none);
         ``collect`` keeps records for ``poll()``. ``data`` recycles the MjData of a finished
         instance of a model with the same size signature (it is fully reset): many short runs
-        then skip allocating MuJoCo's arena each time.
+        then skip allocating MuJoCo's arena each time. ``rollout_context`` is entered around
+        every replay-block rollout (MuJoCo runs it without the GIL): a calibration worker uses
+        it to hand its Python turn to another worker meanwhile.
         """
         from .instance import SimulationInstance
 
         return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
-                                  snapshot_every=snapshot_every, collect=collect, data=data)
+                                  snapshot_every=snapshot_every, collect=collect, data=data,
+                                  rollout_context=rollout_context)
 
     def inspect(self) -> dict[str, Any]:
         """A JSON-able document describing the plan (``fibril_sim inspect``)."""
@@ -138,6 +143,7 @@ class SimulationBuilder:
         # calibration builds one plan per candidate from the same files.
         self._specs: dict[Any, mujoco.MjSpec] = {}
         self._assets: dict[Any, list[Path]] = {}
+        self._model_hashes: dict[Any, tuple[str, dict[str, str]]] = {}
         self._inertials: dict[Any, Any] = {}
         # The components resolved last: (manifest, registry, component overlays, components).
         self._resolved: tuple[Any, ...] | None = None
@@ -191,7 +197,7 @@ class SimulationBuilder:
         scenario = manifest.scenario
         keyframe_id = self._keyframe(manifest, model, scenario)
         self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
-        provenance = self._provenance(manifest, model, assets, overlays)
+        provenance = self._provenance(manifest, model, model_key, assets, overlays)
         layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
         return SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
@@ -202,6 +208,8 @@ class SimulationBuilder:
     def _overlays(manifest: SimulationManifest,
                   given: ParameterOverlays | Sequence[OverlayParameter] | None
                   ) -> ParameterOverlays:
+        if not manifest.parameter_overlays and isinstance(given, ParameterOverlays):
+            return given  # already validated and canonical
         layers = [load_overlay_artifact(path).parameters for path in manifest.parameter_overlays]
         if isinstance(given, ParameterOverlays):
             layers.append(given.parameters)
@@ -372,18 +380,25 @@ class SimulationBuilder:
                                     f"increase for source {item.source_id!r}")
             last[item.source_id] = item.source_sequence
 
-    @staticmethod
-    def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, assets: list[Path],
+    def _provenance(self, manifest: SimulationManifest, model: mujoco.MjModel,
+                    model_key: Any, assets: list[Path],
                     overlays: ParameterOverlays) -> Mapping[str, Any]:
         """File hashes are taken now (what was built, even if a file changes later); the
         hashes of in-memory objects (manifest document, compiled model, parameters) on first
         read."""
         base = manifest.model.parent
-        model_files = {prov.relative(p, base): prov.sha256_file(p)
-                       for p in prov.included_files(manifest.model)}
+        model_part = self._model_hashes.get(model_key) if model_key is not None else None
+        if model_part is None:  # the model files' hashes, while their file keys are the same
+            model_part = (prov.sha256_file(manifest.model),
+                          {prov.relative(p, base): prov.sha256_file(p)
+                           for p in prov.included_files(manifest.model)})
+            if model_key is not None:
+                if len(self._model_hashes) >= 8:
+                    self._model_hashes.pop(next(iter(self._model_hashes)))
+                self._model_hashes[model_key] = model_part
         files = {
-            "model_sha256": prov.sha256_file(manifest.model),
-            "model_files": model_files,
+            "model_sha256": model_part[0],
+            "model_files": dict(model_part[1]),
             "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
             "parameter_overlays": {str(p): prov.sha256_file(p)
                                    for p in manifest.parameter_overlays},
