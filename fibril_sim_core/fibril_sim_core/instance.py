@@ -208,7 +208,7 @@ class SimulationInstance:
         self._ingress = Ingress(plan.actuators, self._endpoints, self._clock)
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         self._state_layout = _state_offsets(plan.model)
-        self._rollout_context = rollout_context or nullcontext()
+        self._rollout_context = nullcontext() if rollout_context is None else rollout_context
         self._start_episode()
 
     # ----------------------------------------------------------------- lifecycle

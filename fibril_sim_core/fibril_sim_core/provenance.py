@@ -79,13 +79,10 @@ def _sha256_file(key: tuple[str, int, int]) -> str:
 
 
 def included_files(model_path: Path) -> list[Path]:
-    """MJCF files pulled in by ``<include file=...>``, recursively (the model itself first)."""
-    return list(_included_files(file_key(model_path)))
+    """MJCF files pulled in by ``<include file=...>``, recursively (the model itself first).
 
-
-@lru_cache(maxsize=256)
-def _included_files(key: tuple[str, int, int]) -> tuple[Path, ...]:
-    model_path = Path(key[0])
+    Each file's own includes are remembered while that file is unchanged, so an include added
+    to a nested file is seen at once."""
     seen: list[Path] = []
     pending = [model_path.resolve()]
     while pending:
@@ -94,14 +91,23 @@ def _included_files(key: tuple[str, int, int]) -> tuple[Path, ...]:
             continue
         seen.append(path)
         try:
-            root = ElementTree.parse(path).getroot()
-        except ElementTree.ParseError:
+            key = file_key(path)
+        except OSError:  # removed meanwhile
             continue
-        for element in root.iter("include"):
-            name = element.get("file")
-            if name:
-                pending.append((path.parent / name).resolve())
-    return tuple(seen)
+        pending.extend(reversed(_includes(key)))
+    return seen
+
+
+@lru_cache(maxsize=1024)
+def _includes(key: tuple[str, int, int]) -> tuple[Path, ...]:
+    """The files one MJCF file includes directly (resolved against its folder)."""
+    path = Path(key[0])
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (ElementTree.ParseError, OSError):
+        return ()
+    return tuple((path.parent / name).resolve()
+                 for element in root.iter("include") if (name := element.get("file")))
 
 
 def asset_files(spec: mujoco.MjSpec, model_path: Path) -> list[Path]:
