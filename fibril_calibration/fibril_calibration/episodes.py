@@ -137,8 +137,14 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     episode = schedule.episode
     label = f"episode {episode.id!r}"
     model = plan.model
-    instance = plan.create_instance(episode.seed, collect=False, data=_scratch_data(model),
-                                    rollout_context=rollout_context)
+    # Only the devices an observation reads run: the others' outputs would go nowhere.
+    observed = {s.observation.name for s in schedule.signals
+                if s.observation.source == "device_output"}
+    try:
+        instance = plan.create_instance(episode.seed, collect=False, data=_scratch_data(model),
+                                        rollout_context=rollout_context, devices=observed)
+    except FibrilError as exc:
+        raise EvaluationError(f"{label}: {exc}") from None
     try:
         if episode.initial_state:
             instance.inject_state([dict(entry) for entry in episode.initial_state])

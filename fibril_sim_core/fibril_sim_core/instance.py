@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -183,8 +183,17 @@ class SimulationInstance:
                  scenario: ScenarioSpec | None = None, trace: Any = None,
                  snapshot_every: int | None = None, collect: bool = True,
                  data: mujoco.MjData | None = None,
-                 rollout_context: AbstractContextManager[Any] | None = None) -> None:
+                 rollout_context: AbstractContextManager[Any] | None = None,
+                 devices: Collection[str] | None = None) -> None:
         self.plan = plan
+        if devices is not None:
+            known = {d.id for d in plan.devices}
+            unknown = sorted(set(devices) - known)
+            if unknown:
+                raise InstanceError(f"create_instance: no device(s) {', '.join(map(repr, unknown))}"
+                                    f" in the plan; devices: {', '.join(sorted(known)) or 'none'}")
+        # The devices this instance runs (all by default).
+        self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "
@@ -223,10 +232,10 @@ class SimulationInstance:
         self._tick = 0
         self._processed = -1  # last boundary whose once-only work is done
         self._devices: list[Device] = [
-            d.create(component_rng(self._seed, d.id)) for d in self.plan.devices]
+            d.create(component_rng(self._seed, d.id)) for d in self._device_specs]
         self._read_at = [1] * len(self._devices)
-        self._period = [d.period_ticks for d in self.plan.devices]
-        self._latency = [d.latency_ticks for d in self.plan.devices]
+        self._period = [d.period_ticks for d in self._device_specs]
+        self._latency = [d.latency_ticks for d in self._device_specs]
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
         self._recorded: list[tuple[int, int, AcceptedInput]] = []

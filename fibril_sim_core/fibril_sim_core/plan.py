@@ -8,7 +8,7 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +74,8 @@ class SimulationPlan:
     def create_instance(self, seed: int = 0, *, scenario: ScenarioSpec | None = None,
                         trace: Any = None, snapshot_every: int | None = None,
                         collect: bool = True, data: mujoco.MjData | None = None,
-                        rollout_context: AbstractContextManager[Any] | None = None
-                        ) -> SimulationInstance:
+                        rollout_context: AbstractContextManager[Any] | None = None,
+                        devices: Collection[str] | None = None) -> SimulationInstance:
         """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
 
         ``trace`` (a TraceWriter) receives every record; ``snapshot_every`` overrides the
@@ -84,13 +84,16 @@ class SimulationPlan:
         instance of a model with the same size signature (it is fully reset): many short runs
         then skip allocating MuJoCo's arena each time. ``rollout_context`` is entered around
         every replay-block rollout (MuJoCo runs it without the GIL): a calibration worker uses
-        it to hand its Python turn to another worker meanwhile.
+        it to hand its Python turn to another worker meanwhile. ``devices`` names the devices
+        to run (default: all); one left out is never read: no outputs and no noise draws (each
+        device has its own noise stream, so the others' outputs do not change), and its reads
+        no longer cut replayed commands into single steps.
         """
         from .instance import SimulationInstance
 
         return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
                                   snapshot_every=snapshot_every, collect=collect, data=data,
-                                  rollout_context=rollout_context)
+                                  rollout_context=rollout_context, devices=devices)
 
     def inspect(self) -> dict[str, Any]:
         """A JSON-able document describing the plan (``fibril_sim inspect``)."""

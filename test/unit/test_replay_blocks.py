@@ -197,3 +197,41 @@ def test_recycled_mjdata_is_reset_and_checked(hinge) -> None:
     other = SimulationBuilder().build(DRIVETRAIN)
     with pytest.raises(InstanceError, match="signature"):
         other.create_instance(data=first.data)
+
+
+def test_selected_devices_run_alone_and_unchanged(monkeypatch) -> None:
+    """devices=: the devices left out emit nothing and no longer cut blocks; the selected ones
+    emit exactly what they emit when every device runs (one noise stream per device)."""
+    from fibril_sim_core import instance as module
+
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    records = _records({"motor/command": "duty"}, 300)
+    ids = [d.id for d in plan.devices]
+    keep = "chassis_imu"  # a noisy device between others in the manifest
+
+    def outputs(devices):
+        instance = plan.create_instance(4, collect=True, devices=devices)
+        instance.enqueue_recorded_trace_inputs(records)
+        instance.advance(300)
+        return [r for r in instance.poll() if type(r).__name__ == "DeviceOutput"]
+
+    everything = outputs(None)
+    selected = outputs([keep])
+    assert {o.device_id for o in everything} == set(ids)
+    assert selected and {o.device_id for o in selected} == {keep}
+    mine = [o for o in everything if o.device_id == keep]
+    assert [o.acquisition_tick for o in selected] == [o.acquisition_tick for o in mine]
+    np.testing.assert_array_equal(np.array([o.values for o in selected]),
+                                  np.array([o.values for o in mine]))
+
+    calls: list[int] = []
+    real = module.rollout.rollout
+    monkeypatch.setattr(module.rollout, "rollout",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    quiet = plan.create_instance(4, collect=False, devices=())
+    quiet.enqueue_recorded_trace_inputs(records)
+    quiet.advance(300)
+    assert len(calls) <= 3  # one block per advance, not one step per device read
+
+    with pytest.raises(InstanceError, match="no device.*'nope'"):
+        plan.create_instance(devices=["nope", keep])
