@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,7 @@ class Evaluator:
         # least_squares asks for the residuals and then the Jacobian at the same point.
         self._cache_entries = max(1, cache_entries)
         self._layout: dict[str, tuple[int, tuple]] = {}
+        self._blocks_seen: dict[str, Any] = {}
         self._many = getattr(model, "evaluate_many", None)
 
     @property
@@ -84,15 +86,22 @@ class Evaluator:
         # Copies: cached evaluations must not change if the model reuses its buffers.
         residuals = np.array(evaluation.residuals, dtype=float)
         unweighted = np.array(evaluation.unweighted, dtype=float)
-        where = f"{scope} residuals at " + _describe(self.cmap.ids, physical)
+
+        def fail(problem: str) -> EvaluationError:
+            where = f"{scope} residuals at " + _describe(self.cmap.ids, physical)
+            return EvaluationError(f"{where}: {problem}")
+
         if residuals.ndim != 1 or residuals.shape != unweighted.shape:
-            raise EvaluationError(f"{where}: residual vectors must be one-dimensional and alike")
-        layout = (residuals.size, tuple((b.episode, b.signal, b.start, b.stop) for b in evaluation.blocks))
-        known = self._layout.setdefault(scope, layout)
-        if known != layout:
-            raise EvaluationError(f"{where}: the residual layout changed between evaluations")
+            raise fail("residual vectors must be one-dimensional and alike")
+        if self._blocks_seen.get(scope) is not evaluation.blocks or \
+                self._layout[scope][0] != residuals.size:
+            layout = (residuals.size, tuple((b.episode, b.signal, b.start, b.stop)
+                                            for b in evaluation.blocks))
+            if self._layout.setdefault(scope, layout) != layout:
+                raise fail("the residual layout changed between evaluations")
+            self._blocks_seen[scope] = evaluation.blocks  # the same object: the same layout
         if not (np.all(np.isfinite(residuals)) and np.all(np.isfinite(unweighted))):
-            raise EvaluationError(f"{where}: non-finite residual")
+            raise fail("non-finite residual")
         return Evaluation(residuals, unweighted, tuple(evaluation.blocks),
                           getattr(evaluation, "weighted", False))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import mujoco
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
     from .request import EpisodeSpec, SignalSpec
 
-_CAPTURED = ("qpos", "qvel", "sensordata")  # taken by a StateCapture, even inside rollouts
 _WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
              mujoco.mjtWarning.mjWARN_BADQVEL)
 
@@ -66,13 +66,13 @@ class EpisodeSchedule:
     timestep_ns: int
     horizon: int  # event-driven samples are those stamped at or before horizon·dt
     end_tick: int  # the rollout ends here at least (snapshot reads included)
-    boundaries: tuple[int, ...]  # ascending boundaries with snapshot reads
+    boundaries: tuple[int, ...]  # ascending boundaries with reads of derived values (poses)
     reads: tuple[tuple[tuple[int, int], ...], ...]  # per boundary: (signal index, row)
     signals: tuple[SignalSchedule, ...]
     # Recorded inputs parsed once per endpoint signature, replayed into every candidate.
     prepared: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
+    @cached_property
     def residual_count(self) -> int:
         return sum(s.signal.count * s.observation.residual_dimension for s in self.signals)
 
@@ -97,8 +97,9 @@ def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSp
                     and np.array_equal(ticks * timestep_ns, signal.times_ns))
         signals.append(SignalSchedule(signal, observation, ticks, identity))
         shift = 1 if observation.derived else 0  # derived values of x(t) exist after step t
-        for row, tick in enumerate(ticks.tolist()):
-            reads.setdefault(tick + shift, []).append((index, row))
+        if observation.pose:  # read from MjData at boundaries; the others come from a capture
+            for row, tick in enumerate(ticks.tolist()):
+                reads.setdefault(tick + shift, []).append((index, row))
         end = max(end, int(ticks[-1]) + shift)
     boundaries = tuple(sorted(reads))
     return EpisodeSchedule(episode, timestep_ns, horizon, end, boundaries,
@@ -189,7 +190,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             continue
         reader = snapshot_reader(observation, model)
         readers.append(reader.read)
-        if reader.array in _CAPTURED:
+        if not observation.pose:  # qpos / qvel / sensordata: taken by a StateCapture
             captured[index] = reader
             buffers.append(None)  # taken from the capture after the rollout
         else:
@@ -220,14 +221,8 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                 [schedule.signals[i].ticks for i in captured]))  # type: ignore[misc]
             schedule.prepared[key] = ticks
         capture = instance.capture(ticks, tuple(sorted({r.array for r in captured.values()})))
-    read_at = zip(schedule.boundaries, schedule.reads)
-    if len(captured) == sum(1 for s in schedule.signals if s.ticks is not None):
-        read_at = iter(())
-    elif captured:  # only body poses (xpos / xquat) are still read at their boundaries
-        read_at = ((b, [r for r in reads if r[0] not in captured]) for b, reads in read_at
-                   if any(r[0] not in captured for r in reads))
     try:
-        for boundary, reads in read_at:
+        for boundary, reads in zip(schedule.boundaries, schedule.reads):  # body poses
             instance.advance(boundary - instance.tick)
             for index, row in reads:
                 buffers[index][row] = readers[index](data)  # type: ignore[index]

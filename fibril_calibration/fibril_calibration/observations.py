@@ -61,6 +61,9 @@ NAMED_SOURCES = ("joint_position", "joint_velocity", "sensor", "body_position",
 INDEXED_SOURCES = ("qpos", "qvel", "sensordata")
 # Sources whose values MuJoCo derives in the step's forward pass (read one boundary later).
 DERIVED_SOURCES = ("sensor", "body_position", "body_quaternion", "sensordata")
+# Body poses are read from MjData at boundaries; every other snapshot source is captured
+# (qpos / qvel / sensordata) straight from the rollout.
+POSE_SOURCES = ("body_position", "body_quaternion")
 APPLICATION_COMPONENTS = ("commanded", "released", "applied")
 TIMESTAMPS = ("delivery", "acquisition")
 
@@ -97,6 +100,10 @@ class ObservationSpec:
     @property
     def derived(self) -> bool:
         return self.source in DERIVED_SOURCES
+
+    @property
+    def pose(self) -> bool:
+        return self.source in POSE_SOURCES
 
     @property
     def quaternion(self) -> bool:

@@ -96,6 +96,7 @@ class CalibrationProblem:
                          for e in request.episodes(scope))
             for scope in ("training", "validation")}
         self._timestep = timestep
+        self._blocks: dict[str, tuple[ResidualBlock, ...]] = {}
         self._capacity = request.execution.cache_entries
         self._cache: dict[str, OrderedDict[bytes, Evaluation]] = {
             "training": OrderedDict(), "validation": OrderedDict()}
@@ -246,7 +247,8 @@ class CalibrationProblem:
         evaluations = []
         per = len(schedules)
         for i, vector in enumerate(vectors):
-            evaluations.append(self._assemble(schedules, outcomes[i * per:(i + 1) * per]))
+            evaluations.append(self._assemble(scope, schedules,
+                                              outcomes[i * per:(i + 1) * per]))
         return evaluations
 
     def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
@@ -268,23 +270,18 @@ class CalibrationProblem:
                 self.statistics.rollout_seconds += time.perf_counter() - started
         return residuals
 
-    def _assemble(self, schedules: Sequence[EpisodeSchedule],
+    def _assemble(self, scope: str, schedules: Sequence[EpisodeSchedule],
                   outcomes: Sequence[np.ndarray]) -> Evaluation:
+        blocks = self._blocks.get(scope)
+        if blocks is None:  # the layout is fixed by the reference samples: one tuple per scope
+            blocks = self._blocks[scope] = self.layout(scope)  # type: ignore[arg-type]
         weighted: list[np.ndarray] = []
         unweighted: list[np.ndarray] = []
-        blocks: list[ResidualBlock] = []
-        start = 0
         for schedule, residuals in zip(schedules, outcomes):
-            offset = start
-            for item in schedule.signals:
-                size = item.signal.count * item.observation.residual_dimension
-                blocks.append(ResidualBlock(schedule.episode.id, item.signal.observation,
-                                            offset, offset + size))
-                offset += size
-            if offset - start != residuals.shape[0]:  # pragma: no cover - layout invariant
+            if residuals.shape[0] != schedule.residual_count:  # pragma: no cover - invariant
                 raise EvaluationError(f"episode {schedule.episode.id!r}: residual layout "
-                                      f"mismatch ({residuals.shape[0]} != {offset - start})")
-            start = offset
+                                      f"mismatch ({residuals.shape[0]} != "
+                                      f"{schedule.residual_count})")
             unweighted.append(residuals)
             weight = schedule.episode.weight
             weighted.append(residuals if weight == 1.0 else math.sqrt(weight) * residuals)
@@ -292,7 +289,7 @@ class CalibrationProblem:
         u = np.concatenate(unweighted) if unweighted else np.empty(0)
         r.setflags(write=False)
         u.setflags(write=False)
-        return Evaluation(residuals=r, unweighted=u, blocks=tuple(blocks),
+        return Evaluation(residuals=r, unweighted=u, blocks=blocks,
                           weighted=any(s.episode.weight != 1.0 for s in schedules))
 
     def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
