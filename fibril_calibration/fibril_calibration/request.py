@@ -264,7 +264,8 @@ def parse_calibration_request(
     parameters = _parameters(doc["parameters"], root.key("parameters"))
     factory = candidate_builder or CandidatePlanBuilder
     candidates = factory(manifest, parameters)
-    nominal = _probe_plans(candidates, parameters, root.key("parameters"))
+    probes = _probe_plans(candidates, parameters, root.key("parameters"))
+    nominal = probes["initial"]
 
     observations = _observations(doc["observations"], root.key("observations"), nominal,
                                  decoders)
@@ -276,6 +277,8 @@ def parse_calibration_request(
                              base, episode_ids, recordings, required=True)
         validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
                                by_id, nominal, base, episode_ids, recordings, required=False)
+    _check_activation_states(training, root.key("training"), probes)
+    _check_activation_states(validation, root.key("validation"), probes)
     if objective.standardized_gaussian_residuals:
         _check_standardized(doc, root, training + validation)
     fit = _fit(doc.get("fit"), root.key("fit"))
@@ -394,22 +397,42 @@ def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[OverlayTarget, ...]:
 
 
 def _probe_plans(candidates: Any, parameters: Sequence[CalibrationParameter],
-                 where: s.Where) -> SimulationPlan:
+                 where: s.Where) -> dict[str, SimulationPlan]:
     """Build the nominal plan at the initial values; probe the lower and upper bounds too."""
     probes = (("initial", [p.initial for p in parameters]),
               ("lower", [p.lower for p in parameters]),
               ("upper", [p.upper for p in parameters]))
-    nominal = None
+    plans: dict[str, SimulationPlan] = {}
     for label, values in probes:
         try:
-            plan = candidates.build(dict(zip((p.id for p in parameters), values)))
+            plans[label] = candidates.build(dict(zip((p.id for p in parameters), values)))
         except FibrilError as exc:
             raise where.fail(f"the candidate plan cannot be built with every parameter at its "
                              f"{label} value: {exc}") from None
-        if nominal is None:
-            nominal = plan
-    assert nominal is not None
-    return nominal
+    return plans
+
+
+def _check_activation_states(episodes: Sequence[EpisodeSpec], where: s.Where,
+                             probes: Mapping[str, SimulationPlan]) -> None:
+    """An actuator initial_state must fit every candidate: parameters such as a DC motor's
+    inductance switch an activation state on or off, so check the plans at the bounds too."""
+    import mujoco
+
+    for i, episode in enumerate(episodes):
+        for j, entry in enumerate(episode.initial_state):
+            if entry.get("type") != "actuator":
+                continue
+            name = entry["actuator"]
+            for label in ("lower", "upper"):
+                model = probes[label].model
+                aid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, name)
+                num = int(model.actuator_actnum[aid]) if aid >= 0 else 0
+                if num != len(entry["act"]):
+                    raise where.key(i).key("initial_state").key(j).key("act").fail(
+                        f"actuator {name!r} has {len(entry['act'])} activation value(s) in "
+                        f"the nominal plan but {num} with every parameter at its {label} "
+                        f"bound (a parameter switches the activation state); fit a range "
+                        f"where the state exists, or drop the actuator initial_state")
 
 
 # --------------------------------------------------------------------------- observations

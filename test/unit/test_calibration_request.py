@@ -389,6 +389,13 @@ ERRORS: list[tuple[str, Mutation, tuple[str, ...]]] = [
     ("activation size", _set("training.0.initial_state",
                              [{"type": "actuator", "actuator": "lag", "act": [1, 2]}]),
      (f"{STATE}.act", "1 activation value(s), got 2")),
+    ("activation switched off at a bound",
+     _all(_add_parameter({"id": "inductance", "lower": 0.0, "upper": 0.01, "initial": 0.001,
+                          "target": "mujoco:dcmotor_inductance:drive"}),
+          _set("training.0.initial_state",
+               [{"type": "actuator", "actuator": "drive", "act": [0.0]}])),
+     (f"{STATE}.act", "1 activation value(s) in the nominal plan but 0 with every parameter "
+                      "at its lower bound")),
     ("unknown state type", _set("training.0.initial_state", [{"type": "tendon"}]),
      (f"{STATE}.type", "expected joint, mocap or actuator")),
     # optimizer, objective, execution, analysis, fit, context
