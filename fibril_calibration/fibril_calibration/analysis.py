@@ -14,14 +14,15 @@ unweighted training Jacobian; covariances are mapped to physical units at the en
   ~1e-12 * s_max, which numpy's default would call full rank. The tolerance is therefore
   ``s_max * max(max(m, n) * eps, sqrt(eps))`` (``sqrt(eps) ~ 1.5e-8``): a condition number
   above ~7e7 is indistinguishable from rank deficiency with finite-difference derivatives.
-- Covariance ``C = sigma**2 (J^T J)^+`` through the SVD pseudo-inverse. For standardized
-  Gaussian residuals (``measurement_standard_deviation`` scales) the residuals are already in
-  noise units, so ``sigma**2 = 1``; otherwise the residual scale is unknown and
-  ``sigma**2 = SSE / (m - rank)`` is estimated from the unweighted fit residuals (undefined when
-  ``m <= rank``). A parameter whose axis has a component above ``1e-6`` in the numerical null
-  space is locally unidentifiable: its variance is infinite, and covariance / correlation entries
-  involving it are undefined (``None`` in documents) — the pseudo-inverse's finite zero would be a
-  fake number.
+- Covariance ``C = (J^T J)^+`` as Ceres' ``Covariance`` computes it, rank-deficient cases
+  included: the SVD pseudo-inverse with the numerical null space dropped. Like Ceres it is in
+  residual units: for standardized Gaussian residuals (``measurement_standard_deviation``
+  scales) that is the parameter covariance; otherwise ``residual_variance_estimate`` (``SSE /
+  (m - rank)`` of the unweighted fit residuals) is reported beside it, to scale it by the
+  residuals' own spread. A parameter whose axis has a component above ``1e-6`` in the null
+  space is locally unidentifiable: the pseudo-inverse gives it a finite number, but its
+  variance is really unbounded, so its standard deviation and interval are ``None``, its
+  correlations are ``None`` and it is listed in ``unidentifiable_parameters``.
 - Standard deviations and 95 % normal-approximation intervals exist only when
   ``likelihood_interpretation_valid`` (standardized Gaussian residuals, no prior, no robust loss).
 - Information matrix ``J^T J`` (same coordinates): ``fisher_information_approximation`` when
@@ -61,8 +62,8 @@ class LocalAnalysis:
     directions: np.ndarray  # rows: right-singular vectors, same order as singular_values
     identifiable: np.ndarray
     standardized: bool
-    residual_variance: float
-    covariance: np.ndarray  # dimensionless; inf / nan where undefined
+    residual_variance_estimate: float  # SSE / (m - rank); nan when m <= rank
+    covariance: np.ndarray  # dimensionless (J^T J)^+, null space dropped (finite everywhere)
     likelihood_interpretation_valid: bool
     lower: np.ndarray | None = None  # physical bounds, to flag intervals that cross them
     upper: np.ndarray | None = None
@@ -90,7 +91,7 @@ class LocalAnalysis:
         """Physical-unit standard deviations (``inf`` if unidentifiable); only when valid."""
         if not self.likelihood_interpretation_valid:
             return None
-        return np.sqrt(np.diag(self.covariance_physical))
+        return np.where(self.identifiable, np.sqrt(np.diag(self.covariance_physical)), np.inf)
 
     @property
     def intervals(self) -> np.ndarray | None:
@@ -145,14 +146,16 @@ class LocalAnalysis:
             ],
             "parameters": per_parameter,
             "covariance": {
-                "residual_variance": finite_or_none(self.residual_variance),
-                "residual_variance_source": (
-                    "standardized_residuals" if self.standardized else "estimated_sse_over_m_minus_rank"
-                ),
+                "method": "svd_pseudo_inverse",
+                "null_space_dimension": len(ids) - int(self.numerical_rank),
+                "unidentifiable_parameters": [
+                    pid for i, pid in enumerate(ids) if not self.identifiable[i]],
+                "units": ("standardized_residuals" if self.standardized else
+                          "residual_units_scale_by_residual_variance_estimate"),
+                "residual_variance_estimate": finite_or_none(self.residual_variance_estimate),
                 "dimensionless": matrix_or_none(self.covariance),
                 "physical": matrix_or_none(self.covariance_physical),
                 "correlation": matrix_or_none(self.correlation),
-                "undefined_entries_are_null": True,
             },
             "likelihood_interpretation_valid": self.likelihood_interpretation_valid,
         }
@@ -184,20 +187,10 @@ def analyze(
     identifiable = loading <= NULL_LOADING_TOLERANCE
 
     r = np.asarray(unweighted_residuals, dtype=float)
-    if standardized:
-        variance = 1.0
-    elif m > rank:
-        variance = float(r @ r) / (m - rank)
-    else:
-        variance = float("nan")
+    variance = float(r @ r) / (m - rank) if m > rank else float("nan")
     inv = np.zeros(n)
     inv[:rank] = 1.0 / (s[:rank] * s[:rank])
-    covariance = (vt.T * inv) @ vt * variance
-    undefined = ~np.outer(identifiable, identifiable)
-    covariance[undefined] = np.nan
-    for i in range(n):
-        if not identifiable[i]:
-            covariance[i, i] = np.inf
+    covariance = (vt.T * inv) @ vt
     return LocalAnalysis(
         parameter_ids=tuple(parameter_ids),
         fitted=np.asarray(fitted, dtype=float),
@@ -212,7 +205,7 @@ def analyze(
         directions=vt,
         identifiable=identifiable,
         standardized=standardized,
-        residual_variance=variance,
+        residual_variance_estimate=variance,
         covariance=covariance,
         likelihood_interpretation_valid=likelihood_valid,
         lower=None if bounds is None else np.asarray(bounds[0], dtype=float),

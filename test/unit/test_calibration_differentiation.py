@@ -239,7 +239,12 @@ def test_covariance_scaling_standardized_vs_estimated() -> None:
     np.testing.assert_allclose(std.covariance, inv, rtol=1e-10)
     np.testing.assert_allclose(std.covariance_physical, inv * np.outer([2.0, 1.0], [2.0, 1.0]), rtol=1e-10)
     est = analyze(["a", "b"], np.zeros(2), np.ones(2), J, r, False, False, "objective_jacobian")
-    np.testing.assert_allclose(est.covariance, inv * (r @ r) / 48, rtol=1e-10)
+    # Like Ceres' Covariance: (J^T J)^-1 in residual units; the spread estimate beside it.
+    np.testing.assert_allclose(est.covariance, inv, rtol=1e-10)
+    assert est.residual_variance_estimate == pytest.approx((r @ r) / 48, rel=1e-12)
+    doc = est.to_document()["covariance"]
+    assert doc["units"] == "residual_units_scale_by_residual_variance_estimate"
+    assert doc["residual_variance_estimate"] == pytest.approx((r @ r) / 48, rel=1e-12)
     assert est.standard_deviations is None and est.intervals is None
     np.testing.assert_allclose(std.correlation[0, 1], inv[0, 1] / math.sqrt(inv[0, 0] * inv[1, 1]))
     assert std.condition_number == pytest.approx(np.linalg.cond(J))

@@ -152,8 +152,19 @@ def test_rank_deficient_sum_reports_unidentifiable_direction() -> None:
     entries = {p["id"]: p for p in doc["parameters"]}
     assert entries["a"]["standard_deviation"] is None and entries["a"]["interval_95"] is None
     assert entries["c"]["standard_deviation"] == pytest.approx(float(sd[2]))
-    assert doc["covariance"]["physical"][0][0] is None  # never a fake finite variance
-    assert doc["covariance"]["correlation"][2][2] == 1.0
+    # Ceres' rank-deficient covariance: the pseudo-inverse, finite, with the null space named;
+    # no standard deviation, interval or correlation for the unidentifiable parameters.
+    covariance = doc["covariance"]
+    assert covariance["method"] == "svd_pseudo_inverse"
+    assert covariance["null_space_dimension"] == 1
+    assert covariance["unidentifiable_parameters"] == ["a", "b"]
+    pinv = np.linalg.pinv(a.directions.T @ np.diag(a.singular_values ** 2) @ a.directions,
+                          rcond=float(a.rank_tolerance / a.singular_values[0]) ** 2)
+    np.testing.assert_allclose(np.array(covariance["dimensionless"]), pinv, rtol=1e-6,
+                               atol=1e-12 * np.abs(pinv).max())
+    assert all(math.isfinite(v) for row in covariance["physical"] for v in row)
+    assert covariance["correlation"][0][2] is None and covariance["correlation"][0][0] is None
+    assert covariance["correlation"][2][2] == 1.0
 
 
 def test_profile_interval_matches_wald_interval_on_linear_gaussian_problem() -> None:
