@@ -320,7 +320,7 @@ class SimulationBuilder:
         """A fresh MjSpec of the model (a copy of a cached parse while its files are
         unchanged) and the key of that parse."""
         try:
-            key = tuple(prov.file_key(p) for p in prov.included_files(manifest.model))
+            key = prov.included_file_keys(manifest.model)
         except OSError:
             key = None
         cached = self._specs.get(key) if key is not None else None

@@ -79,23 +79,46 @@ def _sha256_file(key: tuple[str, int, int]) -> str:
 
 
 def included_files(model_path: Path) -> list[Path]:
-    """MJCF files pulled in by ``<include file=...>``, recursively (the model itself first).
+    """MJCF files pulled in by ``<include file=...>``, recursively (the model itself first)."""
+    return [Path(key[0]) for key in included_file_keys(model_path)]
 
-    Each file's own includes are remembered while that file is unchanged, so an include added
-    to a nested file is seen at once."""
-    seen: list[Path] = []
-    pending = [model_path.resolve()]
+
+def included_file_keys(model_path: Path) -> tuple[tuple[str, int, int], ...]:
+    """``file_key`` of the model and of every file it includes, recursively (model first).
+
+    The include tree is remembered per model file and reused while every file in it keeps its
+    key (one stat per file), so an include added to a nested file is seen at once."""
+    first = file_key(model_path)
+    cached = _TREES.get(first)
+    if cached is not None:
+        try:
+            if all(file_key(Path(key[0])) == key for key in cached[1:]):
+                return cached
+        except OSError:
+            pass
+    keys: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    pending = [Path(first[0])]
     while pending:
         path = pending.pop()
-        if path in seen or not path.is_file():
+        name = str(path)
+        if name in seen or not path.is_file():
             continue
-        seen.append(path)
+        seen.add(name)
         try:
             key = file_key(path)
         except OSError:  # removed meanwhile
             continue
+        keys.append(key)
         pending.extend(reversed(_includes(key)))
-    return seen
+    tree = tuple(keys)
+    if len(_TREES) >= 256:
+        _TREES.pop(next(iter(_TREES)))
+    _TREES[first] = tree
+    return tree
+
+
+_TREES: dict[tuple[str, int, int], tuple[tuple[str, int, int], ...]] = {}
 
 
 @lru_cache(maxsize=1024)
