@@ -22,6 +22,7 @@ setup(
     description='Fibril Sim calibration engine and recording adapters (rosbag2 / MCAP / CSV)',
     license='Apache-2.0',
     entry_points={
-        'console_scripts': [],
+        # `ros2 run fibril_calibration calibrate calibration.yaml` = `fibril_sim calibrate`.
+        'console_scripts': ['calibrate = fibril_calibration.cli:main'],
     },
 )

@@ -8,13 +8,15 @@ The default output is a readable summary; ``--json`` prints the full result docu
 lines go to stderr. Output files are checked before the run and written atomically after it
 succeeds. Errors are FibrilErrors, which ``fibril_sim`` prints as one line (exit 2).
 
-``register(subparsers)`` adds the command to the ``fibril_sim`` argparse parser.
+``register(subparsers)`` adds the command to the ``fibril_sim`` argparse parser; ``main`` is the
+same command as the ROS 2 executable ``ros2 run fibril_calibration calibrate calibration.yaml``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run)
     return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ros2 run fibril_calibration calibrate REQUEST [options]``: exactly ``fibril_sim
+    calibrate`` (same options, messages and exit codes)."""
+    from fibril_sim_core.cli import main as fibril_sim
+
+    return fibril_sim(["calibrate", *(sys.argv[1:] if argv is None else argv)])
 
 
 def run(args: argparse.Namespace) -> int:

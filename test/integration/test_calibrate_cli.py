@@ -165,6 +165,22 @@ def test_overlay_only_output(small_request: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["only.json", "small.yaml"]
 
 
+def test_ros2_run_executable_is_the_same_command(small_request: Path) -> None:
+    """``ros2 run fibril_calibration calibrate`` runs fibril_calibration.cli:main."""
+    from fibril_calibration.cli import main as calibrate
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = calibrate([str(small_request), "--json", "--quiet"])
+    assert (code, err.getvalue()) == (0, "")
+    assert set(_strict_json(out.getvalue())["fitted_parameters"]) == {"wheel_damping"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert calibrate([str(small_request.parent / "nope.yaml")]) == 2
+    assert "fibril_sim: error:" in err.getvalue() and "file not found" in err.getvalue()
+    setup = (REPO / "fibril_calibration" / "setup.py").read_text()
+    assert "'calibrate = fibril_calibration.cli:main'" in setup
+
+
 # ------------------------------------------------------------------ user errors
 def test_missing_request_is_one_line_exit_2(tmp_path: Path) -> None:
     code, out, err = _main(["calibrate", str(tmp_path / "nope.yaml"), "--quiet"])
