@@ -56,6 +56,10 @@ class DeferredMapping(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"DeferredMapping({dict(self._resolved())!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled or deep-copied as the plain mapping it stands for (the computation is not).
+        return (dict, (dict(self._resolved()),))
+
 
 def file_key(path: Path) -> tuple[str, int, int]:
     """Identity of a file's current content for caching: path, mtime, size."""

@@ -165,6 +165,14 @@ def test_deferred_mapping_computes_once_with_concurrent_readers() -> None:
         mapping["missing"]
 
 
+def test_deferred_mapping_pickles_and_copies_as_its_values() -> None:
+    import pickle
+
+    deferred = DeferredMapping(lambda: {"a": 1, "b": [2, 3]})
+    assert pickle.loads(pickle.dumps(deferred)) == {"a": 1, "b": [2, 3]}
+    assert copy.deepcopy(deferred) == {"a": 1, "b": [2, 3]}
+
+
 def test_deferred_mapping_retries_after_a_failed_computation() -> None:
     attempts: list[int] = []
 
