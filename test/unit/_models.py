@@ -15,10 +15,12 @@ Geometry is chosen so that expected sensor values are known in closed form:
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from fibril_sim_core import SimulationBuilder, SimulationPlan
@@ -168,3 +170,22 @@ def command(source: str, sequence: int, mode: str, value: float):
     from fibril_sim_core import external_input
 
     return external_input(source, sequence, MOTOR_PAYLOAD, {"mode": mode, "value": value})
+
+
+def dense_records(sources: Mapping[str, str], ticks: int, every: int = 1,
+                  seed: int = 0) -> list[dict[str, Any]]:
+    """Dense recorded motor commands: each source (endpoint -> mode) commits a new value every
+    ``every`` ticks, and ticks 3 mod 7 carry two commands per source (the later one wins)."""
+    rng = np.random.default_rng(seed)
+    out, sequence, acceptance = [], dict.fromkeys(sources, 0), 0
+    for tick in range(0, ticks, every):
+        for source, mode in sources.items():
+            for _ in range(2 if tick % 7 == 3 else 1):
+                out.append({"source_id": source, "source_sequence": sequence[source],
+                            "payload_type": MOTOR_PAYLOAD,
+                            "payload_json": json.dumps({"mode": mode,
+                                                        "value": float(rng.normal())}),
+                            "commit_tick": tick, "acceptance_sequence": acceptance})
+                sequence[source] += 1
+                acceptance += 1
+    return out

@@ -3,35 +3,16 @@ tick-by-tick stepping, and StateCapture gives the same values either way."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from _models import DRIVETRAIN, HINGE_XML, MOTOR_PAYLOAD, build, device, motor
+from _models import DRIVETRAIN, HINGE_XML, build, dense_records, device, motor
 from fibril_sim_core import SimulationBuilder
 from fibril_sim_core.errors import InstanceError
 
 FIELDS = ("qpos", "qvel", "act", "sensordata")
-
-
-def _records(sources: dict[str, str], ticks: int, every: int = 1, seed: int = 0) -> list[dict]:
-    """Dense recorded commands: each source commits a new value every ``every`` ticks, and
-    some ticks carry two commands for the same source (the later one wins)."""
-    rng = np.random.default_rng(seed)
-    records, sequence, acceptance = [], dict.fromkeys(sources, 0), 0
-    for tick in range(0, ticks, every):
-        for source, mode in sources.items():
-            for _ in range(2 if tick % 7 == 3 else 1):
-                records.append({"source_id": source, "source_sequence": sequence[source],
-                                "payload_type": MOTOR_PAYLOAD,
-                                "payload_json": json.dumps({"mode": mode,
-                                                            "value": float(rng.normal())}),
-                                "commit_tick": tick, "acceptance_sequence": acceptance})
-                sequence[source] += 1
-                acceptance += 1
-    return records
 
 
 def _run(plan, records, ticks: int, capture_ticks, *, blocks: bool, prepared=None):
@@ -70,21 +51,21 @@ SOURCES = {"drive/command": "voltage", "push/command": "torque", "servo/command"
 
 
 def test_blocks_are_bit_identical_to_tick_by_tick(hinge) -> None:
-    records = _records(SOURCES, 400)
+    records = dense_records(SOURCES, 400)
     ticks = np.arange(0, 400)
     _assert_same(_run(hinge, records, 400, ticks, blocks=True),
                  _run(hinge, records, 400, ticks, blocks=False))
 
 
 def test_sparse_commands_and_sparse_capture(hinge) -> None:
-    records = _records(SOURCES, 400, every=13)
+    records = dense_records(SOURCES, 400, every=13)
     ticks = np.arange(3, 398, 11)
     _assert_same(_run(hinge, records, 400, ticks, blocks=True),
                  _run(hinge, records, 400, ticks, blocks=False))
 
 
 def test_prepared_inputs_replay_into_many_instances(hinge) -> None:
-    records = _records(SOURCES, 400)
+    records = dense_records(SOURCES, 400)
     prepared = hinge.prepare_recorded_inputs(records)
     ticks = np.arange(0, 400, 2)
     first = _run(hinge, records, 400, ticks, blocks=True, prepared=prepared)
@@ -95,7 +76,7 @@ def test_prepared_inputs_replay_into_many_instances(hinge) -> None:
 
 def test_devices_bound_the_blocks_and_stay_identical() -> None:
     plan = SimulationBuilder().build(DRIVETRAIN)  # six devices, a DC motor with activation
-    records = _records({"motor/command": "duty"}, 300)
+    records = dense_records({"motor/command": "duty"}, 300)
     ticks = np.arange(0, 300)
     blocked = plan.create_instance(1, collect=False)
     outputs: list = []
@@ -147,7 +128,7 @@ def test_blocks_really_run_and_listeners_disable_them(hinge, monkeypatch) -> Non
         return real(model, data, initial, control, **kwargs)
 
     monkeypatch.setattr(module.rollout, "rollout", counting)
-    records = _records(SOURCES, 400)
+    records = dense_records(SOURCES, 400)
     _run(hinge, records, 400, np.arange(400), blocks=True)
     # Blocks end at each advance() boundary and at the latency-3 releases still queued.
     assert calls and sum(calls) > 350
@@ -162,7 +143,7 @@ def test_activation_states_roll_out_identically() -> None:
     inductance = OverlayParameter("L", 0.004, (MujocoTarget("dcmotor_inductance", "drive"),))
     plan = SimulationBuilder().build(DRIVETRAIN, [inductance])
     assert plan.model.na == 1
-    records = _records({"motor/command": "duty"}, 300, every=3)
+    records = dense_records({"motor/command": "duty"}, 300, every=3)
     ticks = np.arange(0, 300)
     runs = []
     for listen in (False, True):
@@ -177,7 +158,7 @@ def test_activation_states_roll_out_identically() -> None:
 
 
 def test_recycled_mjdata_is_reset_and_checked(hinge) -> None:
-    records = _records(SOURCES, 200)
+    records = dense_records(SOURCES, 200)
     ticks = np.arange(0, 200)
     first = hinge.create_instance(3, collect=False)
     first.enqueue_recorded_trace_inputs(records)
@@ -205,7 +186,7 @@ def test_selected_devices_run_alone_and_unchanged(monkeypatch) -> None:
     from fibril_sim_core import instance as module
 
     plan = SimulationBuilder().build(DRIVETRAIN)
-    records = _records({"motor/command": "duty"}, 300)
+    records = dense_records({"motor/command": "duty"}, 300)
     ids = [d.id for d in plan.devices]
     keep = "chassis_imu"  # a noisy device between others in the manifest
 
