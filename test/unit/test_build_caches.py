@@ -92,6 +92,27 @@ def records(ticks: int, every: int = 1, seed: int = 0) -> list[dict[str, Any]]:
     return dense_records(SOURCES, ticks, every, seed)
 
 
+def _race(read: Callable[[int], Any], readers: int, started: threading.Event,
+          gate: threading.Event) -> None:
+    """Start ``readers`` threads at once; the first to compute sets ``started`` and waits for
+    ``gate``, which opens once the others have had time to arrive at the lock."""
+    start = threading.Barrier(readers + 1)
+
+    def run(n: int) -> None:
+        start.wait()
+        read(n)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(readers)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    assert started.wait(2.0)
+    time.sleep(0.05)  # the other readers arrive while the first computes
+    gate.set()
+    for thread in threads:
+        thread.join(5.0)
+
+
 def within(seconds: float, function: Callable[[], Any]) -> Any:
     """Run ``function`` on a daemon thread; fail (instead of hanging) on a deadlock."""
     outcome: dict[str, Any] = {}
@@ -123,23 +144,13 @@ def test_deferred_mapping_computes_once_with_concurrent_readers() -> None:
         return {"b": 2, "a": [1, 2], "c": None}
 
     mapping = DeferredMapping(compute)
-    start = threading.Barrier(9)
     seen: list[Any] = []
 
     def read(n: int) -> None:
-        start.wait()
         value = (mapping["a"], len(mapping), list(mapping), dict(mapping))[n % 4]
         seen.append((n % 4, value))
 
-    threads = [threading.Thread(target=read, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    assert started.wait(2.0)
-    time.sleep(0.05)  # the other readers arrive while the first computes
-    gate.set()
-    for thread in threads:
-        thread.join(5.0)
+    _race(read, 8, started, gate)
     assert len(calls) == 1
     assert sorted(seen, key=lambda s: s[0]) == [
         (0, [1, 2]), (0, [1, 2]), (1, 3), (1, 3), (2, ["b", "a", "c"]), (2, ["b", "a", "c"]),
@@ -219,22 +230,8 @@ def test_in_memory_hashes_wait_for_the_first_read(tmp_path: Path,
     monkeypatch.setattr(prov, "compiled_model_sha256", counting)
     plan = SimulationBuilder().build(path)
     assert calls == []  # not computed by the build
-    start = threading.Barrier(7)
     hashes: list[str] = []
-
-    def read() -> None:
-        start.wait()
-        hashes.append(plan.provenance["compiled_model_sha256"])
-
-    threads = [threading.Thread(target=read) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    assert started.wait(2.0)
-    time.sleep(0.05)  # the other readers arrive while the first computes
-    gate.set()
-    for thread in threads:
-        thread.join(5.0)
+    _race(lambda n: hashes.append(plan.provenance["compiled_model_sha256"]), 6, started, gate)
     assert calls == [1]
     assert hashes == [real(plan.model)] * 6
     assert dict(plan.provenance)["compiled_model_sha256"] == real(plan.model)
