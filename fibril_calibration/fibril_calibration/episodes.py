@@ -73,6 +73,13 @@ class EpisodeSchedule:
     prepared: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
+    def devices(self) -> frozenset[str]:
+        """The devices an observation reads: only they run (the others' outputs would go
+        nowhere)."""
+        return frozenset(s.observation.name for s in self.signals
+                         if s.observation.source == "device_output")
+
+    @cached_property
     def residual_count(self) -> int:
         return sum(s.signal.count * s.observation.residual_dimension for s in self.signals)
 
@@ -138,12 +145,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     episode = schedule.episode
     label = f"episode {episode.id!r}"
     model = plan.model
-    # Only the devices an observation reads run: the others' outputs would go nowhere.
-    observed = {s.observation.name for s in schedule.signals
-                if s.observation.source == "device_output"}
     try:
         instance = plan.create_instance(episode.seed, collect=False, data=_scratch_data(model),
-                                        rollout_context=rollout_context, devices=observed)
+                                        rollout_context=rollout_context,
+                                        devices=schedule.devices)
     except FibrilError as exc:
         raise EvaluationError(f"{label}: {exc}") from None
     try:
