@@ -137,16 +137,24 @@ class SimulationPlan:
         }
 
 
+@dataclass(frozen=True)
+class _ParsedModel:
+    """A parsed model and what is known of its files, kept while their file keys are the
+    same: a calibration builds one plan per candidate from the same files."""
+
+    spec: mujoco.MjSpec
+    assets: tuple[Path, ...]
+    model_sha256: str
+    model_files: Mapping[str, str]
+
+
 class SimulationBuilder:
     """Resolves a manifest (and optional parameter overlays) into a SimulationPlan."""
 
     def __init__(self, registry: ComponentRegistry | None = None) -> None:
         self.registry = registry or ComponentRegistry.standard()
-        # Parsed models and geom-inferred inertials, keyed by the model files' identity: a
-        # calibration builds one plan per candidate from the same files.
-        self._specs: dict[Any, mujoco.MjSpec] = {}
-        self._assets: dict[Any, list[Path]] = {}
-        self._model_hashes: dict[Any, tuple[str, dict[str, str]]] = {}
+        # Parsed models and geom-inferred inertials, keyed by the model files' identity.
+        self._models: dict[Any, _ParsedModel] = {}
         self._inertials: dict[Any, Any] = {}
         # The components resolved last: (manifest, registry, component overlays, components).
         self._resolved: tuple[Any, ...] | None = None
@@ -161,14 +169,7 @@ class SimulationBuilder:
         overlays = self._overlays(manifest, overlays)
         registry = self._registry_with_extensions(manifest)
         components = self._components(manifest, registry, overlays)
-        spec, model_key = self._parse_model(manifest)
-        assets = self._assets.get(model_key) if model_key is not None else None
-        if assets is None:
-            assets = prov.asset_files(spec, manifest.model)
-            if model_key is not None:
-                if len(self._assets) >= 8:
-                    self._assets.pop(next(iter(self._assets)))
-                self._assets[model_key] = assets
+        spec, model_key, parsed = self._parse_model(manifest)
         apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
                               inertials=self._inertials, model_key=model_key)
         for component in components:
@@ -200,7 +201,7 @@ class SimulationBuilder:
         scenario = manifest.scenario
         keyframe_id = self._keyframe(manifest, model, scenario)
         self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
-        provenance = self._provenance(manifest, model, model_key, assets, overlays)
+        provenance = self._provenance(manifest, model, parsed, overlays)
         layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
         return SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
@@ -316,25 +317,32 @@ class SimulationBuilder:
             resolved.append(component)
         return resolved
 
-    def _parse_model(self, manifest: SimulationManifest) -> tuple[mujoco.MjSpec, Any]:
+    def _parse_model(self, manifest: SimulationManifest
+                     ) -> tuple[mujoco.MjSpec, Any, _ParsedModel]:
         """A fresh MjSpec of the model (a copy of a cached parse while its files are
-        unchanged) and the key of that parse."""
+        unchanged), the key of that parse and what is known of its files."""
         try:
             key = prov.included_file_keys(manifest.model)
         except OSError:
             key = None
-        cached = self._specs.get(key) if key is not None else None
+        cached = self._models.get(key) if key is not None else None
         if cached is not None:
-            return cached.copy(), key
+            return cached.spec.copy(), key, cached
         try:
             spec = mujoco.MjSpec.from_file(str(manifest.model))
         except Exception as exc:  # noqa: BLE001 - MuJoCo raises plain ValueError
             raise PlanError(f"{manifest.model}: cannot parse MJCF: {_one_line(exc)}") from None
+        base = manifest.model.parent
+        parsed = _ParsedModel(
+            spec=spec.copy(), assets=tuple(prov.asset_files(spec, manifest.model)),
+            model_sha256=prov.sha256_file(manifest.model),
+            model_files={prov.relative(p, base): prov.sha256_file(p)
+                         for p in prov.included_files(manifest.model)})
         if key is not None:
-            if len(self._specs) >= 8:
-                self._specs.pop(next(iter(self._specs)))
-            self._specs[key] = spec.copy()
-        return spec, key
+            if len(self._models) >= 8:
+                self._models.pop(next(iter(self._models)))
+            self._models[key] = parsed
+        return spec, key, parsed
 
     @staticmethod
     def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec,
@@ -383,26 +391,18 @@ class SimulationBuilder:
                                     f"increase for source {item.source_id!r}")
             last[item.source_id] = item.source_sequence
 
-    def _provenance(self, manifest: SimulationManifest, model: mujoco.MjModel,
-                    model_key: Any, assets: list[Path],
+    @staticmethod
+    def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, parsed: _ParsedModel,
                     overlays: ParameterOverlays) -> Mapping[str, Any]:
         """File hashes are taken now (what was built, even if a file changes later); the
         hashes of in-memory objects (manifest document, compiled model, parameters) on first
         read."""
         base = manifest.model.parent
-        model_part = self._model_hashes.get(model_key) if model_key is not None else None
-        if model_part is None:  # the model files' hashes, while their file keys are the same
-            model_part = (prov.sha256_file(manifest.model),
-                          {prov.relative(p, base): prov.sha256_file(p)
-                           for p in prov.included_files(manifest.model)})
-            if model_key is not None:
-                if len(self._model_hashes) >= 8:
-                    self._model_hashes.pop(next(iter(self._model_hashes)))
-                self._model_hashes[model_key] = model_part
         files = {
-            "model_sha256": model_part[0],
-            "model_files": dict(model_part[1]),
-            "assets": {prov.relative(p, base): prov.sha256_file(p) for p in sorted(set(assets))},
+            "model_sha256": parsed.model_sha256,
+            "model_files": dict(parsed.model_files),
+            "assets": {prov.relative(p, base): prov.sha256_file(p)
+                       for p in sorted(set(parsed.assets))},
             "parameter_overlays": {str(p): prov.sha256_file(p)
                                    for p in manifest.parameter_overlays},
         }
