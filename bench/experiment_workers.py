@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fibril_sim_core.experiment_runner import run_experiment
+from fibril_sim_core.experiments.runner import run_experiment
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config/examples/drivetrain"
 DAMPINGS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15)

@@ -24,5 +24,7 @@ setup(
     entry_points={
         # `ros2 run fibril_calibration calibrate calibration.yaml` = `fibril_sim calibrate`.
         'console_scripts': ['calibrate = fibril_calibration.cli:main'],
+        # `fibril_sim calibrate`: the core CLI finds the command here, never by import.
+        'fibril_sim.commands': ['calibrate = fibril_calibration.cli:register'],
     },
 )

@@ -5,49 +5,71 @@ instance of a normal candidate SimulationPlan per parameter vector → a residua
 bounded least squares (scipy) → identifiability, covariance, profile likelihood, fit verdict →
 a versioned result document and a portable parameter overlay. ``fibril_sim calibrate`` is the
 CLI; ``run_calibration`` the programmatic entry.
+
+The names below are imported on first use: ``fibril_sim --help`` loads the ``calibrate``
+command's parser through this package without importing SciPy.
 """
 
-from .alignment import ALIGNMENTS, align, quat_error, quat_slerp
-from .analysis import InformationMatrix, LocalAnalysis
-from .candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder,
-                             CandidatePlanBuilderProtocol)
-from .decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder,
-                       CalibrationDeviceOutputDecoderRegistry)
-from .engine import CalibrationResult, run_calibration, solver_options, summary_text
-from .errors import CalibrationError, CalibrationRequestError, EvaluationError
-from .evaluation import Evaluation, ResidualBlock, ResidualModel
-from .losses import LOSS_TYPES, LossSpec
-from .observations import ObservationSpec
-from .optimizer import Tolerances
-from .outcome import CalibrationOutcome, EvaluationCounts
-from .parameters import (PARAMETERIZATIONS, CalibrationParameter, CoordinateMap,
-                         Parameterization, Prior, parameter_problems, physical_scale,
-                         validate_parameter, validate_parameters)
-from .problem import CalibrationProblem, ProblemStatistics
-from .profile_likelihood import ParameterProfile, ProfileLikelihood, ProfilePoint
-from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec,
-                      ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec,
-                      load_calibration_request, parse_calibration_request)
-from .result import RESULT_FORMAT, build_result_document, write_atomic
-from .solver import SolverOptions, calibrate, likelihood_interpretation_valid
-from .summaries import EpisodeSummary, ResidualSummary, SignalSummary
-from .verdict import FitCriteria, FitVerdict
+from __future__ import annotations
 
-__all__ = [
-    "ALIGNMENTS", "LOSS_TYPES", "PARAMETERIZATIONS", "RESULT_FORMAT", "STANDARD_DECODERS",
-    "AnalysisSpec", "CalibrationDeviceOutputDecoder", "CalibrationDeviceOutputDecoderRegistry",
-    "CalibrationError", "CalibrationOutcome", "CalibrationParameter",
-    "CalibrationParameterValues", "CalibrationProblem", "CalibrationRequest",
-    "CalibrationRequestError", "CalibrationResult", "CandidatePlanBuilder",
-    "CandidatePlanBuilderProtocol", "CoordinateMap", "EpisodeSpec", "EpisodeSummary",
-    "Evaluation", "EvaluationCounts", "EvaluationError", "ExecutionSpec", "FitCriteria",
-    "FitSpec", "FitVerdict", "InformationMatrix", "LocalAnalysis", "LossSpec", "ObjectiveSpec",
-    "ObservationSpec", "OptimizerSpec", "ParameterProfile", "Parameterization", "Prior",
-    "ProblemStatistics", "ProfileLikelihood", "ProfileLikelihoodSpec", "ProfilePoint",
-    "ResidualBlock", "ResidualModel", "ResidualSummary", "SignalSpec", "SignalSummary",
-    "SolverOptions", "Tolerances", "align", "build_result_document", "calibrate",
-    "likelihood_interpretation_valid", "load_calibration_request", "parameter_problems",
-    "parse_calibration_request", "physical_scale", "quat_error", "quat_slerp", "run_calibration",
-    "solver_options", "summary_text", "validate_parameter", "validate_parameters",
-    "write_atomic",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(('ALIGNMENTS', 'align', 'quat_error', 'quat_slerp'), '.alignment'),
+    **dict.fromkeys(('InformationMatrix', 'LocalAnalysis'), '.analysis'),
+    **dict.fromkeys(('CalibrationParameterValues', 'CandidatePlanBuilder', 'CandidatePlanBuilderProtocol'), '.candidate_plan'),
+    **dict.fromkeys(('STANDARD_DECODERS', 'CalibrationDeviceOutputDecoder', 'CalibrationDeviceOutputDecoderRegistry'), '.decoders'),
+    **dict.fromkeys(('CalibrationResult', 'run_calibration', 'solver_options', 'summary_text'), '.engine'),
+    **dict.fromkeys(('CalibrationError', 'CalibrationRequestError', 'EvaluationError'), '.errors'),
+    **dict.fromkeys(('Evaluation', 'ResidualBlock', 'ResidualModel'), '.evaluation'),
+    **dict.fromkeys(('LOSS_TYPES', 'LossSpec'), '.losses'),
+    **dict.fromkeys(('ObservationSpec',), '.observations'),
+    **dict.fromkeys(('Tolerances',), '.optimizer'),
+    **dict.fromkeys(('CalibrationOutcome', 'EvaluationCounts'), '.outcome'),
+    **dict.fromkeys(('PARAMETERIZATIONS', 'CalibrationParameter', 'CoordinateMap', 'Parameterization', 'Prior', 'parameter_problems', 'physical_scale', 'validate_parameter', 'validate_parameters'), '.parameters'),
+    **dict.fromkeys(('CalibrationProblem', 'ProblemStatistics'), '.problem'),
+    **dict.fromkeys(('ParameterProfile', 'ProfileLikelihood', 'ProfilePoint'), '.profile_likelihood'),
+    **dict.fromkeys(('AnalysisSpec', 'CalibrationRequest', 'EpisodeSpec', 'ExecutionSpec', 'FitSpec', 'ObjectiveSpec', 'OptimizerSpec', 'ProfileLikelihoodSpec', 'SignalSpec', 'load_calibration_request', 'parse_calibration_request'), '.request'),
+    **dict.fromkeys(('RESULT_FORMAT', 'build_result_document', 'write_atomic'), '.result'),
+    **dict.fromkeys(('SolverOptions', 'calibrate', 'likelihood_interpretation_valid'), '.solver'),
+    **dict.fromkeys(('EpisodeSummary', 'ResidualSummary', 'SignalSummary'), '.summaries'),
+    **dict.fromkeys(('FitCriteria', 'FitVerdict'), '.verdict'),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from .alignment import (ALIGNMENTS, align, quat_error, quat_slerp)
+    from .analysis import (InformationMatrix, LocalAnalysis)
+    from .candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder, CandidatePlanBuilderProtocol)
+    from .decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder, CalibrationDeviceOutputDecoderRegistry)
+    from .engine import (CalibrationResult, run_calibration, solver_options, summary_text)
+    from .errors import (CalibrationError, CalibrationRequestError, EvaluationError)
+    from .evaluation import (Evaluation, ResidualBlock, ResidualModel)
+    from .losses import (LOSS_TYPES, LossSpec)
+    from .observations import (ObservationSpec)
+    from .optimizer import (Tolerances)
+    from .outcome import (CalibrationOutcome, EvaluationCounts)
+    from .parameters import (PARAMETERIZATIONS, CalibrationParameter, CoordinateMap, Parameterization, Prior, parameter_problems, physical_scale, validate_parameter, validate_parameters)
+    from .problem import (CalibrationProblem, ProblemStatistics)
+    from .profile_likelihood import (ParameterProfile, ProfileLikelihood, ProfilePoint)
+    from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec, ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec, load_calibration_request, parse_calibration_request)
+    from .result import (RESULT_FORMAT, build_result_document, write_atomic)
+    from .solver import (SolverOptions, calibrate, likelihood_interpretation_valid)
+    from .summaries import (EpisodeSummary, ResidualSummary, SignalSummary)
+    from .verdict import (FitCriteria, FitVerdict)

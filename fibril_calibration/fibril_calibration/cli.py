@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .result import check_writable, to_json, write_atomic
-
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``calibrate`` to a ``fibril_sim`` sub-command set; returns its parser."""
@@ -53,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The ``calibrate`` handler: returns the exit code (0 when the run completes)."""
     from .engine import run_calibration
+    from .result import check_writable, to_json, write_atomic
 
     if args.output is not None:
         check_writable(args.output, "--output")

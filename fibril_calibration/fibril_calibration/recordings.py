@@ -9,7 +9,7 @@ episode
   skipped), minus the scenario initial inputs that ``SimulationPlan.create_instance`` restores
   itself at tick 0 of every episode (replaying those from the trace too would apply them twice);
 * reference samples: the rows of a trace query selector (``body:<name>.position``,
-  ``joint:<name>.velocity``, ``device:<id>``, ... see ``fibril_sim_core.trace_query``), stamped
+  ``joint:<name>.velocity``, ``device:<id>``, ... see ``fibril_sim_core.trace.query``), stamped
   at the row's EpisodeTime.
 
 Everything here is read once while the request is validated; the calibration core only ever sees
@@ -33,8 +33,8 @@ import numpy as np
 
 from fibril_sim_core.records import IngressRecord
 from fibril_sim_core.trace import TraceError
-from fibril_sim_core.trace_query import QueryResult, TraceQueryError, query
-from fibril_sim_core.trace_reader import TraceReader
+from fibril_sim_core.trace.query import QueryResult, TraceQueryError, query
+from fibril_sim_core.trace.reader import TraceReader
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -2,32 +2,64 @@
 
 MJCF + SimulationManifest → SimulationBuilder → SimulationPlan (immutable) →
 SimulationInstance (one run) / SimulationRuntime (live host thread + connections).
+
+The names below are imported on first use, so that ``import fibril_sim_core.errors`` (what a
+command line needs to start) does not load MuJoCo, NumPy and rosbags.
 """
 
-from .components import ComponentRegistry, ComponentType, Field
-from .errors import (ComponentError, FibrilError, IngressError, InstanceError, ManifestError,
-                     PlanError, TraceError)
-from .ingress import external_input
-from .instance import SimulationInstance
-from .manifest import SimulationManifest, load_manifest
-from .overlays import (ComponentTarget, MujocoTarget, OverlayArtifact, OverlayError,
-                       OverlayParameter, OverlayTarget, ParameterOverlays,
-                       load_overlay_artifact, overlay_document, parse_target)
-from .plan import SimulationBuilder, SimulationPlan
-from .records import (ActuatorApplication, DeviceOutput, ExternalInput, FrameTiming,
-                      IngressRecord, StateSnapshot)
-from .runtime import SimulationConnection, SimulationHost, SimulationRuntime
-from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
-from .timebase import Timebase
+from __future__ import annotations
 
-__all__ = [
-    "STANDARD_SAMPLE_TYPES", "ActuatorApplication", "ComponentError", "ComponentRegistry",
-    "ComponentTarget", "ComponentType", "DeviceOutput", "ExternalInput", "FibrilError", "Field",
-    "FrameTiming", "IngressError", "IngressRecord", "InstanceError", "ManifestError",
-    "MujocoTarget", "OverlayArtifact", "OverlayError", "OverlayParameter", "OverlayTarget",
-    "ParameterOverlays", "PlanError", "SampleType", "SampleTypeRegistry", "SimulationBuilder",
-    "SimulationConnection", "SimulationHost", "SimulationInstance", "SimulationManifest",
-    "SimulationPlan", "SimulationRuntime", "StateSnapshot", "Timebase", "TraceError",
-    "external_input", "load_manifest", "load_overlay_artifact", "overlay_document",
-    "parse_target",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("ComponentRegistry", "ComponentType", "Field"), ".components"),
+    **dict.fromkeys(("ComponentError", "FibrilError", "IngressError", "InstanceError",
+                     "ManifestError", "PlanError", "TraceError"), ".errors"),
+    "external_input": ".ingress",
+    "SimulationInstance": ".instance",
+    "SimulationManifest": ".manifest", "load_manifest": ".manifest",
+    **dict.fromkeys(("ComponentTarget", "MujocoTarget", "OverlayArtifact", "OverlayError",
+                     "OverlayParameter", "OverlayTarget", "ParameterOverlays",
+                     "load_overlay_artifact", "overlay_document", "parse_target"), ".overlays"),
+    "SimulationBuilder": ".plan", "SimulationPlan": ".plan",
+    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "ExternalInput", "FrameTiming",
+                     "IngressRecord", "StateSnapshot"), ".records"),
+    **dict.fromkeys(("SimulationConnection", "SimulationHost", "SimulationRuntime"),
+                    ".runtime"),
+    **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
+    "Timebase": ".timebase",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from .components import ComponentRegistry, ComponentType, Field
+    from .errors import (ComponentError, FibrilError, IngressError, InstanceError,
+                         ManifestError, PlanError, TraceError)
+    from .ingress import external_input
+    from .instance import SimulationInstance
+    from .manifest import SimulationManifest, load_manifest
+    from .overlays import (ComponentTarget, MujocoTarget, OverlayArtifact, OverlayError,
+                           OverlayParameter, OverlayTarget, ParameterOverlays,
+                           load_overlay_artifact, overlay_document, parse_target)
+    from .plan import SimulationBuilder, SimulationPlan
+    from .records import (ActuatorApplication, DeviceOutput, ExternalInput, FrameTiming,
+                          IngressRecord, StateSnapshot)
+    from .runtime import SimulationConnection, SimulationHost, SimulationRuntime
+    from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
+    from .timebase import Timebase

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FibrilError
-from .inputs_file import load_inputs
-from .plan import SimulationBuilder
-from .records import DeviceOutput, FrameTiming
 
+#: Entry-point group through which other packages add ``fibril_sim`` commands: each entry is a
+#: ``register(subparsers)`` function (fibril_calibration adds ``calibrate`` this way, so the
+#: core never imports it).
+COMMANDS_GROUP = "fibril_sim.commands"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -86,21 +87,28 @@ def _parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--traces", type=Path,
                          help="new folder for the runs' traces (default: <output>.traces)")
     exp_run.set_defaults(handler=_experiment_run)
-    _register_calibrate(commands)
+    _register_plugins(commands)
     return parser
 
 
-def _register_calibrate(commands: Any) -> None:
-    """``fibril_sim calibrate`` lives in fibril_calibration; absent if it is not installed."""
-    try:
-        from fibril_calibration.cli import register
-    except ImportError:
-        return
-    register(commands)
+def _register_plugins(commands: Any) -> None:
+    """Commands other installed packages declare in the ``fibril_sim.commands`` entry-point
+    group (``fibril_sim calibrate`` from fibril_calibration); a package that fails to load is
+    reported on stderr and left out, the other commands still work."""
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            register = entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break fibril_sim
+            print(f"fibril_sim: warning: command {entry.name!r} ({entry.value}) cannot be "
+                  f"loaded: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        register(commands)
 
 
 def _experiment_run(args: argparse.Namespace) -> int:
-    from .experiment_runner import run_experiment, write_json_atomically
+    from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
     document = run_experiment(args.experiment, traces=traces,
@@ -125,6 +133,8 @@ def _short(value: Any) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from .plan import SimulationBuilder
+
     plan = SimulationBuilder().build(args.manifest)
     document = plan.inspect()
     if args.json:
@@ -155,6 +165,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .inputs_file import load_inputs
+    from .plan import SimulationBuilder
+    from .records import DeviceOutput, FrameTiming
     from .trace import TraceWriter
 
     plan = SimulationBuilder().build(args.manifest)
@@ -217,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _trace_query(args: argparse.Namespace) -> int:
-    from .trace_query import query, to_csv, to_json
+    from .trace.query import query, to_csv, to_json
 
     result = query(args.trace, args.selector)
     text = to_csv(result) if args.format == "csv" else to_json(result)

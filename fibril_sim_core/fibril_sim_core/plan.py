@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mujoco
 
@@ -22,15 +22,13 @@ from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
                          DeviceDescriptor, ResolvedComponent)
 from .components.base import effective_config, validate_config
 from .errors import FibrilError, ManifestError, PlanError
+from .instance import SimulationInstance
 from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
-from .mujoco_targets import apply_mujoco_overlays, compiled_value
+from .overlays.mujoco_targets import apply_mujoco_overlays, compiled_value
 from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
 from .overlays import (ComponentTarget, MujocoTarget, OverlayError, OverlayParameter,
                        ParameterOverlays, load_overlay_artifact, merge_layers)
 from .timebase import Timebase
-
-if TYPE_CHECKING:
-    from .instance import SimulationInstance
 
 
 @dataclass(frozen=True)
@@ -89,8 +87,6 @@ class SimulationPlan:
         device has its own noise stream, so the others' outputs do not change), and its reads
         no longer cut replayed commands into single steps.
         """
-        from .instance import SimulationInstance
-
         return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
                                   snapshot_every=snapshot_every, collect=collect, data=data,
                                   rollout_context=rollout_context, devices=devices)

@@ -26,8 +26,8 @@ from fibril_calibration.request import load_calibration_request
 from fibril_sim_core import IngressError, SimulationBuilder, external_input
 from fibril_sim_core.cli import main
 from fibril_sim_core.trace import TraceWriter
-from fibril_sim_core.trace_query import query
-from fibril_sim_core.trace_reader import TraceReader
+from fibril_sim_core.trace.query import query
+from fibril_sim_core.trace.reader import TraceReader
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "examples" / "drivetrain"

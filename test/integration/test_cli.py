@@ -19,7 +19,7 @@ import mujoco
 import pytest
 from fibril_sim_core.cli import main
 from fibril_sim_core.manifest import load_manifest
-from fibril_sim_core.trace_reader import TraceReader
+from fibril_sim_core.trace.reader import TraceReader
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "fibril_sim_core"

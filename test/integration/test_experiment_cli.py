@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from fibril_sim_core.trace_query import query
+from fibril_sim_core.trace.query import query
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "fibril_sim_core"

@@ -26,13 +26,13 @@ import mujoco
 import numpy as np
 import pytest
 import yaml
-from fibril_sim_core.experiment import ExperimentError, load_experiment
-from fibril_sim_core.experiment_runner import run_experiment, write_json_atomically
+from fibril_sim_core.experiments.experiment import ExperimentError, load_experiment
+from fibril_sim_core.experiments.runner import run_experiment, write_json_atomically
 from fibril_sim_core.manifest import load_manifest
-from fibril_sim_core.metrics import event_time, reduce
+from fibril_sim_core.experiments.metrics import event_time, reduce
 from fibril_sim_core.overlays import ParameterOverlays, load_overlay_artifact
-from fibril_sim_core.trace_query import query
-from fibril_sim_core.trace_reader import TraceReader
+from fibril_sim_core.trace.query import query
+from fibril_sim_core.trace.reader import TraceReader
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "examples" / "drivetrain"

@@ -35,7 +35,7 @@ from fibril_sim_core import (
     load_overlay_artifact,
     overlay_document,
 )
-from fibril_sim_core.mujoco_targets import KINDS
+from fibril_sim_core.overlays.mujoco_targets import KINDS
 
 # --------------------------------------------------------------------------- fixtures
 

@@ -24,10 +24,10 @@ from fibril_sim_core.records import (
     StateSnapshot,
 )
 from fibril_sim_core.trace import TraceWriter, actuator_topic, device_topic
-from fibril_sim_core.trace_query import TraceQueryError, query, to_csv, to_json
-from fibril_sim_core.trace_reader import TraceReader
+from fibril_sim_core.trace.query import TraceQueryError, query, to_csv, to_json
+from fibril_sim_core.trace.reader import TraceReader
 
-from fibril_sim_core import _msgtypes
+from fibril_sim_core.trace import _msgtypes
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "fibril_sim_core"

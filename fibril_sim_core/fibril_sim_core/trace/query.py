@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .trace import TraceError
-from .trace_reader import TraceReader
+from ..errors import TraceError
+from .reader import TraceReader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence

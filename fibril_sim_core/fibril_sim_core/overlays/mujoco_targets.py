@@ -22,7 +22,7 @@ import mujoco
 import numpy as np
 
 if TYPE_CHECKING:
-    from .overlays import MujocoTarget, OverlayParameter
+    from .artifact import MujocoTarget, OverlayParameter
 
 _OBJ = {"body": mujoco.mjtObj.mjOBJ_BODY, "joint": mujoco.mjtObj.mjOBJ_JOINT,
         "geom": mujoco.mjtObj.mjOBJ_GEOM, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,

@@ -31,8 +31,8 @@ from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
 
 from . import _msgtypes
 from ._cdr_device import DeviceTemplate, device_template, encode_device
-from .errors import TraceError
-from .records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
+from ..errors import TraceError
+from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable

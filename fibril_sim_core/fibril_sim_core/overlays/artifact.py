@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from . import _schema as s
-from ._schema import Where
-from .errors import PlanError
+from .. import _schema as s
+from .._schema import Where
+from ..errors import PlanError
 from .mujoco_targets import KINDS, MujocoKind
 
 ARTIFACT_FORMAT = "fibril_sim/parameter_overlay"

@@ -1,4 +1,4 @@
-"""SimulationRuntime, SimulationHost and SimulationConnection: the live process boundary.
+"""SimulationHost: the one owner thread that steps a SimulationInstance.
 
 One owner thread (the host) steps the instance: paused, lockstep (only ``step(n)`` advances),
 real time at factor r, or as fast as possible. Clients never touch MjData: they submit
@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import FibrilError, InstanceError
-from .instance import Record, SimulationInstance
-from .manifest import RuntimeOptions
-from .plan import SimulationPlan
-from .records import ExternalInput, FrameTiming
+from ..errors import FibrilError, InstanceError
+from ..instance import Record, SimulationInstance
+from ..manifest import RuntimeOptions
+from ..records import FrameTiming
 
 RecordCallback = Callable[[Any], None]
 
@@ -193,78 +192,3 @@ class SimulationHost:
 
 def _describe(exc: BaseException | None) -> str:
     return "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
-
-
-class SimulationConnection:
-    """What a client (a ROS node, a test, a GUI) may do with a running simulation."""
-
-    def __init__(self, host: SimulationHost) -> None:
-        self._host = host
-
-    @property
-    def plan(self) -> SimulationPlan:
-        return self._host.instance.plan
-
-    def submit(self, item: ExternalInput) -> int:
-        """Thread-safe ingress; returns the acceptance sequence or raises IngressError."""
-        return self._host.instance.enqueue(item)
-
-    def on_record(self, callback: RecordCallback) -> None:
-        """Receive every DeviceOutput, ActuatorApplication, IngressRecord, StateSnapshot and
-        FrameTiming, on the host thread, as the simulation emits them."""
-        self._host.add_callback(callback)
-
-    def pause(self) -> dict[str, Any]:
-        return self._host.request("pause")
-
-    def resume(self) -> dict[str, Any]:
-        return self._host.request("resume")
-
-    def step(self, ticks: int) -> dict[str, Any]:
-        """Advance exactly ``ticks`` ticks (while paused: lockstep) and return the state."""
-        return self._host.request("step", ticks)
-
-    def reset(self, keyframe: str | None = None) -> dict[str, Any]:
-        return self._host.request("reset", keyframe)
-
-    def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        if not factor > 0:
-            raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
-        return self._host.request("rtf", factor)
-
-    def set_mode(self, mode: str) -> dict[str, Any]:
-        if mode not in ("realtime", "fast"):
-            raise InstanceError(f"mode must be 'realtime' or 'fast', got {mode!r}")
-        return self._host.request("mode", mode)
-
-    def state(self) -> dict[str, Any]:
-        return self._host.request("state")
-
-
-class SimulationRuntime:
-    """Builds the instance and host for a plan and hands out connections."""
-
-    def __init__(self, plan: SimulationPlan, *, seed: int = 0, trace: Any = None,
-                 options: RuntimeOptions | None = None) -> None:
-        self.plan = plan
-        self.instance = plan.create_instance(seed, trace=trace, collect=False)
-        self.host = SimulationHost(self.instance, options or plan.manifest.runtime)
-        if trace is not None and plan.manifest.trace.frame_timing:
-            self.host.add_callback(
-                lambda record: trace.write(record) if isinstance(record, FrameTiming) else None)
-
-    def connect(self) -> SimulationConnection:
-        return SimulationConnection(self.host)
-
-    def start(self) -> SimulationRuntime:
-        self.host.start()
-        return self
-
-    def stop(self) -> None:
-        self.host.stop()
-
-    def __enter__(self) -> SimulationRuntime:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

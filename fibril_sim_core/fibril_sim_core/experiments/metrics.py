@@ -17,8 +17,8 @@ import mujoco
 import numpy as np
 
 from .experiment import Metric
-from .trace import TraceError
-from .trace_query import query
+from ..errors import TraceError
+from ..trace.query import query
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,

@@ -16,8 +16,8 @@ from rosbags.rosbag2 import Reader, ReaderError
 from rosbags.serde import SerdeError
 
 from . import _msgtypes
-from .records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
-from .trace import (
+from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
+from .writer import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
     FRAME_TIMING_TOPIC,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _schema as s
-from ._schema import Where
-from .errors import FibrilError
-from .trace_query import SELECTOR_KINDS
+from .. import _schema as s
+from .._schema import Where
+from ..errors import FibrilError
+from ..trace.query import SELECTOR_KINDS
 
 SCHEMA_MAJOR = 1
 SCHEMA_MINORS = (0,)

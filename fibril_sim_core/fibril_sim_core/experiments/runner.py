@@ -26,15 +26,15 @@ from typing import Any
 
 import mujoco
 
-from ._schema import Where
-from .errors import FibrilError
+from .._schema import Where
+from ..errors import FibrilError
 from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
-from .manifest import load_manifest, load_scenario
+from ..manifest import load_manifest, load_scenario
 from .metrics import COMPARE, ContactObserver, MetricUnavailable, signal_metric
-from .overlays import OverlayArtifact, OverlayError, load_overlay_artifact, parse_value
-from .plan import SimulationBuilder
-from .provenance import sha256_file
-from .trace import TraceWriter
+from ..overlays import OverlayArtifact, OverlayError, load_overlay_artifact, parse_value
+from ..plan import SimulationBuilder
+from ..provenance import sha256_file
+from ..trace import TraceWriter
 
 RESULT_FORMAT = "fibril_sim/experiment_result"
 RESULT_VERSION = {"major": 1, "minor": 0}
