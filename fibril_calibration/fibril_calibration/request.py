@@ -286,15 +286,16 @@ def parse_calibration_request(
         raise root.key("fit").key("max_validation_rms").fail(
             "a validation RMS criterion needs validation episodes; the request has none")
 
+    # Every section is validated before the document is hashed: the hash needs finite numbers.
+    optimizer = _optimizer(doc.get("optimizer", {}), root.key("optimizer"))
+    execution = _execution(doc.get("execution", {}), root.key("execution"))
+    analysis = _analysis(doc.get("analysis", {}), root.key("analysis"))
+    context = _context(doc.get("context", {}), root.key("context"))
     return CalibrationRequest(
-        path=file, document=doc, sha256=canonical_sha256(doc), manifest=manifest,
+        path=file, document=doc, sha256=_document_sha256(doc, root), manifest=manifest,
         nominal_plan=nominal, parameters=parameters, observations=observations,
-        training=training, validation=validation,
-        optimizer=_optimizer(doc.get("optimizer", {}), root.key("optimizer")),
-        objective=objective,
-        execution=_execution(doc.get("execution", {}), root.key("execution")),
-        analysis=_analysis(doc.get("analysis", {}), root.key("analysis")),
-        fit=fit, context=_context(doc.get("context", {}), root.key("context")))
+        training=training, validation=validation, optimizer=optimizer, objective=objective,
+        execution=execution, analysis=analysis, fit=fit, context=context)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -739,7 +740,7 @@ def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
     from fibril_sim_core.inputs_file import load_inputs
 
     try:
-        records = load_inputs(path, plan.timebase)
+        records = load_inputs(path, plan.timebase, plan.endpoints)
     except FibrilError as exc:
         raise CalibrationRequestError(str(exc)) from None
     return [{"source_id": r.source_id, "source_sequence": r.source_sequence,
@@ -1208,6 +1209,24 @@ def canonical_json(value: Any) -> str:
 
 def canonical_sha256(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def _document_sha256(doc: Mapping[str, Any], root: s.Where) -> str:
+    """The request hash; a non-finite number the sections let through (e.g. in a free-form
+    ``description``) is an error naming its key path, never a bare ValueError."""
+    try:
+        return canonical_sha256(doc)
+    except ValueError:
+        stack: list[tuple[Any, s.Where]] = [(doc, root)]
+        while stack:
+            value, where = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                raise where.fail(f"expected a finite number, got {value!r}") from None
+            if isinstance(value, Mapping):
+                stack.extend((v, where.key(str(k))) for k, v in value.items())
+            elif isinstance(value, (list, tuple)):
+                stack.extend((v, where.key(i)) for i, v in enumerate(value))
+        raise root.fail("the request cannot be hashed as canonical JSON") from None
 
 
 def _default(value: Any) -> Any:

@@ -178,9 +178,13 @@ def _run(args: argparse.Namespace) -> int:
         ticks = args.steps
     else:
         if not args.duration >= 0:
-            raise FibrilError(f"--duration must be >= 0, got {args.duration}")
-        ticks = timebase.ticks_ceil(args.duration)
-    recorded = load_inputs(args.inputs, timebase) if args.inputs else []
+            raise FibrilError(f"--duration must be a number of seconds >= 0, got "
+                              f"{args.duration:g}")
+        try:
+            ticks = timebase.ticks_ceil(args.duration)
+        except ValueError as exc:
+            raise FibrilError(f"--duration: {exc}") from None
+    recorded = load_inputs(args.inputs, timebase, plan.endpoints) if args.inputs else []
     trace = None
     if args.trace is not None:
         trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),

@@ -18,7 +18,15 @@ from .errors import ManifestError
 
 SCHEMA_MAJOR = 3
 SCHEMA_MINORS = (0, 1)
+#: The optional top-level keys each schema minor allows (3.1 added parameter overlays).
+OPTIONAL_KEYS = {
+    0: ("profiles", "components", "extensions", "trace", "runtime", "scenario"),
+    1: ("profiles", "components", "extensions", "trace", "runtime", "parameter_overlays",
+        "scenario"),
+}
 RUNTIME_MODES = ("paused", "lockstep", "realtime", "fast")
+#: A runtime frame (the pacing unit of a live run) is at most an hour of simulated time.
+MAX_FRAME_DURATION_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -122,11 +130,17 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
     if "timestep" in doc:
         raise root.key("timestep").fail(
             "the physics timestep is not a manifest setting; set <option timestep=...> in the MJCF")
-    s.keys(doc, root, required=("schema_version", "model"),
-           optional=("profiles", "components", "extensions", "trace", "runtime",
-                     "parameter_overlays", "scenario"))
-    s.version(doc["schema_version"], root.key("schema_version"),
-              major=SCHEMA_MAJOR, minors=SCHEMA_MINORS)
+    if "schema_version" not in doc:
+        raise root.key("schema_version").fail("missing required key")
+    _, minor = s.version(doc["schema_version"], root.key("schema_version"),
+                         major=SCHEMA_MAJOR, minors=SCHEMA_MINORS)
+    for key in doc:
+        later = [m for m in SCHEMA_MINORS if m > minor and key in OPTIONAL_KEYS[m]]
+        if later and key not in OPTIONAL_KEYS[minor]:
+            raise root.key(str(key)).fail(
+                f"needs schema_version {SCHEMA_MAJOR}.{later[0]} or later; this manifest "
+                f"declares {SCHEMA_MAJOR}.{minor}")
+    s.keys(doc, root, required=("schema_version", "model"), optional=OPTIONAL_KEYS[minor])
     base = file.parent
     model = base / s.string(doc["model"], root.key("model"))
     if not model.is_file():
@@ -234,7 +248,8 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
         real_time_factor=s.number(body.get("real_time_factor", 1.0),
                                   where.key("real_time_factor"), positive=True),
         frame_duration_s=s.number(body.get("frame_duration", 0.01),
-                                  where.key("frame_duration"), positive=True),
+                                  where.key("frame_duration"), positive=True,
+                                  maximum=MAX_FRAME_DURATION_S),
         start_paused=s.boolean(body.get("start_paused", False), where.key("start_paused")),
     )
 
