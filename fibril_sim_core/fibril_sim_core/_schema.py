@@ -142,6 +142,8 @@ def load_yaml(path: Path, error: type[FibrilError]) -> Any:
         raise error(f"{path}: file not found") from None
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # e.g. an embedded NUL in a path a document gave
+        raise error(f"{short(str(path))}: not a usable file name") from None
     if len(data) > MAX_DOCUMENT_BYTES:
         raise error(f"{path}: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; not read")
     try:
@@ -280,6 +282,21 @@ def keys(value: Mapping[str, Any], where: Where, *, required: Sequence[str] = ()
             raise where.key(key).fail("missing required key")
 
 
+def existing_file(base: Path, value: Any, where: Where, what: str = "file") -> Path:
+    """A file name relative to ``base`` that names an existing file (never an OSError or a
+    ValueError for a name too long or holding a NUL)."""
+    path = base / string(value, where)
+    try:
+        found = "\0" not in str(path) and path.is_file()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        name = str(path)
+        shown = repr(name) if len(name) <= 300 else short(name)
+        raise where.fail(f"{what} {shown} does not exist")
+    return path
+
+
 def string(value: Any, where: Where) -> str:
     if not isinstance(value, str) or not value:
         raise where.fail(f"expected a non-empty string, got {describe(value)}")
@@ -290,7 +307,10 @@ def number(value: Any, where: Where, *, minimum: float | None = None,
            maximum: float | None = None, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise where.fail(f"expected a number, got {describe(value)}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer beyond the float range
+        result = math.inf
     if not math.isfinite(result):
         raise where.fail(f"expected a finite number, got {short(value)}")
     if positive and result <= 0:

@@ -113,7 +113,7 @@ class SimulationManifest:
         for spec in self.components:
             if spec.id == component_id:
                 return spec
-        raise ManifestError(f"{self.path}: no component with id {component_id!r}")
+        raise ManifestError(f"{self.path}: no component with id {s.short(component_id)}")
 
 
 def load_manifest(path: str | Path) -> SimulationManifest:
@@ -142,9 +142,7 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
                 f"declares {SCHEMA_MAJOR}.{minor}")
     s.keys(doc, root, required=("schema_version", "model"), optional=OPTIONAL_KEYS[minor])
     base = file.parent
-    model = base / s.string(doc["model"], root.key("model"))
-    if not model.is_file():
-        raise root.key("model").fail(f"model file {str(model)!r} does not exist")
+    model = s.existing_file(base, doc["model"], root.key("model"), "model file")
 
     profiles = _profiles(doc.get("profiles", {}), root.key("profiles"))
     components = _components(doc.get("components", []), root.key("components"), profiles)
@@ -154,10 +152,7 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
     overlays_where = root.key("parameter_overlays")
     overlays = []
     for i, item in enumerate(s.sequence(doc.get("parameter_overlays", []), overlays_where)):
-        overlay = base / s.string(item, overlays_where.key(i))
-        if not overlay.is_file():
-            raise overlays_where.key(i).fail(f"overlay file {str(overlay)!r} does not exist")
-        overlays.append(overlay)
+        overlays.append(s.existing_file(base, item, overlays_where.key(i), "overlay file"))
     return SimulationManifest(
         path=file,
         model=model,
@@ -197,7 +192,7 @@ def _components(value: Any, where: s.Where,
                optional=("profile", "endpoint", "bind", "config"))
         component_id = s.string(body["id"], at.key("id"))
         if component_id in seen:
-            raise at.key("id").fail(f"duplicate component id {component_id!r} "
+            raise at.key("id").fail(f"duplicate component id {s.short(component_id)} "
                                     f"(first declared at {seen[component_id]})")
         seen[component_id] = at.path
         type_id = s.string(body["type"], at.key("type"))
@@ -206,11 +201,11 @@ def _components(value: Any, where: s.Where,
             profile = s.string(profile, at.key("profile"))
             if profile not in profiles:
                 known = ", ".join(sorted(profiles)) or "none declared"
-                raise at.key("profile").fail(f"unknown profile {profile!r}; known: {known}")
+                raise at.key("profile").fail(f"unknown profile {s.short(profile)}; known: {known}")
             if profiles[profile].type != type_id:
                 raise at.key("profile").fail(
-                    f"profile {profile!r} is for type {profiles[profile].type!r}, "
-                    f"not {type_id!r}")
+                    f"profile {s.short(profile)} is for type {profiles[profile].type!r}, "
+                    f"not {s.short(type_id)}")
         endpoint = body.get("endpoint")
         if endpoint is not None:
             endpoint = s.string(endpoint, at.key("endpoint"))
@@ -241,7 +236,7 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
     s.keys(body, where, optional=("mode", "real_time_factor", "frame_duration", "start_paused"))
     mode = s.string(body.get("mode", "realtime"), where.key("mode"))
     if mode not in RUNTIME_MODES:
-        raise where.key("mode").fail(f"unknown mode {mode!r}; expected one of "
+        raise where.key("mode").fail(f"unknown mode {s.short(mode)}; expected one of "
                                      f"{', '.join(RUNTIME_MODES)}")
     return RuntimeOptions(
         mode=mode,
