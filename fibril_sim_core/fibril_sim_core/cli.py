@@ -86,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="result JSON (written only when the experiment completes)")
     exp_run.add_argument("--traces", type=Path,
                          help="new folder for the runs' traces (default: <output>.traces)")
+    exp_run.add_argument("--overwrite", action="store_true",
+                         help="replace an existing trace folder (never done without it)")
     exp_run.set_defaults(handler=_experiment_run)
     _register_plugins(commands)
     return parser
@@ -111,7 +113,7 @@ def _experiment_run(args: argparse.Namespace) -> int:
     from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
-    document = run_experiment(args.experiment, traces=traces,
+    document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
                               progress=lambda line: print(line, file=sys.stderr, flush=True))
     write_json_atomically(args.output, document)
     summary = document["summary"]
@@ -137,6 +139,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     plan = SimulationBuilder().build(args.manifest)
     document = plan.inspect()
+    document["parameters"] = _overlay_parameters(plan)
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
@@ -156,12 +159,44 @@ def _inspect(args: argparse.Namespace) -> int:
             print(f"  {item['id']:<18} {item['type']:<28} {item['sample_type']}  "
                   f"every {item['period']['seconds'] * 1e3:g} ms, "
                   f"latency {item['latency']['seconds'] * 1e3:g} ms")
+    overlays = plan.manifest.parameter_overlays
+    print(f"parameters {len(document['parameters'])} from {len(overlays)} overlay file(s)"
+          + ("" if overlays else " (the model as authored)"))
+    for item in document["parameters"]:
+        unit = f" {item['unit']}" if item.get("unit") else ""
+        print(f"  {item['id']:<18} {_short(item['value'])}{unit}  -> {', '.join(item['targets'])}"
+              f"  ({Path(item['source']).name})")
     provenance = document["provenance"]
     print(f"provenance manifest {provenance['manifest_sha256'][:12]}  model "
           f"{provenance['model_sha256'][:12]}  compiled {provenance['compiled_model_sha256'][:12]}"
           f"  parameters {provenance['parameter_set_hash'][:12]}  "
           f"mujoco {provenance['build']['mujoco']}")
     return 0
+
+
+def _overlay_parameters(plan: Any) -> list[dict[str, Any]]:
+    """The loaded overlays' parameters: id, value, unit, typed targets and the overlay file
+    that supplies each (a later file replaces an earlier one's parameter with the same id)."""
+    from .overlays import load_overlay_artifact
+
+    source: dict[str, str] = {}
+    for path in plan.manifest.parameter_overlays:
+        for parameter in load_overlay_artifact(path).parameters:
+            source[parameter.id] = str(path)
+    out = []
+    for item in plan.provenance["parameters"]:
+        targets = item["targets"] if "targets" in item else [item["target"]]
+        out.append({"id": item["id"], "value": item["value"], "unit": item.get("unit"),
+                    "targets": [_target_key(t) for t in targets],
+                    "typed_targets": targets, "source": source.get(item["id"])})
+    return out
+
+
+def _target_key(target: dict[str, Any]) -> str:
+    if target["type"] == "component_config":
+        return f"component_config:{target['component']}:{target['config_path']}"
+    tail = target.get("attribute", target.get("component_index"))
+    return f"mujoco:{target['kind']}:{target['object']}:{tail}"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -706,7 +706,7 @@ def test_invalid_parameter_records(mixed: dict[str, Any]) -> None:
     assert wrong_type["parameters"]["wheel_damping"] == [0.1, 0.2]
     for run in (undeclared, wrong_type):
         assert (run["metrics"], run["assertions"], run["trace"]) == ({}, [], None)
-        assert "plan" not in run and "parameter_set_hash" not in run
+        assert (run["plan"], run["parameter_set_hash"], run["targets"]) == (None, None, None)
 
 
 def test_compile_failure_record(mixed: dict[str, Any]) -> None:
@@ -717,7 +717,7 @@ def test_compile_failure_record(mixed: dict[str, Any]) -> None:
     assert run["parameter_diff"] == {"axle_izz": {"baseline": 0.0005, "value": 1.0,
                                                   "delta": pytest.approx(0.9995)}}
     assert (run["metrics"], run["trace"]) == ({}, None)
-    assert "plan" not in run
+    assert (run["plan"], run["parameter_set_hash"], run["targets"]) == (None, None, None)
 
 
 def test_runtime_failure_record(mixed: dict[str, Any]) -> None:

@@ -222,14 +222,15 @@ def _assertions(raw: Any, where: Where, metric_ids: set[str]) -> tuple[Assertion
 
 def _execution(raw: Any, where: Where) -> Execution:
     body = s.mapping(raw, where)
-    s.keys(body, where, required=("steps", "timeout_seconds"),
-           optional=("workers", "cpu_budget", "mujoco_internal_threads", "seed"))
+    # mujoco_internal_threads is required: schema 1.0 makes the thread ownership explicit.
+    s.keys(body, where, required=("steps", "timeout_seconds", "mujoco_internal_threads"),
+           optional=("workers", "cpu_budget", "seed"))
     workers = s.integer(body.get("workers", 1), where.key("workers"), minimum=1)
     cpu_budget = s.integer(body.get("cpu_budget", workers), where.key("cpu_budget"), minimum=1)
     if workers > cpu_budget:
         raise where.key("workers").fail(f"workers ({workers}) must not exceed cpu_budget "
                                         f"({cpu_budget})")
-    threads = s.integer(body.get("mujoco_internal_threads", 1),
+    threads = s.integer(body["mujoco_internal_threads"],
                         where.key("mujoco_internal_threads"), minimum=1)
     if threads != 1:
         raise where.key("mujoco_internal_threads").fail(
