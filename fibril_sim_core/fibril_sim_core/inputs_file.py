@@ -77,8 +77,8 @@ def _check_endpoint(spec: Any, at: s.Where, endpoints: Mapping[str, ActuatorDesc
                     ) -> None:
     endpoint = endpoints.get(spec.source_id)
     if endpoint is None:
-        raise at.key("source_id").fail(f"unknown source {s.short(spec.source_id)}; the plan's "
-                                       f"actuator endpoints: {', '.join(endpoints) or 'none'}")
+        raise at.key("source_id").fail(f"unknown source_id {s.short(spec.source_id)}; known "
+                                       f"sources: {', '.join(endpoints) or 'none'}")
     if spec.payload_type != endpoint.payload_type:
         raise at.key("payload_type").fail(f"{s.short(spec.payload_type)} is not accepted by "
                                           f"{spec.source_id!r}; expected "
