@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except FibrilError as exc:
-        print(f"fibril_sim: error: {exc}", file=sys.stderr)
+        print(f"fibril_sim: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fibril_sim: interrupted", file=sys.stderr)
@@ -42,6 +42,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `fibril_sim trace query ... | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _one_line(message: str, limit: int = 1000) -> str:
+    """An error message as one line of bounded length (a document can put a 200 kB string
+    where a name belongs): the head names file and key path, the tail the problem."""
+    message = message.replace("\r", " ").replace("\n", " ")
+    if len(message) <= limit:
+        return message
+    left = len(message) - 900
+    return f"{message[:600]} ...({left} characters left out)... {message[-300:]}"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -70,6 +70,17 @@ def load_inputs(path: str | Path, timebase: Timebase,
         records.append(IngressRecord(
             0, spec.source_id, spec.source_sequence, spec.payload_type, text, True, tick, n,
             "", 0))
+    # The ingress accepts a source's inputs only with increasing source_sequence, in commit
+    # (tick, file) order: say which input breaks that here, not while the run steps.
+    last: dict[str, tuple[int, int]] = {}
+    for record in sorted(records, key=lambda r: (r.commit_tick, r.acceptance_sequence)):
+        previous = last.get(record.source_id)
+        if previous is not None and record.source_sequence <= previous[0]:
+            raise where.key(record.acceptance_sequence).key("source_sequence").fail(
+                f"{record.source_sequence} does not increase for source "
+                f"{s.short(record.source_id)} in commit order (inputs[{previous[1]}] has "
+                f"{previous[0]})")
+        last[record.source_id] = (record.source_sequence, record.acceptance_sequence)
     return records
 
 

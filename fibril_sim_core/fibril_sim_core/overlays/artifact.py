@@ -86,9 +86,13 @@ class OverlayParameter:
     targets: tuple[OverlayTarget, ...]
     unit: str | None = None
     provenance: str | None = None
+    # The overlay artifact file the parameter was read from (errors name it); not part of the
+    # parameter's identity or hash.
+    source: str | None = field(default=None, compare=False)
 
     def with_value(self, value: Value) -> OverlayParameter:
-        return OverlayParameter(self.id, value, self.targets, self.unit, self.provenance)
+        return OverlayParameter(self.id, value, self.targets, self.unit, self.provenance,
+                                self.source)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "value": _plain(self.value)}
@@ -293,7 +297,8 @@ def load_overlay_artifact(path: str | Path) -> OverlayArtifact:
         unit = s.string(item["unit"], at.key("unit")) if "unit" in item else None
         origin = (s.string(item["provenance"], at.key("provenance"))
                   if "provenance" in item else None)
-        parameters.append(OverlayParameter(parameter_id, value, targets, unit, origin))
+        parameters.append(OverlayParameter(parameter_id, value, targets, unit, origin,
+                                           source=str(path)))
     check_conflicts(parameters, context=str(path))
     artifact_id = s.string(doc["id"], where.key("id")) if "id" in doc else None
     return OverlayArtifact(path=path, schema_version=(SCHEMA_MAJOR, minor), id=artifact_id,
