@@ -50,6 +50,7 @@ MAX_INTEGER = 2**63 - 1
 _FLOAT_12 = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
                           |[-+]\.[0-9][0-9_]*)$""", re.X)
 _FIRST_CHARS = list("-+0123456789.")
+_DEEP_FLOW = re.compile(r"(?:[\[{][ \t\r\n]*){%d}" % (MAX_NESTING + 1))
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
@@ -163,9 +164,14 @@ def load_yaml_text(text: str, source: str, error: type[FibrilError], *,
     aliases. Every error is one line ``<source>: ...`` with the line and column."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise error(f"{source}: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; not read")
-    loader = (loader or _Loader)(text)
+    loader = loader or _Loader
+    if loader is _PyLoader and _DEEP_FLOW.search(text):
+        # The pure-Python scanner is quadratic in flow nesting: refuse before it starts.
+        raise error(f"{source}: not accepted as YAML: nested deeper than {MAX_NESTING} levels")
+    parser = None
     try:
-        node = loader.get_single_node()
+        parser = loader(text)
+        node = parser.get_single_node()
         if node is None:
             return None
         # Aliases need an anchor ('&') and a '*': only then can the node graph share or repeat
@@ -174,14 +180,15 @@ def load_yaml_text(text: str, source: str, error: type[FibrilError], *,
         if problem is not None:
             message, mark = problem
             raise error(f"{source}: not accepted as YAML{_at(mark)}: {message}")
-        return loader.construct_document(node)
+        return parser.construct_document(node)
     except yaml.YAMLError as exc:
         raise error(f"{source}: not valid YAML{_position(exc, text)}: {_problem(exc)}") from None
     except (_TooDeep, RecursionError):
         raise error(f"{source}: not accepted as YAML: nested deeper than {MAX_NESTING} "
                     f"levels") from None
     finally:
-        loader.dispose()
+        if parser is not None:
+            parser.dispose()
 
 
 def _check_nodes(root: Any) -> tuple[str, Any] | None:
