@@ -529,7 +529,7 @@ def _episode(value: Any, where: s.Where, scope: str,
         inputs = _recording_inputs(recording, recording_number, rw, plan)
     elif "recorded_inputs_file" in body:
         fw = where.key("recorded_inputs_file")
-        path = base / s.string(body["recorded_inputs_file"], fw)
+        path = s.existing_file(base, body["recorded_inputs_file"], fw, "recorded inputs file")
         loaded = s.load_yaml(path, CalibrationRequestError)
         if isinstance(loaded, Mapping) and "inputs" in loaded:
             # The `fibril_sim run --inputs` format (times or commit ticks, file order).
@@ -775,10 +775,7 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
                           "'payload' (a mapping)")
         if "payload_json" in body:
             text = s.string(body["payload_json"], at.key("payload_json"))
-            try:
-                payload = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise at.key("payload_json").fail(f"not valid JSON: {exc.msg}") from None
+            payload = s.load_json_text(text, at.key("payload_json"))
         else:
             payload = dict(s.mapping(body["payload"], at.key("payload")))
             text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
@@ -981,6 +978,11 @@ def _csv_samples(path: Path, where: s.Where,
     except OSError as exc:
         raise where.fail(f"cannot read samples file {str(path)!r}: "
                          f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start}: "
+                                      f"{exc.reason}") from None
+    except (csv.Error, ValueError) as exc:  # a NUL, a field over the csv module's limit
+        raise CalibrationRequestError(f"{path}: not a readable CSV file: {exc}") from None
     file = str(path)
     if not rows or not rows[0] or rows[0][0].strip() != "time_ns":
         raise CalibrationRequestError(f"{file}: line 1: expected a header row starting with "
@@ -1004,8 +1006,11 @@ def _csv_samples(path: Path, where: s.Where,
         try:
             t = int(row[0])
         except ValueError:
-            raise CalibrationRequestError(f"{file}: line {line}: time_ns {row[0]!r} is not an "
-                                          f"integer") from None
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(row[0])} is "
+                                          f"not an integer") from None
+        if t > s.MAX_INTEGER:
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(t)} is "
+                                          f"beyond int64 nanoseconds")
         if t < 0 or t <= previous:
             raise CalibrationRequestError(f"{file}: line {line}: time_ns must increase strictly "
                                           f"from 0; {t} follows {previous}")
@@ -1015,10 +1020,10 @@ def _csv_samples(path: Path, where: s.Where,
             values[i] = [float(v) for v in row[1:]]
         except ValueError:
             raise CalibrationRequestError(f"{file}: line {line}: values must be numbers, got "
-                                          f"{row[1:]}") from None
+                                          f"{s.short(row[1:])}") from None
         if not np.all(np.isfinite(values[i])):
             raise CalibrationRequestError(f"{file}: line {line}: values must be finite, got "
-                                          f"{row[1:]}")
+                                          f"{s.short(row[1:])}")
     return times, values
 
 

@@ -6,6 +6,7 @@ every document error names the file, the key path, the value and what was expect
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import reprlib
@@ -262,6 +263,18 @@ def _problem(exc: yaml.YAMLError) -> str:
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def load_json_text(text: str, where: Where) -> Any:
+    """JSON text held in a document (``payload_json``): invalid or too deeply nested JSON is an
+    error at ``where``, never a JSONDecodeError or RecursionError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise where.fail(f"not valid JSON: {exc.msg} (line {exc.lineno}, column "
+                         f"{exc.colno})") from None
+    except RecursionError:
+        raise where.fail("not accepted as JSON: nested too deeply") from None
 
 
 def mapping(value: Any, where: Where) -> Mapping[str, Any]:

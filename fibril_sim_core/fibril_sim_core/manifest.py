@@ -273,10 +273,7 @@ def parse_input_spec(value: Any, where: s.Where) -> InputSpec:
         payload = dict(s.mapping(body["payload"], where.key("payload")))
     else:
         text = s.string(body["payload_json"], where.key("payload_json"))
-        try:
-            payload = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise where.key("payload_json").fail(f"not valid JSON: {exc.msg}") from None
+        payload = s.load_json_text(text, where.key("payload_json"))
         payload = dict(s.mapping(payload, where.key("payload_json")))
     return InputSpec(
         source_id=s.string(body["source_id"], where.key("source_id")),

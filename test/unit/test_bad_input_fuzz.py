@@ -1,8 +1,9 @@
 """Bad input never crashes: a seeded mutation corpus of every file kind people write.
 
 Each case mutates one of the drivetrain example files (manifest, recorded inputs, overlay
-artifact, experiment, calibration request) — byte flips, non-UTF-8 bytes, deep nesting, alias
-bombs, huge numbers, .inf/.nan, wrong types, deleted keys, truncation — and runs the real
+artifact, experiment, calibration request, and the recorded inputs and samples the request
+names) — byte flips, non-UTF-8 bytes, deep nesting, alias bombs, huge numbers, .inf/.nan,
+wrong types, deleted keys, truncation — and runs the real
 ``fibril_sim`` entry (``cli.main`` in-process). Every case must end with exit 2 and one
 stderr line ``fibril_sim: error: ...`` naming the mutated file, or succeed when the mutant is
 still valid; never a traceback, within a time bound per case and a bound on memory growth.
@@ -146,11 +147,12 @@ def _mutate_document(rng: random.Random, text: str) -> tuple[str, bytes]:
     return name, yaml.safe_dump(doc, sort_keys=False).encode()
 
 
-def mutants(text: str, seed: int, count: int) -> list[tuple[str, bytes]]:
+def mutants(text: str, seed: int, count: int, *, yaml_file: bool = True
+            ) -> list[tuple[str, bytes]]:
     rng = random.Random(seed)
     out = []
     for _ in range(count):
-        out.append(_mutate_document(rng, text) if rng.random() < 0.35
+        out.append(_mutate_document(rng, text) if yaml_file and rng.random() < 0.35
                    else _mutate_text(rng, text))
     return out
 
@@ -165,6 +167,7 @@ class Kind:
     # Files an error may name instead: the ones the mutated file points to, when a mutation
     # makes them wrong for it (a request whose observation no longer fits its CSV samples).
     also_named: tuple[str, ...] = ()
+    yaml_file: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -189,6 +192,11 @@ KINDS = [
     Kind("calibration", "calibration.yaml",
          lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"],
          also_named=("calibration_data/",)),
+    # The files a calibration request names: recorded inputs (YAML) and samples (CSV).
+    Kind("recorded_inputs", "calibration_data/run-01_inputs.yaml",
+         lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"]),
+    Kind("samples_csv", "calibration_data/run-01_motor_current.csv",
+         lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"], yaml_file=False),
 ]
 
 
@@ -238,8 +246,9 @@ def test_mutants_fail_with_one_line_naming_the_file(kind: Kind, tmp_path: Path,
     rss = _max_rss_mb()
     problems: list[str] = []
     outcomes: dict[str, int] = {}
-    for n, (mutation, data) in enumerate(mutants(text, SEED + sum(map(ord, kind.name)),
-                                                 CASES_PER_KIND)):
+    cases = mutants(text, SEED + sum(map(ord, kind.name)), CASES_PER_KIND,
+                    yaml_file=kind.yaml_file)
+    for n, (mutation, data) in enumerate(cases):
         shutil.rmtree(folder / "out", ignore_errors=True)
         (folder / kind.source).write_bytes(data)
         label = f"{kind.name} case {n} ({mutation})"
