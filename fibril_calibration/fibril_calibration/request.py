@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -973,14 +974,15 @@ def _csv_samples(path: Path, where: s.Where,
                  observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
     """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+        data = path.read_bytes()
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
     except OSError as exc:
         raise where.fail(f"cannot read samples file {str(path)!r}: "
                          f"{exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start}: "
-                                      f"{exc.reason}") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start} (line "
+                                      f"{line}): {exc.reason}") from None
     except (csv.Error, ValueError) as exc:  # a NUL, a field over the csv module's limit
         raise CalibrationRequestError(f"{path}: not a readable CSV file: {exc}") from None
     file = str(path)

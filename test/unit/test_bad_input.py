@@ -310,3 +310,41 @@ def test_experiment_run_overwrite(example: Path, capsys: pytest.CaptureFixture[s
     (example / "file").write_text("x")
     line = _error(capsys, [*argv[:-1], str(example / "file"), "--overwrite"])
     assert "exists and is not a trace folder; not replaced" in line
+
+
+# ------------------------------------------------------------------ files a request names
+def test_deep_payload_json_is_a_request_error(example: Path) -> None:
+    inputs = example / "calibration_data" / "run-01_inputs.yaml"
+    deep = "[" * 5000 + "]" * 5000
+    _edit(inputs, """payload_json: '{"mode": "duty", "value": 0.4}'""", f"payload_json: '{deep}'")
+    with pytest.raises(CalibrationRequestError,
+                       match=r"run-01_inputs.yaml: recorded_inputs\[0\].payload_json: not "
+                             r"accepted as JSON: nested too deeply"):
+        load_calibration_request(example / "calibration.yaml")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"time_ns,current\n0,1.0\n\xff\n", "not valid UTF-8 at byte 22 (line 3)"),
+    (b"time_ns,current\n0," + b"1" * 200_000 + b"\n", "not a readable CSV file: field larger"),
+    (b"time_ns,current\n" + b"9" * 30 + b",1.0\n", "line 2: time_ns 999999999999999999999999999999"
+                                                    " is beyond int64 nanoseconds"),
+])
+def test_bad_samples_csv_is_one_line_naming_it(example: Path, content: bytes,
+                                               message: str) -> None:
+    samples = example / "calibration_data" / "run-01_motor_current.csv"
+    samples.write_bytes(content)
+    with pytest.raises(CalibrationRequestError) as caught:
+        load_calibration_request(example / "calibration.yaml")
+    assert str(caught.value).startswith(f"{samples}: "), caught.value
+    assert message in str(caught.value)
+
+
+def test_unusable_recorded_inputs_file_name_names_the_request_key(example: Path) -> None:
+    request = _edit(example / "calibration.yaml", "calibration_data/run-01_inputs.yaml",
+                    "x" * 5000)
+    with pytest.raises(CalibrationRequestError) as caught:
+        load_calibration_request(request)
+    message = str(caught.value)
+    assert message.startswith(f"{request}: training[0].recorded_inputs_file: recorded inputs "
+                              f"file "), message
+    assert message.endswith("does not exist") and len(message) < 400
