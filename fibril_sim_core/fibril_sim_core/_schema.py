@@ -49,9 +49,9 @@ MAX_INTEGER = 2**63 - 1
 # YAML 1.2 floats PyYAML's 1.1 resolver reads as strings: an exponent without a dot or without
 # a sign (``1e-3``, ``1e0``, ``5E-2``, ``1.5e3``) and a signed leading dot (``-.5``).
 _FLOAT_12 = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
-                          |[-+]\.[0-9][0-9_]*)$""", re.X)
+                          |[-+]\.[0-9][0-9_]*)$""", re.VERBOSE)
 _FIRST_CHARS = list("-+0123456789.")
-_DEEP_FLOW = re.compile(r"(?:[\[{][ \t\r\n]*){%d}" % (MAX_NESTING + 1))
+_DEEP_FLOW = re.compile(rf"(?:[\[{{][ \t\r\n]*){{{MAX_NESTING + 1}}}")
 
 
 class _Constructor(yaml.constructor.SafeConstructor):

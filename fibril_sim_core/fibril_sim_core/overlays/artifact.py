@@ -200,7 +200,8 @@ def parse_value(raw: Any, targets: Sequence[OverlayTarget], where: Where,
     """Check a value against its targets: count, finiteness, sign, range order."""
     ranged = {isinstance(t, MujocoTarget) and KINDS[t.kind].range for t in targets}
     if len(ranged) > 1:
-        raise where.fail(f"parameter {s.short(parameter_id)} binds range and scalar targets at once")
+        raise where.fail(f"parameter {s.short(parameter_id)} binds range and scalar targets "
+                         f"at once")
     if True in ranged:
         values = s.sequence(raw, where) if not _is_number(raw) else None
         if values is None or len(values) != 2:
@@ -209,8 +210,8 @@ def parse_value(raw: Any, targets: Sequence[OverlayTarget], where: Where,
         low = s.number(values[0], where.key(0))
         high = s.number(values[1], where.key(1))
         if low > high:
-            raise where.fail(f"parameter {s.short(parameter_id)}: reversed range [{low:g}, {high:g}] "
-                             f"for {targets[0].key}")
+            raise where.fail(f"parameter {s.short(parameter_id)}: reversed range "
+                             f"[{low:g}, {high:g}] for {targets[0].key}")
         return (low, high)
     if not _is_number(raw):
         raise where.fail(f"parameter {s.short(parameter_id)}: target {targets[0].key} takes one "
