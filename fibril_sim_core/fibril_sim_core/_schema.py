@@ -275,6 +275,8 @@ def load_json_text(text: str, where: Where) -> Any:
                          f"{exc.colno})") from None
     except RecursionError:
         raise where.fail("not accepted as JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise where.fail(f"not accepted as JSON: {str(exc).split(':')[0]}") from None
 
 
 def mapping(value: Any, where: Where) -> Mapping[str, Any]:

@@ -313,14 +313,17 @@ def test_experiment_run_overwrite(example: Path, capsys: pytest.CaptureFixture[s
 
 
 # ------------------------------------------------------------------ files a request names
-def test_deep_payload_json_is_a_request_error(example: Path) -> None:
+@pytest.mark.parametrize("payload, problem", [
+    ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ('{"mode": "duty", "value": 1' + "0" * 5000 + "}", "Exceeds the limit (4300 digits)")])
+def test_bad_payload_json_is_a_request_error(example: Path, payload: str, problem: str) -> None:
     inputs = example / "calibration_data" / "run-01_inputs.yaml"
-    deep = "[" * 5000 + "]" * 5000
-    _edit(inputs, """payload_json: '{"mode": "duty", "value": 0.4}'""", f"payload_json: '{deep}'")
-    with pytest.raises(CalibrationRequestError,
-                       match=r"run-01_inputs.yaml: recorded_inputs\[0\].payload_json: not "
-                             r"accepted as JSON: nested too deeply"):
+    _edit(inputs, """payload_json: '{"mode": "duty", "value": 0.4}'""",
+          f"payload_json: '{payload}'")
+    with pytest.raises(CalibrationRequestError) as caught:
         load_calibration_request(example / "calibration.yaml")
+    assert str(caught.value).startswith(
+        f"{inputs}: recorded_inputs[0].payload_json: not accepted as JSON: {problem}")
 
 
 @pytest.mark.parametrize("content, message", [
