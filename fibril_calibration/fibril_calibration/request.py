@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -286,15 +287,16 @@ def parse_calibration_request(
         raise root.key("fit").key("max_validation_rms").fail(
             "a validation RMS criterion needs validation episodes; the request has none")
 
+    # Every section is validated before the document is hashed: the hash needs finite numbers.
+    optimizer = _optimizer(doc.get("optimizer", {}), root.key("optimizer"))
+    execution = _execution(doc.get("execution", {}), root.key("execution"))
+    analysis = _analysis(doc.get("analysis", {}), root.key("analysis"))
+    context = _context(doc.get("context", {}), root.key("context"))
     return CalibrationRequest(
-        path=file, document=doc, sha256=canonical_sha256(doc), manifest=manifest,
+        path=file, document=doc, sha256=_document_sha256(doc, root), manifest=manifest,
         nominal_plan=nominal, parameters=parameters, observations=observations,
-        training=training, validation=validation,
-        optimizer=_optimizer(doc.get("optimizer", {}), root.key("optimizer")),
-        objective=objective,
-        execution=_execution(doc.get("execution", {}), root.key("execution")),
-        analysis=_analysis(doc.get("analysis", {}), root.key("analysis")),
-        fit=fit, context=_context(doc.get("context", {}), root.key("context")))
+        training=training, validation=validation, optimizer=optimizer, objective=objective,
+        execution=execution, analysis=analysis, fit=fit, context=context)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -528,7 +530,7 @@ def _episode(value: Any, where: s.Where, scope: str,
         inputs = _recording_inputs(recording, recording_number, rw, plan)
     elif "recorded_inputs_file" in body:
         fw = where.key("recorded_inputs_file")
-        path = base / s.string(body["recorded_inputs_file"], fw)
+        path = s.existing_file(base, body["recorded_inputs_file"], fw, "recorded inputs file")
         loaded = s.load_yaml(path, CalibrationRequestError)
         if isinstance(loaded, Mapping) and "inputs" in loaded:
             # The `fibril_sim run --inputs` format (times or commit ticks, file order).
@@ -739,7 +741,7 @@ def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
     from fibril_sim_core.inputs_file import load_inputs
 
     try:
-        records = load_inputs(path, plan.timebase)
+        records = load_inputs(path, plan.timebase, plan.endpoints)
     except FibrilError as exc:
         raise CalibrationRequestError(str(exc)) from None
     return [{"source_id": r.source_id, "source_sequence": r.source_sequence,
@@ -774,10 +776,7 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
                           "'payload' (a mapping)")
         if "payload_json" in body:
             text = s.string(body["payload_json"], at.key("payload_json"))
-            try:
-                payload = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise at.key("payload_json").fail(f"not valid JSON: {exc.msg}") from None
+            payload = s.load_json_text(text, at.key("payload_json"))
         else:
             payload = dict(s.mapping(body["payload"], at.key("payload")))
             text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
@@ -975,11 +974,17 @@ def _csv_samples(path: Path, where: s.Where,
                  observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
     """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+        data = path.read_bytes()
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
     except OSError as exc:
         raise where.fail(f"cannot read samples file {str(path)!r}: "
                          f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start} (line "
+                                      f"{line}): {exc.reason}") from None
+    except (csv.Error, ValueError) as exc:  # a NUL, a field over the csv module's limit
+        raise CalibrationRequestError(f"{path}: not a readable CSV file: {exc}") from None
     file = str(path)
     if not rows or not rows[0] or rows[0][0].strip() != "time_ns":
         raise CalibrationRequestError(f"{file}: line 1: expected a header row starting with "
@@ -1003,8 +1008,11 @@ def _csv_samples(path: Path, where: s.Where,
         try:
             t = int(row[0])
         except ValueError:
-            raise CalibrationRequestError(f"{file}: line {line}: time_ns {row[0]!r} is not an "
-                                          f"integer") from None
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(row[0])} is "
+                                          f"not an integer") from None
+        if t > s.MAX_INTEGER:
+            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(t)} is "
+                                          f"beyond int64 nanoseconds")
         if t < 0 or t <= previous:
             raise CalibrationRequestError(f"{file}: line {line}: time_ns must increase strictly "
                                           f"from 0; {t} follows {previous}")
@@ -1014,10 +1022,10 @@ def _csv_samples(path: Path, where: s.Where,
             values[i] = [float(v) for v in row[1:]]
         except ValueError:
             raise CalibrationRequestError(f"{file}: line {line}: values must be numbers, got "
-                                          f"{row[1:]}") from None
+                                          f"{s.short(row[1:])}") from None
         if not np.all(np.isfinite(values[i])):
             raise CalibrationRequestError(f"{file}: line {line}: values must be finite, got "
-                                          f"{row[1:]}")
+                                          f"{s.short(row[1:])}")
     return times, values
 
 
@@ -1208,6 +1216,24 @@ def canonical_json(value: Any) -> str:
 
 def canonical_sha256(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def _document_sha256(doc: Mapping[str, Any], root: s.Where) -> str:
+    """The request hash; a non-finite number the sections let through (e.g. in a free-form
+    ``description``) is an error naming its key path, never a bare ValueError."""
+    try:
+        return canonical_sha256(doc)
+    except ValueError:
+        stack: list[tuple[Any, s.Where]] = [(doc, root)]
+        while stack:
+            value, where = stack.pop()
+            if isinstance(value, float) and not math.isfinite(value):
+                raise where.fail(f"expected a finite number, got {value!r}") from None
+            if isinstance(value, Mapping):
+                stack.extend((v, where.key(str(k))) for k, v in value.items())
+            elif isinstance(value, (list, tuple)):
+                stack.extend((v, where.key(i)) for i, v in enumerate(value))
+        raise root.fail("the request cannot be hashed as canonical JSON") from None
 
 
 def _default(value: Any) -> Any:

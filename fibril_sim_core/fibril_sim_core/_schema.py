@@ -6,7 +6,10 @@ every document error names the file, the key path, the value and what was expect
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,28 +31,252 @@ class Where:
     def key(self, name: str | int) -> Where:
         if isinstance(name, int):
             return Where(self.file, f"{self.path}[{name}]", self.error)
+        name = _key_name(name)
         return Where(self.file, f"{self.path}.{name}" if self.path else name, self.error)
 
     def fail(self, message: str) -> FibrilError:
         where = f"{self.file}: {self.path}" if self.path else self.file
-        return self.error(f"{where}: {message}")
+        return self.error(f"{where}: {message}".replace("\r", " ").replace("\n", " "))
+
+
+#: Bounds on what one YAML document may cost to read (see ``load_yaml``).
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+MAX_NESTING = 500
+MAX_EXPANDED_NODES = 2_000_000
+#: The largest integer a document may hold (int64: every count, tick and seed fits).
+MAX_INTEGER = 2**63 - 1
+
+# YAML 1.2 floats PyYAML's 1.1 resolver reads as strings: an exponent without a dot or without
+# a sign (``1e-3``, ``1e0``, ``5E-2``, ``1.5e3``) and a signed leading dot (``-.5``).
+_FLOAT_12 = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
+                          |[-+]\.[0-9][0-9_]*)$""", re.VERBOSE)
+_FIRST_CHARS = list("-+0123456789.")
+_DEEP_FLOW = re.compile(rf"(?:[\[{{][ \t\r\n]*){{{MAX_NESTING + 1}}}")
+
+
+class _Constructor(yaml.constructor.SafeConstructor):
+    """SafeConstructor whose scalar conversions fail as YAML errors at the scalar's position
+    (``2001-13-40`` or a 5,000-digit integer would otherwise raise a bare ValueError)."""
+
+
+def _checked(method: Any, what: str) -> Any:
+    def construct(self: Any, node: Any) -> Any:
+        try:
+            return method(self, node)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"invalid {what} {short(node.value)}: {str(exc).split(':')[0]}",
+                node.start_mark) from None
+    return construct
+
+
+for _tag, _what in (("int", "integer"), ("float", "number"), ("timestamp", "timestamp"),
+                    ("binary", "binary value")):
+    _Constructor.add_constructor(
+        f"tag:yaml.org,2002:{_tag}",
+        _checked(yaml.constructor.SafeConstructor.yaml_constructors[
+            f"tag:yaml.org,2002:{_tag}"], _what))
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _Resolver(yaml.resolver.Resolver):
+    """The standard resolver plus YAML 1.2 floats; counts nesting while the composer descends
+    (libyaml or not), so a deep document stops at ``MAX_NESTING`` before anything recurses."""
+
+    _depth = 0
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        self._depth += 1
+        if self._depth > MAX_NESTING:
+            raise _TooDeep
+
+    def ascend_resolver(self) -> None:
+        self._depth -= 1
+
+
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, _FIRST_CHARS)
+
+
+class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
+               yaml.composer.Composer, _Constructor, _Resolver):
+    """The pure-Python pipeline (used when PyYAML has no libyaml)."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        _Constructor.__init__(self)
+        _Resolver.__init__(self)
+
+
+if getattr(yaml, "__with_libyaml__", False):
+    class _CLoader(yaml.cyaml.CParser, _Constructor, _Resolver):
+        """libyaml's parser and composer (about 4x faster), same constructor and resolver."""
+
+        def __init__(self, stream: str) -> None:
+            yaml.cyaml.CParser.__init__(self, stream)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+    _Loader: type = _CLoader
+else:  # pragma: no cover - PyYAML built without libyaml
+    _Loader = _PyLoader
+
+
+def _key_name(name: str) -> str:
+    """A key as it appears in a key path: one line, at most 60 characters."""
+    if len(name) <= 60 and name.isprintable():
+        return name
+    name = short(name[:200])[1:-1] if not name.isprintable() else name
+    return name if len(name) <= 60 else name[:57] + "..."
 
 
 def load_yaml(path: Path, error: type[FibrilError]) -> Any:
-    """Read a YAML (or JSON) document; a missing or unparsable file is a clear error."""
+    """Read a YAML (or JSON) document; a missing, unreadable, non-UTF-8, oversized or
+    unparsable file is a one-line error naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as stream:
+            data = stream.read(MAX_DOCUMENT_BYTES + 1)
     except FileNotFoundError:
         raise error(f"{path}: file not found") from None
     except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror}") from None
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # e.g. an embedded NUL in a path a document gave
+        raise error(f"{short(str(path))}: not a usable file name") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise error(f"{path}: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; not read")
     try:
-        return yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(f"{path}: not valid UTF-8 at byte {exc.start} (line {line}): "
+                    f"{exc.reason}") from None
+    return load_yaml_text(text, str(path), error)
+
+
+def load_yaml_text(text: str, source: str, error: type[FibrilError], *,
+                   loader: type | None = None) -> Any:
+    """Parse one YAML document (numbers as YAML 1.2 reads them: ``1e-3`` is a float, ``"1e-3"``
+    a string), bounded: at most ``MAX_NESTING`` levels, ``MAX_EXPANDED_NODES`` nodes with
+    aliases expanded (a "billion laughs" is refused before anything walks it), no recursive
+    aliases. Every error is one line ``<source>: ...`` with the line and column."""
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise error(f"{source}: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; not read")
+    loader = loader or _Loader
+    if loader is _PyLoader and _DEEP_FLOW.search(text):
+        # The pure-Python scanner is quadratic in flow nesting: refuse before it starts.
+        raise error(f"{source}: not accepted as YAML: nested deeper than {MAX_NESTING} levels")
+    parser = None
+    try:
+        parser = loader(text)
+        node = parser.get_single_node()
+        if node is None:
+            return None
+        # Aliases need an anchor ('&') and a '*': only then can the node graph share or repeat
+        # nodes, so only then is it walked for its expanded size and for cycles.
+        problem = _check_nodes(node) if "&" in text and "*" in text else None
+        if problem is not None:
+            message, mark = problem
+            raise error(f"{source}: not accepted as YAML{_at(mark)}: {message}")
+        return parser.construct_document(node)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise error(f"{source}: not valid YAML{_position(exc, text)}: {_problem(exc)}") from None
+    except (_TooDeep, RecursionError):
+        raise error(f"{source}: not accepted as YAML: nested deeper than {MAX_NESTING} "
+                    f"levels") from None
+    finally:
+        if parser is not None:
+            parser.dispose()
+
+
+def _check_nodes(root: Any) -> tuple[str, Any] | None:
+    """Depth, expanded size and alias cycles of a composed node graph, without recursion
+    (aliases share nodes, so sizes are memoized per node)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, level, done = stack.pop()
+        key = id(node)
+        if done:
+            open_ids.discard(key)
+            children = _children(node)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
+            if size[key] > MAX_EXPANDED_NODES:
+                return (f"more than {MAX_EXPANDED_NODES:,} nodes once aliases are expanded "
+                        f"(an alias bomb?)", node.start_mark)
+            continue
+        if level + depth.get(key, 1) - 1 > MAX_NESTING:
+            return f"nested deeper than {MAX_NESTING} levels", node.start_mark
+        if key in size:
+            continue
+        if key in open_ids:
+            return "a recursive alias (a node that contains itself)", node.start_mark
+        open_ids.add(key)
+        stack.append((node, level, True))
+        for child in _children(node):
+            stack.append((child, level + 1, False))
+    return None
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [item for pair in node.value for item in pair]
+    return []
+
+
+def _at(mark: Any) -> str:
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _position(exc: yaml.YAMLError, text: str) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if mark is not None:
+        return _at(mark)
+    position = getattr(exc, "position", None)  # a ReaderError: a character offset
+    if isinstance(position, int):
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        return f" (line {line}, column {column})"
+    return ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        problem = f"unacceptable character #x{exc.character:04x}: {exc.reason}" \
+            if isinstance(exc.character, int) else str(exc.reason)
+    else:
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"{path}: not valid YAML{at}: {problem}") from None
+        context = getattr(exc, "context", None)
+        if context and getattr(exc, "problem", None):
+            problem = f"{context}: {problem}"
+    return _one_line(problem)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def load_json_text(text: str, where: Where) -> Any:
+    """JSON text held in a document (``payload_json``): invalid or too deeply nested JSON is an
+    error at ``where``, never a JSONDecodeError or RecursionError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise where.fail(f"not valid JSON: {exc.msg} (line {exc.lineno}, column "
+                         f"{exc.colno})") from None
+    except RecursionError:
+        raise where.fail("not accepted as JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise where.fail(f"not accepted as JSON: {str(exc).split(':')[0]}") from None
 
 
 def mapping(value: Any, where: Where) -> Mapping[str, Any]:
@@ -70,11 +297,26 @@ def keys(value: Mapping[str, Any], where: Where, *, required: Sequence[str] = ()
     allowed = set(required) | set(optional)
     for key in value:
         if key not in allowed:
-            raise where.key(str(key)).fail(
+            raise where.key(key if isinstance(key, str) else short(key)).fail(
                 f"unknown key; expected one of: {', '.join(sorted(allowed))}")
     for key in required:
         if key not in value:
             raise where.key(key).fail("missing required key")
+
+
+def existing_file(base: Path, value: Any, where: Where, what: str = "file") -> Path:
+    """A file name relative to ``base`` that names an existing file (never an OSError or a
+    ValueError for a name too long or holding a NUL)."""
+    path = base / string(value, where)
+    try:
+        found = "\0" not in str(path) and path.is_file()
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        name = str(path)
+        shown = repr(name) if len(name) <= 300 else short(name)
+        raise where.fail(f"{what} {shown} does not exist")
+    return path
 
 
 def string(value: Any, where: Where) -> str:
@@ -87,23 +329,31 @@ def number(value: Any, where: Where, *, minimum: float | None = None,
            maximum: float | None = None, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise where.fail(f"expected a number, got {describe(value)}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer beyond the float range
+        result = math.inf
     if not math.isfinite(result):
-        raise where.fail(f"expected a finite number, got {value!r}")
+        raise where.fail(f"expected a finite number, got {short(value)}")
     if positive and result <= 0:
-        raise where.fail(f"expected a number > 0, got {value!r}")
+        raise where.fail(f"expected a number > 0, got {short(value)}")
     if minimum is not None and result < minimum:
-        raise where.fail(f"expected a number >= {minimum:g}, got {value!r}")
+        raise where.fail(f"expected a number >= {minimum:g}, got {short(value)}")
     if maximum is not None and result > maximum:
-        raise where.fail(f"expected a number <= {maximum:g}, got {value!r}")
+        raise where.fail(f"expected a number <= {maximum:g}, got {short(value)}")
     return result
 
 
-def integer(value: Any, where: Where, *, minimum: int | None = None) -> int:
+def integer(value: Any, where: Where, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise where.fail(f"expected an integer, got {describe(value)}")
     if minimum is not None and value < minimum:
-        raise where.fail(f"expected an integer >= {minimum}, got {value!r}")
+        raise where.fail(f"expected an integer >= {minimum}, got {short(value)}")
+    if maximum is not None and value > maximum:
+        raise where.fail(f"expected an integer <= {maximum}, got {short(value)}")
+    if abs(value) > MAX_INTEGER:
+        raise where.fail(f"expected an integer within +-(2**63 - 1), got {short(value)}")
     return value
 
 
@@ -124,11 +374,22 @@ def version(value: Any, where: Where, *, major: int, minors: Sequence[int]) -> t
     return got
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 2, 4, 4, 4
+_SHORT.maxset, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 4, 50, 50, 40
+
+
+def short(value: Any) -> str:
+    """A bounded repr of ``value`` for messages: the work and the text stay small however large
+    (or aliased, or deep) the value is."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = " ".join(_SHORT.repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def describe(value: Any) -> str:
     """A short description of a value for error messages."""
     if value is None:
         return "nothing (null)"
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{type(value).__name__} {short(value)}"

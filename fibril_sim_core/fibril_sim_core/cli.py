@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except FibrilError as exc:
-        print(f"fibril_sim: error: {exc}", file=sys.stderr)
+        print(f"fibril_sim: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fibril_sim: interrupted", file=sys.stderr)
@@ -42,6 +42,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `fibril_sim trace query ... | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _one_line(message: str, limit: int = 1000) -> str:
+    """An error message as one line of bounded length (a document can put a 200 kB string
+    where a name belongs): the head names file and key path, the tail the problem."""
+    message = message.replace("\r", " ").replace("\n", " ")
+    if len(message) <= limit:
+        return message
+    left = len(message) - 900
+    return f"{message[:600]} ...({left} characters left out)... {message[-300:]}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="result JSON (written only when the experiment completes)")
     exp_run.add_argument("--traces", type=Path,
                          help="new folder for the runs' traces (default: <output>.traces)")
+    exp_run.add_argument("--overwrite", action="store_true",
+                         help="replace an existing trace folder (never done without it)")
     exp_run.set_defaults(handler=_experiment_run)
     _register_plugins(commands)
     return parser
@@ -111,7 +123,7 @@ def _experiment_run(args: argparse.Namespace) -> int:
     from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
-    document = run_experiment(args.experiment, traces=traces,
+    document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
                               progress=lambda line: print(line, file=sys.stderr, flush=True))
     write_json_atomically(args.output, document)
     summary = document["summary"]
@@ -137,6 +149,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     plan = SimulationBuilder().build(args.manifest)
     document = plan.inspect()
+    document["parameters"] = _overlay_parameters(plan)
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
@@ -156,12 +169,44 @@ def _inspect(args: argparse.Namespace) -> int:
             print(f"  {item['id']:<18} {item['type']:<28} {item['sample_type']}  "
                   f"every {item['period']['seconds'] * 1e3:g} ms, "
                   f"latency {item['latency']['seconds'] * 1e3:g} ms")
+    overlays = plan.manifest.parameter_overlays
+    print(f"parameters {len(document['parameters'])} from {len(overlays)} overlay file(s)"
+          + ("" if overlays else " (the model as authored)"))
+    for item in document["parameters"]:
+        unit = f" {item['unit']}" if item.get("unit") else ""
+        print(f"  {item['id']:<18} {_short(item['value'])}{unit}  -> {', '.join(item['targets'])}"
+              f"  ({Path(item['source']).name})")
     provenance = document["provenance"]
     print(f"provenance manifest {provenance['manifest_sha256'][:12]}  model "
           f"{provenance['model_sha256'][:12]}  compiled {provenance['compiled_model_sha256'][:12]}"
           f"  parameters {provenance['parameter_set_hash'][:12]}  "
           f"mujoco {provenance['build']['mujoco']}")
     return 0
+
+
+def _overlay_parameters(plan: Any) -> list[dict[str, Any]]:
+    """The loaded overlays' parameters: id, value, unit, typed targets and the overlay file
+    that supplies each (a later file replaces an earlier one's parameter with the same id)."""
+    from .overlays import load_overlay_artifact
+
+    source: dict[str, str] = {}
+    for path in plan.manifest.parameter_overlays:
+        for parameter in load_overlay_artifact(path).parameters:
+            source[parameter.id] = str(path)
+    out = []
+    for item in plan.provenance["parameters"]:
+        targets = item["targets"] if "targets" in item else [item["target"]]
+        out.append({"id": item["id"], "value": item["value"], "unit": item.get("unit"),
+                    "targets": [_target_key(t) for t in targets],
+                    "typed_targets": targets, "source": source.get(item["id"])})
+    return out
+
+
+def _target_key(target: dict[str, Any]) -> str:
+    if target["type"] == "component_config":
+        return f"component_config:{target['component']}:{target['config_path']}"
+    tail = target.get("attribute", target.get("component_index"))
+    return f"mujoco:{target['kind']}:{target['object']}:{tail}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -178,9 +223,13 @@ def _run(args: argparse.Namespace) -> int:
         ticks = args.steps
     else:
         if not args.duration >= 0:
-            raise FibrilError(f"--duration must be >= 0, got {args.duration}")
-        ticks = timebase.ticks_ceil(args.duration)
-    recorded = load_inputs(args.inputs, timebase) if args.inputs else []
+            raise FibrilError(f"--duration must be a number of seconds >= 0, got "
+                              f"{args.duration:g}")
+        try:
+            ticks = timebase.ticks_ceil(args.duration)
+        except ValueError as exc:
+            raise FibrilError(f"--duration: {exc}") from None
+    recorded = load_inputs(args.inputs, timebase, plan.endpoints) if args.inputs else []
     trace = None
     if args.trace is not None:
         trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),

@@ -139,6 +139,11 @@ def external_input(source_id: str, source_sequence: int, payload_type: str,
         except json.JSONDecodeError as exc:
             raise IngressError(f"source {source_id!r} sequence {source_sequence}: payload_json "
                                f"is not valid JSON: {exc.msg}") from None
+        except (RecursionError, ValueError) as exc:  # too deep; a 5,000-digit integer
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else \
+                str(exc).split(":")[0]
+            raise IngressError(f"source {source_id!r} sequence {source_sequence}: payload_json "
+                               f"is not accepted as JSON: {problem}") from None
         return ExternalInput(source_id, source_sequence, payload_type, decoded, payload)
     return ExternalInput(source_id, source_sequence, payload_type, dict(payload),
                          json.dumps(dict(payload), sort_keys=True, separators=(",", ":")))

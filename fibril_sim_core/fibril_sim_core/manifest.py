@@ -18,7 +18,15 @@ from .errors import ManifestError
 
 SCHEMA_MAJOR = 3
 SCHEMA_MINORS = (0, 1)
+#: The optional top-level keys each schema minor allows (3.1 added parameter overlays).
+OPTIONAL_KEYS = {
+    0: ("profiles", "components", "extensions", "trace", "runtime", "scenario"),
+    1: ("profiles", "components", "extensions", "trace", "runtime", "parameter_overlays",
+        "scenario"),
+}
 RUNTIME_MODES = ("paused", "lockstep", "realtime", "fast")
+#: A runtime frame (the pacing unit of a live run) is at most an hour of simulated time.
+MAX_FRAME_DURATION_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ class SimulationManifest:
         for spec in self.components:
             if spec.id == component_id:
                 return spec
-        raise ManifestError(f"{self.path}: no component with id {component_id!r}")
+        raise ManifestError(f"{self.path}: no component with id {s.short(component_id)}")
 
 
 def load_manifest(path: str | Path) -> SimulationManifest:
@@ -122,15 +130,19 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
     if "timestep" in doc:
         raise root.key("timestep").fail(
             "the physics timestep is not a manifest setting; set <option timestep=...> in the MJCF")
-    s.keys(doc, root, required=("schema_version", "model"),
-           optional=("profiles", "components", "extensions", "trace", "runtime",
-                     "parameter_overlays", "scenario"))
-    s.version(doc["schema_version"], root.key("schema_version"),
-              major=SCHEMA_MAJOR, minors=SCHEMA_MINORS)
+    if "schema_version" not in doc:
+        raise root.key("schema_version").fail("missing required key")
+    _, minor = s.version(doc["schema_version"], root.key("schema_version"),
+                         major=SCHEMA_MAJOR, minors=SCHEMA_MINORS)
+    for key in doc:
+        later = [m for m in SCHEMA_MINORS if m > minor and key in OPTIONAL_KEYS[m]]
+        if later and key not in OPTIONAL_KEYS[minor]:
+            raise root.key(str(key)).fail(
+                f"needs schema_version {SCHEMA_MAJOR}.{later[0]} or later; this manifest "
+                f"declares {SCHEMA_MAJOR}.{minor}")
+    s.keys(doc, root, required=("schema_version", "model"), optional=OPTIONAL_KEYS[minor])
     base = file.parent
-    model = base / s.string(doc["model"], root.key("model"))
-    if not model.is_file():
-        raise root.key("model").fail(f"model file {str(model)!r} does not exist")
+    model = s.existing_file(base, doc["model"], root.key("model"), "model file")
 
     profiles = _profiles(doc.get("profiles", {}), root.key("profiles"))
     components = _components(doc.get("components", []), root.key("components"), profiles)
@@ -140,10 +152,7 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
     overlays_where = root.key("parameter_overlays")
     overlays = []
     for i, item in enumerate(s.sequence(doc.get("parameter_overlays", []), overlays_where)):
-        overlay = base / s.string(item, overlays_where.key(i))
-        if not overlay.is_file():
-            raise overlays_where.key(i).fail(f"overlay file {str(overlay)!r} does not exist")
-        overlays.append(overlay)
+        overlays.append(s.existing_file(base, item, overlays_where.key(i), "overlay file"))
     return SimulationManifest(
         path=file,
         model=model,
@@ -183,7 +192,7 @@ def _components(value: Any, where: s.Where,
                optional=("profile", "endpoint", "bind", "config"))
         component_id = s.string(body["id"], at.key("id"))
         if component_id in seen:
-            raise at.key("id").fail(f"duplicate component id {component_id!r} "
+            raise at.key("id").fail(f"duplicate component id {s.short(component_id)} "
                                     f"(first declared at {seen[component_id]})")
         seen[component_id] = at.path
         type_id = s.string(body["type"], at.key("type"))
@@ -192,11 +201,11 @@ def _components(value: Any, where: s.Where,
             profile = s.string(profile, at.key("profile"))
             if profile not in profiles:
                 known = ", ".join(sorted(profiles)) or "none declared"
-                raise at.key("profile").fail(f"unknown profile {profile!r}; known: {known}")
+                raise at.key("profile").fail(f"unknown profile {s.short(profile)}; known: {known}")
             if profiles[profile].type != type_id:
                 raise at.key("profile").fail(
-                    f"profile {profile!r} is for type {profiles[profile].type!r}, "
-                    f"not {type_id!r}")
+                    f"profile {s.short(profile)} is for type {profiles[profile].type!r}, "
+                    f"not {s.short(type_id)}")
         endpoint = body.get("endpoint")
         if endpoint is not None:
             endpoint = s.string(endpoint, at.key("endpoint"))
@@ -227,14 +236,15 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
     s.keys(body, where, optional=("mode", "real_time_factor", "frame_duration", "start_paused"))
     mode = s.string(body.get("mode", "realtime"), where.key("mode"))
     if mode not in RUNTIME_MODES:
-        raise where.key("mode").fail(f"unknown mode {mode!r}; expected one of "
+        raise where.key("mode").fail(f"unknown mode {s.short(mode)}; expected one of "
                                      f"{', '.join(RUNTIME_MODES)}")
     return RuntimeOptions(
         mode=mode,
         real_time_factor=s.number(body.get("real_time_factor", 1.0),
                                   where.key("real_time_factor"), positive=True),
         frame_duration_s=s.number(body.get("frame_duration", 0.01),
-                                  where.key("frame_duration"), positive=True),
+                                  where.key("frame_duration"), positive=True,
+                                  maximum=MAX_FRAME_DURATION_S),
         start_paused=s.boolean(body.get("start_paused", False), where.key("start_paused")),
     )
 
@@ -263,10 +273,7 @@ def parse_input_spec(value: Any, where: s.Where) -> InputSpec:
         payload = dict(s.mapping(body["payload"], where.key("payload")))
     else:
         text = s.string(body["payload_json"], where.key("payload_json"))
-        try:
-            payload = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise where.key("payload_json").fail(f"not valid JSON: {exc.msg}") from None
+        payload = s.load_json_text(text, where.key("payload_json"))
         payload = dict(s.mapping(payload, where.key("payload_json")))
     return InputSpec(
         source_id=s.string(body["source_id"], where.key("source_id")),

@@ -447,8 +447,9 @@ def trace_layout(model: mujoco.MjModel, timebase: Timebase,
 
 def _overlay_failure(parameter: OverlayParameter, target: MujocoTarget,
                      problem: str) -> OverlayError:
-    return OverlayError(f"overlay parameter {parameter.id!r} (value {parameter.value!r}) on "
-                        f"{target.key}: {problem}")
+    source = f"{parameter.source}: " if parameter.source else ""
+    return OverlayError(f"{source}overlay parameter {parameter.id!r} (value {parameter.value!r}) "
+                        f"on {target.key}: {problem}")
 
 
 def _component_overlay_failure(exc: FibrilError, component_id: str,

@@ -6,9 +6,12 @@ be whole numbers of ticks so that schedules never drift.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 NS_PER_S = 1_000_000_000
+#: Session and episode times are int64 nanoseconds: no duration may exceed this.
+MAX_TIME_NS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,9 @@ class Timebase:
 
     @classmethod
     def from_seconds(cls, timestep: float) -> Timebase:
+        if not (math.isfinite(timestep) and 0 < timestep * NS_PER_S < MAX_TIME_NS):
+            raise ValueError(f"timestep {timestep!r} s is not a positive number of nanoseconds "
+                             f"within int64")
         ns = round(timestep * NS_PER_S)
         if ns <= 0 or abs(ns - timestep * NS_PER_S) > 1e-3:
             raise ValueError(f"timestep {timestep!r} s is not a whole number of nanoseconds")
@@ -31,10 +37,26 @@ class Timebase:
     def time_ns(self, tick: int) -> int:
         return tick * self.timestep_ns
 
+    @property
+    def max_ticks(self) -> int:
+        """The most ticks whose time still fits int64 nanoseconds (about 292 years)."""
+        return MAX_TIME_NS // self.timestep_ns
+
+    def _exact(self, seconds: float) -> float:
+        """Seconds as a (fractional) tick count; ValueError for a non-finite or too-long time."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+                or not math.isfinite(seconds):
+            raise ValueError(f"{seconds!r} s is not a finite number of seconds")
+        if abs(seconds) > self.max_ticks * self.timestep_s:
+            raise ValueError(f"{seconds:g} s is longer than the longest time a simulation "
+                             f"can represent ({self.max_ticks * self.timestep_s:.4g} s, int64 "
+                             f"nanoseconds)")
+        return seconds * NS_PER_S / self.timestep_ns
+
     def ticks(self, seconds: float, minimum: int = 0) -> int:
         """Seconds → whole ticks (at least ``minimum``); raises ValueError naming the nearest
-        valid values."""
-        exact = seconds * NS_PER_S / self.timestep_ns
+        valid values (or saying the time is not finite or too long)."""
+        exact = self._exact(seconds)
         ticks = round(exact)
         if abs(exact - ticks) > 1e-6 or ticks < minimum:
             lower = int(exact // 1)
@@ -48,7 +70,9 @@ class Timebase:
         return ticks
 
     def ticks_ceil(self, seconds: float) -> int:
-        """Seconds → the number of ticks that covers them (for run durations)."""
-        exact = seconds * NS_PER_S / self.timestep_ns
+        """Seconds → the number of ticks that covers them (for run durations); ValueError for
+        a non-finite or too-long time."""
+        exact = self._exact(seconds)
         ticks = round(exact)
-        return ticks if abs(exact - ticks) <= 1e-6 else int(exact // 1) + 1
+        ticks = ticks if abs(exact - ticks) <= 1e-6 else int(exact // 1) + 1
+        return min(ticks, self.max_ticks)

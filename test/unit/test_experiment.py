@@ -250,7 +250,8 @@ LOADER_CASES: list[tuple[str, Any, str, str]] = [
     ("assertion-unknown-op", lambda d: _set(d, ("assertions", 0, "op"), "<"),
      "assertions[0].op", "'<'"),
     ("workers-over-cpu-budget", lambda d: _set(d, ("execution",), {
-        "steps": 10, "timeout_seconds": 1.0, "workers": 3, "cpu_budget": 2}),
+        "steps": 10, "timeout_seconds": 1.0, "workers": 3, "cpu_budget": 2,
+        "mujoco_internal_threads": 1}),
      "execution.workers", "must not exceed cpu_budget (2)"),
     ("internal-threads-2", lambda d: _set(d, ("execution", "mujoco_internal_threads"), 2),
      "execution.mujoco_internal_threads", "requires 1"),
@@ -445,9 +446,11 @@ def test_study_assertion_outcomes(study: tuple[Path, dict[str, Any]]) -> None:
     for run in document["runs"]:
         assert run["assertions"] == [
             {"metric": "chassis_displacement", "op": "lt", "value": 2.0,
-             "actual": run["metrics"]["chassis_displacement"], "passed": True},
+             "actual": run["metrics"]["chassis_displacement"], "passed": True,
+             "status": "passed"},
             {"metric": "peak_wheel_speed", "op": "gt", "value": 1.0,
-             "actual": run["metrics"]["peak_wheel_speed"], "passed": True}]
+             "actual": run["metrics"]["peak_wheel_speed"], "passed": True,
+             "status": "passed"}]
 
 
 def test_study_comparison_against_the_baseline(study: tuple[Path, dict[str, Any]]) -> None:
@@ -606,7 +609,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                {"id": "lamp_force", "kind": "max_contact_wrench", "contact": "lamp_geom"},
                {"id": "height", "kind": "signal", "signal": "joint:crate_free.position",
                 "reduce": "final"}],
-           "execution": {"steps": 250, "timeout_seconds": 60.0}}
+           "execution": {"steps": 250, "timeout_seconds": 60.0, "mujoco_internal_threads": 1}}
     return _run(folder, "box", doc)
 
 
@@ -706,7 +709,7 @@ def test_invalid_parameter_records(mixed: dict[str, Any]) -> None:
     assert wrong_type["parameters"]["wheel_damping"] == [0.1, 0.2]
     for run in (undeclared, wrong_type):
         assert (run["metrics"], run["assertions"], run["trace"]) == ({}, [], None)
-        assert "plan" not in run and "parameter_set_hash" not in run
+        assert (run["plan"], run["parameter_set_hash"], run["targets"]) == (None, None, None)
 
 
 def test_compile_failure_record(mixed: dict[str, Any]) -> None:
@@ -717,7 +720,7 @@ def test_compile_failure_record(mixed: dict[str, Any]) -> None:
     assert run["parameter_diff"] == {"axle_izz": {"baseline": 0.0005, "value": 1.0,
                                                   "delta": pytest.approx(0.9995)}}
     assert (run["metrics"], run["trace"]) == ({}, None)
-    assert "plan" not in run
+    assert (run["plan"], run["parameter_set_hash"], run["targets"]) == (None, None, None)
 
 
 def test_runtime_failure_record(mixed: dict[str, Any]) -> None:
@@ -734,7 +737,7 @@ def test_assertion_failure_record(mixed: dict[str, Any]) -> None:
     speed = run["metrics"]["final_wheel_speed"]
     assert 0 < speed < 5.0
     assert run["assertions"] == [{"metric": "final_wheel_speed", "op": "gt", "value": 5.0,
-                                  "actual": speed, "passed": False}]
+                                  "actual": speed, "passed": False, "status": "failed"}]
     assert run["error_reason"] == f"final_wheel_speed = {speed!r} is not gt 5"
     assert query(run["trace"], "joint:wheel_joint.velocity").rows[-1][2] == speed
 

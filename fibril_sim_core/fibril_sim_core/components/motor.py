@@ -15,6 +15,8 @@ from typing import Any
 
 import mujoco
 
+from .._schema import short
+
 from .base import BuildContext, ComponentType, Field, ResolvedComponent
 from .endpoint import ActuatorDescriptor, Command, Endpoint
 
@@ -89,12 +91,13 @@ class Motor(Endpoint):
         self._config = config
 
     def parse(self, payload: Mapping[str, Any]) -> Command:
-        extra = sorted(set(payload) - {"mode", "value"})
+        extra = sorted(short(k) for k in set(payload) - {"mode", "value"})
         if extra:
-            raise ValueError(f"unknown payload key(s) {', '.join(extra)}; expected mode, value")
+            raise ValueError(f"unknown payload key(s) {', '.join(extra[:5])}; expected mode, "
+                             f"value")
         mode = payload.get("mode")
         if mode not in MODES:
-            raise ValueError(f"payload 'mode' must be one of {', '.join(MODES)}, got {mode!r}")
+            raise ValueError(f"payload 'mode' must be one of {', '.join(MODES)}, got {short(mode)}")
         if mode not in self.descriptor.modes:
             accepted = ", ".join(self.descriptor.modes) or "none (passive actuator)"
             raise ValueError(f"mode {mode!r} is not accepted by actuator "
@@ -102,7 +105,7 @@ class Motor(Endpoint):
         value = payload.get("value")
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
-            raise ValueError(f"payload 'value' must be a finite number, got {value!r}")
+            raise ValueError(f"payload 'value' must be a finite number, got {short(value)}")
         return Command(mode, float(value))
 
     def apply(self, data: mujoco.MjData, command: Command) -> float:

@@ -116,10 +116,7 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def _file(base: Path, raw: Any, where: Where) -> Path:
-    path = base / s.string(raw, where)
-    if not path.is_file():
-        raise where.fail(f"file {str(path)!r} does not exist")
-    return path
+    return s.existing_file(base, raw, where)
 
 
 def _variants(raw: Any, where: Where) -> tuple[Variant, ...]:
@@ -131,7 +128,7 @@ def _variants(raw: Any, where: Where) -> tuple[Variant, ...]:
         s.keys(body, at, required=("id", "parameter_values"), optional=("description",))
         variant_id = s.string(body["id"], at.key("id"))
         if variant_id in seen:
-            raise at.key("id").fail(f"duplicate run id {variant_id!r} ('{BASELINE_ID}' is "
+            raise at.key("id").fail(f"duplicate run id {s.short(variant_id)} ('{BASELINE_ID}' is "
                                     f"reserved for the baseline run)")
         seen.add(variant_id)
         values = dict(s.mapping(body["parameter_values"], at.key("parameter_values")))
@@ -151,7 +148,7 @@ def _metrics(raw: Any, where: Where) -> tuple[Metric, ...]:
                                       f"got {s.describe(kind)}")
         metric_id = s.string(body.get("id"), at.key("id"))
         if metric_id in seen:
-            raise at.key("id").fail(f"duplicate metric id {metric_id!r}")
+            raise at.key("id").fail(f"duplicate metric id {s.short(metric_id)}")
         seen.add(metric_id)
         if kind == "signal":
             s.keys(body, at, required=("id", "kind", "signal", "reduce"),
@@ -193,11 +190,11 @@ def _selector(raw: Any, where: Where) -> str:
     name, _, field = rest.rpartition(".") if kind in SELECTOR_KINDS and SELECTOR_KINDS[kind] \
         else (rest, "", "")
     if kind not in SELECTOR_KINDS or not name:
-        raise where.fail(f"signal {text!r} is not a selector; expected one of body:<name>."
+        raise where.fail(f"signal {s.short(text)} is not a selector; expected one of body:<name>."
                          f"position|quaternion, joint:<name>.position|velocity, "
                          f"sensor:<name>, actuator:<endpoint>.applied|force, device:<id>")
     if SELECTOR_KINDS[kind] and field not in SELECTOR_KINDS[kind]:
-        raise where.fail(f"signal {text!r}: {kind} selectors end in "
+        raise where.fail(f"signal {s.short(text)}: {kind} selectors end in "
                          f"{' or '.join('.' + f for f in SELECTOR_KINDS[kind])}")
     return text
 
@@ -216,7 +213,7 @@ def _assertions(raw: Any, where: Where, metric_ids: set[str]) -> tuple[Assertion
         s.keys(body, at, required=("metric", "op", "value"))
         metric = s.string(body["metric"], at.key("metric"))
         if metric not in metric_ids:
-            raise at.key("metric").fail(f"no metric {metric!r}; metrics: "
+            raise at.key("metric").fail(f"no metric {s.short(metric)}; metrics: "
                                         f"{', '.join(sorted(metric_ids)) or 'none'}")
         assertions.append(Assertion(metric, _operator(body["op"], at.key("op")),
                                     s.number(body["value"], at.key("value"))))
@@ -225,14 +222,15 @@ def _assertions(raw: Any, where: Where, metric_ids: set[str]) -> tuple[Assertion
 
 def _execution(raw: Any, where: Where) -> Execution:
     body = s.mapping(raw, where)
-    s.keys(body, where, required=("steps", "timeout_seconds"),
-           optional=("workers", "cpu_budget", "mujoco_internal_threads", "seed"))
+    # mujoco_internal_threads is required: schema 1.0 makes the thread ownership explicit.
+    s.keys(body, where, required=("steps", "timeout_seconds", "mujoco_internal_threads"),
+           optional=("workers", "cpu_budget", "seed"))
     workers = s.integer(body.get("workers", 1), where.key("workers"), minimum=1)
     cpu_budget = s.integer(body.get("cpu_budget", workers), where.key("cpu_budget"), minimum=1)
     if workers > cpu_budget:
         raise where.key("workers").fail(f"workers ({workers}) must not exceed cpu_budget "
                                         f"({cpu_budget})")
-    threads = s.integer(body.get("mujoco_internal_threads", 1),
+    threads = s.integer(body["mujoco_internal_threads"],
                         where.key("mujoco_internal_threads"), minimum=1)
     if threads != 1:
         raise where.key("mujoco_internal_threads").fail(

@@ -14,6 +14,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -65,15 +66,23 @@ class RunJob:
 
 
 def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run every run of ``experiment``; return the versioned result document."""
+                   progress: Callable[[str], None] | None = None,
+                   overwrite: bool = False) -> dict[str, Any]:
+    """Run every run of ``experiment``; return the versioned result document.
+
+    ``traces`` must not exist, unless ``overwrite`` (an explicit choice, ``--overwrite``):
+    then an existing trace folder is removed once the experiment has been validated."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
     baseline = load_overlay_artifact(experiment.baseline_overlay)
     _check_start(experiment)
-    if traces.exists():
-        raise ExperimentError(f"{traces}: the trace folder already exists; remove it or choose "
-                              f"another with --traces")
+    if traces.exists() or traces.is_symlink():
+        if not overwrite:
+            raise ExperimentError(f"{traces}: the trace folder already exists; pass "
+                                  f"--overwrite to replace it, or choose another with --traces")
+        if traces.is_symlink() or not traces.is_dir():
+            raise ExperimentError(f"{traces}: exists and is not a trace folder; not replaced")
+        shutil.rmtree(traces)
     traces.mkdir(parents=True)
     baseline_values = {p.id: p.value for p in baseline.parameters}
     jobs = [RunJob(experiment.path, BASELINE_ID, "baseline", baseline_values,
@@ -170,8 +179,14 @@ def execute_run(job: RunJob) -> dict[str, Any]:
     record["metrics"] = metrics
     outcomes = _assertions(experiment, metrics)
     record["assertions"] = outcomes
+    # An asserted metric without a value (an event_reached that never fired) cannot be
+    # compared: the run has an unavailable metric, not a failed assertion.
+    for outcome in outcomes:
+        if outcome["status"] == UNAVAILABLE_METRIC and outcome["metric"] not in unavailable:
+            unavailable[outcome["metric"]] = (f"metric {outcome['metric']!r}: no value to "
+                                              f"assert on (an event that never happened)")
     if unavailable:
-        return _finish(record, clock, job, UNAVAILABLE_METRIC, "; ".join(unavailable))
+        return _finish(record, clock, job, UNAVAILABLE_METRIC, "; ".join(unavailable.values()))
     failed = [o for o in outcomes if not o["passed"]]
     if failed:
         reason = "; ".join(f"{o['metric']} = {o['actual']!r} is not {o['op']} {o['value']:g}"
@@ -253,9 +268,10 @@ def _finite(array: Any) -> bool:
 
 def _metrics(experiment: Experiment, plan: Any, trace: Path,
              observers: Mapping[str, ContactObserver], contact_errors: Mapping[str, str],
-             sim_wall: float) -> tuple[dict[str, Any], list[str]]:
+             sim_wall: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """Metric values, and the reason of each metric that could not be computed."""
     values: dict[str, Any] = {}
-    unavailable: list[str] = []
+    unavailable: dict[str, str] = {}
     dt = plan.timebase.timestep_s
     for metric in experiment.metrics:
         try:
@@ -275,7 +291,7 @@ def _metrics(experiment: Experiment, plan: Any, trace: Path,
                 raise MetricUnavailable(f"value is {value}")
         except MetricUnavailable as exc:
             values[metric.id] = None
-            unavailable.append(f"metric {metric.id!r}: {exc}")
+            unavailable[metric.id] = f"metric {metric.id!r}: {exc}"
     return values, unavailable
 
 
@@ -283,10 +299,12 @@ def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict
     outcomes = []
     for assertion in experiment.assertions:
         actual = metrics.get(assertion.metric)
-        passed = isinstance(actual, (int, float)) and COMPARE[assertion.op](
-            float(actual), assertion.value)
+        comparable = isinstance(actual, (int, float)) and not isinstance(actual, bool)
+        passed = comparable and COMPARE[assertion.op](float(actual), assertion.value)
+        status = UNAVAILABLE_METRIC if actual is None else "passed" if passed else "failed"
         outcomes.append({"metric": assertion.metric, "op": assertion.op,
-                         "value": assertion.value, "actual": actual, "passed": bool(passed)})
+                         "value": assertion.value, "actual": actual, "passed": bool(passed),
+                         "status": status})
     return outcomes
 
 
@@ -294,6 +312,10 @@ def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
             reason: str | None) -> dict[str, Any]:
     record.setdefault("parameters", {k: _as_given(v) for k, v in job.values.items()})
     record.setdefault("parameter_diff", {})
+    # Keys of the built plan: null when the run failed before its plan was built.
+    record.setdefault("parameter_set_hash", None)
+    record.setdefault("targets", None)
+    record.setdefault("plan", None)
     record.setdefault("metrics", {})
     record.setdefault("assertions", [])
     record.setdefault("trace", None)

@@ -86,9 +86,13 @@ class OverlayParameter:
     targets: tuple[OverlayTarget, ...]
     unit: str | None = None
     provenance: str | None = None
+    # The overlay artifact file the parameter was read from (errors name it); not part of the
+    # parameter's identity or hash.
+    source: str | None = field(default=None, compare=False)
 
     def with_value(self, value: Value) -> OverlayParameter:
-        return OverlayParameter(self.id, value, self.targets, self.unit, self.provenance)
+        return OverlayParameter(self.id, value, self.targets, self.unit, self.provenance,
+                                self.source)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "value": _plain(self.value)}
@@ -118,7 +122,7 @@ class OverlayArtifact:
             if parameter.id == parameter_id:
                 return parameter
         known = ", ".join(p.id for p in self.parameters) or "none"
-        raise OverlayError(f"{self.path}: no parameter {parameter_id!r}; declared: {known}")
+        raise OverlayError(f"{self.path}: no parameter {s.short(parameter_id)}; declared: {known}")
 
 
 # --------------------------------------------------------------------------- parsing
@@ -152,19 +156,19 @@ def parse_target(raw: Any, where: Where, *, minor: int = SCHEMA_MINORS[-1]) -> O
 def _parse_target_string(text: str, where: Where, minor: int) -> OverlayTarget:
     parts = text.split(":")
     if parts[0] != "mujoco" or len(parts) not in (3, 4) or not all(parts[1:]):
-        raise where.fail(f"target {text!r} is not of the form "
+        raise where.fail(f"target {s.short(text)} is not of the form "
                          f"'mujoco:<kind>:<object>[:<index>]'")
     kind = _kind(parts[1], where, minor)
     if kind.name == "plugin_attribute":
         if len(parts) != 4:
-            raise where.fail(f"target {text!r}: plugin_attribute needs "
+            raise where.fail(f"target {s.short(text)}: plugin_attribute needs "
                              f"'mujoco:plugin_attribute:<instance>:<attribute>'")
         return MujocoTarget(kind.name, parts[2], attribute=parts[3])
     index = 0
     if len(parts) == 4:
-        if not parts[3].isdigit():
-            raise where.fail(f"target {text!r}: component index {parts[3]!r} is not a "
-                             f"non-negative integer")
+        if not (parts[3].isascii() and parts[3].isdigit() and len(parts[3]) <= 18):
+            raise where.fail(f"target {s.short(text)}: component index {s.short(parts[3])} "
+                             f"is not a non-negative integer")
         index = int(parts[3])
     target = MujocoTarget(kind.name, parts[2], index)
     _check_index(kind, target, where)
@@ -185,9 +189,9 @@ def _kind(name: Any, where: Where, minor: int) -> MujocoKind:
 def _check_index(kind: MujocoKind, target: MujocoTarget, where: Where) -> None:
     if target.component_index >= kind.width:
         if kind.width == 1:
-            raise where.fail(f"{target.kind} on {target.object!r} is a scalar target; "
+            raise where.fail(f"{target.kind} on {s.short(target.object)} is a scalar target; "
                              f"component_index must be 0, got {target.component_index}")
-        raise where.fail(f"{target.kind} on {target.object!r} has {kind.width} components; "
+        raise where.fail(f"{target.kind} on {s.short(target.object)} has {kind.width} components; "
                          f"component_index {target.component_index} is out of range")
 
 
@@ -196,32 +200,36 @@ def parse_value(raw: Any, targets: Sequence[OverlayTarget], where: Where,
     """Check a value against its targets: count, finiteness, sign, range order."""
     ranged = {isinstance(t, MujocoTarget) and KINDS[t.kind].range for t in targets}
     if len(ranged) > 1:
-        raise where.fail(f"parameter {parameter_id!r} binds range and scalar targets at once")
+        raise where.fail(f"parameter {s.short(parameter_id)} binds range and scalar targets "
+                         f"at once")
     if True in ranged:
         values = s.sequence(raw, where) if not _is_number(raw) else None
         if values is None or len(values) != 2:
-            raise where.fail(f"parameter {parameter_id!r}: range target "
+            raise where.fail(f"parameter {s.short(parameter_id)}: range target "
                              f"{targets[0].key} needs [min, max], got {s.describe(raw)}")
         low = s.number(values[0], where.key(0))
         high = s.number(values[1], where.key(1))
         if low > high:
-            raise where.fail(f"parameter {parameter_id!r}: reversed range [{low:g}, {high:g}] "
-                             f"for {targets[0].key}")
+            raise where.fail(f"parameter {s.short(parameter_id)}: reversed range "
+                             f"[{low:g}, {high:g}] for {targets[0].key}")
         return (low, high)
     if not _is_number(raw):
-        raise where.fail(f"parameter {parameter_id!r}: target {targets[0].key} takes one "
+        raise where.fail(f"parameter {s.short(parameter_id)}: target {targets[0].key} takes one "
                          f"number, got {s.describe(raw)}")
-    if not math.isfinite(float(raw)):
-        raise where.fail(f"parameter {parameter_id!r}: value {raw!r} for {targets[0].key} "
-                         f"is not finite")
-    value = float(raw)
+    try:
+        value = float(raw)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value):
+        raise where.fail(f"parameter {s.short(parameter_id)}: value {s.short(raw)} for "
+                         f"{targets[0].key} is not finite")
     for target in targets:
         kind = KINDS[target.kind] if isinstance(target, MujocoTarget) else None
         if kind is not None and kind.positive and value <= 0:
-            raise where.fail(f"parameter {parameter_id!r}: {target.key} must be > 0, "
+            raise where.fail(f"parameter {s.short(parameter_id)}: {target.key} must be > 0, "
                              f"got {value:g}")
         if kind is not None and kind.nonnegative and value < 0:
-            raise where.fail(f"parameter {parameter_id!r}: {target.key} must be >= 0, "
+            raise where.fail(f"parameter {s.short(parameter_id)}: {target.key} must be >= 0, "
                              f"got {value:g}")
     return value
 
@@ -278,19 +286,20 @@ def load_overlay_artifact(path: str | Path) -> OverlayArtifact:
                optional=("unit", "provenance", "target", "targets", "description"))
         parameter_id = s.string(item["id"], at.key("id"))
         if parameter_id in seen:
-            raise at.key("id").fail(f"duplicate parameter id {parameter_id!r}")
+            raise at.key("id").fail(f"duplicate parameter id {s.short(parameter_id)}")
         seen.add(parameter_id)
         try:
             targets = _targets(item, at, minor)
             value = parse_value(item["value"], targets, at.key("value"), parameter_id)
         except OverlayError as exc:
-            if repr(parameter_id) in str(exc):
+            if s.short(parameter_id) in str(exc):
                 raise
-            raise OverlayError(f"{exc} (parameter {parameter_id!r})") from None
+            raise OverlayError(f"{exc} (parameter {s.short(parameter_id)})") from None
         unit = s.string(item["unit"], at.key("unit")) if "unit" in item else None
         origin = (s.string(item["provenance"], at.key("provenance"))
                   if "provenance" in item else None)
-        parameters.append(OverlayParameter(parameter_id, value, targets, unit, origin))
+        parameters.append(OverlayParameter(parameter_id, value, targets, unit, origin,
+                                           source=str(path)))
     check_conflicts(parameters, context=str(path))
     artifact_id = s.string(doc["id"], where.key("id")) if "id" in doc else None
     return OverlayArtifact(path=path, schema_version=(SCHEMA_MAJOR, minor), id=artifact_id,

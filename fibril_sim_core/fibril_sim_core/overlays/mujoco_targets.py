@@ -228,7 +228,16 @@ def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTarget, value: Any) -> 
         _set_element(obj, "gainprm", 0, value)
     elif kind == "actuator_delay":
         obj.delay = value
-    elif kind in ("tendon_range", "joint_range"):
+    elif kind == "joint_range":
+        if obj.limited == mujoco.mjtLimited.mjLIMITED_AUTO:
+            # With autolimits, limited="auto" means "limited iff a range is authored": setting a
+            # range would silently turn limiting on. Keep the state the joint compiles to as
+            # authored (a range other than [0, 0] under autolimits), written explicitly.
+            authored = spec.compiler.autolimits and bool(np.any(np.asarray(obj.range) != 0))
+            obj.limited = (mujoco.mjtLimited.mjLIMITED_TRUE if authored
+                           else mujoco.mjtLimited.mjLIMITED_FALSE)
+        obj.range = list(value)
+    elif kind == "tendon_range":
         obj.range = list(value)
     elif kind == "equality_weld_torquescale":
         _set_element(obj, "data", 10, value)

@@ -1,0 +1,335 @@
+"""Bad input never crashes: a seeded mutation corpus of every file kind people write.
+
+Each case mutates one of the drivetrain example files (manifest, recorded inputs, overlay
+artifact, experiment, calibration request, and the recorded inputs and samples the request
+names) — byte flips, non-UTF-8 bytes, deep nesting, alias bombs, huge numbers, .inf/.nan,
+wrong types, deleted keys, truncation — and runs the real
+``fibril_sim`` entry (``cli.main`` in-process). Every case must end with exit 2 and one
+stderr line ``fibril_sim: error: ...`` naming the mutated file, or succeed when the mutant is
+still valid; never a traceback, within a time bound per case and a bound on memory growth.
+A few cases also run as child processes under an address-space limit.
+
+Long steps are cut where they do not test input handling: the experiment's runs are not
+stepped (``_simulate`` is replaced) and a valid calibration request is loaded, not solved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fibril_sim_core import _schema
+from fibril_sim_core.cli import main
+from fibril_sim_core.errors import FibrilError
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "config" / "examples" / "drivetrain"
+# A longer or different corpus: FIBRIL_FUZZ_CASES=1000 FIBRIL_FUZZ_SEED=7 pytest this file.
+SEED = int(os.environ.get("FIBRIL_FUZZ_SEED", "20261201"))
+CASES_PER_KIND = int(os.environ.get("FIBRIL_FUZZ_CASES", "60"))
+CASE_SECONDS = 5.0
+MEMORY_GROWTH_MB = 400
+
+BOMB = ('bomb0: &b0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+        + "".join(f"bomb{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]\n" for i in range(1, 9)))
+
+
+class _Validated(Exception):
+    """Raised by the stubbed calibration solve: the request loaded and validated."""
+
+
+# ------------------------------------------------------------------ mutations
+def _numbers(text: str) -> list[re.Match[str]]:
+    return list(re.finditer(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])", text))
+
+
+def _values(text: str) -> list[re.Match[str]]:
+    """``key: value`` spans (block style) and flow values after ``: ``."""
+    return list(re.finditer(r"(?<=: )[^\s,{}\[\]#][^,{}\[\]#\n]*", text))
+
+
+def _replace(text: str, match: re.Match[str], new: str) -> str:
+    return text[:match.start()] + new + text[match.end():]
+
+
+def _mutate_text(rng: random.Random, text: str) -> tuple[str, bytes]:
+    """One mutation: (its name, the mutated file bytes)."""
+    data = text.encode()
+    kind = rng.choice(["byte_flip", "non_utf8", "nesting", "alias_bomb", "huge_number",
+                       "non_finite", "wrong_type", "delete_line", "truncate", "control",
+                       "recursive_alias", "huge_string", "duplicate_key", "tab_indent"])
+    if kind == "byte_flip":
+        out = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            out[rng.randrange(len(out))] = rng.randrange(256)
+        return kind, bytes(out)
+    if kind == "non_utf8":
+        at = rng.randrange(len(data))
+        return kind, data[:at] + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80",
+                                             b"\xf8\x88\x80\x80\x80"]) + data[at:]
+    if kind == "control":
+        at = rng.randrange(len(data))
+        return kind, data[:at] + rng.choice([b"\x00", b"\x01", b"\x1b", b"\x7f"]) + data[at:]
+    values = _values(text)
+    numbers = _numbers(text)
+    if kind == "nesting" and values:
+        depth = rng.choice([499, 600, 1200, 20000])
+        nested = "[" * depth + "1" + "]" * depth
+        return kind, _replace(text, rng.choice(values), nested).encode()
+    if kind == "alias_bomb" and values:
+        return kind, (BOMB + _replace(text, rng.choice(values), "*b8")).encode()
+    if kind == "recursive_alias" and values:
+        return kind, _replace(text, rng.choice(values), "&r [1, *r]").encode()
+    if kind == "huge_number" and numbers:
+        new = rng.choice(["1.0e+300", "-1e300", "1e400", "1" + "0" * 5000, "9" * 40,
+                          "1e-320", "123456789012345678901234567890"])
+        return kind, _replace(text, rng.choice(numbers), new).encode()
+    if kind == "non_finite" and numbers:
+        return kind, _replace(text, rng.choice(numbers),
+                              rng.choice([".inf", "-.inf", ".nan", ".NaN"])).encode()
+    if kind == "wrong_type" and values:
+        new = rng.choice(["[]", "{}", "[1, 2]", "{a: 1}", "true", "null", "''", "'text'",
+                          "2001-02-30", "!!binary aGVsbG8=", "0x1F", "1_0", "~", "- 1"])
+        return kind, _replace(text, rng.choice(values), new).encode()
+    if kind == "huge_string" and values:
+        return kind, _replace(text, rng.choice(values), "x" * 200_000).encode()
+    if kind == "duplicate_key":
+        lines = text.splitlines(keepends=True)
+        i = rng.randrange(len(lines))
+        return kind, "".join(lines[:i + 1] + [lines[i]] + lines[i + 1:]).encode()
+    if kind == "tab_indent":
+        return kind, text.replace("  ", "\t", 1).encode()
+    if kind == "truncate":
+        return kind, data[:rng.randrange(len(data))]
+    lines = text.splitlines(keepends=True)  # delete_line (and fallbacks)
+    content = [i for i, line in enumerate(lines) if line.strip() and not line.lstrip()
+               .startswith("#")]
+    drop = rng.choice(content)
+    return "delete_line", "".join(lines[:drop] + lines[drop + 1:]).encode()
+
+
+def _mutate_document(rng: random.Random, text: str) -> tuple[str, bytes]:
+    """A structural mutation of the parsed document: one value replaced or one key removed."""
+    doc = _schema.load_yaml_text(text, "example", FibrilError)
+    paths: list[tuple[Any, Any]] = []
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for key, value in items:
+            paths.append((node, key))
+            stack.append(value)
+    node, key = rng.choice(paths)
+    if isinstance(node, dict) and rng.random() < 0.4:
+        del node[key]
+        name = "delete_key"
+    else:
+        node[key] = rng.choice([None, True, -1, 0, 2**70, 1.5e300, float("inf"), float("nan"),
+                                "", "?", [], {}, [[[]]], {"x": 1}, list(range(3)), "0.5",
+                                -0.0, 1e-300])
+        name = "replace_value"
+    return name, yaml.safe_dump(doc, sort_keys=False).encode()
+
+
+def mutants(text: str, seed: int, count: int, *, yaml_file: bool = True
+            ) -> list[tuple[str, bytes]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        out.append(_mutate_document(rng, text) if yaml_file and rng.random() < 0.35
+                   else _mutate_text(rng, text))
+    return out
+
+
+# ------------------------------------------------------------------ the file kinds
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    source: str  # the example file mutated
+    argv: Callable[[Path], list[str]]  # the CLI call, given the example folder copy
+    valid_codes: tuple[int, ...] = (0,)
+    # Files an error may name instead: the ones the mutated file points to, when a mutation
+    # makes them wrong for it (a request whose observation no longer fits its CSV samples).
+    also_named: tuple[str, ...] = ()
+    yaml_file: bool = True
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.source, *self.also_named)
+
+
+def _with_overlay(folder: Path) -> list[str]:
+    manifest = (folder / "simulation.yaml").read_text()
+    (folder / "with-overlay.yaml").write_text(
+        manifest.replace("\ntrace:", "\nparameter_overlays: [damping-baseline.yaml]\ntrace:"))
+    return ["inspect", str(folder / "with-overlay.yaml")]
+
+
+KINDS = [
+    Kind("manifest", "simulation.yaml", lambda f: ["inspect", str(f / "simulation.yaml")]),
+    Kind("inputs", "inputs.yaml", lambda f: ["run", str(f / "simulation.yaml"), "--steps", "20",
+                                             "--inputs", str(f / "inputs.yaml")]),
+    Kind("overlay", "damping-baseline.yaml", _with_overlay),
+    Kind("experiment", "wheel-damping-study.yaml",
+         lambda f: ["experiment", "run", str(f / "wheel-damping-study.yaml"), "--output",
+                    str(f / "out" / "results.json")], valid_codes=(0, 1)),
+    Kind("calibration", "calibration.yaml",
+         lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"],
+         also_named=("calibration_data/",)),
+    # The files a calibration request names: recorded inputs (YAML) and samples (CSV).
+    Kind("recorded_inputs", "calibration_data/run-01_inputs.yaml",
+         lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"]),
+    Kind("samples_csv", "calibration_data/run-01_motor_current.csv",
+         lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"], yaml_file=False),
+]
+
+
+@pytest.fixture()
+def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs that are not input handling: not stepped, not solved."""
+    from fibril_calibration import engine
+    from fibril_calibration.request import load_calibration_request
+    from fibril_sim_core.experiments import runner
+
+    def simulate(plan: Any, scenario: Any, execution: Any, trace: Path, observers: Any
+                 ) -> tuple[str, str, float]:
+        plan.create_instance(execution.seed, scenario=scenario, collect=False)
+        return runner.TIMEOUT, "not stepped (fuzz test)", 0.0
+
+    def calibrate(request: Path, **_: Any) -> Any:
+        load_calibration_request(request)
+        raise _Validated
+
+    monkeypatch.setattr(runner, "_simulate", simulate)
+    monkeypatch.setattr(engine, "run_calibration", calibrate)
+
+
+def _call(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except _Validated:
+            code = 0
+    return code, err.getvalue()
+
+
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+def test_mutants_fail_with_one_line_naming_the_file(kind: Kind, tmp_path: Path,
+                                                     stubs: None) -> None:
+    text = (EXAMPLE / kind.source).read_text(encoding="utf-8")
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE, folder)
+    argv = kind.argv(folder)
+    assert _call(argv)[0] in kind.valid_codes  # the unmutated file is valid
+    rss = _max_rss_mb()
+    problems: list[str] = []
+    outcomes: dict[str, int] = {}
+    cases = mutants(text, SEED + sum(map(ord, kind.name)), CASES_PER_KIND,
+                    yaml_file=kind.yaml_file)
+    for n, (mutation, data) in enumerate(cases):
+        shutil.rmtree(folder / "out", ignore_errors=True)
+        (folder / kind.source).write_bytes(data)
+        label = f"{kind.name} case {n} ({mutation})"
+        started = time.perf_counter()
+        try:
+            code, err = _call(argv)
+        except BaseException as exc:  # noqa: BLE001 - a crash is what this test looks for
+            problems.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        seconds = time.perf_counter() - started
+        outcomes[mutation] = outcomes.get(mutation, 0) + 1
+        if seconds > CASE_SECONDS:
+            problems.append(f"{label}: took {seconds:.1f} s")
+        if code in kind.valid_codes:
+            continue
+        lines = err.splitlines()
+        if code != 2:
+            problems.append(f"{label}: exit {code}: {err[:300]!r}")
+        elif kind.name == "experiment":
+            lines = [line for line in lines if not line.startswith("[")]  # progress lines
+        if code == 2 and (len(lines) != 1 or not lines[0].startswith("fibril_sim: error: ")):
+            problems.append(f"{label}: stderr is not one error line: {err[:300]!r}")
+        elif code == 2 and not any(name in lines[0] for name in kind.names):
+            problems.append(f"{label}: the error does not name {kind.source}: {lines[0][:300]}")
+        elif code == 2 and len(lines[0]) > 2000:
+            problems.append(f"{label}: a {len(lines[0])}-character error line: "
+                            f"{lines[0][:300]}")
+    (folder / kind.source).write_text(text, encoding="utf-8")
+    growth = _max_rss_mb() - rss
+    assert not problems, "\n".join(problems)
+    assert growth < MEMORY_GROWTH_MB, f"max RSS grew by {growth:.0f} MB"
+    assert sum(outcomes.values()) == CASES_PER_KIND
+
+
+# ------------------------------------------------------------------ child processes
+def _fibril_sim(args: list[str], *, memory_mb: int = 3072, timeout: float = 60.0
+                ) -> subprocess.CompletedProcess[str]:
+    """``fibril_sim`` as a child process under an address-space limit."""
+    def limit() -> None:
+        size = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO / "fibril_sim_core"), str(REPO / "fibril_calibration"),
+         os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "fibril_sim_core.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env,
+                          preexec_fn=limit)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, content", [
+    ("bomb", "schema_version: {major: 3, minor: 1}\n" + BOMB + "model: *b8\n"),
+    ("deep", "schema_version: {major: 3, minor: 1}\nmodel: " + "[" * 100_000 + "]" * 100_000),
+    ("non-utf8", "schema_version: {major: 3, minor: 1}\nmodel: drive\xfftrain.xml\n"),
+    ("huge-period", (EXAMPLE / "simulation.yaml").read_text().replace("period: 0.002",
+                                                                      "period: 1.0e+300", 1)),
+])
+def test_child_process_bad_manifest_is_one_line(tmp_path: Path, name: str,
+                                                content: str) -> None:
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(content.encode("latin-1" if name == "non-utf8" else "utf-8"))
+    for model in ("drivetrain.xml", "drivetrain_bench.xml"):
+        shutil.copy(EXAMPLE / model, tmp_path / model)
+    started = time.perf_counter()
+    result = _fibril_sim(["inspect", str(path)])
+    assert time.perf_counter() - started < 30
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fibril_sim: error: {path}"), lines
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duration, message", [
+    ("inf", "not a finite number of seconds"), ("1e300", "longer than the longest time"),
+    ("nan", "must be a number of seconds >= 0")])
+def test_child_process_huge_duration_is_one_line(duration: str, message: str) -> None:
+    result = _fibril_sim(["run", str(EXAMPLE / "simulation.yaml"), "--duration", duration])
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fibril_sim: error: --duration"), lines
+    assert message in lines[0]
