@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of the project's virtual environment (.venv/) from the package registries.
 #
-#   1. python3 (3.10+) from PATH creates .venv/ (recreated if its python is broken).
+#   1. python3 (3.11+, as mujoco 4 needs) from PATH creates .venv/ (recreated if its python is
+#      broken).
 #   2. requirements.txt (every version pinned) is installed; with REQUIREMENTS listing several
 #      files, each later file's pins replace the earlier ones' of the same package.
 #   3. ./fibril_msgs is built from PyPI's ROS 2 wheels (scikit-build-core) and installed.
@@ -74,9 +75,9 @@ run_pip() {
 
 # --- 1. interpreter and venv ---------------------------------------------------------------
 command -v "$PYTHON" > /dev/null 2>&1 \
-  || die "Python 3.10+ is required but '$PYTHON' was not found on PATH"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2> /dev/null \
-  || die "Python 3.10+ is required but '$PYTHON' is $("$PYTHON" -V 2>&1 || echo 'not runnable')"
+  || die "Python 3.11+ is required but '$PYTHON' was not found on PATH"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2> /dev/null \
+  || die "Python 3.11+ is required but '$PYTHON' is $("$PYTHON" -V 2>&1 || echo 'not runnable')"
 "$PYTHON" -c 'import venv, ensurepip' 2> /dev/null \
   || die "'$PYTHON' lacks the venv/ensurepip modules (Debian: apt-get install python3-venv)"
 PY_ID="$("$PYTHON" -c 'import sys, platform; print(sys.version.split()[0], platform.machine())')"
