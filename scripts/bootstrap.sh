@@ -161,4 +161,13 @@ else
   say "  installed in $((SECONDS - t0)) s"
 fi
 
+# A sourced ROS 2 installation next to this venv: they must stay apart (README, "Building in a
+# ROS 2 workspace"). Only a warning: `make test` may still be what the user wants.
+if [ -n "${ROS_DISTRO:-}${AMENT_PREFIX_PATH:-}" ]; then
+  echo "setup: warning: a ROS 2 environment is sourced (ROS_DISTRO=${ROS_DISTRO:-?}): its" \
+    "PYTHONPATH/AMENT_PREFIX_PATH reach ${VENV#"$ROOT"/} (PyPI's ROS 2 wheels) and may mix the" \
+    "two; run make from a shell without ROS sourced, and never run colcon with" \
+    "${VENV#"$ROOT"/} activated (its setuptools >= 80 makes 'colcon build --symlink-install'" \
+    "fail with 'option --editable not recognized')" >&2
+fi
 say "ok ($VENV)"
