@@ -3,9 +3,10 @@
 #
 #   make setup   create/refresh .venv/ (pinned requirements, fibril_msgs, editable packages)
 #   make test    setup, then the whole pytest suite (PYTEST_ARGS="-k smoke" to narrow it)
-#   make test-distro  the whole suite again in .venv-distro/: requirements.txt with the Ubuntu
-#                24.04 versions of numpy, scipy and PyYAML (requirements-distro.txt) over it,
-#                the oldest versions the packages declare (set up like .venv/, idempotent)
+#   make test-distro  the whole suite again in .venv-distro/ (Python 3.12 when available):
+#                requirements.txt with the Ubuntu 24.04 versions of numpy, scipy and PyYAML
+#                (requirements-distro.txt) over it, the oldest versions the packages declare
+#                (set up like .venv/, idempotent)
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
 #                wheel-damping experiment and the drivetrain calibration (results in .demo/)
 #   make clean   remove .venv/, .demo/ and build/test leftovers
@@ -16,6 +17,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DISTRO_VENV := .venv-distro
 DISTRO_REQUIREMENTS := requirements.txt requirements-distro.txt
+# Ubuntu 24.04's Python is 3.12; python3 when no python3.12 runs here (setup prints which).
+DISTRO_PYTHON ?= $(shell python3.12 -c '' > /dev/null 2>&1 && echo python3.12 || echo python3)
 PYTEST_ARGS ?=
 
 # Two processes on this machine talk over Fast DDS shared memory only: no network traffic.
@@ -35,7 +38,8 @@ test: setup
 	@$(call pytest,$(VENV))
 
 test-distro:
-	@VENV="$(CURDIR)/$(DISTRO_VENV)" REQUIREMENTS="$(DISTRO_REQUIREMENTS)" scripts/bootstrap.sh
+	@VENV="$(CURDIR)/$(DISTRO_VENV)" REQUIREMENTS="$(DISTRO_REQUIREMENTS)" PYTHON="$(DISTRO_PYTHON)" \
+	  scripts/bootstrap.sh
 	@$(call pytest,$(DISTRO_VENV))
 
 demo: setup
