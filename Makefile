@@ -3,6 +3,10 @@
 #
 #   make setup   create/refresh .venv/ (pinned requirements, fibril_msgs, editable packages)
 #   make test    setup, then the whole pytest suite (PYTEST_ARGS="-k smoke" to narrow it)
+#   make test-distro  the whole suite again in .venv-distro/ (Python 3.12 when available):
+#                requirements.txt with the Ubuntu 24.04 versions of numpy, scipy and PyYAML
+#                (requirements-distro.txt) over it, the oldest versions the packages declare
+#                (set up like .venv/, idempotent)
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
 #                wheel-damping experiment and the drivetrain calibration (results in .demo/)
 #   make clean   remove .venv/, .demo/ and build/test leftovers
@@ -11,21 +15,32 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 VENV := .venv
 PY := $(VENV)/bin/python
+DISTRO_VENV := .venv-distro
+DISTRO_REQUIREMENTS := requirements.txt requirements-distro.txt
+# Ubuntu 24.04's Python is 3.12; python3 when no python3.12 runs here (setup prints which).
+DISTRO_PYTHON ?= $(shell python3.12 -c '' > /dev/null 2>&1 && echo python3.12 || echo python3)
 PYTEST_ARGS ?=
 
 # Two processes on this machine talk over Fast DDS shared memory only: no network traffic.
 export FASTDDS_BUILTIN_TRANSPORTS := SHM
 
-.PHONY: setup test demo clean
+.PHONY: setup test test-distro demo clean
 
 setup:
 	@VENV="$(CURDIR)/$(VENV)" scripts/bootstrap.sh
 
 # pytest exits 5 when it collected no tests: that is a failure here, like any non-zero code.
-test: setup
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+pytest = rc=0; $(1)/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc
+
+test: setup
+	@$(call pytest,$(VENV))
+
+test-distro:
+	@VENV="$(CURDIR)/$(DISTRO_VENV)" REQUIREMENTS="$(DISTRO_REQUIREMENTS)" PYTHON="$(DISTRO_PYTHON)" \
+	  scripts/bootstrap.sh
+	@$(call pytest,$(DISTRO_VENV))
 
 demo: setup
 	@rm -rf .demo && mkdir -p .demo
@@ -37,7 +52,7 @@ demo: setup
 	  --output .demo/calibration.json --output-overlay .demo/drivetrain-fit.json
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache
+	rm -rf $(VENV) $(DISTRO_VENV) .demo .pytest_cache
 	rm -rf fibril_msgs/build fibril_sim_core/build fibril_calibration/build fibril_sim_ros/build
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 \
 	  | xargs -0 rm -rf

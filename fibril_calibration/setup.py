@@ -13,9 +13,10 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
         (f'share/{package_name}', ['package.xml']),
     ],
-    python_requires='>=3.10',
-    # Exact versions are pinned once, in the repository's requirements.txt.
-    install_requires=['fibril_sim_core', 'numpy', 'scipy'],
+    python_requires='>=3.11',  # mujoco 4 needs 3.11
+    # Lowest supported versions (numpy, scipy: Ubuntu 24.04's; tested by `make test-distro`);
+    # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
+    install_requires=['fibril_sim_core', 'numpy>=1.26.4', 'scipy>=1.11.4', 'mujoco>=4.0.0'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

@@ -13,9 +13,10 @@ setup(
         ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
         (f'share/{package_name}', ['package.xml']),
     ],
-    python_requires='>=3.10',
-    # Exact versions are pinned once, in the repository's requirements.txt.
-    install_requires=['numpy', 'PyYAML', 'scipy', 'mujoco', 'rosbags'],
+    python_requires='>=3.11',  # mujoco 4 needs 3.11
+    # Lowest supported versions (numpy, PyYAML: Ubuntu 24.04's; tested by `make test-distro`);
+    # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
+    install_requires=['numpy>=1.26.4', 'PyYAML>=6.0.1', 'mujoco>=4.0.0', 'rosbags>=0.11.9'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

@@ -3,6 +3,11 @@
 launch/ and config/ live at the repository root (beside this package, not in it) and are
 installed into this package's share/ directory. Paths in data_files are relative to this
 file's directory, which is where both colcon and pip run setup.py.
+
+config/ is installed through the symlink fibril_sim_ros/config -> ../config, so every source
+lies inside this package: ``colcon build --symlink-install`` mirrors each data_files source to
+build/fibril_sim_ros/<source>, and a ``../config/...`` source would land in build/config/,
+outside the package's build folder (shared by every package of the workspace).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ data_files = [
 launch_files = _files(os.path.join('..', 'launch', '*.launch.py'))
 if launch_files:
     data_files.append((f'share/{package_name}/launch', launch_files))
-data_files += _tree(os.path.join('..', 'config'), f'share/{package_name}/config')
+data_files += _tree('config', f'share/{package_name}/config')
 
 setup(
     name=package_name,

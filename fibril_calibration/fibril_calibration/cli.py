@@ -9,24 +9,35 @@ lines go to stderr. Output files are checked before the run and written atomical
 succeeds. Errors are FibrilErrors, which ``fibril_sim`` prints as one line (exit 2).
 
 ``register(subparsers)`` adds the command to the ``fibril_sim`` argparse parser; ``main`` is the
-same command as the ROS 2 executable ``ros2 run fibril_calibration calibrate calibration.yaml``.
+same command as the ROS 2 executable ``ros2 run fibril_calibration calibrate calibration.yaml``
+(usage ``calibrate REQUEST ...``, errors ``calibrate: error: ...``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
+_DESCRIPTION = ("Replay recorded episodes on candidate simulation plans and fit the request's "
+                "physical parameters to the observed signals.")
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``calibrate`` to a ``fibril_sim`` sub-command set; returns its parser."""
     parser = subparsers.add_parser(
-        "calibrate", help="fit physical parameters to recorded episodes",
-        description="Replay recorded episodes on candidate simulation plans and fit the "
-                    "request's physical parameters to the observed signals.")
+        "calibrate", help="fit physical parameters to recorded episodes", description=_DESCRIPTION)
+    _add_arguments(parser, "fibril_sim calibrate")
+    return parser
+
+
+def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """The command's options, one definition for ``fibril_sim calibrate`` and ``calibrate``;
+    ``name`` prefixes its progress lines."""
     parser.add_argument("request", type=Path, help="calibration request (schema 3.1, YAML)")
     parser.add_argument("--json", action="store_true",
                         help="print the full result document as JSON instead of a summary")
@@ -36,16 +47,29 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="write the fitted parameter overlay artifact (loadable from a "
                              "manifest's parameter_overlays)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    parser.set_defaults(handler=run)
-    return parser
+    parser.set_defaults(handler=run, command_name=name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ros2 run fibril_calibration calibrate REQUEST [options]``: exactly ``fibril_sim
-    calibrate`` (same options, messages and exit codes)."""
-    from fibril_sim_core.cli import main as fibril_sim
+    """``ros2 run fibril_calibration calibrate REQUEST [options]``: ``fibril_sim calibrate``
+    (same options and exit codes) under its own name, in usage, errors and progress lines."""
+    from fibril_sim_core.cli import EXIT_INTERRUPTED, EXIT_USAGE
+    from fibril_sim_core.errors import FibrilError
 
-    return fibril_sim(["calibrate", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="calibrate", description=_DESCRIPTION)
+    _add_arguments(parser, "calibrate")
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except FibrilError as exc:
+        print(f"calibrate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("calibrate: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `calibrate ... --json | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "--output")
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
-    progress = None if args.quiet else _progress
+    name = getattr(args, "command_name", "fibril_sim calibrate")
+    progress = None if args.quiet else (lambda message: _progress(name, message))
     result = run_calibration(args.request, progress=progress)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
@@ -73,5 +98,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(message: str) -> None:
-    print(f"fibril_sim calibrate: {message}", file=sys.stderr, flush=True)
+def _progress(name: str, message: str) -> None:
+    print(f"{name}: {message}", file=sys.stderr, flush=True)

@@ -2,7 +2,8 @@
 
 Iterations: ``max_iterations`` counts trf's outer iterations (one Jacobian, one or more trial
 steps each), like Ceres' ``max_num_iterations``. A ``least_squares`` callback stops the run
-after exactly that many; ``max_nfev = 1 + 10 * max_iterations`` is only a safety net against
+after exactly that many (on SciPy < 1.16, which has no callback, ``_least_squares`` makes the
+same calls); ``max_nfev = 1 + 10 * max_iterations`` is only a safety net against
 runs whose trial steps keep failing (non-finite rollouts), which is then reported as
 ``no_convergence``. When the iteration limit is hit on an iteration that itself satisfied
 trf's ``ftol`` / ``xtol`` / ``gtol`` test, the run is still reported ``converged``.
@@ -18,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
+from ._least_squares import least_squares_with_callback
 from .errors import EvaluationError
 from .objective import Objective
 
@@ -120,12 +121,13 @@ def minimize(
             raise StopIteration
 
     loss, f_scale = objective.scipy_loss()
-    result = least_squares(
+    result = least_squares_with_callback(
         fun,
         x0,
-        jac=jac,
+        jac,
+        callback,
+        lambda x: 0.5 * objective.objective_value(full(x)),
         bounds=(lower, upper),
-        method="trf",
         loss=loss,
         f_scale=f_scale,
         x_scale=cmap.coordinate_unit()[free_idx],
@@ -133,7 +135,6 @@ def minimize(
         xtol=tolerances.xtol,
         gtol=tolerances.gtol,
         max_nfev=1 + _TRIAL_EVALUATIONS_PER_ITERATION * max_iterations,
-        callback=callback,
     )
     status = int(result.status)
     if status > 0:

@@ -176,9 +176,31 @@ def test_ros2_run_executable_is_the_same_command(small_request: Path) -> None:
     assert set(_strict_json(out.getvalue())["fitted_parameters"]) == {"wheel_damping"}
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         assert calibrate([str(small_request.parent / "nope.yaml")]) == 2
-    assert "fibril_sim: error:" in err.getvalue() and "file not found" in err.getvalue()
+    lines = err.getvalue().splitlines()  # progress lines, then the one-line error
+    assert lines[-1] == f"calibrate: error: {small_request.parent / 'nope.yaml'}: file not found"
+    assert all(line.startswith("calibrate: ") for line in lines)
     setup = (REPO / "fibril_calibration" / "setup.py").read_text()
     assert "'calibrate = fibril_calibration.cli:main'" in setup
+
+
+def _help(main: object, argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        main(argv)  # type: ignore[operator]
+    assert exit_.value.code == 0
+    return out.getvalue()
+
+
+def test_ros2_run_executable_is_named_calibrate_with_the_same_options() -> None:
+    from fibril_calibration.cli import main as calibrate
+    from fibril_sim_core.cli import main as fibril_sim
+
+    own = _help(calibrate, ["--help"])
+    sub = _help(fibril_sim, ["calibrate", "--help"])
+    assert own.startswith("usage: calibrate [-h] ") and "fibril_sim" not in own
+    assert sub.startswith("usage: fibril_sim calibrate [-h] ")
+    # Same options, help texts and description: only the program name (and wrapping) differs.
+    assert own.split() == sub.replace("fibril_sim calibrate", "calibrate").split()
 
 
 # ------------------------------------------------------------------ user errors
