@@ -10,7 +10,8 @@ Schemes per column (``u`` optimizer coordinate, ``h`` its step, ``[lo, hi]`` its
   iterations: ``optimizer.jacobian: central``): ``central`` ``(r(u+h) - r(u-h)) / 2h`` when
   both points lie inside the bounds, otherwise the one-sided three-point formula
   ``±(-3 r(u) + 4 r(u±h) - r(u±2h)) / 2h`` toward the side with more room (``forward3`` /
-  ``backward3``; ``h`` shrinks to half that room if needed). Two evaluations per parameter either way, second-order accurate up to the bound.
+  ``backward3``; ``h`` shrinks to half that room if needed). Two evaluations per parameter
+  either way, second-order accurate up to the bound.
 - first order (``order=1``; the optimizer's iterations only when the request opts in with
   ``optimizer.jacobian: forward``): ``forward`` ``(r(u+h) - r(u)) / h``, or ``backward`` when
   the upper bound is within one step. One evaluation per parameter: a descent-quality Jacobian
