@@ -133,6 +133,22 @@ class SimulationPlan:
         }
 
 
+_MODEL_CACHE_ENTRIES = 8
+
+
+class _Bounded(dict):  # type: ignore[type-arg]
+    """A dict that forgets its oldest entry beyond ``limit`` entries."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.limit:
+            del self[next(iter(self))]
+
+
 @dataclass(frozen=True)
 class _ParsedModel:
     """A parsed model and what is known of its files, kept while their file keys are the
@@ -149,9 +165,10 @@ class SimulationBuilder:
 
     def __init__(self, registry: ComponentRegistry | None = None) -> None:
         self.registry = registry or ComponentRegistry.standard()
-        # Parsed models and geom-inferred inertials, keyed by the model files' identity.
+        # Parsed models and geom-inferred inertials, keyed by the model files' identity (a
+        # few each: a builder that sees its model files change keeps only the latest ones).
         self._models: dict[Any, _ParsedModel] = {}
-        self._inertials: dict[Any, Any] = {}
+        self._inertials: dict[Any, Any] = _Bounded(_MODEL_CACHE_ENTRIES)
         # The components resolved last: (manifest, registry, component overlays, components).
         self._resolved: tuple[Any, ...] | None = None
 
@@ -335,7 +352,7 @@ class SimulationBuilder:
             model_files={prov.relative(p, base): prov.sha256_file(p)
                          for p in prov.included_files(manifest.model)})
         if key is not None:
-            if len(self._models) >= 8:
+            if len(self._models) >= _MODEL_CACHE_ENTRIES:
                 self._models.pop(next(iter(self._models)))
             self._models[key] = parsed
         return spec, key, parsed
