@@ -284,7 +284,8 @@ class SimulationBuilder:
             actuators=tuple(actuators), keyframe_id=keyframe_id, scenario=scenario,
             provenance=provenance, layout=layout)
         if family is not None and model is not family.model:
-            family.issued[id(plan)] = plan
+            with self._family_lock:
+                family.issued[id(plan)] = plan
         return plan
 
     def release(self, plan: SimulationPlan) -> None:
@@ -293,10 +294,12 @@ class SimulationBuilder:
         values into the same model instead of copying one (a mesh model is tens of MB). A
         model still referenced from Python when its turn comes is left alone."""
         family = self._family
-        if family is None or not family.verified or family.issued.get(id(plan)) is not plan:
+        if family is None or not family.verified:
             return
         with self._family_lock:
-            family.issued.pop(id(plan), None)
+            if family.issued.get(id(plan)) is not plan:
+                return  # not this family's, or released already
+            del family.issued[id(plan)]
             family.pool.append(plan.model)
             del family.pool[:-_POOL_MODELS]
 
