@@ -202,3 +202,35 @@ def test_mesh_model_candidates_are_written_bit_identically_without_compiling(
         del plan
     assert compiles == [1, 1] + [0] * 10
     assert sorted(seconds[3:])[4] < 0.02  # median about 2 ms (40-50 ms compiling)
+
+
+def test_a_calibration_is_the_same_written_or_compiled(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from _calibration_rig import request_doc, synthesize, write_request, write_rig
+
+    from fibril_calibration.engine import run_calibration
+
+    manifest = write_rig(tmp_path)
+    doc = synthesize(tmp_path, request_doc(manifest), {"damping": 0.05}, noise=0.5)
+    request = write_request(tmp_path, dict(doc, execution={"max_parallelism": 2}), "fit.yaml")
+    compiles = [0]
+    compile_ = SimulationBuilder._compile
+
+    def counting(*args: Any) -> Any:
+        compiles[0] += 1
+        return compile_(*args)
+
+    monkeypatch.setattr(SimulationBuilder, "_compile", staticmethod(counting))
+    result = run_calibration(request)
+    written = result.document
+    # Two builders (the request's, which probes initial, lower and upper values, and the
+    # run's) compile twice each: a family's first model and its verification; no candidate.
+    assert compiles[0] == 4
+    assert result.document["evaluations"]["training"] > 10
+    monkeypatch.setattr(compiled_overlays, "writable", lambda *args: False)
+    compiled = run_calibration(request).document
+    assert compiles[0] > 12
+    for document in (written, compiled):
+        document.pop("wall_time_s")
+        document["execution"].pop("statistics")
+    assert written == compiled
