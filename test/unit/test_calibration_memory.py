@@ -50,8 +50,10 @@ ARM_XML = """\
 </mujoco>
 """
 
-PARAMETERS = [("d1", "joint_damping", "joint1", 0.01, 2.0), ("d2", "joint_damping", "joint2", 0.01, 2.0),
-              ("a1", "joint_armature", "joint1", 0.001, 1.0), ("m2", "body_mass", "link2", 0.05, 2.0)]
+PARAMETERS = [("d1", "joint_damping", "joint1", 0.01, 2.0),
+              ("d2", "joint_damping", "joint2", 0.01, 2.0),
+              ("a1", "joint_armature", "joint1", 0.001, 1.0),
+              ("m2", "body_mass", "link2", 0.05, 2.0)]
 
 
 def write_problem(folder: Path, *, episodes: int = 2, steps: int = 20) -> Path:
