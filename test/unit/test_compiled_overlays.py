@@ -166,6 +166,32 @@ def test_other_kinds_and_settings_always_compile(tmp_path: Path) -> None:
     assert not compiled_overlays.writable(spec, binding("geom_friction", "g"))  # a pair
     assert not compiled_overlays.writable(spec, [])
 
+    body = ('<worldbody><body name="b"><joint name="j"/><geom size="0.1"/></body>'
+            '</worldbody><actuator>{}</actuator>')
+    servo = mujoco.MjSpec.from_string(
+        "<mujoco>" + body.format('<position joint="j" kp="10" dampratio="1"/>') + "</mujoco>")
+    for kind in ("joint_armature", "body_mass", "actuator_position_kp"):  # kv from inertia
+        assert not compiled_overlays.writable(servo, binding(kind, "j"))
+    assert compiled_overlays.writable(servo, binding("joint_damping", "j"))
+    muscle = mujoco.MjSpec.from_string(
+        "<mujoco>" + body.format('<muscle joint="j"/>') + "</mujoco>")
+    assert not compiled_overlays.writable(muscle, binding("joint_damping", "j"))
+
+
+def test_a_model_that_fails_the_check_is_always_compiled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder's own check on the model: were a written copy not bit-identical to the
+    compile (here: the mean-mass statistic left stale), every candidate compiles."""
+    monkeypatch.setattr(compiled_overlays, "_set_statistics", lambda model, spec: None)
+    manifest = load_manifest(kinds_manifest(tmp_path, angle="radian"))
+    builder = SimulationBuilder()
+    compiles = count_compiles(builder)
+    plans = builds(builder, manifest, "mujoco:body_mass:rotor", (0.3, 0.45, 0.6, 0.5))
+    assert compiles == [1, 1, 1, 1]
+    assert builder._family is not None and builder._family.verified is False
+    fresh = SimulationBuilder().build(manifest, overlays(param("p", 0.5, "mujoco:body_mass:rotor")))
+    assert saved_model(plans[3].model) == saved_model(fresh.model)
+
 
 PANDA = Path("/work/shared/models/franka_emika_panda/panda.xml")
 

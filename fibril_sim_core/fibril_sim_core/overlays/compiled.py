@@ -15,9 +15,12 @@ builder checks it once more on the actual model before it uses this path.
 Kinds that change the model's structure or that the compiler interprets take the full
 compile: native DC motor parameters (activation states), ``actuator_delay`` (history
 buffers), ranges (``limited`` from ``autolimits``; hinge degrees), ``actuator_forcerange``
-(``forcelimited`` from ``autolimits``), plugin attributes. Geom kinds take it when the model
-has explicit contact pairs (a pair copies its geoms' parameters at compile time), body kinds
-when a compiler setting rewrites masses or inertias, and a value the compiler would refuse
+(``forcelimited`` from ``autolimits``), plugin attributes. Every kind takes it in a model
+with muscles (the compiler simulates their length ranges); geom kinds when the model has
+explicit contact pairs (a pair copies its geoms' parameters at compile time); kinds that change
+the reflected inertia or a servo's kp when a position servo gives a damping ratio (the compiler
+derives kv from both); body kinds when a compiler setting rewrites masses or inertias; and a
+value the compiler would refuse
 (a mass or inertia too small, inertias that violate the triangle inequality) always does, so
 the compiler's own error is reported.
 """
@@ -48,6 +51,9 @@ _DOFS = {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3,
          int(mujoco.mjtJoint.mjJNT_SLIDE): 1, int(mujoco.mjtJoint.mjJNT_HINGE): 1}
 _DOF_FIELD = {"joint_damping": "dof_damping", "joint_frictionloss": "dof_frictionloss",
               "joint_armature": "dof_armature"}
+# Kinds that change the reflected inertia or a servo's kp (what a damping ratio depends on).
+_INERTIA_KINDS = frozenset({"body_mass", "body_inertia", "joint_armature", "actuator_gear",
+                            "actuator_position_kp"})
 _MIN_VALUE = 1e-12  # masses and inertias at or below this take the compiler's checks
 
 
@@ -61,6 +67,12 @@ def writable(spec: mujoco.MjSpec,
         return False
     if any(kind.startswith("geom_") for kind in kinds) and len(spec.pairs) > 0:
         return False
+    actuators = list(spec.actuators)
+    if any(a.gaintype == mujoco.mjtGain.mjGAIN_MUSCLE or a.dyntype == mujoco.mjtDyn.mjDYN_MUSCLE
+           for a in actuators):
+        return False  # the compiler simulates muscle length ranges
+    if kinds & _INERTIA_KINDS and any(_dampratio(a) for a in actuators):
+        return False  # the compiler turns a position servo's damping ratio into kv
     if kinds & {"body_mass", "body_inertia"}:
         compiler = spec.compiler
         if (compiler.boundmass > 0 or compiler.boundinertia > 0 or compiler.balanceinertia
@@ -68,6 +80,13 @@ def writable(spec: mujoco.MjSpec,
                 or compiler.inertiafromgeom == mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_TRUE):
             return False
     return True
+
+
+def _dampratio(actuator: Any) -> bool:
+    """A position servo whose kv the compiler derives from a damping ratio (stored as a
+    positive third bias parameter) and the reflected inertia."""
+    return (actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
+            and float(actuator.biasprm[2]) > 0.0)
 
 
 def write(model: mujoco.MjModel, data: mujoco.MjData, spec: mujoco.MjSpec,
