@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(('AnalysisSpec', 'CalibrationRequest', 'EpisodeSpec', 'ExecutionSpec', 'FitSpec', 'ObjectiveSpec', 'OptimizerSpec', 'ProfileLikelihoodSpec', 'SignalSpec', 'load_calibration_request', 'parse_calibration_request'), '.request'),
     **dict.fromkeys(('RESULT_FORMAT', 'build_result_document', 'write_atomic'), '.result'),
     **dict.fromkeys(('SolverOptions', 'calibrate', 'likelihood_interpretation_valid'), '.solver'),
+    **dict.fromkeys(('StartingPoint', 'starting_point'), '.starting_point'),
     **dict.fromkeys(('EpisodeSummary', 'ResidualSummary', 'SignalSummary'), '.summaries'),
     **dict.fromkeys(('FitCriteria', 'FitVerdict'), '.verdict'),
 }
@@ -71,5 +72,6 @@ if TYPE_CHECKING:
     from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec, ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec, load_calibration_request, parse_calibration_request)
     from .result import (RESULT_FORMAT, build_result_document, write_atomic)
     from .solver import (SolverOptions, calibrate, likelihood_interpretation_valid)
+    from .starting_point import (StartingPoint, starting_point)
     from .summaries import (EpisodeSummary, ResidualSummary, SignalSummary)
     from .verdict import (FitCriteria, FitVerdict)

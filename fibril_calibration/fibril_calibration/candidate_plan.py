@@ -40,7 +40,9 @@ class CandidatePlanBuilderProtocol(Protocol):
 class CandidatePlanBuilder:
     """The standard adapter: values → typed ``OverlayParameter``s → ``SimulationBuilder``.
 
-    The manifest is loaded once and reused, so a candidate costs one MJCF parse and compile.
+    The manifest is loaded once and reused. A candidate costs one copy of the parsed MjSpec
+    and one compile, or, for target kinds that ``SimulationBuilder`` writes into a compiled
+    model, no compile at all (see ``fibril_sim_core.overlays.compiled``).
     """
 
     def __init__(self, manifest: SimulationManifest | str | Path,
@@ -74,6 +76,11 @@ class CandidatePlanBuilder:
             overlays = template.with_values({p.id: float(values[p.id])
                                              for p in self.parameters})
         return self.builder.build(self.manifest, overlays=overlays)
+
+    def release(self, plan: SimulationPlan) -> None:
+        """The calibration is done with a candidate plan (no reference to it, its instances or
+        its model is kept): the builder may reuse its model for a later candidate."""
+        self.builder.release(plan)
 
     def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
                          source: Mapping | None = None) -> dict:

@@ -6,15 +6,18 @@ the bounds (physical values are additionally clipped to ``[lower, upper]``).
 
 Schemes per column (``u`` optimizer coordinate, ``h`` its step, ``[lo, hi]`` its bounds):
 
-- second order (``order=2``; the final analysis Jacobian, and the optimizer when configured):
-  ``central`` ``(r(u+h) - r(u-h)) / 2h`` when both points lie inside the bounds, otherwise the
-  one-sided three-point formula ``±(-3 r(u) + 4 r(u±h) - r(u±2h)) / 2h`` toward the side with
-  more room (``forward3`` / ``backward3``; ``h`` shrinks to half that room if needed). Two
-  evaluations per parameter either way, second-order accurate up to the bound.
-- first order (``order=1``; the optimizer's iterations by default): ``forward``
-  ``(r(u+h) - r(u)) / h``, or ``backward`` when the upper bound is within one step. One
-  evaluation per parameter: the optimizer only needs a descent-quality Jacobian, and this halves
-  the cost of every iteration (the peer ``mujoco.sysid`` also differentiates forward).
+- second order (``order=2``; the final analysis Jacobian and, by default, the optimizer's
+  iterations: ``optimizer.jacobian: central``): ``central`` ``(r(u+h) - r(u-h)) / 2h`` when
+  both points lie inside the bounds, otherwise the one-sided three-point formula
+  ``±(-3 r(u) + 4 r(u±h) - r(u±2h)) / 2h`` toward the side with more room (``forward3`` /
+  ``backward3``; ``h`` shrinks to half that room if needed). Two evaluations per parameter
+  either way, second-order accurate up to the bound.
+- first order (``order=1``; the optimizer's iterations only when the request opts in with
+  ``optimizer.jacobian: forward``): ``forward`` ``(r(u+h) - r(u)) / h``, or ``backward`` when
+  the upper bound is within one step. One evaluation per parameter: a descent-quality Jacobian
+  at half the cost of every iteration (the peer ``mujoco.sysid`` differentiates forward). It is
+  not the default because the spec's adapter is central/one-sided, and a final analysis after
+  central iterations is a memo hit (no extra rollouts).
 
 The centre is memoised (``least_squares`` calls ``fun`` then ``jac`` at the same point).
 
@@ -200,9 +203,9 @@ _SCHEMES: dict[str, tuple[tuple[float, ...], float, tuple[float, ...]]] = {
 class FiniteDifference:
     """The bound-aware finite-difference adapter (memoises the last few linearisations).
 
-    ``order=2`` (the analysis and, optionally, the optimizer): central inside, one-sided
-    three-point near a bound. ``order=1`` (the optimizer's default): two-point one-sided, forward
-    unless the upper bound is within one step, then backward.
+    ``order=2`` (the analysis and, by default, the optimizer): central inside, one-sided
+    three-point near a bound. ``order=1`` (the optimizer with ``optimizer.jacobian: forward``):
+    two-point one-sided, forward unless the upper bound is within one step, then backward.
     """
 
     def __init__(

@@ -88,7 +88,8 @@ def solver_options(request: CalibrationRequest,
         information_matrix=request.analysis.information_matrix,
         fit_criteria=criteria, progress=progress, tolerances=tolerances,
         cache_entries=request.execution.cache_entries,
-        optimizer_differences=optimizer.jacobian)
+        optimizer_differences=optimizer.jacobian,
+        interior_start_fraction=optimizer.interior_start_fraction)
     if optimizer.finite_difference_relative_step is not None:
         options["relative_step"] = optimizer.finite_difference_relative_step
     return SolverOptions(**options)
@@ -211,6 +212,8 @@ def summary_text(document: dict[str, Any]) -> str:
     condition_text = "infinite" if identifiability.get("condition_number_infinite") \
         else _g(condition)
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
+    for warning in document.get("warnings") or []:
+        lines.append(f"warning      {warning.get('message')}")
     fit = document.get("fit") or {}
     reasons = fit.get("reasons") or []
     lines.append(f"fit          {fit.get('verdict')}"

@@ -69,7 +69,8 @@ class EpisodeSchedule:
     boundaries: tuple[int, ...]  # ascending boundaries with reads of derived values (poses)
     reads: tuple[tuple[tuple[int, int], ...], ...]  # per boundary: (signal index, row)
     signals: tuple[SignalSchedule, ...]
-    # Recorded inputs parsed once per endpoint signature, replayed into every candidate.
+    # Per-schedule memo, the same for every candidate: ("inputs", endpoint signature) -> the
+    # recorded inputs parsed once (a few signatures), ("capture", ...) / ("rows", ...) ticks.
     prepared: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
@@ -159,14 +160,14 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     try:
         if episode.recorded_inputs:
             signature = plan.recorded_input_signature
-            prepared = schedule.prepared.get(signature)
+            prepared = schedule.prepared.get(("inputs", signature))
             if prepared is None and episode.prepared_inputs is not None:
                 source, parsed = episode.prepared_inputs
                 if source is episode.recorded_inputs and parsed.signature == signature:
                     prepared = parsed
             if prepared is None:
                 prepared = plan.prepare_recorded_inputs(episode.recorded_inputs)
-                schedule.prepared[signature] = prepared
+                _keep(schedule.prepared, signature, prepared)
             instance.enqueue_recorded_trace_inputs(prepared)
     except FibrilError as exc:
         raise EvaluationError(f"{label}: recorded_inputs: {exc}") from None
@@ -274,6 +275,18 @@ def _capture_rows(schedule: EpisodeSchedule, index: int, captured: np.ndarray
         schedule.prepared[key] = (None if np.array_equal(ticks, captured)
                                   else np.searchsorted(captured, ticks))
     return schedule.prepared[key]
+
+
+_SIGNATURES = 4  # parsed recordings kept per episode (one per endpoint signature)
+
+
+def _keep(prepared: dict[Any, Any], signature: Any, parsed: Any) -> None:
+    """Store a parsed recording, forgetting the oldest beyond a few signatures (candidates
+    share one signature unless a parameter changes which modes an actuator accepts)."""
+    signatures = [key for key in list(prepared) if key[0] == "inputs"]
+    for key in signatures[:max(0, len(signatures) + 1 - _SIGNATURES)]:
+        prepared.pop(key, None)
+    prepared[("inputs", signature)] = parsed
 
 
 _SCRATCH = threading.local()

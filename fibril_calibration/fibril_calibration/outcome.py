@@ -69,6 +69,11 @@ class CalibrationOutcome:
     profile: ProfileLikelihood | None
     verdict: FitVerdict
     finite_difference: dict[str, Any]
+    # Where the fit started (physical; the declared initial values unless an interior start
+    # moved a parameter off its bound) and the warnings about the start.
+    start: np.ndarray | None = None
+    interior_start_fraction: float | None = None
+    warnings: tuple[dict[str, Any], ...] = ()
 
     @property
     def parameter_ids(self) -> tuple[str, ...]:
@@ -112,7 +117,13 @@ class CalibrationOutcome:
                 "initial_objective": finite_or_none(self.initial_objective),
                 "final_objective": finite_or_none(self.final_objective),
                 "finite_difference": self.finite_difference,
+                "interior_start_fraction": self.interior_start_fraction,
+                "start": {pid: float(v) for pid, v in zip(
+                    self.parameter_ids,
+                    [p.initial for p in self.parameters] if self.start is None
+                    else self.start)},
             },
+            "warnings": [dict(w) for w in self.warnings],
             "optimization_termination": self.termination,
             "evaluations": self.evaluations.to_document(),
             "wall_time_s": self.wall_time_s,

@@ -237,9 +237,12 @@ class CalibrationProblem:
                 per_candidate = self._map(lambda v: self._candidate_rollouts(v, scope), vectors)
                 outcomes = [o for outcome in per_candidate for o in outcome]
             else:
-                plans = [self.candidate_plan(vectors[0])]
-                tasks = [(plan, schedule) for plan in plans for schedule in schedules]
-                outcomes = self._map(self._rollout, tasks)
+                plan = self.candidate_plan(vectors[0])
+                try:
+                    outcomes = self._map(self._rollout, [(plan, s) for s in schedules])
+                finally:
+                    self._release(plan)
+                    del plan
         except EvaluationError:
             with self._lock:
                 self.statistics.failures += 1
@@ -254,7 +257,17 @@ class CalibrationProblem:
     def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
         with self._turn:
             plan = self.candidate_plan(vector)
-        return [self._rollout((plan, schedule)) for schedule in self._schedules[scope]]
+        try:
+            return [self._rollout((plan, schedule)) for schedule in self._schedules[scope]]
+        finally:
+            self._release(plan)
+
+    def _release(self, plan: SimulationPlan) -> None:
+        """Hand a finished candidate plan back to the builder (its model may be reused)."""
+        release = getattr(self.candidate_builder, "release", None)
+        if release is not None:
+            with self._turn:
+                release(plan)
 
     def _rollout(self, task: tuple[SimulationPlan, EpisodeSchedule]) -> np.ndarray:
         plan, schedule = task

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import toms748
-from scipy.stats import chi2
 
 from ._json import finite_or_none
 from .errors import EvaluationError
@@ -177,7 +176,11 @@ def profile_likelihood(
     fitted = np.asarray(fitted, dtype=float)
     reference = objective.objective_value(fitted)
     profiler = _Profiler(objective, fitted, reference, max_iterations, tolerances)
-    threshold = float(chi2.ppf(CONFIDENCE_LEVEL, df=1)) if likelihood_valid else None
+    threshold = None
+    if likelihood_valid:
+        from scipy.stats import chi2  # only for intervals: importing scipy.stats costs ~0.5 s
+
+        threshold = float(chi2.ppf(CONFIDENCE_LEVEL, df=1))
     profiles = []
     for k, pid in enumerate(cmap.ids):
         profiles.append(_profile_one(profiler, k, samples_per_parameter, threshold))

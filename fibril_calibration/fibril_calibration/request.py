@@ -132,6 +132,9 @@ class OptimizerSpec:
     gradient_tolerance: float | None = None
     finite_difference_relative_step: float | None = None
     jacobian: str = "central"
+    # ``interior_start: {fraction: f}``: parameters whose initial value is a bound start that
+    # fraction of their range inside (see ``starting_point``); None: start at ``initial``.
+    interior_start_fraction: float | None = None
 
     def describe(self) -> dict[str, Any]:
         return {key: value for key, value in self.__dict__.items() if value is not None}
@@ -1074,7 +1077,8 @@ def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("type", "max_iterations", "function_tolerance",
                                   "parameter_tolerance", "gradient_tolerance",
-                                  "finite_difference_relative_step", "jacobian"))
+                                  "finite_difference_relative_step", "jacobian",
+                                  "interior_start"))
     kind = s.string(body.get("type", "ceres"), where.key("type"))
     if kind not in OPTIMIZER_TYPES:
         raise where.key("type").fail(f"unknown optimizer {kind!r}; expected one of "
@@ -1100,7 +1104,22 @@ def _optimizer(value: Any, where: s.Where) -> OptimizerSpec:
         function_tolerance=tolerance("function_tolerance"),
         parameter_tolerance=tolerance("parameter_tolerance"),
         gradient_tolerance=tolerance("gradient_tolerance"),
-        finite_difference_relative_step=step, jacobian=jacobian)
+        finite_difference_relative_step=step, jacobian=jacobian,
+        interior_start_fraction=_interior_start(body.get("interior_start"),
+                                                where.key("interior_start")))
+
+
+def _interior_start(value: Any, where: s.Where) -> float | None:
+    """``interior_start: {fraction: f}`` with 0 < f < 0.5 (absent or null: no interior start)."""
+    if value is None:
+        return None
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("fraction",))
+    fraction = s.number(body["fraction"], where.key("fraction"), positive=True)
+    if not fraction < 0.5:
+        raise where.key("fraction").fail(f"expected a fraction of the parameter range in "
+                                         f"(0, 0.5), got {fraction:g}")
+    return fraction
 
 
 def _objective(value: Any, where: s.Where) -> ObjectiveSpec:

@@ -37,6 +37,7 @@ from .optimizer import Tolerances, minimize
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
 from .profile_likelihood import profile_likelihood
+from .starting_point import starting_point
 from .summaries import ResidualSummary, summarize
 from .verdict import FitCriteria, judge
 
@@ -57,6 +58,9 @@ class SolverOptions:
     relative_step: float | None = None
     tolerances: Tolerances = Tolerances()
     cache_entries: int = 16  # execution.cache_entries (the latest centre is always kept)
+    # optimizer.interior_start.fraction: start parameters at a bound that far inside (see
+    # ``starting_point``); None starts at the declared initial values.
+    interior_start_fraction: float | None = None
 
     def __post_init__(self) -> None:
         if int(self.max_iterations) != self.max_iterations or self.max_iterations < 0:
@@ -67,6 +71,11 @@ class SolverOptions:
             raise CalibrationRequestError(
                 "optimizer_differences must be 'forward' or 'central', "
                 f"got {self.optimizer_differences!r}"
+            )
+        fraction = self.interior_start_fraction
+        if fraction is not None and not (np.isfinite(fraction) and 0.0 < fraction < 0.5):
+            raise CalibrationRequestError(
+                f"optimizer.interior_start.fraction must lie in (0, 0.5), got {fraction!r}"
             )
         if self.profile_likelihood and self.profile_samples < 2:
             raise CalibrationRequestError(
@@ -104,7 +113,11 @@ def calibrate(
     order = 1 if options.optimizer_differences == "forward" else 2
     objective = Objective(evaluator, fd, options.loss, order)
 
-    u0 = cmap.to_coordinate(cmap.initial)
+    start_point = starting_point(cmap, options.interior_start_fraction)
+    if progress is not None:
+        for warning in start_point.warnings:
+            progress(f"warning: {warning['message']}")
+    u0 = cmap.to_coordinate(start_point.physical)
     fit = minimize(objective, u0, None, options.max_iterations, options.tolerances, progress)
     u_hat = fit.coordinate
     p_hat = cmap.to_physical(u_hat)
@@ -201,6 +214,9 @@ def calibrate(
             "analysis_schemes": dict(zip(cmap.ids, lin.schemes)),
             "analysis_steps": dict(zip(cmap.ids, (float(s) for s in lin.steps))),
         },
+        start=start_point.physical,
+        interior_start_fraction=options.interior_start_fraction,
+        warnings=start_point.warnings,
     )
 
 

@@ -17,6 +17,7 @@ Threads. ``enqueue`` may be called from any thread; everything else belongs to t
 from __future__ import annotations
 
 import heapq
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -214,7 +215,12 @@ class SimulationInstance:
             snapshot_every = plan.manifest.trace.state_every_steps if trace is not None else 0
         self._snapshot_every = snapshot_every
         self._endpoints: list[Endpoint] = [a.create() for a in plan.actuators]
-        self._ingress = Ingress(plan.actuators, self._endpoints, self._clock)
+        # The ingress reads the clock through a weak reference: a bound method would make
+        # instance -> ingress -> instance a cycle, which only the cyclic GC frees, and with it
+        # the plan and its compiled model (a calibration makes one per candidate).
+        this = weakref.ref(self)
+        self._ingress = Ingress(plan.actuators, self._endpoints,
+                                lambda: this()._clock())  # type: ignore[union-attr]
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         self._state_layout = _state_offsets(plan.model)
         self._rollout_context = nullcontext() if rollout_context is None else rollout_context

@@ -7,7 +7,11 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 
 from __future__ import annotations
 
+import copy
 import math
+import sys
+import threading
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from .components.base import effective_config, validate_config
 from .errors import FibrilError, ManifestError, PlanError
 from .instance import SimulationInstance
 from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
+from .overlays import compiled as compiled_overlays
 from .overlays.mujoco_targets import apply_mujoco_overlays, compiled_value
 from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
 from .overlays import (ComponentTarget, MujocoTarget, OverlayError, OverlayParameter,
@@ -133,6 +138,22 @@ class SimulationPlan:
         }
 
 
+_MODEL_CACHE_ENTRIES = 8
+
+
+class _Bounded(dict):  # type: ignore[type-arg]
+    """A dict that forgets its oldest entry beyond ``limit`` entries."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.limit:
+            del self[next(iter(self))]
+
+
 @dataclass(frozen=True)
 class _ParsedModel:
     """A parsed model and what is known of its files, kept while their file keys are the
@@ -144,16 +165,61 @@ class _ParsedModel:
     model_files: Mapping[str, str]
 
 
+_POOL_MODELS = 4  # released candidate models kept for reuse
+
+
+@dataclass(eq=False)
+class _CandidateFamily:
+    """Plans of one manifest, model state, component set and list of MuJoCo targets, that
+    differ only in target values (a calibration's candidates).
+
+    ``model`` is the family's first full compile; its copies, with new values written in
+    (``overlays.compiled``), replace the compiler once ``verified`` (a second full compile
+    was bit-identical to such a copy). ``pool`` holds models of released plans for reuse;
+    ``issued`` the family's plans that may be released.
+    """
+
+    manifest: SimulationManifest
+    registry: ComponentRegistry
+    components: list[ResolvedComponent]
+    model_key: Any
+    targets: tuple[MujocoTarget, ...]
+    spec: mujoco.MjSpec
+    model: mujoco.MjModel
+    verified: bool | None = None
+    data: mujoco.MjData | None = None
+    pool: list[mujoco.MjModel] = field(default_factory=list)
+    issued: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+
+    def matches(self, manifest: SimulationManifest, registry: ComponentRegistry,
+                components: list[ResolvedComponent], model_key: Any,
+                targets: tuple[MujocoTarget, ...]) -> bool:
+        return (self.manifest is manifest and self.registry is registry
+                and self.components is components and self.model_key == model_key
+                and self.targets == targets)
+
+
 class SimulationBuilder:
-    """Resolves a manifest (and optional parameter overlays) into a SimulationPlan."""
+    """Resolves a manifest (and optional parameter overlays) into a SimulationPlan.
+
+    Plans that differ from the previous ones only in the values of MuJoCo targets (a
+    calibration's candidates) are not compiled again when every target kind can be written
+    into a compiled model bit-identically (``overlays.compiled``): their cost no longer grows
+    with the model's meshes. ``release(plan)`` lets the builder reuse a finished candidate's
+    model for the next one.
+    """
 
     def __init__(self, registry: ComponentRegistry | None = None) -> None:
         self.registry = registry or ComponentRegistry.standard()
-        # Parsed models and geom-inferred inertials, keyed by the model files' identity.
+        # Parsed models and geom-inferred inertials, keyed by the model files' identity (a
+        # few each: a builder that sees its model files change keeps only the latest ones).
         self._models: dict[Any, _ParsedModel] = {}
-        self._inertials: dict[Any, Any] = {}
+        self._inertials: dict[Any, Any] = _Bounded(_MODEL_CACHE_ENTRIES)
         # The components resolved last: (manifest, registry, component overlays, components).
         self._resolved: tuple[Any, ...] | None = None
+        # The candidate family of the latest plans (see _CandidateFamily), and its lock.
+        self._family: _CandidateFamily | None = None
+        self._family_lock = threading.Lock()
 
     def build(self, manifest: SimulationManifest | str | Path,
               overlays: ParameterOverlays | Sequence[OverlayParameter] | None = None
@@ -166,12 +232,26 @@ class SimulationBuilder:
         registry = self._registry_with_extensions(manifest)
         components = self._components(manifest, registry, overlays)
         spec, model_key, parsed = self._parse_model(manifest)
-        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
-                              inertials=self._inertials, model_key=model_key)
-        for component in components:
-            registry.get(component.type).prepare(component, spec)
-        model = self._compile(manifest, spec, overlays)
-        self._check_overlays_held(model, spec, overlays)
+        targets = tuple(target for _, target in overlays.mujoco)
+        family = self._family
+        if family is not None and not family.matches(manifest, registry, components,
+                                                     model_key, targets):
+            family = None
+        model = self._written(family, overlays) if family is not None else None
+        if model is None:
+            apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
+                                  inertials=self._inertials, model_key=model_key)
+            for component in components:
+                registry.get(component.type).prepare(component, spec)
+            model = self._compile(manifest, spec, overlays)
+            if family is not None:
+                if family.verified is None:
+                    self._verify(family, overlays, model)
+            elif model_key is not None and compiled_overlays.writable(spec, overlays.mujoco):
+                family = self._family = _CandidateFamily(
+                    manifest, registry, components, model_key, targets, spec, model)
+        self._check_overlays_held(model, family.spec if family is not None else spec,
+                                  overlays)
         try:
             timebase = Timebase.from_seconds(model.opt.timestep)
         except ValueError as exc:
@@ -199,10 +279,71 @@ class SimulationBuilder:
         self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
         provenance = self._provenance(manifest, model, parsed, overlays)
         layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
-        return SimulationPlan(
+        plan = SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
             actuators=tuple(actuators), keyframe_id=keyframe_id, scenario=scenario,
             provenance=provenance, layout=layout)
+        if family is not None and model is not family.model:
+            with self._family_lock:
+                family.issued[id(plan)] = plan
+        return plan
+
+    def release(self, plan: SimulationPlan) -> None:
+        """The caller is done with ``plan``: it keeps no reference to the plan, its instances,
+        its model or arrays of that model. The builder may then write a later candidate's
+        values into the same model instead of copying one (a mesh model is tens of MB). A
+        model still referenced from Python when its turn comes is left alone."""
+        family = self._family
+        if family is None or not family.verified:
+            return
+        with self._family_lock:
+            if family.issued.get(id(plan)) is not plan:
+                return  # not this family's, or released already
+            del family.issued[id(plan)]
+            family.pool.append(plan.model)
+            del family.pool[:-_POOL_MODELS]
+
+    def _written(self, family: _CandidateFamily, overlays: ParameterOverlays
+                 ) -> mujoco.MjModel | None:
+        """The family's model with ``overlays``' values written in, without compiling; None
+        until the family is verified, or when a value needs the compiler's checks."""
+        if not family.verified:
+            return None
+        with self._family_lock:
+            model = self._reusable(family)
+            if model is None:
+                model = copy.copy(family.model)
+            if family.data is None:
+                family.data = mujoco.MjData(family.model)
+            if compiled_overlays.write(model, family.data, family.spec, overlays.mujoco,
+                                       family.model):
+                return model
+            family.pool.append(model)  # untouched; still reusable
+            return None
+
+    @staticmethod
+    def _reusable(family: _CandidateFamily) -> mujoco.MjModel | None:
+        """A pooled model that nothing but the pool references any more."""
+        pool = family.pool
+        for i in range(len(pool)):  # (no enumerate: its reused tuple would hold a reference)
+            if sys.getrefcount(pool[i]) <= 2:  # the pool's and getrefcount's own
+                return pool.pop(i)
+        return None
+
+    def _verify(self, family: _CandidateFamily, overlays: ParameterOverlays,
+                compiled: mujoco.MjModel) -> None:
+        """Compare a written copy of the family's model with a full compile of the same
+        values, once: the written path is used only when they are bit-identical."""
+        with self._family_lock:
+            if family.verified is not None:
+                return
+            candidate = copy.copy(family.model)
+            data = mujoco.MjData(family.model)
+            if not compiled_overlays.write(candidate, data, family.spec, overlays.mujoco,
+                                           family.model):
+                return  # a value the compiler had to check: try again with the next one
+            family.data = data
+            family.verified = prov.saved_model(candidate) == prov.saved_model(compiled)
 
     @staticmethod
     def _overlays(manifest: SimulationManifest,
@@ -335,7 +476,7 @@ class SimulationBuilder:
             model_files={prov.relative(p, base): prov.sha256_file(p)
                          for p in prov.included_files(manifest.model)})
         if key is not None:
-            if len(self._models) >= 8:
+            if len(self._models) >= _MODEL_CACHE_ENTRIES:
                 self._models.pop(next(iter(self._models)))
             self._models[key] = parsed
         return spec, key, parsed

@@ -161,10 +161,15 @@ def asset_files(spec: mujoco.MjSpec, model_path: Path) -> list[Path]:
     return [path.resolve() for path in files if path.is_file()]
 
 
-def compiled_model_sha256(model: mujoco.MjModel) -> str:
+def saved_model(model: mujoco.MjModel) -> bytes:
+    """The model as MuJoCo saves it (MJB): every field, byte for byte."""
     buffer = np.zeros(mujoco.mj_sizeModel(model), dtype=np.uint8)
     mujoco.mj_saveModel(model, None, buffer)
-    return hashlib.sha256(buffer.tobytes()).hexdigest()
+    return buffer.tobytes()
+
+
+def compiled_model_sha256(model: mujoco.MjModel) -> str:
+    return hashlib.sha256(saved_model(model)).hexdigest()
 
 
 def package_version(name: str) -> str:

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from .components import ActuatorDescriptor
 
 
+_CONTROL_ENTRIES = 8  # control trajectories kept per recording (per actuator setup)
+_MISSING = object()
+
+
 @dataclass(frozen=True)
 class ControlTrajectory:
     """Per recorded input: release tick, ctrl index and ctrl value (replay order)."""
@@ -67,16 +71,28 @@ class RecordedInputs:
         """The control trajectory for these endpoints (None if one cannot say its ctrl)."""
         key = tuple((a.endpoint, a.latency_ticks, repr(sorted(a.config.items())))
                     for a in actuators)
-        if key not in self._controls:
+        found = self._controls.get(key, _MISSING)
+        if found is _MISSING:
             latencies: dict[int, set[int]] = {}
             for actuator in actuators:
                 for index in actuator.modes.values():
                     latencies.setdefault(index, set()).add(actuator.latency_ticks)
             # Only when each ctrl has one latency is "later command wins" the commit order.
-            ordered = all(len(found) == 1 for found in latencies.values())
-            self._controls[key] = (_control_trajectory(self.entries, actuators, endpoints)
-                                   if ordered else None)
-        return self._controls[key]
+            ordered = all(len(seen) == 1 for seen in latencies.values())
+            trajectory = (_control_trajectory(self.entries, actuators, endpoints)
+                          if ordered else None)
+            # Bounded: a calibration of an actuator's config (its latency, say) makes one key
+            # per candidate, each with its trajectory and up to 16 block tables.
+            # (Workers may race here: each computes the same trajectory; eviction tolerates
+            # another worker's.)
+            while len(self._controls) >= _CONTROL_ENTRIES:
+                try:
+                    self._controls.pop(next(iter(self._controls)), None)
+                except (RuntimeError, StopIteration):
+                    break
+            self._controls[key] = trajectory
+            return trajectory
+        return found  # type: ignore[return-value]
 
 
 def endpoint_signature(actuators: Sequence[ActuatorDescriptor]) -> tuple[Any, ...]:

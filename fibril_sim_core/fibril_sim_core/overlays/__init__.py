@@ -1,5 +1,6 @@
-"""Typed parameter overlays: the artifact format and validation (``artifact``) and the MuJoCo
-target kinds written into an MjSpec before compilation (``mujoco_targets``)."""
+"""Typed parameter overlays: the artifact format and validation (``artifact``), the MuJoCo
+target kinds written into an MjSpec before compilation (``mujoco_targets``) and, for the kinds
+where that is bit-identical, straight into a compiled model (``compiled``)."""
 
 from .artifact import (ARTIFACT_FORMAT, ComponentTarget, MujocoTarget, OverlayArtifact,
                        OverlayError, OverlayParameter, OverlayTarget, ParameterOverlays,
