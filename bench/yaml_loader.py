@@ -1,6 +1,6 @@
 """Parse time of a ~1.4 MB calibration-like YAML request: PyYAML's pure-Python ``safe_load``
 (the old loader) against ``fibril_sim_core._schema.load_yaml`` (libyaml + YAML 1.2 floats +
-bounds) and bare ``yaml.CSafeLoader``. Run: ``python bench/yaml_loader.py`` (seconds, best
+bounds) and bare ``yaml.CSafeLoader``. Run: ``python bench/yaml_loader.py`` (CPU seconds, best
 of 3)."""
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def request_text(episodes: int = 8, samples: int = 2800) -> str:
 def best(fn, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 

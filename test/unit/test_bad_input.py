@@ -140,7 +140,7 @@ def test_run_duration_bounds(capsys: pytest.CaptureFixture[str], duration: str,
     ("{mode: duty, value: -0.5}", "{mode: duty, value: .nan}", "inputs[2].payload.value",
      "payload 'value' must be a finite number, got nan"),
     ("{mode: duty, value: -0.5}", "{mode: duty, value: -0.5, extra: 1}", "inputs[2].payload",
-     "unknown payload key(s) 'extra'"),
+     "unknown payload key(s) extra; expected mode, value"),
     ("source_sequence: 3", "source_sequence: 1", "inputs[2].source_sequence",
      "1 does not increase for source 'motor/command' in commit order (inputs[1] has 2)"),
     ("payload_type: fibril_sim/motor_command/v1, payload: {mode: voltage",
@@ -299,17 +299,26 @@ def test_experiment_run_overwrite(example: Path, capsys: pytest.CaptureFixture[s
             "--traces", str(traces)]
     assert main(argv) == 0
     capsys.readouterr()
-    (traces / "stale.txt").write_text("old")
+    shutil.copytree(traces / "baseline", traces / "stale-run")
     line = _error(capsys, argv)
     assert line == (f"{traces}: the trace folder already exists; pass --overwrite to replace "
                     f"it, or choose another with --traces")
-    assert (traces / "stale.txt").exists()
+    assert (traces / "stale-run").exists()
     assert main([*argv, "--overwrite"]) == 0
-    assert not (traces / "stale.txt").exists() and (traces / "baseline").is_dir()
+    assert not (traces / "stale-run").exists() and (traces / "baseline").is_dir()
     capsys.readouterr()
     (example / "file").write_text("x")
-    line = _error(capsys, [*argv[:-1], str(example / "file"), "--overwrite"])
-    assert "exists and is not a trace folder; not replaced" in line
+    (example / "data").mkdir()
+    (example / "data" / "keep.txt").write_text("precious")
+    for other in ("file", "data"):  # never removes what an experiment run did not make
+        line = _error(capsys, [*argv[:-1], str(example / other), "--overwrite"])
+        assert "exists and is not the trace folder of an experiment run" in line, line
+    assert (example / "data" / "keep.txt").read_text() == "precious"
+    (traces / "notes.txt").write_text("mine")  # a run folder plus a user's file: kept
+    assert "not replaced" in _error(capsys, [*argv, "--overwrite"])
+    assert (traces / "notes.txt").exists()
+    (example / "empty").mkdir()
+    assert main([*argv[:-1], str(example / "empty"), "--overwrite"]) == 0
 
 
 # ------------------------------------------------------------------ files a request names

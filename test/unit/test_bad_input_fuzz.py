@@ -1,8 +1,8 @@
 """Bad input never crashes: a seeded mutation corpus of every file kind people write.
 
-Each case mutates one of the drivetrain example files (manifest, recorded inputs, overlay
-artifact, experiment, calibration request, and the recorded inputs and samples the request
-names) — byte flips, non-UTF-8 bytes, deep nesting, alias bombs, huge numbers, .inf/.nan,
+Each case mutates one of the drivetrain example files (manifest, through ``inspect`` and
+``run``; recorded inputs; overlay artifact; experiment and its scenario; calibration request,
+and the recorded inputs and samples it names) — byte flips, non-UTF-8 bytes, deep nesting, alias bombs, huge numbers, .inf/.nan,
 wrong types, deleted keys, truncation — and runs the real
 ``fibril_sim`` entry (``cli.main`` in-process). Every case must end with exit 2 and one
 stderr line ``fibril_sim: error: ...`` naming the mutated file, or succeed when the mutant is
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "examples" / "drivetrain"
 # A longer or different corpus: FIBRIL_FUZZ_CASES=1000 FIBRIL_FUZZ_SEED=7 pytest this file.
 SEED = int(os.environ.get("FIBRIL_FUZZ_SEED", "20261201"))
-CASES_PER_KIND = int(os.environ.get("FIBRIL_FUZZ_CASES", "60"))
+CASES_PER_KIND = int(os.environ.get("FIBRIL_FUZZ_CASES", "50"))
 CASE_SECONDS = 5.0
 MEMORY_GROWTH_MB = 400
 
@@ -192,6 +192,11 @@ KINDS = [
     Kind("calibration", "calibration.yaml",
          lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"],
          also_named=("calibration_data/",)),
+    Kind("scenario", "drive-start.yaml",
+         lambda f: ["experiment", "run", str(f / "wheel-damping-study.yaml"), "--output",
+                    str(f / "out" / "results.json")], valid_codes=(0, 1)),
+    Kind("manifest_run", "simulation.yaml",
+         lambda f: ["run", str(f / "simulation.yaml"), "--steps", "30"]),
     # The files a calibration request names: recorded inputs (YAML) and samples (CSV).
     Kind("recorded_inputs", "calibration_data/run-01_inputs.yaml",
          lambda f: ["calibrate", str(f / "calibration.yaml"), "--quiet"]),

@@ -91,7 +91,7 @@ class Motor(Endpoint):
         self._config = config
 
     def parse(self, payload: Mapping[str, Any]) -> Command:
-        extra = sorted(short(k) for k in set(payload) - {"mode", "value"})
+        extra = sorted(str(k)[:60] for k in set(payload) - {"mode", "value"})
         if extra:
             raise ValueError(f"unknown payload key(s) {', '.join(extra[:5])}; expected mode, "
                              f"value")

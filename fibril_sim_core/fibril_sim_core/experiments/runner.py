@@ -71,7 +71,9 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
     """Run every run of ``experiment``; return the versioned result document.
 
     ``traces`` must not exist, unless ``overwrite`` (an explicit choice, ``--overwrite``):
-    then an existing trace folder is removed once the experiment has been validated."""
+    then an existing trace folder is removed once the experiment has been validated, but only
+    an empty one or one that holds nothing but run traces, never any other folder a mistyped
+    ``--traces`` names."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
     baseline = load_overlay_artifact(experiment.baseline_overlay)
@@ -80,8 +82,10 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
         if not overwrite:
             raise ExperimentError(f"{traces}: the trace folder already exists; pass "
                                   f"--overwrite to replace it, or choose another with --traces")
-        if traces.is_symlink() or not traces.is_dir():
-            raise ExperimentError(f"{traces}: exists and is not a trace folder; not replaced")
+        if not _is_trace_folder(traces):
+            raise ExperimentError(f"{traces}: exists and is not the trace folder of an "
+                                  f"experiment run (only run traces: folders holding a "
+                                  f"rosbag2 metadata.yaml or .mcap files); not replaced")
         shutil.rmtree(traces)
     traces.mkdir(parents=True)
     baseline_values = {p.id: p.value for p in baseline.parameters}
@@ -91,6 +95,19 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                     traces / v.id) for v in experiment.variants]
     records = _run_all(jobs, experiment.execution.workers, progress)
     return _document(experiment, baseline, records, traces)
+
+
+def _is_trace_folder(path: Path) -> bool:
+    """Whether ``path`` is a real folder holding only run traces (each a folder with a rosbag2
+    ``metadata.yaml`` or ``.mcap`` files): what ``--overwrite`` may remove."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    for entry in path.iterdir():
+        if entry.is_symlink() or not entry.is_dir():
+            return False
+        if not ((entry / "metadata.yaml").is_file() or any(entry.glob("*.mcap"))):
+            return False
+    return True
 
 
 def _check_start(experiment: Experiment) -> None:
