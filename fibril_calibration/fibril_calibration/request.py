@@ -66,7 +66,7 @@ RESERVED_CONTEXT_KEYS = ("training_episode_content_sha256", "validation_episode_
 
 _TOP_REQUIRED = ("schema_version", "manifest", "parameters", "observations", "training")
 _TOP_OPTIONAL = ("validation", "optimizer", "objective", "execution", "analysis", "fit",
-                 "context")
+                 "context", "sources")
 
 
 # --------------------------------------------------------------------------- typed request
@@ -108,6 +108,9 @@ class EpisodeSpec:
     content_sha256: str
     recording: Path | None = None  # the trace the recorded inputs came from
     recording_episode: int | None = None  # its episode number
+    # An episode from a recording source (bag / CSV, see ``mapping``): path, format, declaring
+    # entry, window and how the input samples were moved onto ticks.
+    source: Mapping[str, Any] | None = field(default=None, compare=False)
     # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
     # endpoints, replayed into every candidate whose endpoints parse the same way.
     prepared_inputs: Any = field(default=None, compare=False, repr=False)
@@ -272,11 +275,13 @@ def parse_calibration_request(
     objective = _objective(doc.get("objective", {}), root.key("objective"))
     by_id = {o.id: o for o in observations}
     episode_ids: dict[str, str] = {}
-    with Recordings() as recordings:
+    with Recordings() as recordings, _source_set(doc, root, base) as sources:
         training = _episodes(doc["training"], root.key("training"), "training", by_id, nominal,
-                             base, episode_ids, recordings, required=True)
+                             base, episode_ids, recordings, required=True, sources=sources)
         validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
-                               by_id, nominal, base, episode_ids, recordings, required=False)
+                               by_id, nominal, base, episode_ids, recordings, required=False,
+                               sources=sources)
+    training, validation = _split_windows(training, validation, root.key("training"))
     _check_activation_states(training, root.key("training"), probes)
     _check_activation_states(validation, root.key("validation"), probes)
     if objective.standardized_gaussian_residuals:
@@ -459,19 +464,46 @@ def _observations(value: Any, where: s.Where, plan: SimulationPlan,
 
 def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str, ObservationSpec],
               plan: SimulationPlan, base: Path, seen: dict[str, str], recordings: Recordings,
-              *, required: bool) -> tuple[EpisodeSpec, ...]:
+              *, required: bool, sources: Any = None) -> tuple[EpisodeSpec, ...]:
     items = s.sequence(value, where)
     if required and not items:
         raise where.fail("expected at least one training episode")
     out = []
     for i, item in enumerate(items):
-        episode = _episode(item, where.key(i), scope, observations, plan, base, recordings)
-        if episode.id in seen:
-            raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
-                                              f"declared at {seen[episode.id]})")
-        seen[episode.id] = where.key(i).path
-        out.append(episode)
+        if isinstance(item, Mapping) and "source" in item and sources is not None:
+            from .mapping import source_episodes  # a bag / CSV recording, maybe windowed
+
+            episodes = source_episodes(item, where.key(i), scope, observations, plan, sources)
+        else:
+            episodes = [_episode(item, where.key(i), scope, observations, plan, base,
+                                 recordings)]
+        for episode in episodes:
+            if episode.id in seen:
+                raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
+                                                  f"declared at {seen[episode.id]})")
+            seen[episode.id] = where.key(i).path
+            out.append(episode)
     return tuple(out)
+
+
+def _source_set(doc: Mapping[str, Any], root: s.Where, base: Path) -> Any:
+    """The request's recording sources (``sources``; see ``mapping``)."""
+    from .mapping import SourceSet
+
+    return SourceSet(doc.get("sources"), root.key("sources"), base)
+
+
+def _split_windows(training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSpec, ...],
+                   where: s.Where) -> tuple[tuple[EpisodeSpec, ...], tuple[EpisodeSpec, ...]]:
+    """Windows that ``validation_every`` moved out of training entries join the validation
+    episodes (after the declared ones)."""
+    moved = tuple(e for e in training if e.scope == "validation")
+    if not moved:
+        return training, validation
+    kept = tuple(e for e in training if e.scope == "training")
+    if not kept:
+        raise where.fail("validation_every left no training episode")
+    return kept, validation + moved
 
 
 @dataclass(frozen=True)
@@ -821,7 +853,9 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
 
 
 def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
-            horizon: int | None, base: Path, traces: _EpisodeTraces) -> SignalSpec:
+            horizon: int | None, base: Path, traces: _EpisodeTraces | None, *,
+            loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
+    """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
     body = s.mapping(value, where)
     s.keys(body, where, required=("alignment",),
            optional=("residual_scale", "residual_scales", "scale_semantics", "samples",
@@ -858,14 +892,21 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
         scales = np.array([s.number(v, sw.key(i), positive=True) for i, v in enumerate(raw)])
 
     given = [key for key in ("samples", "samples_file", "samples_from") if key in body]
-    if len(given) != 1:
+    if loaded is not None:
+        if given:
+            raise where.key(given[0]).fail("the signal's samples come from the episode's "
+                                           "source; give no samples / samples_file / "
+                                           "samples_from")
+    elif len(given) != 1:
         raise where.fail("give exactly one of 'samples' (inline), 'samples_file' (a CSV file) or "
                          "'samples_from' (a trace selector)")
     samples_file = None
     selector = None
-    if "samples_from" in body:
+    if loaded is not None:
+        times, values = loaded
+    elif "samples_from" in body:
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
-                                                 observation, traces)
+                                                 observation, traces)  # type: ignore[arg-type]
     elif "samples" in body:
         times, values = _inline_samples(body["samples"], where.key("samples"), observation)
     else:
@@ -1027,8 +1068,11 @@ def _check_standardized(doc: Mapping[str, Any], root: s.Where,
     every weight is 1.0, in training and validation alike."""
     claim = "objective.standardized_gaussian_residuals is true"
     for episode in episodes:
-        index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
-        at = root.key(episode.scope).key(index)
+        if episode.source is not None:  # a window of a recording-source entry
+            at = s.Where(root.file, episode.source["entry"], CalibrationRequestError)
+        else:
+            index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
+            at = root.key(episode.scope).key(index)
         if episode.weight != 1.0:
             raise at.key("weight").fail(
                 f"{claim}, so every episode weight must be 1.0 (an engineering weight is not a "
