@@ -3,6 +3,7 @@
     fibril_sim calibrate calibration.yaml
     fibril_sim calibrate calibration.yaml --json
     fibril_sim calibrate calibration.yaml --output result.json --output-overlay fit.json
+    fibril_sim calibrate calibration.yaml --evaluate nominal --evaluate fit.json
 
 The default output is a readable summary; ``--json`` prints the full result document. Progress
 lines go to stderr. Output files are checked before the run and written atomically after it
@@ -35,6 +36,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output-overlay", type=Path, metavar="FIT.json",
                         help="write the fitted parameter overlay artifact (loadable from a "
                              "manifest's parameter_overlays)")
+    parser.add_argument("--evaluate", action="append", metavar="OVERLAY.json|nominal",
+                        help="score a fixed parameter set on the episodes without fitting: "
+                             "'nominal' (the initial values) or an overlay artifact; "
+                             "repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run)
     return parser
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
     progress = None if args.quiet else _progress
+    if getattr(args, "evaluate", None):
+        return _evaluate(args, progress)
     result = run_calibration(args.request, progress=progress)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
@@ -70,6 +77,36 @@ def run(args: argparse.Namespace) -> int:
         for label, path in (("result", args.output), ("overlay", args.output_overlay)):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, progress: Any) -> int:
+    """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
+    from .errors import CalibrationError
+    from .request import load_calibration_request
+    from .result import to_json, write_atomic
+    from .scores import evaluate_parameter_sets, scores_text
+
+    if args.output_overlay is not None:
+        raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")
+    if progress is not None:
+        progress(f"loading {args.request}")
+    request = load_calibration_request(args.request)
+    document = evaluate_parameter_sets(request, args.evaluate, progress=progress)
+    text = to_json(document)
+    if args.output is not None:
+        write_atomic(args.output, text)
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        lines = [f"evaluation   {request.path}  (no fit)"]
+        for name, entry in document["scores"].items():
+            values = ", ".join(f"{k}={v:.6g}" for k, v in entry["values"].items())
+            lines.append(f"{name}: {values}")
+        lines.extend(scores_text(document["scores"]))
+        if args.output is not None:
+            lines.append(f"result       {args.output}")
+        sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 

@@ -25,7 +25,8 @@ from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
 from .problem import CalibrationProblem, Progress
 from .request import CalibrationRequest, load_calibration_request
-from .result import build_result_document, to_json
+from .result import build_result_document, strict, to_json
+from .scores import input_timing, nominal_set, score_sets, scores_text
 from .solver import SolverOptions, calibrate
 from .verdict import FitCriteria
 
@@ -127,11 +128,16 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         fitted_plan = problem.candidate_plan(outcome.fitted)
         rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
                          for s in problem.schedules(scope)}  # type: ignore[arg-type]
+        values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
+        # The nominal (initial) set beside the fitted one, in physical units (``scores``).
+        scores = score_sets(problem, [nominal_set(request),
+                                      ("fitted", values, {"from": "this calibration"})])
         statistics = problem.statistics
-    values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
                                      statistics, rollout_ticks)
+    document["scores"] = strict(scores)
+    document["input_timing"] = strict(input_timing(request))
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
     return CalibrationResult(request, outcome, fitted_plan, document)
@@ -210,6 +216,14 @@ def summary_text(document: dict[str, Any]) -> str:
     condition = identifiability.get("condition_number")
     condition_text = "infinite" if identifiability.get("condition_number_infinite") \
         else _g(condition)
+    timing = document.get("input_timing") or {}
+    for policy, stats in timing.items():
+        lines.append(f"input timing {stats['samples']} recorded input sample(s) committed at the "
+                     f"{policy.replace('_', ' ')}: {stats['moved']} moved, largest shift "
+                     f"{stats['max_shift_s'] * 1e3:.4g} ms; {stats['held_at_start']} held in "
+                     f"force at a window start")
+    if document.get("scores"):
+        lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
     fit = document.get("fit") or {}
     reasons = fit.get("reasons") or []
