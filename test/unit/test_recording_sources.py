@@ -1,0 +1,335 @@
+"""Episodes from what robots record: rosbag2 (MCAP, sqlite3), raw MCAP and CSV logs mapped to
+recorded inputs, reference signals and initial states, cut into windows, with jittered
+timestamps; every bad recording is a one-line request error naming file, topic / column and
+time.
+
+The recordings come from ``_recording_rig``: a two-joint torque arm with a known joint damping,
+its torque commands at jittered times and its joint states logged 0.7-8.8 ms apart. Linear
+alignment and ``commit: next_tick`` replay it exactly, so each fit must recover the truth.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import _recording_rig as rig
+from fibril_calibration.engine import run_calibration
+from fibril_calibration.errors import CalibrationRequestError
+from fibril_calibration.request import load_calibration_request
+from fibril_calibration.scores import evaluate_parameter_sets
+from fibril_calibration.sources import SourceError, open_source
+
+WINDOWS = {"every": 0.2, "validation_every": 4}
+
+
+def _extra_topics(data: dict[str, Any]) -> Any:
+    """/m1/torque (std_msgs/Float64) and /m2/cmd (fibril_msgs/MotorCommand) carrying the same
+    commands as /joint_commands."""
+    def add(writer: Any, store: Any) -> list[tuple[int, Any, Any]]:
+        Float64 = store.types["std_msgs/msg/Float64"]
+        MotorCommand = store.types["fibril_msgs/msg/MotorCommand"]
+        torque = writer.add_connection("/m1/torque", Float64.__msgtype__, typestore=store)
+        command = writer.add_connection("/m2/cmd", MotorCommand.__msgtype__, typestore=store)
+        rows = []
+        for t, tau in zip(data["command_times"].tolist(), data["torques"].tolist()):
+            rows.append((rig.EPOCH + t, torque, Float64(data=tau[0])))
+            rows.append((rig.EPOCH + t, command, MotorCommand(mode=2, value=tau[1])))
+        return rows
+    return add
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("arm")
+    data = rig.recording(folder)
+    data["folder"] = folder
+    data["mcap"] = rig.write_bag(folder / "bag-mcap", data, "mcap", extra=_extra_topics(data),
+                                 header_offset_ns=500_000)
+    data["sqlite3"] = rig.write_bag(folder / "bag-sqlite3", data, "sqlite3")
+    data["raw"] = rig.raw_mcap(data["mcap"], folder / "raw.mcap")
+    data["csv"] = rig.write_csv(folder / "log.csv", data)
+    return data
+
+
+def _load(folder: Path, doc: dict[str, Any], name: str = "request.yaml") -> Any:
+    return load_calibration_request(rig.write_request(folder, doc, name))
+
+
+def _fails(folder: Path, doc: dict[str, Any], *needles: str) -> str:
+    with pytest.raises(CalibrationRequestError) as info:
+        _load(folder, doc, "bad.yaml")
+    text = str(info.value)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, text
+    return text
+
+
+def _recovers(request: Any) -> None:
+    result = run_calibration(request)
+    for joint, value in rig.TRUTH.items():
+        assert result.fitted_values[f"d_{joint}"] == pytest.approx(value, rel=1e-6)
+    assert result.outcome.training_summary.rms < 1e-8
+
+
+# --------------------------------------------------------------------------- recovery
+
+@pytest.mark.parametrize("kind", ["mcap", "sqlite3", "raw", "csv"])
+def test_each_source_recovers_the_truth_over_windows(arm: dict[str, Any], kind: str) -> None:
+    source: dict[str, Any] = {"path": str(arm[kind])}
+    if kind == "csv":
+        source["time_column"] = "t_s"
+    doc = rig.request(arm["manifest"], source, windows=WINDOWS, csv_log=kind == "csv")
+    request = _load(arm["folder"], doc)
+    assert [e.id for e in request.training] == ["arm/w000", "arm/w001", "arm/w002", "arm/w004"]
+    assert [e.id for e in request.validation] == ["arm/w003"]
+    # initial state: the logged state at the window start (a log sample sits on each start)
+    second = request.training[1]
+    assert second.source["window_s"] == [0.2, 0.4]
+    state = {entry["joint"]: entry for entry in second.initial_state}
+    for n, joint in enumerate(rig.JOINTS):
+        assert state[joint]["qpos"][0] == pytest.approx(arm["q_ticks"][200][n], abs=1e-12)
+        assert state[joint]["qvel"][0] == pytest.approx(arm["dq_ticks"][200][n], abs=1e-12)
+    # window-relative reference times, the window's own samples only
+    signal = second.signals[0]
+    assert signal.times_ns[0] == 0 and signal.times_ns[-1] == 200_000_000
+    _recovers(request)
+
+
+def test_whole_recording_and_listed_windows(arm: dict[str, Any]) -> None:
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"])})
+    whole = _load(arm["folder"], doc)
+    assert [e.id for e in whole.training] == ["arm"] and not whole.validation
+    assert whole.training[0].signals[0].count == arm["log_times"].size
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"])},
+                      windows=[[0.1, 0.3], [0.55, 0.9]])
+    listed = _load(arm["folder"], doc)
+    assert [e.source["window_s"] for e in listed.training] == [[0.1, 0.3], [0.55, 0.9]]
+    stamps = arm["log_times"]
+    inside = stamps[(stamps >= 550_000_000) & (stamps <= 900_000_000)]
+    np.testing.assert_array_equal(listed.training[1].signals[0].times_ns, inside - 550_000_000)
+    # a window that starts between log samples: the state is interpolated at its start
+    q = rig.sample(arm["q_ticks"], np.array([550_000_000]))[0]
+    entry = listed.training[1].initial_state[0]
+    stamps_before = stamps[stamps < 550_000_000][-1]
+    stamps_after = stamps[stamps >= 550_000_000][0]
+    w = (550_000_000 - stamps_before) / (stamps_after - stamps_before)
+    i = int(np.searchsorted(stamps, stamps_before))
+    expected = (1 - w) * arm["q"][i][0] + w * arm["q"][i + 1][0]
+    assert entry["qpos"][0] == pytest.approx(expected, abs=1e-12)
+    assert entry["qpos"][0] == pytest.approx(q[0], abs=1e-3)
+
+
+def test_shared_named_source_and_float64_and_motor_command_inputs(arm: dict[str, Any]) -> None:
+    doc = rig.request(arm["manifest"], "bench", windows=WINDOWS,
+                      sources={"bench": {"path": str(arm["mcap"])}})
+    doc["training"][0]["inputs"] = [
+        {"topic": "/m1/torque", "field": "data", "source_id": "j1/command", "mode": "torque",
+         "commit": "next_tick"},
+        {"topic": "/m2/cmd", "source_id": "j2/command", "commit": "next_tick"}]
+    request = _load(arm["folder"], doc)
+    reference = _load(arm["folder"], rig.request(arm["manifest"], {"path": str(arm["mcap"])},
+                                                 windows=WINDOWS), "reference.yaml")
+    for episode, expected in zip(request.training, reference.training):
+        got = sorted((r.source_id, r.commit_tick, r.payload_json)
+                     for r in episode.recorded_inputs)
+        want = sorted((r.source_id, r.commit_tick, r.payload_json)
+                      for r in expected.recorded_inputs)
+        assert got == want
+    _recovers(request)
+
+
+# --------------------------------------------------------------------------- timestamps
+
+def test_jittered_commands_are_moved_to_ticks_and_reported(arm: dict[str, Any]) -> None:
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"])})
+    episode = _load(arm["folder"], doc).training[0]
+    times = arm["command_times"]
+    off_grid = int(np.count_nonzero(times % rig.DT))
+    timing = episode.source["input_timing"]["next_tick"]
+    assert timing["samples"] == 2 * times.size
+    assert timing["moved"] == 2 * off_grid
+    shift = int(np.max((-(-times // rig.DT)) * rig.DT - times))
+    assert timing["max_shift_ns"] == shift
+    ticks = sorted({r.commit_tick for r in episode.recorded_inputs})
+    assert ticks == sorted(set((-(-times // rig.DT)).tolist()))
+    # nearest_tick: a sample less than half a tick after a tick goes back to it
+    doc["training"][0]["inputs"][0]["commit"] = "nearest_tick"
+    nearest = _load(arm["folder"], doc).training[0]
+    expected = sorted(set(np.rint(times / rig.DT).astype(int).tolist()))
+    assert sorted({r.commit_tick for r in nearest.recorded_inputs}) == expected
+    stats = nearest.source["input_timing"]["nearest_tick"]
+    assert stats["max_shift_ns"] <= rig.DT // 2
+    # the result reports it too
+    result = run_calibration(_load(arm["folder"], rig.request(
+        arm["manifest"], {"path": str(arm["mcap"])}, windows=[[0.0, 0.3]])))
+    assert result.document["input_timing"]["next_tick"]["moved"] > 0
+    assert "largest shift" in result.summary()
+
+
+def test_header_time_instead_of_log_time(arm: dict[str, Any]) -> None:
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"]), "time": "header"})
+    episode = _load(arm["folder"], doc).training[0]
+    # commands carry header = log time; the states are stamped 0.5 ms after their log time
+    np.testing.assert_array_equal(episode.signals[0].times_ns, arm["log_times"] + 500_000)
+    for signal in doc["training"][0]["signals"].values():
+        signal["time"] = "log"
+    episode = _load(arm["folder"], doc).training[0]
+    np.testing.assert_array_equal(episode.signals[0].times_ns, arm["log_times"])
+    doc["training"][0]["inputs"] = [{"topic": "/m1/torque", "field": "data", "time": "header",
+                                     "source_id": "j1/command", "mode": "torque",
+                                     "commit": "next_tick"}]
+    _fails(arm["folder"], doc, "topic '/m1/torque'", "has no header", "time: log")
+
+
+# --------------------------------------------------------------------------- scores
+
+def test_result_and_evaluate_give_nominal_beside_fitted_in_physical_units(
+        arm: dict[str, Any], tmp_path: Path) -> None:
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"])}, windows=WINDOWS)
+    request = _load(arm["folder"], doc)
+    result = run_calibration(request)
+    scores = result.document["scores"]
+    assert set(scores) == {"nominal", "fitted"}
+    nominal = scores["nominal"]["training"]
+    fitted = scores["fitted"]["training"]
+    assert [s["signal"] for s in nominal["signals"]] == ["q_j1", "q_j2"]
+    assert nominal["signals"][0]["unit"] == "rad"
+    assert nominal["signals"][0]["rms"][0] > 1e-3 > fitted["signals"][0]["rms"][0]
+    assert scores["nominal"]["validation"]["standardized_rms"] > 1.0
+    # the physical RMS is the standardized one times the scale (1e-3 rad)
+    first = nominal["episodes"][0]
+    physical = [s["rms"][0] for s in first["signals"]]  # both signals have the same count
+    assert first["standardized_rms"] == pytest.approx(
+        np.sqrt(np.mean(np.square(physical))) / 1e-3)
+    assert "nominal" in result.summary() and "[rad]" in result.summary()
+    overlay = tmp_path / "fit.json"
+    overlay.write_text(json.dumps(result.parameter_overlay))
+    evaluated = evaluate_parameter_sets(request, ["nominal", str(overlay)])
+    assert list(evaluated["scores"]) == ["nominal", str(overlay)]
+    assert evaluated["scores"]["nominal"]["training"] == nominal
+    assert evaluated["scores"][str(overlay)]["training"]["standardized_rms"] < 1e-8
+    assert evaluated["scores"][str(overlay)]["values"] == pytest.approx(
+        {f"d_{j}": v for j, v in rig.TRUTH.items()})
+
+
+# --------------------------------------------------------------------------- bad recordings
+
+def _doc(arm: dict[str, Any], kind: str = "mcap", **kw: Any) -> dict[str, Any]:
+    source: dict[str, Any] = {"path": str(arm[kind])}
+    if kind == "csv":
+        source["time_column"] = "t_s"
+    return rig.request(arm["manifest"], source, csv_log=kind == "csv", **kw)
+
+
+def test_missing_topic_field_element_and_wrong_type(arm: dict[str, Any]) -> None:
+    doc = _doc(arm)
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["signals"]["q_j1"]["topic"] = "/nope"
+    _fails(arm["folder"], bad, "training[0].signals.q_j1", str(arm["mcap"]), "no topic '/nope'",
+           "/joint_states")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["signals"]["q_j1"]["type"] = "std_msgs/msg/Float64"
+    _fails(arm["folder"], bad, "topic '/joint_states'", "carries sensor_msgs/msg/JointState",
+           "not std_msgs/msg/Float64")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["signals"]["q_j1"]["field"] = "positon[j1]"
+    _fails(arm["folder"], bad, "has no field 'positon'", "position")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["signals"]["q_j1"]["field"] = "position[j9]"
+    _fails(arm["folder"], bad, "no element named 'j9'", "j2, j1")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["inputs"][0]["endpoints"] = {"j1": "nope/command"}
+    _fails(arm["folder"], bad, "unknown endpoint source id 'nope/command'", "j1/command")
+    bad = copy.deepcopy(doc)
+    del bad["training"][0]["inputs"][0]["commit"]
+    _fails(arm["folder"], bad, "inputs[0]", "commit")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["inputs"][0]["mode"] = "duty"
+    _fails(arm["folder"], bad, "mode", "duty")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["source"] = "bench"
+    _fails(arm["folder"], bad, "unknown source 'bench'")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["source"] = {"path": str(arm["folder"] / "missing-bag")}
+    _fails(arm["folder"], bad, "does not exist", "missing-bag")
+
+
+def test_missing_column_nan_rows_and_backwards_time(arm: dict[str, Any]) -> None:
+    doc = _doc(arm, "csv")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["signals"]["q"]["columns"] = ["q1", "q9"]
+    _fails(arm["folder"], bad, str(arm["csv"]), "no column 'q9'", "q1, q2")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["source"].pop("time_column")
+    _fails(arm["folder"], bad, "time column")
+    lines = arm["csv"].read_text().splitlines()
+    nan = arm["folder"] / "nan.csv"
+    rows = [line.split(",") for line in lines]
+    for n in (40, 41, 90):
+        rows[n][3] = "nan"
+    nan.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["source"]["path"] = str(nan)
+    t = float(rows[40][0])
+    _fails(arm["folder"], bad, str(nan), "'q1'", "3 row(s) with NaN", f"{t:.9g} s")
+    back = arm["folder"] / "back.csv"
+    rows = [line.split(",") for line in lines]
+    rows[50], rows[51] = rows[51], rows[50]
+    back.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    bad = copy.deepcopy(doc)
+    bad["training"][0]["source"]["path"] = str(back)
+    _fails(arm["folder"], bad, str(back), "'t_s'", "time goes backwards at line 52")
+
+
+def test_empty_window_and_gap_tolerance(arm: dict[str, Any]) -> None:
+    doc = _doc(arm, windows=[[0.2, 0.4], [1.5, 1.7]])
+    text = _fails(arm["folder"], doc, "training[0].windows[1]", "window 1 [1.5 s, 1.7 s]",
+                  "topic '/joint_states'", "no sample in the window")
+    assert str(arm["mcap"]) in text
+    gaps = np.diff(arm["log_times"])
+    widest = int(np.argmax(gaps))
+    doc = _doc(arm)
+    doc["training"][0]["signals"]["q_j1"]["max_gap"] = 0.005  # the signal's own tolerance
+    start = arm["log_times"][np.flatnonzero(gaps > 5_000_000)[0]] / 1e9
+    _fails(arm["folder"], doc, "signals.q_j1", "topic '/joint_states'", "has a gap of",
+           f"{start:.9g} s", "max_gap 5 ms")
+    del doc["training"][0]["signals"]["q_j1"]["max_gap"]
+    doc["training"][0]["source"]["max_gap"] = 0.005  # the source's: commands are sparser
+    _fails(arm["folder"], doc, "inputs[0]", "topic '/joint_commands'", "has a gap of")
+    doc["training"][0]["source"]["max_gap"] = 0.07
+    assert float(gaps[widest]) < 0.07e9
+    _load(arm["folder"], doc)
+
+
+def test_repeated_reference_times_are_refused(arm: dict[str, Any]) -> None:
+    lines = arm["csv"].read_text().splitlines()
+    rows = [line.split(",") for line in lines]
+    rows[30][0] = rows[29][0]
+    dup = arm["folder"] / "dup.csv"
+    dup.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = _doc(arm, "csv")
+    doc["training"][0]["source"]["path"] = str(dup)
+    _fails(arm["folder"], doc, "two samples at", "increase strictly")
+
+
+def test_source_reader_directly(arm: dict[str, Any]) -> None:
+    bag = open_source(arm["mcap"])
+    try:
+        assert bag.topics["/joint_states"] == "sensor_msgs/msg/JointState"
+        stream = bag.stream(topic="/joint_states", field="velocity[j2]")
+        np.testing.assert_allclose(stream.values[:, 0], arm["dq"][:, 1])
+        whole = bag.stream(topic="/joint_states", field="position")
+        assert whole.values.shape == (arm["log_times"].size, 2)
+        with pytest.raises(SourceError, match="name a topic"):
+            bag.stream(columns=["q1"])
+    finally:
+        bag.close()
+    with pytest.raises(SourceError, match="cannot tell its format"):
+        open_source(arm["folder"] / "request.yaml")
