@@ -34,7 +34,6 @@ than ``max_gap`` (the source's, or the stream's own), repeated reference times, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,11 +42,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fibril_sim_core import _schema as s
-from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.records import IngressRecord
 
 from .errors import CalibrationRequestError
-from .sources import MOTOR_COMMAND, MOTOR_MODES, Source, SourceError, Stream, open_source
+from .sources import MOTOR_COMMAND, Source, SourceError, Stream, open_source
 from .windows import Window, parse_windows
 
 if TYPE_CHECKING:
@@ -295,12 +293,12 @@ def _commit_ticks(relative: np.ndarray, dt: int, policy: str) -> np.ndarray:
 def _window_inputs(inputs: Sequence[_Input], start: int, end: int, dt: int
                    ) -> tuple[tuple[IngressRecord, ...], dict[str, Any]]:
     """The recorded inputs of one window (absolute times ``[start, end)``) and how their
-    sample times were moved onto ticks."""
-    rows: list[tuple[int, int, int, int, str, float]] = []  # tick, time, input, n, mode, value
+    sample times were moved onto ticks. Replay order: tick, then recorded time, then the
+    order of the ``inputs`` mappings; the command in force at the start comes first."""
+    ticks_parts, times_parts, order_parts, row_parts, value_parts = [], [], [], [], []
     timing: dict[str, dict[str, Any]] = {}
     for order, item in enumerate(inputs):
-        stream = item.mapped.stream
-        times = stream.times_ns
+        times = item.mapped.stream.times_ns
         first = int(np.searchsorted(times, start, "left"))
         stop = int(np.searchsorted(times, end, "left"))
         relative = times[first:stop] - start
@@ -312,27 +310,36 @@ def _window_inputs(inputs: Sequence[_Input], start: int, end: int, dt: int
         stats["moved"] += int(np.count_nonzero(shift))
         if shift.size:
             stats["max_shift_ns"] = max(stats["max_shift_ns"], int(np.abs(shift).max()))
-        values = stream.values[:, 0]
-        modes = stream.modes
+        rows = np.arange(first, stop)
+        stamps = times[first:stop]
         if first > 0:  # the command in force at the window start
             stats["held_at_start"] += 1
-            rows.append((0, -1, order, first - 1,
-                         modes[first - 1] if modes else item.mode, float(values[first - 1])))
-        ticks_list = ticks.tolist()
-        times_list = times[first:stop].tolist()
-        vals = values[first:stop].tolist()
-        for j in range(stop - first):
-            n = first + j
-            rows.append((ticks_list[j], times_list[j], order, n,
-                         modes[n] if modes else item.mode, vals[j]))  # type: ignore[arg-type]
-    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
-    sequences: dict[str, int] = {}
+            ticks = np.concatenate(([0], ticks))
+            stamps = np.concatenate(([start - 1], stamps))
+            rows = np.concatenate(([first - 1], rows))
+        ticks_parts.append(ticks)
+        times_parts.append(stamps)
+        order_parts.append(np.full(rows.shape[0], order))
+        row_parts.append(rows)
+        value_parts.append(item.mapped.stream.values[rows, 0])
+    if not ticks_parts:
+        return (), timing
+    ticks = np.concatenate(ticks_parts)
+    stamps = np.concatenate(times_parts)
+    orders = np.concatenate(order_parts)
+    rows = np.concatenate(row_parts)
+    values = np.concatenate(value_parts)
+    replay = np.lexsort((rows, orders, stamps, ticks))
     records = []
-    for acceptance, (tick, _, order, _, mode, value) in enumerate(rows):
-        source_id = inputs[order].source_id
-        sequence = sequences.get(source_id, 0) + 1
-        sequences[source_id] = sequence
-        records.append(IngressRecord(0, source_id, sequence, MOTOR_PAYLOAD,
+    sequences: dict[str, int] = {}
+    modes = [item.mapped.stream.modes for item in inputs]
+    for acceptance, (tick, order, row, value) in enumerate(zip(
+            ticks[replay].tolist(), orders[replay].tolist(), rows[replay].tolist(),
+            values[replay].tolist())):
+        item = inputs[order]
+        sequence = sequences[item.source_id] = sequences.get(item.source_id, 0) + 1
+        mode = modes[order][row] if modes[order] else item.mode
+        records.append(IngressRecord(0, item.source_id, sequence, MOTOR_PAYLOAD,
                                      f'{{"mode":"{mode}","value":{value!r}}}', True, tick,
                                      acceptance, "", 0))
     for stats in timing.values():
@@ -365,6 +372,9 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     spec = sources.spec(body["source"], where.key("source"))
     source = sources.open(spec)
+    if hasattr(source, "prefetch"):  # a bag: every topic the entry names in one pass
+        source.prefetch(_topics([body.get("inputs"), body.get("signals"),
+                                 body.get("initial_state")]))
     dt = plan.timebase.timestep_ns
 
     inputs = _inputs(body.get("inputs", []), where.key("inputs"), source, spec, plan)
@@ -445,10 +455,9 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                 f"{label}: horizon_steps {horizon} ends before the last reference sample at "
                 f"{last_time} ns; it needs at least {needed} step(s)")
         content = r._episode_hash(wid, seed, weight, horizon, initial_state, records, built)
-        try:
-            prepared = (records, plan.prepare_recorded_inputs(records)) if records else None
-        except FibrilError as exc:
-            raise where.key("inputs").fail(f"{label}: {exc}") from None
+        # Not parsed here (``prepare_recorded_inputs``): every endpoint and mode was checked
+        # above, values are finite and sequences increase by construction; the first rollout
+        # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
                 "window_s": window.describe(), "origin_ns": origin,
                 "input_timing": timing}
@@ -456,8 +465,22 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
-            recording=spec.path, prepared_inputs=prepared, source=info))
+            recording=spec.path, source=info))
     return out
+
+
+def _topics(value: Any) -> list[str]:
+    """Every ``topic:`` string inside the entry's mappings and lists."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        if isinstance(value.get("topic"), str):
+            found.append(value["topic"])
+        for item in value.values():
+            found.extend(_topics(item))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.extend(_topics(item))
+    return found
 
 
 def _check_gaps(mapped: _Mapped, start: int, end: int, origin: int, label: str) -> None:
@@ -561,8 +584,3 @@ def describe_timing(episodes: Sequence[EpisodeSpec]) -> dict[str, Any] | None:
     for stats in merged.values():
         stats["max_shift_s"] = stats["max_shift_ns"] / _NS
     return merged or None
-
-
-def payload_json(mode: str, value: float) -> str:
-    """The motor command payload (kept beside the builder: the same text as ``json.dumps``)."""
-    return json.dumps({"mode": mode, "value": value}, separators=(",", ":"))

@@ -114,7 +114,14 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
 # --------------------------------------------------------------------------- bags
 
 class BagSource(Source):
-    """A rosbag2 folder or a raw MCAP / sqlite3 storage file, decoded with rosbags."""
+    """A rosbag2 folder or a raw MCAP / sqlite3 storage file, decoded with rosbags.
+
+    The messages of the topics a request names are read in one pass (``prefetch``) and kept
+    as recorded bytes; they are decoded per topic when a stream needs them. A
+    sensor_msgs/JointState topic whose messages all have the same layout (same names, same
+    array sizes: the usual joint log) is decoded column-wise with numpy straight from the CDR
+    bytes, the layout taken from the first message; any other topic goes through rosbags'
+    deserializer message by message."""
 
     def __init__(self, path: Path, format: str, time: str = "log") -> None:
         from rosbags.rosbag2 import Reader
@@ -131,8 +138,10 @@ class BagSource(Source):
         self._connections: dict[str, list[Any]] = {}
         for connection in self._reader.connections:
             self._connections.setdefault(connection.topic, []).append(connection)
-        self._typestore = _bag_typestore(self._reader.connections)
-        self._messages: dict[str, tuple[np.ndarray, list[Any]]] = {}
+        self._typestore: Any = None
+        self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
+        self._messages: dict[str, list[Any]] = {}
+        self._joints: dict[str, _JointTable | None] = {}
 
     @property
     def topics(self) -> dict[str, str]:
@@ -151,28 +160,63 @@ class BagSource(Source):
                               f"message types ({', '.join(types)})")
         return types[0]
 
-    def messages(self, topic: str) -> tuple[np.ndarray, list[Any]]:
-        """Log times (int64 ns) and decoded messages of ``topic``, in log order (cached)."""
-        cached = self._messages.get(topic)
-        if cached is not None:
-            return cached
-        msgtype = self.message_type(topic)
+    def prefetch(self, topics: Sequence[str]) -> None:
+        """Read the given topics (those not read yet) in one pass over the bag; a topic the
+        bag does not have is left for ``stream`` to report."""
+        wanted = [t for t in dict.fromkeys(topics)
+                  if t not in self._raw and t in self._connections]
+        if not wanted:
+            return
+        for topic in wanted:
+            self.message_type(topic)  # one type per topic
         if not self._open:
             raise SourceError(f"recording {str(self.path)!r} is closed")
-        deserialize = self._typestore.deserialize_cdr
-        times: list[int] = []
-        decoded: list[Any] = []
+        connections = [c for t in wanted for c in self._connections[t]]
+        owner = {c.id: c.topic for c in connections}
+        times: dict[str, list[int]] = {t: [] for t in wanted}
+        raws: dict[str, list[bytes]] = {t: [] for t in wanted}
         try:
-            for _, timestamp, raw in self._reader.messages(connections=self._connections[topic]):
-                times.append(timestamp)
-                decoded.append(deserialize(raw, msgtype))
+            for connection, timestamp, raw in self._reader.messages(connections=connections):
+                topic = owner[connection.id]
+                times[topic].append(timestamp)
+                raws[topic].append(raw)
         except Exception as exc:
-            at = f" at log time {times[-1]} ns" if times else ""
-            raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: cannot decode "
-                              f"{msgtype}{at}: {exc}") from None
-        cached = (np.array(times, dtype=np.int64), decoded)
-        self._messages[topic] = cached
-        return cached
+            raise SourceError(f"cannot read recording {str(self.path)!r}: {exc}") from None
+        for name in wanted:
+            self._raw[name] = (np.array(times[name], dtype=np.int64), raws[name])
+
+    def _recorded(self, topic: str) -> tuple[np.ndarray, list[bytes]]:
+        if topic not in self._raw:
+            self.prefetch([topic])
+        return self._raw[topic]
+
+    def messages(self, topic: str) -> tuple[np.ndarray, list[Any]]:
+        """Log times (int64 ns) and decoded messages of ``topic``, in log order (cached)."""
+        times, raws = self._recorded(topic)
+        decoded = self._messages.get(topic)
+        if decoded is None:
+            msgtype = self.message_type(topic)
+            if self._typestore is None:
+                self._typestore = _bag_typestore(self._reader.connections)
+            deserialize = self._typestore.deserialize_cdr
+            decoded = []
+            try:
+                for raw in raws:
+                    decoded.append(deserialize(raw, msgtype))
+            except Exception as exc:
+                at = int(times[len(decoded)])
+                raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: cannot "
+                                  f"decode {msgtype} at log time {_t(at)}: {exc}") from None
+            self._messages[topic] = decoded
+        return times, decoded
+
+    def _joint_table(self, topic: str, msgtype: str) -> _JointTable | None:
+        if topic not in self._joints:
+            table = None
+            if _short(msgtype) == "sensor_msgs/JointState":
+                table = _joint_columns(self._recorded(topic)[1])
+            self._joints[topic] = table
+        return self._joints[topic]
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
@@ -185,25 +229,34 @@ class BagSource(Source):
             raise SourceError(f"recording {str(self.path)!r} topic {topic!r} carries "
                               f"{msgtype}, not {message_type}")
         time = time or self.time
+        if time not in ("log", "header"):
+            raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: unknown time "
+                              f"{time!r}; expected log or header")
         label = f"recording {str(self.path)!r} topic {topic!r}"
-        log_times, messages = self.messages(topic)
-        if not messages:
+        log_times, raws = self._recorded(topic)
+        if not raws:
             raise SourceError(f"{label} has no messages")
         if field is None and _short(msgtype) != _short(MOTOR_COMMAND):
             raise SourceError(f"{label} ({msgtype}): name a field (e.g. data, "
                               f"position[joint_name], pose.pose.orientation)")
+        table = self._joint_table(topic, msgtype)
+        picked = table.pick(field) if table is not None and field is not None else None
+        if picked is not None:
+            times = table.header_ns if time == "header" else log_times  # type: ignore[union-attr]
+            stream = Stream(f"{label} field {field!r}", times, picked[0], picked[1])
+            check_stream(stream)
+            return stream
+        _, messages = self.messages(topic)
         if time == "header":
             stamps = []
-            for n, message in enumerate(messages):
+            for message in messages:
                 header = getattr(message, "header", None)
                 if header is None:
                     raise SourceError(f"{label} ({msgtype}) has no header; use time: log")
                 stamps.append(header.stamp.sec * 1_000_000_000 + header.stamp.nanosec)
             times = np.array(stamps, dtype=np.int64)
-        elif time == "log":
-            times = log_times
         else:
-            raise SourceError(f"{label}: unknown time {time!r}; expected log or header")
+            times = log_times
         if field is None:  # a MotorCommand: the mode rides along
             modes = []
             for n, message in enumerate(messages):
@@ -234,6 +287,92 @@ class BagSource(Source):
         if self._open:
             self._reader.close()
             self._open = False
+
+
+@dataclass(frozen=True)
+class _JointTable:
+    """A JointState topic decoded column-wise: header stamps, names and (n, k) arrays."""
+
+    header_ns: np.ndarray
+    names: tuple[str, ...]
+    arrays: dict[str, np.ndarray]
+
+    def pick(self, field: str) -> tuple[np.ndarray, tuple[str, ...]] | None:
+        """``position``, ``velocity[j]``, ``effort[2]``; None: another field (or a name the
+        log does not have: the general path words the error)."""
+        match = re.fullmatch(r"\s*(position|velocity|effort)\s*(?:\[([^\]]+)\])?\s*", field)
+        if match is None:
+            return None
+        array = self.arrays[match.group(1)]
+        index = match.group(2)
+        if index is None:
+            return array, tuple(f"{match.group(1)}[{i}]" for i in range(array.shape[1]))
+        if re.fullmatch(r"-?\d+", index):
+            position = int(index)
+            if not -array.shape[1] <= position < array.shape[1]:
+                return None
+        elif index in self.names and array.shape[1] == len(self.names):
+            position = self.names.index(index)
+        else:
+            return None
+        return np.ascontiguousarray(array[:, position:position + 1] if position >= 0
+                                    else array[:, [position]]), (field.strip(),)
+
+
+def _joint_columns(raws: Sequence[bytes]) -> _JointTable | None:
+    """Decode equal-layout little-endian CDR JointState messages with numpy (None: the
+    messages differ in size, names or frame, or are not little-endian CDR)."""
+    if not raws:
+        return None
+    first = bytes(raws[0])
+    size = len(first)
+    if size < 12 or first[:2] != b"\x00\x01" or any(len(r) != size for r in raws):
+        return None
+    body = 4  # CDR offsets count from after the 4-byte encapsulation header
+
+    def align(position: int, to: int) -> int:
+        return position + (-(position - body) % to)
+
+    def u32(position: int) -> int:
+        return int.from_bytes(first[position:position + 4], "little")
+
+    try:
+        position = body + 8  # stamp: int32 sec, uint32 nanosec
+        position += 4 + u32(position)  # frame_id
+        position = align(position, 4)
+        count = u32(position)
+        position += 4
+        names = []
+        for _ in range(count):
+            position = align(position, 4)
+            length = u32(position)
+            names.append(first[position + 4:position + 3 + length].decode())
+            position += 4 + length
+        fixed_end = position
+        offsets = {}
+        counts = []
+        for key in ("position", "velocity", "effort"):
+            position = align(position, 4)
+            counts.append(position)
+            count = u32(position)
+            position += 4
+            if count:
+                position = align(position, 8)
+            offsets[key] = (position, count)
+            position += 8 * count
+        if position != size:
+            return None
+    except (UnicodeDecodeError, IndexError):
+        return None
+    data = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), size)
+    fixed = np.r_[body + 8:fixed_end, *[np.arange(c, c + 4) for c in counts]]
+    if not (data[:, fixed] == data[0, fixed]).all():
+        return None  # another frame, other names or sizes somewhere: the general path
+    sec = data[:, body:body + 4].copy().view("<i4")[:, 0].astype(np.int64)
+    nanosec = data[:, body + 4:body + 8].copy().view("<u4")[:, 0].astype(np.int64)
+    arrays = {key: data[:, start:start + 8 * count].copy().view("<f8").reshape(len(raws), count)
+              for key, (start, count) in offsets.items()}
+    return _JointTable(sec * 1_000_000_000 + nanosec, tuple(names), arrays)
 
 
 def _storage_reader(path: Path) -> Any:

@@ -333,3 +333,43 @@ def test_source_reader_directly(arm: dict[str, Any]) -> None:
         bag.close()
     with pytest.raises(SourceError, match="cannot tell its format"):
         open_source(arm["folder"] / "request.yaml")
+
+
+def test_joint_logs_decode_column_wise_or_per_message_alike(arm: dict[str, Any],
+                                                            tmp_path: Path) -> None:
+    """The numpy column decode of an equal-layout JointState topic gives what rosbags'
+    per-message decode gives; a log whose name order changes takes the per-message path."""
+    bag = open_source(arm["mcap"])
+    try:
+        fast = bag.stream(topic="/joint_states", field="position[j1]", time="header")
+        assert bag._joints["/joint_states"] is not None
+        _, messages = bag.messages("/joint_states")
+        slow = [m.position[list(m.name).index("j1")] for m in messages]
+        np.testing.assert_array_equal(fast.values[:, 0], slow)
+        stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in messages]
+        np.testing.assert_array_equal(fast.times_ns, stamps)
+    finally:
+        bag.close()
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    store = rig.typestore()
+    JointState = store.types["sensor_msgs/msg/JointState"]
+    Header, Time = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
+    path = tmp_path / "shuffled"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        conn = writer.add_connection("/joint_states", JointState.__msgtype__, typestore=store)
+        for n in range(6):
+            names = ["a", "b"] if n % 2 else ["b", "a"]
+            values = [float(n), -float(n)] if n % 2 else [-float(n), float(n)]
+            msg = JointState(header=Header(stamp=Time(sec=n, nanosec=0), frame_id=""),
+                             name=names, position=np.array(values), velocity=np.zeros(0),
+                             effort=np.zeros(0))
+            writer.write(conn, n * 10**9, store.serialize_cdr(msg, conn.msgtype))
+    shuffled = open_source(path)
+    try:
+        stream = shuffled.stream(topic="/joint_states", field="position[a]")
+        assert shuffled._joints["/joint_states"] is None
+        np.testing.assert_array_equal(stream.values[:, 0], np.arange(6.0))
+    finally:
+        shuffled.close()
+
