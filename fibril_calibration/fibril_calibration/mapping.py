@@ -34,6 +34,7 @@ than ``max_gap`` (the source's, or the stream's own), repeated reference times, 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,18 +331,30 @@ def _window_inputs(inputs: Sequence[_Input], start: int, end: int, dt: int
     rows = np.concatenate(row_parts)
     values = np.concatenate(value_parts)
     replay = np.lexsort((rows, orders, stamps, ticks))
-    records = []
-    sequences: dict[str, int] = {}
+    orders = orders[replay]
+    # source_sequence counts per endpoint in replay order
+    endpoint_of = np.array([sorted({i.source_id for i in inputs}).index(i.source_id)
+                            for i in inputs])[orders]
+    sequence = np.empty(orders.shape[0], dtype=np.int64)
+    for endpoint in np.unique(endpoint_of).tolist():
+        mask = endpoint_of == endpoint
+        sequence[mask] = np.arange(1, int(mask.sum()) + 1)
+    source_ids = [item.source_id for item in inputs]
+    prefixes = {(order, mode): f'{{"mode":"{mode}","value":'
+                for order, item in enumerate(inputs)
+                for mode in (set(item.mapped.stream.modes) if item.mapped.stream.modes
+                             else (item.mode,))}
+    fixed = [prefixes[(order, item.mode)] if item.mapped.stream.modes is None else None
+             for order, item in enumerate(inputs)]
     modes = [item.mapped.stream.modes for item in inputs]
-    for acceptance, (tick, order, row, value) in enumerate(zip(
-            ticks[replay].tolist(), orders[replay].tolist(), rows[replay].tolist(),
-            values[replay].tolist())):
-        item = inputs[order]
-        sequence = sequences[item.source_id] = sequences.get(item.source_id, 0) + 1
-        mode = modes[order][row] if modes[order] else item.mode
-        records.append(IngressRecord(0, item.source_id, sequence, MOTOR_PAYLOAD,
-                                     f'{{"mode":"{mode}","value":{value!r}}}', True, tick,
-                                     acceptance, "", 0))
+    records = []
+    append = records.append
+    for acceptance, (tick, order, row, value, number) in enumerate(zip(
+            ticks[replay].tolist(), orders.tolist(), rows[replay].tolist(),
+            values[replay].tolist(), sequence.tolist())):
+        prefix = fixed[order] or prefixes[(order, modes[order][row])]  # type: ignore[index]
+        append(IngressRecord(0, source_ids[order], number, MOTOR_PAYLOAD,
+                             prefix + repr(value) + "}", True, tick, acceptance, "", 0))
     for stats in timing.values():
         stats["max_shift_s"] = stats["max_shift_ns"] / _NS
     return tuple(records), timing
@@ -454,7 +467,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             raise where.key("horizon_steps").fail(
                 f"{label}: horizon_steps {horizon} ends before the last reference sample at "
                 f"{last_time} ns; it needs at least {needed} step(s)")
-        content = r._episode_hash(wid, seed, weight, horizon, initial_state, records, built)
+        content = _content_hash(r._episode_hash(wid, seed, weight, horizon, initial_state, (),
+                                                built), records)
         # Not parsed here (``prepare_recorded_inputs``): every endpoint and mode was checked
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
@@ -467,6 +481,16 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
             recording=spec.path, source=info))
     return out
+
+
+def _content_hash(base: str, records: Sequence[IngressRecord]) -> str:
+    """The episode content hash: everything but the inputs (``_episode_hash``), then every
+    recorded input's source, sequence, payload, commit tick and acceptance, one line each."""
+    digest = hashlib.sha256(base.encode())
+    digest.update("\n".join(f"{x.source_id}\t{x.source_sequence}\t{x.payload_type}\t"
+                            f"{x.payload_json}\t{x.commit_tick}\t{x.acceptance_sequence}"
+                            for x in records).encode())
+    return digest.hexdigest()
 
 
 def _topics(value: Any) -> list[str]:
