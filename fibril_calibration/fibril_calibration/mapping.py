@@ -59,7 +59,8 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
-_SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin")
+_SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
+                "sidecar")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state", "inputs",
                  "windows", "description")
@@ -78,6 +79,7 @@ class _SourceSpec:
     time_unit: str | None
     max_gap_ns: int | None
     origin_ns: int | None
+    sidecar: Path | None = None
 
 
 class SourceSet:
@@ -117,15 +119,19 @@ class SourceSet:
                          if "time_column" in body else None),
             time_unit=(s.string(body["time_unit"], where.key("time_unit"))
                        if "time_unit" in body else None),
-            max_gap_ns=_gap(body, where), origin_ns=origin)
+            max_gap_ns=_gap(body, where), origin_ns=origin,
+            sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
+                     if "sidecar" in body else None))
 
     def open(self, spec: _SourceSpec) -> Source:
-        key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit)
+        key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
+               spec.sidecar)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
-                                     time_column=spec.time_column, time_unit=spec.time_unit)
+                                     time_column=spec.time_column, time_unit=spec.time_unit,
+                                     sidecar=spec.sidecar)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             self._open[key] = source
@@ -166,7 +172,7 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
     ``column`` / ``columns`` of a CSV log."""
     try:
         if "topic" in body:
-            if source.format == "csv":
+            if source.tabular:
                 raise where.key("topic").fail(f"{str(source.path)!r} is a CSV log: name "
                                               f"column(s), not a topic")
             topic = s.string(body["topic"], where.key("topic"))
@@ -179,7 +185,7 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
             kind = s.string(body["type"], where.key("type")) if "type" in body else None
             stream = source.stream(topic=topic, field=field, time=time, message_type=kind)
         else:
-            if source.format != "csv":
+            if not source.tabular:
                 raise where.fail(f"{str(source.path)!r} is a bag: name a topic (and field)")
             if column is not None:
                 columns = [column]
@@ -443,6 +449,10 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                  f"{window.end_ns / _NS:g} s]")
         wid = f"{episode_id}/w{window.index:03d}" if "windows" in body else episode_id
         ww = where.key("windows").key(window.index) if listed else where
+        check = getattr(source, "check_window", None)
+        problem = check(start, end) if check is not None else None
+        if problem is not None:
+            raise ww.fail(f"{label}: {problem}")
         for mapped in used:
             _check_gaps(mapped, start, end, origin, label)
         records, timing = _window_inputs(inputs, start, end, dt)
@@ -552,6 +562,19 @@ def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec
                 raise at.fail(f"give '{key}' or '{from_key}', not both")
             fw = at.key(from_key)
             ref = s.mapping(body.pop(from_key), fw)
+            if "sidecar" in ref:
+                s.keys(ref, fw, required=("sidecar",), optional=("index",))
+                if not hasattr(source, "sidecar_value"):
+                    raise fw.key("sidecar").fail(f"{str(source.path)!r} has no sidecar (only "
+                                                 f"the franka_sysid format does)")
+                index = (s.integer(ref["index"], fw.key("index")) if "index" in ref else None)
+                try:
+                    fixed = source.sidecar_value(s.string(ref["sidecar"], fw.key("sidecar")),
+                                                 index)
+                except SourceError as exc:
+                    raise fw.fail(str(exc)) from None
+                taken.append((key, _Fixed(fixed, fw)))  # type: ignore[arg-type]
+                continue
             if "signal" in ref:
                 s.keys(ref, fw, required=("signal",))
                 name = s.string(ref["signal"], fw.key("signal"))
@@ -568,12 +591,28 @@ def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec
     return out, streams
 
 
+@dataclass(frozen=True)
+class _Fixed:
+    """A recorded constant (a sidecar's ``q_init``): the state at the run's first row."""
+
+    values: list[float]
+    where: s.Where
+
+
 def _state_values(entries: Sequence[tuple[dict[str, Any], list[tuple[str, _Mapped]]]],
                   start: int, origin: int, label: str, where: s.Where) -> list[dict[str, Any]]:
     out = []
     for body, taken in entries:
         entry = dict(body)
         for key, mapped in taken:
+            if isinstance(mapped, _Fixed):
+                if start != origin:
+                    raise mapped.where.fail(f"{label}: a sidecar value is the state at the "
+                                            f"run's first row; this window starts "
+                                            f"{(start - origin) / _NS:g} s later (use the "
+                                            f"logged columns)")
+                entry[key] = list(mapped.values)
+                continue
             times, values = mapped.stream.times_ns, mapped.stream.values
             after = int(np.searchsorted(times, start, "left"))
             if after >= times.shape[0]:

@@ -36,7 +36,7 @@ import numpy as np
 __all__ = ["BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError", "Stream",
            "TIME_UNITS", "open_source"]
 
-SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv")
+SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv", "franka_sysid")
 TIME_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 # Time column names whose unit is implied by the name.
 _IMPLIED_UNITS = {"t_s": "s", "time_s": "s", "time_ms": "ms", "time_us": "us", "time_ns": "ns"}
@@ -72,6 +72,7 @@ class Source:
 
     path: Path
     format: str
+    tabular = False  # columns (a CSV log), not topics
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
@@ -83,7 +84,8 @@ class Source:
 
 
 def open_source(path: Path, format: str | None = None, *, time: str = "log",
-                time_column: str | None = None, time_unit: str | None = None) -> Source:
+                time_column: str | None = None, time_unit: str | None = None,
+                sidecar: Path | None = None) -> Source:
     """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
     ``.db3``, ``.csv``). Raises SourceError when it is missing or unreadable."""
     if not path.exists():
@@ -98,9 +100,16 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
     if format not in SOURCE_FORMATS:
         raise SourceError(f"unknown recording format {format!r}; expected one of "
                           f"{', '.join(SOURCE_FORMATS)}")
-    if format == "csv":
+    if format in ("csv", "franka_sysid"):
         if path.is_dir():
             raise SourceError(f"recording {str(path)!r} is a folder, not a CSV file")
+        if format == "franka_sysid":
+            from .franka import FrankaSource
+
+            if time_column is not None or time_unit is not None:
+                raise SourceError(f"recording {str(path)!r}: the franka_sysid format takes its "
+                                  f"time from seq (1 kHz ring log) or t_s; give no time_column")
+            return FrankaSource(path, sidecar)
         return CsvSource(path, time_column, time_unit)
     if format == "rosbag2" and not path.is_dir():
         raise SourceError(f"recording {str(path)!r}: a rosbag2 recording is a folder with "
@@ -562,6 +571,7 @@ class CsvSource(Source):
     """A CSV log with a header row; values are read per column on demand."""
 
     format = "csv"
+    tabular = True
 
     def __init__(self, path: Path, time_column: str | None, time_unit: str | None) -> None:
         self.path = path
