@@ -40,6 +40,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="score a fixed parameter set on the episodes without fitting: "
                              "'nominal' (the initial values) or an overlay artifact; "
                              "repeatable")
+    parser.add_argument("--metrics", type=Path, metavar="DIR",
+                        help="write the lab's metrics.json (sim vs real, schema 1) of every "
+                             "validation episode to DIR/<episode>/ (with --evaluate: "
+                             "DIR/<set>/<episode>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run)
     return parser
@@ -63,11 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
     progress = None if args.quiet else _progress
+    _metrics_folder(args)
     if getattr(args, "evaluate", None):
         return _evaluate(args, progress)
     result = run_calibration(args.request, progress=progress)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
+    written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)
     if args.output_overlay is not None:
         write_atomic(args.output_overlay, to_json(result.parameter_overlay))
     if args.json:
@@ -77,7 +83,32 @@ def run(args: argparse.Namespace) -> int:
         for label, path in (("result", args.output), ("overlay", args.output_overlay)):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
+        if written:
+            sys.stdout.write(f"metrics      {len(written)} metrics.json under {args.metrics}\n")
     return 0
+
+
+def _metrics_folder(args: argparse.Namespace) -> None:
+    from .errors import CalibrationError
+
+    folder = getattr(args, "metrics", None)
+    if folder is not None and folder.exists() and not folder.is_dir():
+        raise CalibrationError(f"--metrics {str(folder)!r} is not a folder")
+
+
+def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
+                   single: bool) -> list[Path]:
+    """metrics.json files of each parameter set (one set: straight under --metrics)."""
+    from .metrics_json import write_metrics
+
+    folder = getattr(args, "metrics", None)
+    if folder is None:
+        return []
+    written: list[Path] = []
+    for name, episodes in documents.items():
+        target = folder if single else folder / Path(name).stem
+        written.extend(write_metrics(target, episodes))
+    return written
 
 
 def _evaluate(args: argparse.Namespace, progress: Any) -> int:
@@ -92,10 +123,13 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     if progress is not None:
         progress(f"loading {args.request}")
     request = load_calibration_request(args.request)
-    document = evaluate_parameter_sets(request, args.evaluate, progress=progress)
+    metrics: dict[str, Any] = {}
+    document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
+                                       metrics=metrics)
     text = to_json(document)
     if args.output is not None:
         write_atomic(args.output, text)
+    written = _write_metrics(args, metrics, single=False)
     if args.json:
         sys.stdout.write(text)
     else:
@@ -106,6 +140,8 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
         lines.extend(scores_text(document["scores"]))
         if args.output is not None:
             lines.append(f"result       {args.output}")
+        if written:
+            lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

@@ -44,6 +44,8 @@ class CalibrationResult:
     outcome: CalibrationOutcome = field(repr=False)
     fitted_plan: SimulationPlan = field(repr=False)
     document: dict[str, Any] = field(repr=False)
+    # ``{"nominal" | "fitted": {episode: metrics.json document}}`` (``--metrics``)
+    metrics: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def fitted_values(self) -> dict[str, float]:
@@ -130,8 +132,10 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                          for s in problem.schedules(scope)}  # type: ignore[arg-type]
         values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
         # The nominal (initial) set beside the fitted one, in physical units (``scores``).
+        metrics: dict[str, Any] = {}
         scores = score_sets(problem, [nominal_set(request),
-                                      ("fitted", values, {"from": "this calibration"})])
+                                      ("fitted", values, {"from": "this calibration"})],
+                            metrics)
         statistics = problem.statistics
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
@@ -140,7 +144,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     document["input_timing"] = strict(input_timing(request))
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
-    return CalibrationResult(request, outcome, fitted_plan, document)
+    return CalibrationResult(request, outcome, fitted_plan, document, metrics)
 
 
 def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:

@@ -114,16 +114,27 @@ def _root(sse: float, count: int) -> float | None:
     return math.sqrt(sse / count) if count else None
 
 
-def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet]) -> dict[str, Any]:
-    """``{name: {values, provenance, training, validation}}`` for each parameter set."""
+def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
+               metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{name: {values, provenance, training, validation}}`` for each parameter set;
+    ``metrics`` (if given) receives ``{name: {episode: metrics.json document}}`` of the
+    validation episodes (the training ones when the request has no validation)."""
+    from .metrics_json import metrics_documents
+
     request = problem.request
     out: dict[str, Any] = {}
     for name, values, provenance in sets:
         vector = np.array([values[pid] for pid in request.parameter_ids], dtype=np.float64)
         entry: dict[str, Any] = {"values": dict(values), "provenance": provenance}
-        entry["training"] = score(request, problem.evaluate(vector, "training"), "training")
-        entry["validation"] = (score(request, problem.evaluate(vector, "validation"),
-                                     "validation") if request.validation else None)
+        training = problem.evaluate(vector, "training")
+        entry["training"] = score(request, training, "training")
+        validation = problem.evaluate(vector, "validation") if request.validation else None
+        entry["validation"] = (score(request, validation, "validation")
+                               if validation is not None else None)
+        if metrics is not None:
+            scope = "validation" if validation is not None else "training"
+            metrics[name] = metrics_documents(request, validation or training, scope, name,
+                                              provenance)
         out[name] = entry
     return out
 
@@ -173,7 +184,8 @@ def overlay_values(request: CalibrationRequest, path: Path) -> ParameterSet:
 
 
 def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
-                            progress: Any = None) -> dict[str, Any]:
+                            progress: Any = None,
+                            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting."""
     from .problem import CalibrationProblem
@@ -184,7 +196,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
         sets.append(nominal_set(request) if name == "nominal"
                     else overlay_values(request, Path(name)))
     with CalibrationProblem(request, progress=progress) as problem:
-        scored = score_sets(problem, sets)
+        scored = score_sets(problem, sets, metrics)
     return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
                    "request": {"path": str(request.path), "sha256": request.sha256},
                    "episodes": {scope: [e.id for e in request.episodes(scope)]

@@ -373,3 +373,61 @@ def test_joint_logs_decode_column_wise_or_per_message_alike(arm: dict[str, Any],
     finally:
         shuffled.close()
 
+
+
+def test_metrics_json_against_a_hand_computation(arm: dict[str, Any], tmp_path: Path) -> None:
+    """--evaluate nominal --metrics DIR: the held-out whole run's metrics.json equals the lab's
+    formulas applied to a rollout at the nominal damping interpolated onto the log times."""
+    from fibril_sim_core.cli import main
+
+    doc = rig.request(arm["manifest"], {"path": str(arm["mcap"])}, windows=[[0.0, 0.5]])
+    held = copy.deepcopy(doc["training"][0])
+    held["id"] = "held"
+    del held["windows"]
+    doc["validation"] = [held]
+    doc["observations"].append({"id": "v_j1", "source": "joint_velocity", "name": "j1"})
+    held["signals"]["v_j1"] = {"topic": "/joint_states", "field": "velocity[j1]",
+                               "alignment": "linear", "residual_scale": 0.01}
+    request = rig.write_request(tmp_path, doc)
+    code = main(["calibrate", str(request), "--quiet", "--evaluate", "nominal",
+                 "--metrics", str(tmp_path / "metrics")])
+    assert code == 0
+    written = json.loads((tmp_path / "metrics" / "nominal" / "held" / "metrics.json")
+                         .read_text())
+    q, v = rig.truth(arm["manifest"], arm["command_times"], arm["torques"], arm["duration_s"],
+                     damping={"j1": 0.1, "j2": 0.1})
+    stamps = arm["log_times"]
+    sim_q, sim_v = rig.sample(q, stamps), rig.sample(v, stamps)
+    error = sim_q - arm["q"]
+    joints = written["joints"]
+    np.testing.assert_allclose(joints["pos_rmse_rad"], np.sqrt(np.mean(error ** 2, axis=0)),
+                               rtol=1e-9)
+    np.testing.assert_allclose(joints["pos_max_abs_rad"], np.max(np.abs(error), axis=0),
+                               rtol=1e-9)
+    assert joints["pos_rmse_all_rad"] == pytest.approx(np.sqrt(np.mean(error ** 2)), rel=1e-9)
+    assert joints["pos_mse_all_rad2"] == pytest.approx(np.mean(error ** 2), rel=1e-9)
+    motion = np.max(arm["q"], axis=0) - np.min(arm["q"], axis=0)
+    np.testing.assert_allclose(joints["real_motion_range_rad"], motion, rtol=1e-12)
+    np.testing.assert_allclose(joints["pos_rmse_pct_of_motion"],
+                               100 * np.sqrt(np.mean(error ** 2, axis=0)) / motion, rtol=1e-9)
+    verror = sim_v[:, 0] - arm["dq"][:, 0]
+    assert joints["vel_rmse_rad_s"] == pytest.approx([np.sqrt(np.mean(verror ** 2))], rel=1e-9)
+    assert written["schema_version"] == 1 and written["ee"] is None
+    assert written["num_samples"] == stamps.size
+    assert written["metrics_path"].endswith("nominal/held/metrics.json")
+
+
+def test_metrics_ee_fields() -> None:
+    """EE position per axis and 3d (RMS / max of the error norm); orientation: the angle of
+    the rotation-vector residual."""
+    from fibril_calibration.metrics_json import _ee
+
+    position = np.array([[0.003, 0.0, 0.004], [0.0, -0.001, 0.0]])
+    rotation = np.array([[0.0, 0.0, 0.02], [0.03, 0.04, 0.0]])
+    ee = _ee((position, None, None), (rotation, None, None))
+    assert ee["pos"]["rmse_m"]["x"] == pytest.approx(np.sqrt(0.003 ** 2 / 2))
+    assert ee["pos"]["rmse_m"]["3d"] == pytest.approx(np.sqrt((0.005 ** 2 + 0.001 ** 2) / 2))
+    assert ee["pos"]["max_abs_m"] == pytest.approx({"x": 0.003, "y": 0.001, "z": 0.004,
+                                                    "3d": 0.005})
+    assert ee["ori"] == pytest.approx({"rmse_rad": np.sqrt((0.02 ** 2 + 0.05 ** 2) / 2),
+                                       "max_rad": 0.05})
