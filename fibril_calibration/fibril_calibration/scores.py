@@ -144,9 +144,11 @@ def nominal_set(request: CalibrationRequest) -> ParameterSet:
             {"from": "the request's initial values"})
 
 
-def overlay_values(request: CalibrationRequest, path: Path) -> ParameterSet:
+def overlay_values(request: CalibrationRequest, path: Path
+                   ) -> tuple[ParameterSet, tuple[Any, ...]]:
     """An overlay artifact's values for the request's parameters, matched by id, or else by
-    identical targets; request parameters it does not set keep their initial values."""
+    identical targets; request parameters it does not set keep their initial values. Its
+    other parameters (the request does not fit them) are returned as fixed overlays."""
     from fibril_sim_core.errors import FibrilError
     from fibril_sim_core.overlays import load_overlay_artifact
 
@@ -159,6 +161,7 @@ def overlay_values(request: CalibrationRequest, path: Path) -> ParameterSet:
                   for p in request.parameters}
     values = {p.id: float(p.initial) for p in request.parameters}
     taken: dict[str, str] = {}
+    fixed = []
     for parameter in artifact.parameters:
         key = tuple(sorted(repr(t.describe()) for t in parameter.targets))
         match = by_id.get(parameter.id)
@@ -169,10 +172,8 @@ def overlay_values(request: CalibrationRequest, path: Path) -> ParameterSet:
                 f"{[t.describe() for t in match.targets]}")
         match = match or by_targets.get(key)
         if match is None:
-            raise CalibrationError(
-                f"--evaluate {str(path)!r}: parameter {parameter.id!r} (targets "
-                f"{[t.describe() for t in parameter.targets]}) matches no request parameter by "
-                f"id or targets; request parameters: {', '.join(by_id)}")
+            fixed.append(parameter)
+            continue
         if not isinstance(parameter.value, (int, float)):
             raise CalibrationError(f"--evaluate {str(path)!r}: parameter {parameter.id!r} has "
                                    f"a range value; only scalars can be scored")
@@ -180,7 +181,8 @@ def overlay_values(request: CalibrationRequest, path: Path) -> ParameterSet:
         taken[match.id] = parameter.id
     kept = [pid for pid in by_id if pid not in taken]
     return (str(path), values, {"from": str(path), "sha256": artifact.sha256,
-                                "overlay_parameters": taken, "initial_values_kept": kept})
+                                "overlay_parameters": taken, "initial_values_kept": kept,
+                                "fixed_overlays": [p.describe() for p in fixed]}), tuple(fixed)
 
 
 def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
@@ -191,18 +193,47 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
     from .problem import CalibrationProblem
     from .result import strict
 
-    sets: list[ParameterSet] = []
+    from .candidate_plan import CandidatePlanBuilder
+
+    scored: dict[str, Any] = {}
     for name in names:
-        sets.append(nominal_set(request) if name == "nominal"
-                    else overlay_values(request, Path(name)))
-    with CalibrationProblem(request, progress=progress) as problem:
-        scored = score_sets(problem, sets, metrics)
+        if name == "nominal":
+            chosen, fixed = nominal_set(request), ()
+        else:
+            chosen, fixed = overlay_values(request, Path(name))
+        builder = _FixedOverlays(request.manifest, request.parameters, fixed) if fixed \
+            else CandidatePlanBuilder(request.manifest, request.parameters)
+        with CalibrationProblem(request, candidate_builder=builder,
+                                progress=progress) as problem:
+            scored.update(score_sets(problem, [chosen], metrics))
     return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
                    "request": {"path": str(request.path), "sha256": request.sha256},
                    "episodes": {scope: [e.id for e in request.episodes(scope)]
                                 for scope in ("training", "validation")},
                    "input_timing": input_timing(request),
                    "scores": scored})
+
+
+class _FixedOverlays:
+    """The standard candidate builder plus overlays held at fixed values (the parameters of an
+    evaluated artifact that the request does not fit)."""
+
+    def __init__(self, manifest: Any, parameters: Any, fixed: tuple[Any, ...]) -> None:
+        from .candidate_plan import CandidatePlanBuilder
+
+        self._inner = CandidatePlanBuilder(manifest, parameters)
+        self._fixed = fixed
+
+    def build(self, values: Mapping[str, float]) -> Any:
+        from fibril_sim_core.errors import FibrilError
+
+        inner = self._inner
+        overlays = inner.overlay_parameters(values) + self._fixed
+        try:
+            return inner.builder.build(inner.manifest, overlays=overlays)
+        except FibrilError as exc:
+            raise CalibrationError(f"--evaluate: the fixed overlays "
+                                   f"{', '.join(p.id for p in self._fixed)}: {exc}") from None
 
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:

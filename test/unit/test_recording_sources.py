@@ -431,3 +431,43 @@ def test_metrics_ee_fields() -> None:
                                                     "3d": 0.005})
     assert ee["ori"] == pytest.approx({"rmse_rad": np.sqrt((0.02 ** 2 + 0.05 ** 2) / 2),
                                        "max_rad": 0.05})
+
+
+def test_sysid_best_params_import_and_evaluate(arm: dict[str, Any], tmp_path: Path) -> None:
+    """The lab's sysid_best_params.json → an overlay artifact; --evaluate matches its damping
+    to the request's parameters by target and holds armature, friction and delay fixed."""
+    from fibril_calibration.sysid_import import main as import_main
+
+    def lab_fit(name: str, armature: list[float]) -> Path:
+        params = tmp_path / f"{name}.json"
+        params.write_text(json.dumps({"best_score": 0.002, "best_params_decoded": {
+            "armature": armature, "mu_static": [0.1, 0.1], "dynamic_ratio": [0.5, 0.5],
+            "mu_dynamic": [0.0, 0.0], "mu_viscous": [rig.TRUTH["j1"], rig.TRUTH["j2"]],
+            "motor_delay_steps": 0}}))
+        out = tmp_path / f"{name}-overlay.json"
+        assert import_main([str(params), "--joints", "j1,j2", "--motors",
+                            "motor_j1,motor_j2", "--output", str(out)]) == 0
+        return out
+
+    exact = lab_fit("exact", [0.0, 0.0])
+    heavy = lab_fit("heavy", [0.01, 0.01])
+    artifact = json.loads(exact.read_text())
+    ids = [p["id"] for p in artifact["parameters"]]
+    assert ids == ["armature_j1", "armature_j2", "frictionloss_j1", "frictionloss_j2",
+                   "damping_j1", "damping_j2", "motor_delay"]
+    assert artifact["source"]["not_mapped"] == {"mu_static": [0.1, 0.1],
+                                                "dynamic_ratio": [0.5, 0.5]}
+    request = _load(arm["folder"], rig.request(arm["manifest"], {"path": str(arm["mcap"])},
+                                               windows=[[0.0, 0.5]]))
+    scored = evaluate_parameter_sets(request, [str(exact), str(heavy)])["scores"]
+    entry = scored[str(exact)]
+    assert entry["values"] == {"d_j1": rig.TRUTH["j1"], "d_j2": rig.TRUTH["j2"]}
+    assert entry["provenance"]["overlay_parameters"] == {"d_j1": "damping_j1",
+                                                         "d_j2": "damping_j2"}
+    assert len(entry["provenance"]["fixed_overlays"]) == 5
+    assert entry["training"]["standardized_rms"] < 1e-8
+    assert scored[str(heavy)]["training"]["standardized_rms"] > 0.1  # armature applied
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"best_params_decoded": {"armature": [0.1]}}))
+    assert import_main([str(bad), "--joints", "j1,j2", "--output",
+                        str(tmp_path / "x.json")]) == 2
