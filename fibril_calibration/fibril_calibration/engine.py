@@ -118,7 +118,10 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             progress(f"loading {request_or_path}")
         request = load_calibration_request(request_or_path, decoders=decoders,
                                            candidate_builder=factory)
-    builder = instance or (factory or CandidatePlanBuilder)(request.manifest, request.parameters)
+    from .time_offsets import candidate_builder as offset_aware
+
+    builder = instance or offset_aware(factory or CandidatePlanBuilder, request.manifest,
+                                       request.parameters)
     if progress is not None:
         sizes = [sum(s.count for s in e.signals) for e in request.training]
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "

@@ -83,6 +83,8 @@ class SignalSpec:
     values: np.ndarray = field(repr=False)  # (n, dimension); orientations unit-normalized
     samples_file: str | None = None
     samples_from: str | None = None  # the trace selector the samples were read with
+    # [lower, upper] of the signal's calibrated time offset in ns (``time_offsets``)
+    time_offset_bounds_ns: tuple[float, float] | None = None
 
     @property
     def count(self) -> int:
@@ -266,7 +268,9 @@ def parse_calibration_request(
 
     parameters = _parameters(doc["parameters"], root.key("parameters"))
     factory = candidate_builder or CandidatePlanBuilder
-    candidates = factory(manifest, parameters)
+    from .time_offsets import candidate_builder as offset_aware
+
+    candidates = offset_aware(factory, manifest, parameters)
     probes = _probe_plans(candidates, parameters, root.key("parameters"))
     nominal = probes["initial"]
 
@@ -282,6 +286,7 @@ def parse_calibration_request(
                                by_id, nominal, base, episode_ids, recordings, required=False,
                                sources=sources)
     training, validation = _split_windows(training, validation, root.key("training"))
+    training, validation = _time_offsets(parameters, by_id, training, validation, root)
     _check_activation_states(training, root.key("training"), probes)
     _check_activation_states(validation, root.key("validation"), probes)
     if objective.standardized_gaussian_residuals:
@@ -390,15 +395,76 @@ def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[OverlayTarget, ...]:
     if ("target" in body) == ("targets" in body):
         raise at.fail("give exactly one of 'target' (one typed target) or 'targets' (a list)")
     if "target" in body:
-        return (parse_target(body["target"], at.key("target")),)
+        return (_target(body["target"], at.key("target")),)
     raw = s.sequence(body["targets"], at.key("targets"))
     if not raw:
         raise at.key("targets").fail("expected at least one target")
-    targets = tuple(parse_target(t, at.key("targets").key(i)) for i, t in enumerate(raw))
+    targets = tuple(_target(t, at.key("targets").key(i)) for i, t in enumerate(raw))
+    kinds = {type(t).__name__ == "TimeOffsetTarget" for t in targets}
+    if len(kinds) > 1:
+        raise at.key("targets").fail("a time_offset target cannot share a parameter with "
+                                     "model targets")
     keys = [t.key for t in targets]
     if len(set(keys)) != len(keys):
         raise at.key("targets").fail("the same target is listed twice")
     return targets
+
+
+def _target(raw: Any, where: s.Where) -> Any:
+    """A typed overlay target, or ``{type: time_offset, observation: id}`` (see
+    ``time_offsets``)."""
+    if isinstance(raw, Mapping) and raw.get("type") == "time_offset":
+        from .time_offsets import TimeOffsetTarget
+
+        s.keys(raw, where, required=("type", "observation"))
+        return TimeOffsetTarget(s.string(raw["observation"], where.key("observation")))
+    return parse_target(raw, where)
+
+
+def _time_offsets(parameters: Sequence[CalibrationParameter],
+                  observations: Mapping[str, ObservationSpec],
+                  training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSpec, ...],
+                  root: s.Where) -> tuple[tuple[EpisodeSpec, ...], tuple[EpisodeSpec, ...]]:
+    """Bind time-offset parameters to their observations' signals: linear alignment only, and
+    every sample still at or after time 0 at the upper bound."""
+    import dataclasses
+
+    from .time_offsets import TimeOffsetTarget
+
+    bounds: dict[str, tuple[float, float]] = {}
+    for i, parameter in enumerate(parameters):
+        for target in parameter.targets:
+            if isinstance(target, TimeOffsetTarget):
+                at = root.key("parameters").key(i)
+                if target.observation not in observations:
+                    raise at.fail(f"time_offset names unknown observation "
+                                  f"{target.observation!r}; declared: "
+                                  f"{', '.join(observations)}")
+                bounds[target.observation] = (parameter.lower * 1e9, parameter.upper * 1e9)
+    if not bounds:
+        return training, validation
+
+    def bind(episode: EpisodeSpec) -> EpisodeSpec:
+        signals = []
+        for signal in episode.signals:
+            found = bounds.get(signal.observation)
+            if found is not None:
+                label = f"{episode.scope} episode {episode.id!r} signal {signal.observation!r}"
+                if signal.alignment != "linear":
+                    raise root.fail(f"{label}: a calibrated time_offset interpolates; the "
+                                    f"signal needs alignment: linear, not {signal.alignment}")
+                first = float(signal.times_ns[0])
+                if first - found[1] < 0:
+                    raise root.fail(f"{label}: its first sample at {first / 1e9:g} s would be "
+                                    f"compared with the simulation before episode time 0 at "
+                                    f"the time_offset upper bound {found[1] / 1e9:g} s; drop "
+                                    f"the samples before {found[1] / 1e9:g} s or lower the "
+                                    f"bound")
+                signal = dataclasses.replace(signal, time_offset_bounds_ns=found)
+            signals.append(signal)
+        return dataclasses.replace(episode, signals=tuple(signals))
+
+    return tuple(bind(e) for e in training), tuple(bind(e) for e in validation)
 
 
 def _probe_plans(candidates: Any, parameters: Sequence[CalibrationParameter],

@@ -201,8 +201,13 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             chosen, fixed = nominal_set(request), ()
         else:
             chosen, fixed = overlay_values(request, Path(name))
-        builder = _FixedOverlays(request.manifest, request.parameters, fixed) if fixed \
-            else CandidatePlanBuilder(request.manifest, request.parameters)
+        from .time_offsets import candidate_builder as offset_aware
+
+        if fixed:
+            builder = offset_aware(lambda m, p, f=fixed: _FixedOverlays(m, p, f),
+                                   request.manifest, request.parameters)
+        else:
+            builder = offset_aware(CandidatePlanBuilder, request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
             scored.update(score_sets(problem, [chosen], metrics))
