@@ -10,6 +10,10 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
   ``quat_x..quat_w`` / ``quat_des_x..quat_des_w`` read as w, x, y, z; ``x``, ``x_des`` and
   ``dx_des`` the three position columns ``x_x, x_y, x_z`` (...); ``q``, ``dq``, ``tau`` and
   ``tau_J`` the joint columns ``q1..qN`` (...);
+* ``rotvec_des_x``, ``rotvec_des_y``, ``rotvec_des_z`` (group ``rotvec_des``): the target
+  orientation as the rotation vector ``log(conj(q_anchor) ⊗ q_des)`` from the sidecar's
+  ``q_anchor_xyzw`` to ``quat_des_*``, rad: the setpoints of a Cartesian impedance made of
+  MuJoCo site actuators against an anchor-oriented reference site (config/examples/panda);
 * sidecar values for initial states (``qpos_from: {sidecar: q_init, index: 2}``, only for a
   window that starts at the run's first row);
 * the ring log's ``gaps`` (frame ranges lost to the ring buffer) and ``resets`` (controller
@@ -33,6 +37,7 @@ __all__ = ["FrankaSource"]
 _VECTORS = {"x": "x_", "x_des": "x_des_", "dx_des": "dx_des_"}
 _QUATERNIONS = {"quat": "quat_", "quat_des": "quat_des_"}
 _JOINT_GROUPS = ("q", "dq", "tau", "tau_J")
+_ROTVEC = ("rotvec_des_x", "rotvec_des_y", "rotvec_des_z")
 
 
 class FrankaSource(CsvSource):
@@ -124,11 +129,42 @@ class FrankaSource(CsvSource):
                               f"{node!r}")
         return out
 
+    def column(self, name: str) -> np.ndarray:
+        if name in _ROTVEC and name not in self._index:
+            cached = self._columns.get(name)
+            if cached is None:
+                self._rotvec_columns()
+                cached = self._columns[name]
+            return cached
+        return super().column(name)
+
+    def _rotvec_columns(self) -> None:
+        from .alignment import quat_error
+
+        anchor = self.sidecar.get("q_anchor_xyzw")
+        if not (isinstance(anchor, list) and len(anchor) == 4):
+            raise SourceError(f"sidecar {str(self.sidecar_path)!r} has no q_anchor_xyzw (4 "
+                              f"numbers) for the rotvec_des columns")
+        x, y, z, w = (float(v) for v in anchor)
+        target = np.column_stack([super(FrankaSource, self).column(f"quat_des_{c}")
+                                  for c in "wxyz"])
+        bad = ~np.all(np.isfinite(target), axis=1)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise SourceError(f"recording {str(self.path)!r} columns quat_des_*: "
+                              f"{int(bad.sum())} row(s) with NaN, the first at "
+                              f"{self.times_ns[first] / 1e9:.9g} s")
+        rotvec = quat_error(target, np.tile([w, x, y, z], (target.shape[0], 1)))
+        for i, name in enumerate(_ROTVEC):
+            self._columns[name] = np.ascontiguousarray(rotvec[:, i])
+
     def expand(self, columns: Sequence[str]) -> list[str]:
         out: list[str] = []
         for name in columns:
-            if name in self._index:
+            if name in self._index or name in _ROTVEC:
                 out.append(name)
+            elif name == "rotvec_des":
+                out.extend(_ROTVEC)
             elif name in _QUATERNIONS:
                 stem = _QUATERNIONS[name]
                 out.extend(f"{stem}{c}" for c in "wxyz")
