@@ -12,6 +12,12 @@ MuJoCo counterpart and are recorded in the artifact's description only), ``mu_vi
 ``command_latency`` (s) of each ``--motors`` component, when given. Parameter ids are
 ``armature_<joint>``, ``frictionloss_<joint>``, ``damping_<joint>`` and ``motor_delay``.
 
+``--sidecar-gains run.json`` instead writes the run's impedance gains (``args.kp_pos``,
+``kd_pos``, ``kp_ori``, ``kd_ori``) as overlays of the Cartesian impedance's site actuators
+(``actuator_position_kp`` / ``actuator_position_kv`` of ``--position-actuators``, default
+ee_x,ee_y,ee_z, and ``--orientation-actuators``, default ee_rx,ee_ry,ee_rz), for a manifest's
+``parameter_overlays``: the replay then uses the gains the run was recorded with.
+
 ``--evaluate`` matches an artifact's parameters to the request's by id or by identical
 targets; the ones the request does not fit are applied as fixed overlays of that set.
 """
@@ -30,7 +36,7 @@ from fibril_sim_core.overlays import overlay_document
 
 from .errors import CalibrationError
 
-__all__ = ["sysid_overlay", "main"]
+__all__ = ["sidecar_gains_overlay", "sysid_overlay", "main"]
 
 _PER_JOINT = (("armature", "joint_armature", "armature", "kg_m2"),
               ("mu_dynamic", "joint_frictionloss", "frictionloss", "N_m"),
@@ -84,12 +90,47 @@ def sysid_overlay(path: Path, joints: Sequence[str], *, motors: Sequence[str] = 
     return out
 
 
+def sidecar_gains_overlay(path: Path, *, position: Sequence[str] = ("ee_x", "ee_y", "ee_z"),
+                          orientation: Sequence[str] = ("ee_rx", "ee_ry", "ee_rz")
+                          ) -> dict[str, Any]:
+    """The overlay artifact document of a seed-002 sidecar's impedance gains."""
+    try:
+        sidecar = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CalibrationError(f"{path}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise CalibrationError(f"{path}: cannot read as JSON: {exc}") from None
+    args = sidecar.get("args") if isinstance(sidecar, dict) else None
+    if not isinstance(args, dict):
+        raise CalibrationError(f"{path}: expected an args object with kp_pos, kd_pos, kp_ori, "
+                               f"kd_ori")
+    parameters = []
+    for key, kind, actuators, unit in (("kp_pos", "actuator_position_kp", position, "N_per_m"),
+                                       ("kd_pos", "actuator_position_kv", position, "N_s_per_m"),
+                                       ("kp_ori", "actuator_position_kp", orientation,
+                                        "N_m_per_rad"),
+                                       ("kd_ori", "actuator_position_kv", orientation,
+                                        "N_m_s_per_rad")):
+        value = args.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise CalibrationError(f"{path}: args.{key} is {value!r}, not a positive number")
+        parameters.append(OverlayParameter(key, float(value),
+                                           tuple(MujocoTarget(kind, a) for a in actuators),
+                                           unit, f"sidecar {path} args.{key}"))
+    return overlay_document(parameters, id="sidecar_gains",
+                            source={"format": "seed-002 sidecar", "path": str(path)})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fibril_calibration.sysid_import",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("params", type=Path, help="sysid_best_params.json")
-    parser.add_argument("--joints", required=True,
+    parser.add_argument("params", type=Path, nargs="?", help="sysid_best_params.json")
+    parser.add_argument("--joints", default="",
                         help="MuJoCo joint names, comma-separated, in the lab's joint order")
+    parser.add_argument("--sidecar-gains", type=Path, metavar="RUN.json",
+                        help="write a run sidecar's impedance gains instead")
+    parser.add_argument("--position-actuators", default="ee_x,ee_y,ee_z")
+    parser.add_argument("--orientation-actuators", default="ee_rx,ee_ry,ee_rz")
     parser.add_argument("--motors", default="",
                         help="motor component ids whose command_latency takes "
                              "motor_delay_steps (comma-separated)")
@@ -100,9 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .result import to_json, write_atomic
 
     try:
-        document = sysid_overlay(args.params, [j for j in args.joints.split(",") if j],
-                                 motors=[m for m in args.motors.split(",") if m],
-                                 tick_s=args.tick)
+        if args.sidecar_gains is not None:
+            document = sidecar_gains_overlay(
+                args.sidecar_gains, position=args.position_actuators.split(","),
+                orientation=args.orientation_actuators.split(","))
+        elif args.params is None or not args.joints:
+            raise CalibrationError("give sysid_best_params.json and --joints, or "
+                                   "--sidecar-gains RUN.json")
+        else:
+            document = sysid_overlay(args.params, [j for j in args.joints.split(",") if j],
+                                     motors=[m for m in args.motors.split(",") if m],
+                                     tick_s=args.tick)
         write_atomic(args.output, to_json(document))
     except CalibrationError as exc:
         print(f"sysid_import: {exc}", file=sys.stderr)

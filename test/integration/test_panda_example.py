@@ -117,3 +117,23 @@ def test_closed_loop_replay_through_the_impedance_recovers_the_dampings(tmp_path
     for n, truth in enumerate(generate.TRUTH["damping"], 1):
         fitted = result.fitted_values[f"damping_joint{n}"]
         assert abs(fitted - truth) < 4 * per[f"damping_joint{n}"]["standard_deviation"]
+
+
+def test_sidecar_gains_become_impedance_overlays(tmp_path: Path) -> None:
+    """A run's args.kp_*/kd_* as actuator kp/kv overlays: the manifest loads them and the
+    replay at the truth is unchanged (they are the model's own gains)."""
+    from fibril_calibration.sysid_import import main as import_main
+    from fibril_sim_core import SimulationBuilder
+
+    out = tmp_path / "gains.json"
+    assert import_main(["--sidecar-gains", str(EXAMPLE / "calibration_data" / "loop-01.json"),
+                        "--output", str(out)]) == 0
+    artifact = json.loads(out.read_text())
+    assert [p["id"] for p in artifact["parameters"]] == ["kp_pos", "kd_pos", "kp_ori", "kd_ori"]
+    manifest = yaml.safe_load((EXAMPLE / "panda_impedance.yaml").read_text())
+    manifest["model"] = str(EXAMPLE / manifest["model"])
+    manifest["parameter_overlays"] = [str(out)]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
+    plan = SimulationBuilder().build(tmp_path / "m.yaml")
+    np.testing.assert_allclose(plan.model.actuator_gainprm[:, 0], [500] * 3 + [30] * 3)
+    np.testing.assert_allclose(-plan.model.actuator_biasprm[:, 2], [44.7] * 3 + [10.95] * 3)
