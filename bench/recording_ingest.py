@@ -49,9 +49,8 @@ def arm_xml() -> str:
 
 
 def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
     from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import StoragePlugin, Writer
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "arm7.xml").write_text(arm_xml())
@@ -112,9 +111,8 @@ def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path
 
 
 def raw_read(bag: Path) -> tuple[int, float]:
-    from rosbags.rosbag2 import Reader
-
     from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import Reader
 
     store = typestore()
     started = time.perf_counter()
@@ -163,13 +161,16 @@ def main() -> int:
         from fibril_calibration.request import load_calibration_request
 
         _, request = write_problem(folder / "load", 20_000, args.storage)  # 10 s at 1 kHz
-        started = time.perf_counter()
-        loaded = load_calibration_request(request)
-        elapsed = time.perf_counter() - started
+        times = []
+        for _ in range(2):  # the first load also imports the simulation modules
+            started = time.perf_counter()
+            loaded = load_calibration_request(request)
+            times.append(time.perf_counter() - started)
         inputs = sum(len(e.recorded_inputs) for e in loaded.training)
         samples = sum(s.count for e in loaded.training for s in e.signals)
         print(f"request load: {len(loaded.training)} episodes, {inputs} recorded inputs, "
-              f"{samples} reference samples: {elapsed:.2f} s (target <= 1 s)")
+              f"{samples} reference samples: {times[0]:.2f} s first (imports included), "
+              f"{times[1]:.2f} s again (target <= 1 s)")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -95,8 +95,8 @@ class FrankaSource(CsvSource):
                 t = (int(seq) - first) * 1_000_000
                 out.append((t, t, f"controller reset at frame {int(seq)}"))
         elif isinstance(resets, (int, float)) and resets > 0:
-            out.append((-2 ** 62, 2 ** 62, f"{int(resets)} controller reset(s) at unrecorded "
-                                           f"times"))
+            reason = f"{int(resets)} controller reset(s) at unrecorded times"
+            out.append((-2 ** 62, 2 ** 62, reason))
         return out
 
     def check_window(self, start_ns: int, end_ns: int) -> str | None:

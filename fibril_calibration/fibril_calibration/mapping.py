@@ -41,13 +41,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from fibril_sim_core import _schema as s
 from fibril_sim_core.records import IngressRecord
 
-from .errors import CalibrationRequestError
+from fibril_sim_core import _schema as s
+
 from .sources import MOTOR_COMMAND, Source, SourceError, Stream, open_source
-from .windows import Window, parse_windows
+from .windows import parse_windows
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -110,7 +109,7 @@ class SourceSet:
                                          f"(header.stamp), got {time!r}")
         origin = None
         if "origin" in body:
-            origin = int(round(s.number(body["origin"], where.key("origin")) * _NS))
+            origin = round(s.number(body["origin"], where.key("origin")) * _NS)
         return _SourceSpec(
             path=self.base / s.string(body["path"], where.key("path")), where=where,
             format=s.string(body["format"], where.key("format")) if "format" in body else None,
@@ -142,7 +141,7 @@ class SourceSet:
             source.close()
         self._open.clear()
 
-    def __enter__(self) -> SourceSet:
+    def __enter__(self) -> SourceSet:  # noqa: PYI034 - final class
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -152,7 +151,7 @@ class SourceSet:
 def _gap(body: Mapping[str, Any], where: s.Where) -> int | None:
     if "max_gap" not in body:
         return None
-    return int(round(s.number(body["max_gap"], where.key("max_gap"), positive=True) * _NS))
+    return round(s.number(body["max_gap"], where.key("max_gap"), positive=True) * _NS)
 
 
 # --------------------------------------------------------------------------- streams

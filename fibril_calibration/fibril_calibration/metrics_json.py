@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
                     * signal.residual_scales)
         errors.setdefault(block.episode, {})[block.signal] = (physical, signal.values,
                                                              signal.times_ns)
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out: dict[str, dict[str, Any]] = {}
     for episode_id, signals in errors.items():
         episode = episodes[episode_id]

@@ -537,7 +537,8 @@ def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str,
     out = []
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and "source" in item and sources is not None:
-            from .mapping import source_episodes  # a bag / CSV recording, maybe windowed
+            # a bag / CSV recording, maybe cut into windows
+            from .mapping import source_episodes
 
             episodes = source_episodes(item, where.key(i), scope, observations, plan, sources)
         else:

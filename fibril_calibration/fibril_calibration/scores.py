@@ -190,10 +190,9 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting."""
+    from .candidate_plan import CandidatePlanBuilder
     from .problem import CalibrationProblem
     from .result import strict
-
-    from .candidate_plan import CandidatePlanBuilder
 
     scored: dict[str, Any] = {}
     for name in names:

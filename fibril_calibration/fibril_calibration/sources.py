@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import re
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError", "Stream",
-           "TIME_UNITS", "open_source"]
+__all__ = [
+    "SOURCE_FORMATS",
+    "TIME_UNITS",
+    "BagSource",
+    "CsvSource",
+    "Source",
+    "SourceError",
+    "Stream",
+    "open_source",
+]
 
 SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv", "franka_sysid")
 TIME_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
@@ -42,6 +51,20 @@ TIME_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 _IMPLIED_UNITS = {"t_s": "s", "time_s": "s", "time_ms": "ms", "time_us": "us", "time_ns": "ns"}
 MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
 MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")  # MotorCommand.MODE_* order
+
+
+def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
+    from rosbags.rosbag2 import ReaderError
+    from rosbags.serde import SerdeError
+    from rosbags.typesys import TypesysError
+
+    reading = (ReaderError, OSError, ValueError, KeyError, EOFError)
+    decoding = (SerdeError, ValueError, IndexError, KeyError, struct.error, TypeError)
+    return reading, decoding, (TypesysError, ValueError, KeyError, IndexError)
+
+
+# What rosbags raises for an unreadable bag, undecodable bytes, a bad embedded definition.
+_READ_ERRORS, _DECODE_ERRORS, _TYPE_ERRORS = _errors()
 
 
 class SourceError(ValueError):
@@ -141,7 +164,7 @@ class BagSource(Source):
         self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
         try:
             self._reader.open()
-        except Exception as exc:  # rosbags raises its own error kinds for unreadable bags
+        except _READ_ERRORS as exc:
             raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
         self._open = True
         self._connections: dict[str, list[Any]] = {}
@@ -189,7 +212,7 @@ class BagSource(Source):
                 topic = owner[connection.id]
                 times[topic].append(timestamp)
                 raws[topic].append(raw)
-        except Exception as exc:
+        except _READ_ERRORS as exc:
             raise SourceError(f"cannot read recording {str(self.path)!r}: {exc}") from None
         for name in wanted:
             self._raw[name] = (np.array(times[name], dtype=np.int64), raws[name])
@@ -212,7 +235,7 @@ class BagSource(Source):
             try:
                 for raw in raws:
                     decoded.append(deserialize(raw, msgtype))
-            except Exception as exc:
+            except _DECODE_ERRORS as exc:
                 at = int(times[len(decoded)])
                 raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: cannot "
                                   f"decode {msgtype} at log time {_t(at)}: {exc}") from None
@@ -390,7 +413,7 @@ def _storage_reader(path: Path) -> Any:
 
     try:
         return Reader(path)
-    except Exception as exc:
+    except _READ_ERRORS as exc:
         raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
 
 
@@ -403,9 +426,8 @@ def _short(msgtype: str) -> str:
 def _bag_typestore(connections: Sequence[Any]) -> Any:
     """A typestore with the ROS 2 base types, fibril_msgs and every definition the bag embeds
     (those win: they describe the recorded bytes)."""
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg, get_typestore
-
     from fibril_sim_core.trace._msgtypes import MSG_DEFINITIONS, _base_store
+    from rosbags.typesys import get_types_from_idl, get_types_from_msg, get_typestore
 
     store = get_typestore(_base_store())
     types: dict[str, Any] = {}
@@ -424,8 +446,8 @@ def _bag_typestore(connections: Sequence[Any]) -> Any:
                         types.update(get_types_from_idl(part.split("\n", 1)[1]))
                 else:
                     types.update(get_types_from_idl(definition.data))
-        except Exception:  # an unparsable embedded definition: the known types still decode
-            continue
+        except _TYPE_ERRORS:  # an unparsable embedded definition: the known types decode
+            pass
     store.register(types)
     return store
 
@@ -550,7 +572,7 @@ def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype
 
         return vector, ("x", "y", "z")
     if "data" in fields:
-        inner = getattr(node, "data")
+        inner = node.data
         if isinstance(inner, (int, float, np.number)) and not isinstance(inner, bool):
             return (lambda m: (float(walk(m)[1].data),)), (field,)
     raise SourceError(f"{label}: {field!r} of {msgtype} is a {type(node).__name__} with fields "

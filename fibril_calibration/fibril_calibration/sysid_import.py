@@ -31,12 +31,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fibril_sim_core.overlays import ComponentTarget, MujocoTarget, OverlayParameter
-from fibril_sim_core.overlays import overlay_document
+from fibril_sim_core.overlays import (
+    ComponentTarget,
+    MujocoTarget,
+    OverlayParameter,
+    overlay_document,
+)
 
 from .errors import CalibrationError
 
-__all__ = ["sidecar_gains_overlay", "sysid_overlay", "main"]
+__all__ = ["main", "sidecar_gains_overlay", "sysid_overlay"]
 
 _PER_JOINT = (("armature", "joint_armature", "armature", "kg_m2"),
               ("mu_dynamic", "joint_frictionloss", "frictionloss", "N_m"),

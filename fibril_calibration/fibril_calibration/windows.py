@@ -79,4 +79,4 @@ def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Windo
 
 
 def _ns(seconds: float) -> int:
-    return int(round(seconds * _NS))
+    return round(seconds * _NS)

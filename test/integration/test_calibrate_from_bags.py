@@ -24,10 +24,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-import _recording_rig as rig  # noqa: E402
-from fibril_sim_core import IngressRecord, SimulationBuilder, StateSnapshot  # noqa: E402
-from fibril_sim_core.cli import main  # noqa: E402
-from fibril_sim_core.overlays import MujocoTarget, OverlayParameter  # noqa: E402
+import _recording_rig as rig
+from fibril_sim_core.cli import main
+from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+from fibril_sim_core import IngressRecord, SimulationBuilder, StateSnapshot
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "config" / "examples" / "drivetrain" / "bench.yaml"

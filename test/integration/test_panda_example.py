@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.request import load_calibration_request
 from fibril_calibration.scores import evaluate_parameter_sets
@@ -25,8 +24,8 @@ EXAMPLE = REPO / "config" / "examples" / "panda"
 sys.path.insert(0, str(EXAMPLE))
 sys.path.insert(0, str(EXAMPLE / "calibration_data"))
 
-import generate  # noqa: E402
-import make_model  # noqa: E402
+import generate
+import make_model
 
 
 def test_mesh_free_model_keeps_kinematics_and_inertials(tmp_path: Path) -> None:
@@ -77,7 +76,7 @@ def test_reduced_fit_recovers_the_dampings(tmp_path: Path) -> None:
     doc = yaml.safe_load((EXAMPLE / "calibration.yaml").read_text())
     doc["manifest"] = "panda.yaml"
     doc["parameters"] = [p for p in doc["parameters"] if p["id"].startswith("damping_")]
-    for name, source in doc["sources"].items():
+    for source in doc["sources"].values():
         source["path"] = str(EXAMPLE / source["path"])
     doc["training"] = doc["training"][:1]
     doc["training"][0]["windows"] = [[0.4, 0.9], [1.4, 1.9]]
@@ -123,6 +122,7 @@ def test_sidecar_gains_become_impedance_overlays(tmp_path: Path) -> None:
     """A run's args.kp_*/kd_* as actuator kp/kv overlays: the manifest loads them and the
     replay at the truth is unchanged (they are the model's own gains)."""
     from fibril_calibration.sysid_import import main as import_main
+
     from fibril_sim_core import SimulationBuilder
 
     out = tmp_path / "gains.json"

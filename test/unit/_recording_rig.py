@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import yaml
+from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
 
 from fibril_sim_core import IngressRecord, SimulationBuilder, StateSnapshot
-from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
 
 ARM_XML = """\
 <mujoco model="arm">
@@ -90,7 +90,7 @@ def truth(manifest: Path, times: np.ndarray, torques: np.ndarray, duration_s: fl
                                          f'{{"mode":"torque","value":{value!r}}}', True, tick,
                                          acceptance, "", 0))
             acceptance += 1
-    ticks = int(round(duration_s * 1e9 / DT))
+    ticks = round(duration_s * 1e9 / DT)
     instance = plan.create_instance(0, snapshot_every=1)
     instance.enqueue_recorded_trace_inputs(records)
     instance.advance(ticks + 1)
@@ -115,7 +115,7 @@ def log_times(duration_s: float, seed: int = 2, every_s: float | None = 0.2) -> 
         times.append(nxt)
     out = set(times)
     if every_s:
-        out.update(int(round(k * every_s * 1e9)) for k in range(int(duration_s / every_s) + 1))
+        out.update(round(k * every_s * 1e9) for k in range(int(duration_s / every_s) + 1))
     return np.array(sorted(t for t in out if t <= end), dtype=np.int64)
 
 

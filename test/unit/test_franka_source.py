@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import _recording_rig as rig
 import numpy as np
 import pytest
-
-import _recording_rig as rig
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request

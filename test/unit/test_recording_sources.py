@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import _recording_rig as rig
 import numpy as np
 import pytest
-
-import _recording_rig as rig
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request
@@ -331,8 +330,14 @@ def test_source_reader_directly(arm: dict[str, Any]) -> None:
             bag.stream(columns=["q1"])
     finally:
         bag.close()
+    other = arm["folder"] / "notes.yaml"
+    other.write_text("{}")
     with pytest.raises(SourceError, match="cannot tell its format"):
-        open_source(arm["folder"] / "request.yaml")
+        open_source(other)
+    garbage = arm["folder"] / "garbage.mcap"
+    garbage.write_bytes(b"not an mcap file at all")
+    with pytest.raises(SourceError, match="cannot read recording .*garbage.mcap"):
+        open_source(garbage)
 
 
 def test_joint_logs_decode_column_wise_or_per_message_alike(arm: dict[str, Any],

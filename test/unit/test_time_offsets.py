@@ -8,10 +8,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pytest
-
 import _recording_rig as rig
+import pytest
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request

@@ -53,11 +53,7 @@ def convert(source: Path, target: Path) -> None:
         option.set("timestep", "0.001")
     for parent in root.iter():
         for child in list(parent):
-            if child.tag == "mesh" or (child.tag == "geom" and "mesh" in child.attrib):
-                parent.remove(child)
-            elif child.tag == "geom" and child.get("type") == "mesh":  # class defaults
-                parent.remove(child)
-            elif child.tag == "light":
+            if child.tag == "mesh" or (child.tag == "geom" and "mesh" in child.attrib) or child.tag == "geom" and child.get("type") == "mesh" or child.tag == "light":
                 parent.remove(child)
     for body in root.iter("body"):
         body.set("gravcomp", "1")

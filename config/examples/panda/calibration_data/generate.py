@@ -23,9 +23,9 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
 
 from fibril_sim_core import SimulationBuilder
-from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parent / "panda.yaml"

@@ -18,13 +18,12 @@ import csv
 import json
 from pathlib import Path
 
+import generate
 import mujoco
 import numpy as np
-
 from fibril_calibration.alignment import quat_error
-from fibril_sim_core import SimulationBuilder
 
-import generate
+from fibril_sim_core import SimulationBuilder
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parent / "panda_impedance.yaml"
@@ -46,7 +45,7 @@ def _exp(rotvec: np.ndarray) -> np.ndarray:
 def run(model: mujoco.MjModel, base_hz: float, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     rows = int(DURATION * RATE)
-    steps = int(round(1000 / RATE))
+    steps = round(1000 / RATE)
     data = mujoco.MjData(model)
     data.qpos[:] = generate.HOME
     mujoco.mj_forward(model, data)
