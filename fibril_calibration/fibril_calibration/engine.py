@@ -228,7 +228,10 @@ def summary_text(document: dict[str, Any]) -> str:
         lines.append(f"input timing {stats['samples']} recorded input sample(s) committed at the "
                      f"{policy.replace('_', ' ')}: {stats['moved']} moved, largest shift "
                      f"{stats['max_shift_s'] * 1e3:.4g} ms; {stats['held_at_start']} held in "
-                     f"force at a window start")
+                     f"force at a window start"
+                     + (f" (acting only after the endpoint latency of "
+                        f"{stats['held_latency_ticks']} tick(s))"
+                        if stats.get("held_latency_ticks") else ""))
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")

@@ -22,8 +22,11 @@ seconds of its own time base). Inputs in ``[start, end)`` are committed at the t
 ``commit`` policy picks (``next_tick``: the first tick at or after the sample; ``nearest_tick``:
 the nearest, a tie to the earlier); the last command before the start is committed at tick 0
 (it was in force). How many samples moved and the largest shift are kept per episode and
-reported in the result. Reference samples in ``[start, end]`` keep their exact recorded time;
-the signal's alignment policy compares them with the simulation. ``*_from`` initial-state
+reported in the result. An endpoint with a command latency applies that held command after
+its latency, like any other: the first ticks of the window run without it (reported as
+``held_latency_ticks``; an actuator's command state is not part of an initial state).
+Reference samples in ``[start, end]`` keep their exact recorded time; the signal's alignment
+policy compares them with the simulation. ``*_from`` initial-state
 values are the stream linearly interpolated at the window start (its first sample when the
 window starts before the stream).
 
@@ -215,6 +218,7 @@ class _Input:
     mapped: _Mapped
     mode: str | None  # None: per row (a MotorCommand)
     commit: str
+    latency_ticks: int = 0  # the endpoint's command latency
 
 
 def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
@@ -285,7 +289,7 @@ def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
                     raise (at.key("mode") if "mode" in body else at).fail(
                         f"{source_id!r}: {exc}") from None
                 checked.add((source_id, m))
-            out.append(_Input(source_id, mapped, mode, commit))
+            out.append(_Input(source_id, mapped, mode, commit, endpoint.latency_ticks))
     return out
 
 
@@ -311,7 +315,8 @@ def _window_inputs(inputs: Sequence[_Input], start: int, end: int, dt: int
         ticks = _commit_ticks(relative, dt, item.commit)
         shift = ticks * dt - relative
         stats = timing.setdefault(item.commit, {"samples": 0, "moved": 0, "max_shift_ns": 0,
-                                                "held_at_start": 0})
+                                                "held_at_start": 0,
+                                                "held_latency_ticks": 0})
         stats["samples"] += int(relative.shape[0])
         stats["moved"] += int(np.count_nonzero(shift))
         if shift.size:
@@ -320,6 +325,9 @@ def _window_inputs(inputs: Sequence[_Input], start: int, end: int, dt: int
         stamps = times[first:stop]
         if first > 0:  # the command in force at the window start
             stats["held_at_start"] += 1
+            # committed at tick 0, it acts only after the endpoint's latency: those first
+            # ticks run without it (a fresh instance's actuators start from rest)
+            stats["held_latency_ticks"] = max(stats["held_latency_ticks"], item.latency_ticks)
             ticks = np.concatenate(([0], ticks))
             stamps = np.concatenate(([start - 1], stamps))
             rows = np.concatenate(([first - 1], rows))
@@ -639,10 +647,11 @@ def describe_timing(episodes: Sequence[EpisodeSpec]) -> dict[str, Any] | None:
             continue
         for policy, stats in info["input_timing"].items():
             acc = merged.setdefault(policy, {"samples": 0, "moved": 0, "max_shift_ns": 0,
-                                             "held_at_start": 0})
+                                             "held_at_start": 0, "held_latency_ticks": 0})
             for key in ("samples", "moved", "held_at_start"):
                 acc[key] += stats[key]
-            acc["max_shift_ns"] = max(acc["max_shift_ns"], stats["max_shift_ns"])
+            for key in ("max_shift_ns", "held_latency_ticks"):
+                acc[key] = max(acc[key], stats[key])
     for stats in merged.values():
         stats["max_shift_s"] = stats["max_shift_ns"] / _NS
     return merged or None

@@ -476,3 +476,22 @@ def test_sysid_best_params_import_and_evaluate(arm: dict[str, Any], tmp_path: Pa
     bad.write_text(json.dumps({"best_params_decoded": {"armature": [0.1]}}))
     assert import_main([str(bad), "--joints", "j1,j2", "--output",
                         str(tmp_path / "x.json")]) == 2
+
+
+def test_held_command_behind_an_endpoint_latency_is_reported(arm: dict[str, Any],
+                                                            tmp_path: Path) -> None:
+    import yaml
+
+    manifest = yaml.safe_load(arm["manifest"].read_text())
+    manifest["model"] = str(arm["folder"] / manifest["model"])
+    for component in manifest["components"]:
+        component["config"] = {"command_latency": 0.002}
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(yaml.safe_dump(manifest))
+    doc = rig.request(slow, {"path": str(arm["mcap"])}, windows=WINDOWS)
+    request = _load(tmp_path, doc)
+    timing = request.training[1].source["input_timing"]["next_tick"]
+    assert timing["held_at_start"] == 2 and timing["held_latency_ticks"] == 2
+    result = run_calibration(_load(tmp_path, rig.request(slow, {"path": str(arm["mcap"])},
+                                                         windows=[[0.2, 0.4]])))
+    assert "after the endpoint latency of 2 tick(s)" in result.summary()
