@@ -137,3 +137,27 @@ def test_sidecar_gains_become_impedance_overlays(tmp_path: Path) -> None:
     plan = SimulationBuilder().build(tmp_path / "m.yaml")
     np.testing.assert_allclose(plan.model.actuator_gainprm[:, 0], [500] * 3 + [30] * 3)
     np.testing.assert_allclose(-plan.model.actuator_biasprm[:, 2], [44.7] * 3 + [10.95] * 3)
+
+
+def test_impedance_targets_are_live_external_inputs() -> None:
+    """Live use: an ExternalInput target on ee_x/command moves the end effector there through
+    the MuJoCo-native impedance (no per-tick Python)."""
+    from fibril_sim_core import SimulationBuilder, external_input
+
+    plan = SimulationBuilder().build(EXAMPLE / "panda_impedance.yaml")
+    instance = plan.create_instance(0)
+    instance.inject_state([{"type": "joint", "joint": f"joint{n + 1}", "qpos": [q]}
+                           for n, q in enumerate(generate.HOME)])
+    instance.advance(1)
+    data = instance.data
+    site = plan.model.site("attachment_site").id
+    start = data.site_xpos[site].copy()
+    hold = data.actuator_length.copy()
+    for n, axis in enumerate(("x", "y", "z", "rx", "ry", "rz")):
+        value = float(hold[n] + (0.05 if axis == "x" else 0.0))
+        instance.enqueue(external_input(f"ee_{axis}/command", 1, "fibril_sim/motor_command/v1",
+                                        json.dumps({"mode": "position", "value": value})))
+    instance.advance(2000)
+    moved = data.site_xpos[site] - start
+    assert moved[0] == pytest.approx(0.05, abs=2e-3)
+    assert abs(moved[1]) < 2e-3 and abs(moved[2]) < 2e-3
