@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import _recording_rig as rig
+import numpy as np
 import pytest
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
@@ -52,6 +53,17 @@ def test_delay_and_damping_are_recovered(delayed: dict[str, Any]) -> None:
     assert overlay_ids == ["d_j1", "d_j2"]  # an offset is not a model parameter
     contract = {p["id"]: p for p in result.document["parameter_contract"]}
     assert contract["delay"]["targets"][0] == {"type": "time_offset", "observation": "q_j1"}
+
+
+def test_problem_evaluates_the_offset_without_a_builder(delayed: dict[str, Any]) -> None:
+    from fibril_calibration.problem import CalibrationProblem
+
+    request = _load(delayed["folder"], delayed["doc"])
+    with CalibrationProblem(request) as problem:
+        at_truth = problem.evaluate(np.array([rig.TRUTH["j1"], rig.TRUTH["j2"], DELAY_S]))
+        no_delay = problem.evaluate(np.array([rig.TRUTH["j1"], rig.TRUTH["j2"], 0.0]))
+    assert np.sqrt(np.mean(at_truth.unweighted ** 2)) < 1e-6
+    assert np.sqrt(np.mean(no_delay.unweighted ** 2)) > 1.0
 
 
 def test_time_offset_misuse_is_a_request_error(delayed: dict[str, Any]) -> None:
