@@ -36,6 +36,14 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(('StartingPoint', 'starting_point'), '.starting_point'),
     **dict.fromkeys(('EpisodeSummary', 'ResidualSummary', 'SignalSummary'), '.summaries'),
     **dict.fromkeys(('FitCriteria', 'FitVerdict'), '.verdict'),
+    **dict.fromkeys(('BagSource', 'CsvSource', 'SOURCE_FORMATS', 'Source', 'SourceError', 'Stream', 'open_source'), '.sources'),
+    **dict.fromkeys(('FrankaSource',), '.franka'),
+    **dict.fromkeys(('COMMIT_POLICIES', 'SourceSet', 'source_episodes'), '.mapping'),
+    **dict.fromkeys(('Window', 'parse_windows'), '.windows'),
+    **dict.fromkeys(('EVALUATION_FORMAT', 'evaluate_parameter_sets', 'overlay_values', 'score', 'score_sets', 'scores_text'), '.scores'),
+    **dict.fromkeys(('metrics_documents', 'write_metrics'), '.metrics_json'),
+    **dict.fromkeys(('sidecar_gains_overlay', 'sysid_overlay'), '.sysid_import'),
+    **dict.fromkeys(('OffsetAwareBuilder', 'OffsetPlan', 'TimeOffsetTarget'), '.time_offsets'),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -75,3 +83,11 @@ if TYPE_CHECKING:
     from .starting_point import (StartingPoint, starting_point)
     from .summaries import (EpisodeSummary, ResidualSummary, SignalSummary)
     from .verdict import (FitCriteria, FitVerdict)
+    from .sources import (BagSource, CsvSource, SOURCE_FORMATS, Source, SourceError, Stream, open_source)
+    from .franka import (FrankaSource,)
+    from .mapping import (COMMIT_POLICIES, SourceSet, source_episodes)
+    from .windows import (Window, parse_windows)
+    from .scores import (EVALUATION_FORMAT, evaluate_parameter_sets, overlay_values, score, score_sets, scores_text)
+    from .metrics_json import (metrics_documents, write_metrics)
+    from .sysid_import import (sidecar_gains_overlay, sysid_overlay)
+    from .time_offsets import (OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget)

@@ -3,6 +3,7 @@
     fibril_sim calibrate calibration.yaml
     fibril_sim calibrate calibration.yaml --json
     fibril_sim calibrate calibration.yaml --output result.json --output-overlay fit.json
+    fibril_sim calibrate calibration.yaml --evaluate nominal --evaluate fit.json
 
 The default output is a readable summary; ``--json`` prints the full result document. Progress
 lines go to stderr. Output files are checked before the run and written atomically after it
@@ -46,6 +47,14 @@ def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--output-overlay", type=Path, metavar="FIT.json",
                         help="write the fitted parameter overlay artifact (loadable from a "
                              "manifest's parameter_overlays)")
+    parser.add_argument("--evaluate", action="append", metavar="OVERLAY.json|nominal",
+                        help="score a fixed parameter set on the episodes without fitting: "
+                             "'nominal' (the initial values) or an overlay artifact; "
+                             "repeatable")
+    parser.add_argument("--metrics", type=Path, metavar="DIR",
+                        help="write the lab's metrics.json (sim vs real, schema 1) of every "
+                             "validation episode to DIR/<episode>/ (with --evaluate: "
+                             "DIR/<set>/<episode>/)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run, command_name=name)
 
@@ -83,9 +92,13 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output_overlay, "--output-overlay")
     name = getattr(args, "command_name", "fibril_sim calibrate")
     progress = None if args.quiet else (lambda message: _progress(name, message))
+    _metrics_folder(args)
+    if getattr(args, "evaluate", None):
+        return _evaluate(args, progress)
     result = run_calibration(args.request, progress=progress)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
+    written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)
     if args.output_overlay is not None:
         write_atomic(args.output_overlay, to_json(result.parameter_overlay))
     if args.json:
@@ -95,6 +108,66 @@ def run(args: argparse.Namespace) -> int:
         for label, path in (("result", args.output), ("overlay", args.output_overlay)):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
+        if written:
+            sys.stdout.write(f"metrics      {len(written)} metrics.json under {args.metrics}\n")
+    return 0
+
+
+def _metrics_folder(args: argparse.Namespace) -> None:
+    from .errors import CalibrationError
+
+    folder = getattr(args, "metrics", None)
+    if folder is not None and folder.exists() and not folder.is_dir():
+        raise CalibrationError(f"--metrics {str(folder)!r} is not a folder")
+
+
+def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
+                   single: bool) -> list[Path]:
+    """metrics.json files of each parameter set (one set: straight under --metrics)."""
+    from .metrics_json import write_metrics
+
+    folder = getattr(args, "metrics", None)
+    if folder is None:
+        return []
+    written: list[Path] = []
+    for name, episodes in documents.items():
+        target = folder if single else folder / Path(name).stem
+        written.extend(write_metrics(target, episodes))
+    return written
+
+
+def _evaluate(args: argparse.Namespace, progress: Any) -> int:
+    """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
+    from .errors import CalibrationError
+    from .request import load_calibration_request
+    from .result import to_json, write_atomic
+    from .scores import evaluate_parameter_sets, scores_text
+
+    if args.output_overlay is not None:
+        raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")
+    if progress is not None:
+        progress(f"loading {args.request}")
+    request = load_calibration_request(args.request)
+    metrics: dict[str, Any] = {}
+    document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
+                                       metrics=metrics)
+    text = to_json(document)
+    if args.output is not None:
+        write_atomic(args.output, text)
+    written = _write_metrics(args, metrics, single=False)
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        lines = [f"evaluation   {request.path}  (no fit)"]
+        for name, entry in document["scores"].items():
+            values = ", ".join(f"{k}={v:.6g}" for k, v in entry["values"].items())
+            lines.append(f"{name}: {values}")
+        lines.extend(scores_text(document["scores"]))
+        if args.output is not None:
+            lines.append(f"result       {args.output}")
+        if written:
+            lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
+        sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 

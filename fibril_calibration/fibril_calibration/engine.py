@@ -25,7 +25,8 @@ from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
 from .problem import CalibrationProblem, Progress
 from .request import CalibrationRequest, load_calibration_request
-from .result import build_result_document, to_json
+from .result import build_result_document, strict, to_json
+from .scores import input_timing, nominal_set, score_sets, scores_text
 from .solver import SolverOptions, calibrate
 from .verdict import FitCriteria
 
@@ -43,6 +44,8 @@ class CalibrationResult:
     outcome: CalibrationOutcome = field(repr=False)
     fitted_plan: SimulationPlan = field(repr=False)
     document: dict[str, Any] = field(repr=False)
+    # ``{"nominal" | "fitted": {episode: metrics.json document}}`` (``--metrics``)
+    metrics: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def fitted_values(self) -> dict[str, float]:
@@ -116,7 +119,10 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             progress(f"loading {request_or_path}")
         request = load_calibration_request(request_or_path, decoders=decoders,
                                            candidate_builder=factory)
-    builder = instance or (factory or CandidatePlanBuilder)(request.manifest, request.parameters)
+    from .time_offsets import candidate_builder as offset_aware
+
+    builder = instance or offset_aware(factory or CandidatePlanBuilder, request.manifest,
+                                       request.parameters)
     if progress is not None:
         sizes = [sum(s.count for s in e.signals) for e in request.training]
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
@@ -128,14 +134,21 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         fitted_plan = problem.candidate_plan(outcome.fitted)
         rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
                          for s in problem.schedules(scope)}  # type: ignore[arg-type]
+        values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
+        # The nominal (initial) set beside the fitted one, in physical units (``scores``).
+        metrics: dict[str, Any] = {}
+        scores = score_sets(problem, [nominal_set(request),
+                                      ("fitted", values, {"from": "this calibration"})],
+                            metrics)
         statistics = problem.statistics
-    values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
                                      statistics, rollout_ticks)
+    document["scores"] = strict(scores)
+    document["input_timing"] = strict(input_timing(request))
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
-    return CalibrationResult(request, outcome, fitted_plan, document)
+    return CalibrationResult(request, outcome, fitted_plan, document, metrics)
 
 
 def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
@@ -211,6 +224,17 @@ def summary_text(document: dict[str, Any]) -> str:
     condition = identifiability.get("condition_number")
     condition_text = "infinite" if identifiability.get("condition_number_infinite") \
         else _g(condition)
+    timing = document.get("input_timing") or {}
+    for policy, stats in timing.items():
+        lines.append(f"input timing {stats['samples']} recorded input sample(s) committed at the "
+                     f"{policy.replace('_', ' ')}: {stats['moved']} moved, largest shift "
+                     f"{stats['max_shift_s'] * 1e3:.4g} ms; {stats['held_at_start']} held in "
+                     f"force at a window start"
+                     + (f" (acting only after the endpoint latency of "
+                        f"{stats['held_latency_ticks']} tick(s))"
+                        if stats.get("held_latency_ticks") else ""))
+    if document.get("scores"):
+        lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
     for warning in document.get("warnings") or []:
         lines.append(f"warning      {warning.get('message')}")

@@ -99,8 +99,14 @@ def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSp
         if observation.event_driven:
             signals.append(SignalSchedule(signal, observation, None))
             continue
-        ticks = grid_ticks(signal.times_ns, signal.alignment, observation.sample_every_steps,
-                           timestep_ns)
+        if signal.time_offset_bounds_ns is not None:  # every tick a shifted sample may need
+            from .time_offsets import offset_ticks
+
+            ticks = offset_ticks(signal.times_ns, *signal.time_offset_bounds_ns,
+                                 observation.sample_every_steps, timestep_ns)
+        else:
+            ticks = grid_ticks(signal.times_ns, signal.alignment,
+                               observation.sample_every_steps, timestep_ns)
         identity = (signal.alignment == "exact" and not observation.quaternion
                     and np.array_equal(ticks * timestep_ns, signal.times_ns))
         signals.append(SignalSchedule(signal, observation, ticks, identity))
@@ -135,6 +141,7 @@ class Track:
 
     times_ns: np.ndarray
     values: np.ndarray
+    offset_ns: float | None = None  # a calibrated time offset of the signal (``time_offsets``)
 
 
 def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
@@ -262,6 +269,10 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                                         label))
         else:
             tracks.append(_application_track(applications[observation.name], observation, limit))
+    offsets = getattr(plan, "time_offsets", None)
+    if offsets:
+        for item, track in zip(schedule.signals, tracks):
+            track.offset_ns = offsets.get(item.signal.observation)
     return tracks
 
 
@@ -351,6 +362,12 @@ def episode_residuals(schedule: EpisodeSchedule, tracks: list[Track]
         signal, observation = item.signal, item.observation
         if item.identity:
             aligned = track.values
+        elif signal.time_offset_bounds_ns is not None:
+            from .time_offsets import shifted_linear
+
+            aligned = shifted_linear(signal.times_ns, track.offset_ns or 0.0, track.times_ns,
+                                     track.values, quaternion=observation.quaternion,
+                                     label=f"{label} signal {signal.observation!r}")
         else:
             aligned = align(signal.times_ns, track.times_ns, track.values, signal.alignment,
                             quaternion=observation.quaternion,

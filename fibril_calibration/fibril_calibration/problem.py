@@ -84,8 +84,12 @@ class CalibrationProblem:
         self.request = request
         self.parameter_ids: tuple[str, ...] = request.parameter_ids
         self.has_validation: bool = bool(request.validation)
-        self.candidate_builder = candidate_builder or CandidatePlanBuilder(
-            request.manifest, request.parameters)
+        if candidate_builder is None:  # time-offset parameters are not overlays
+            from .time_offsets import candidate_builder as offset_aware
+
+            candidate_builder = offset_aware(CandidatePlanBuilder, request.manifest,
+                                             request.parameters)
+        self.candidate_builder = candidate_builder
         self.decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
         self.progress = progress
         self.statistics = ProblemStatistics()

@@ -67,7 +67,7 @@ RESERVED_CONTEXT_KEYS = ("training_episode_content_sha256", "validation_episode_
 
 _TOP_REQUIRED = ("schema_version", "manifest", "parameters", "observations", "training")
 _TOP_OPTIONAL = ("validation", "optimizer", "objective", "execution", "analysis", "fit",
-                 "context")
+                 "context", "sources")
 
 
 # --------------------------------------------------------------------------- typed request
@@ -84,6 +84,8 @@ class SignalSpec:
     values: np.ndarray = field(repr=False)  # (n, dimension); orientations unit-normalized
     samples_file: str | None = None
     samples_from: str | None = None  # the trace selector the samples were read with
+    # [lower, upper] of the signal's calibrated time offset in ns (``time_offsets``)
+    time_offset_bounds_ns: tuple[float, float] | None = None
 
     @property
     def count(self) -> int:
@@ -109,6 +111,9 @@ class EpisodeSpec:
     content_sha256: str
     recording: Path | None = None  # the trace the recorded inputs came from
     recording_episode: int | None = None  # its episode number
+    # An episode from a recording source (bag / CSV, see ``mapping``): path, format, declaring
+    # entry, window and how the input samples were moved onto ticks.
+    source: Mapping[str, Any] | None = field(default=None, compare=False)
     # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
     # endpoints, replayed into every candidate whose endpoints parse the same way.
     prepared_inputs: Any = field(default=None, compare=False, repr=False)
@@ -267,7 +272,9 @@ def parse_calibration_request(
 
     parameters = _parameters(doc["parameters"], root.key("parameters"))
     factory = candidate_builder or CandidatePlanBuilder
-    candidates = factory(manifest, parameters)
+    from .time_offsets import candidate_builder as offset_aware
+
+    candidates = offset_aware(factory, manifest, parameters)
     probes = _probe_plans(candidates, parameters, root.key("parameters"))
     nominal = probes["initial"]
 
@@ -276,11 +283,14 @@ def parse_calibration_request(
     objective = _objective(doc.get("objective", {}), root.key("objective"))
     by_id = {o.id: o for o in observations}
     episode_ids: dict[str, str] = {}
-    with Recordings() as recordings:
+    with Recordings() as recordings, _source_set(doc, root, base) as sources:
         training = _episodes(doc["training"], root.key("training"), "training", by_id, nominal,
-                             base, episode_ids, recordings, required=True)
+                             base, episode_ids, recordings, required=True, sources=sources)
         validation = _episodes(doc.get("validation", []), root.key("validation"), "validation",
-                               by_id, nominal, base, episode_ids, recordings, required=False)
+                               by_id, nominal, base, episode_ids, recordings, required=False,
+                               sources=sources)
+    training, validation = _split_windows(training, validation, root.key("training"))
+    training, validation = _time_offsets(parameters, by_id, training, validation, root)
     _check_activation_states(training, root.key("training"), probes)
     _check_activation_states(validation, root.key("validation"), probes)
     if objective.standardized_gaussian_residuals:
@@ -390,15 +400,76 @@ def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[OverlayTarget, ...]:
     if ("target" in body) == ("targets" in body):
         raise at.fail("give exactly one of 'target' (one typed target) or 'targets' (a list)")
     if "target" in body:
-        return (parse_target(body["target"], at.key("target")),)
+        return (_target(body["target"], at.key("target")),)
     raw = s.sequence(body["targets"], at.key("targets"))
     if not raw:
         raise at.key("targets").fail("expected at least one target")
-    targets = tuple(parse_target(t, at.key("targets").key(i)) for i, t in enumerate(raw))
+    targets = tuple(_target(t, at.key("targets").key(i)) for i, t in enumerate(raw))
+    kinds = {type(t).__name__ == "TimeOffsetTarget" for t in targets}
+    if len(kinds) > 1:
+        raise at.key("targets").fail("a time_offset target cannot share a parameter with "
+                                     "model targets")
     keys = [t.key for t in targets]
     if len(set(keys)) != len(keys):
         raise at.key("targets").fail("the same target is listed twice")
     return targets
+
+
+def _target(raw: Any, where: s.Where) -> Any:
+    """A typed overlay target, or ``{type: time_offset, observation: id}`` (see
+    ``time_offsets``)."""
+    if isinstance(raw, Mapping) and raw.get("type") == "time_offset":
+        from .time_offsets import TimeOffsetTarget
+
+        s.keys(raw, where, required=("type", "observation"))
+        return TimeOffsetTarget(s.string(raw["observation"], where.key("observation")))
+    return parse_target(raw, where)
+
+
+def _time_offsets(parameters: Sequence[CalibrationParameter],
+                  observations: Mapping[str, ObservationSpec],
+                  training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSpec, ...],
+                  root: s.Where) -> tuple[tuple[EpisodeSpec, ...], tuple[EpisodeSpec, ...]]:
+    """Bind time-offset parameters to their observations' signals: linear alignment only, and
+    every sample still at or after time 0 at the upper bound."""
+    import dataclasses
+
+    from .time_offsets import TimeOffsetTarget
+
+    bounds: dict[str, tuple[float, float]] = {}
+    for i, parameter in enumerate(parameters):
+        for target in parameter.targets:
+            if isinstance(target, TimeOffsetTarget):
+                at = root.key("parameters").key(i)
+                if target.observation not in observations:
+                    raise at.fail(f"time_offset names unknown observation "
+                                  f"{target.observation!r}; declared: "
+                                  f"{', '.join(observations)}")
+                bounds[target.observation] = (parameter.lower * 1e9, parameter.upper * 1e9)
+    if not bounds:
+        return training, validation
+
+    def bind(episode: EpisodeSpec) -> EpisodeSpec:
+        signals = []
+        for signal in episode.signals:
+            found = bounds.get(signal.observation)
+            if found is not None:
+                label = f"{episode.scope} episode {episode.id!r} signal {signal.observation!r}"
+                if signal.alignment != "linear":
+                    raise root.fail(f"{label}: a calibrated time_offset interpolates; the "
+                                    f"signal needs alignment: linear, not {signal.alignment}")
+                first = float(signal.times_ns[0])
+                if first - found[1] < 0:
+                    raise root.fail(f"{label}: its first sample at {first / 1e9:g} s would be "
+                                    f"compared with the simulation before episode time 0 at "
+                                    f"the time_offset upper bound {found[1] / 1e9:g} s; drop "
+                                    f"the samples before {found[1] / 1e9:g} s or lower the "
+                                    f"bound")
+                signal = dataclasses.replace(signal, time_offset_bounds_ns=found)
+            signals.append(signal)
+        return dataclasses.replace(episode, signals=tuple(signals))
+
+    return tuple(bind(e) for e in training), tuple(bind(e) for e in validation)
 
 
 def _probe_plans(candidates: Any, parameters: Sequence[CalibrationParameter],
@@ -464,19 +535,47 @@ def _observations(value: Any, where: s.Where, plan: SimulationPlan,
 
 def _episodes(value: Any, where: s.Where, scope: str, observations: Mapping[str, ObservationSpec],
               plan: SimulationPlan, base: Path, seen: dict[str, str], recordings: Recordings,
-              *, required: bool) -> tuple[EpisodeSpec, ...]:
+              *, required: bool, sources: Any = None) -> tuple[EpisodeSpec, ...]:
     items = s.sequence(value, where)
     if required and not items:
         raise where.fail("expected at least one training episode")
     out = []
     for i, item in enumerate(items):
-        episode = _episode(item, where.key(i), scope, observations, plan, base, recordings)
-        if episode.id in seen:
-            raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
-                                              f"declared at {seen[episode.id]})")
-        seen[episode.id] = where.key(i).path
-        out.append(episode)
+        if isinstance(item, Mapping) and "source" in item and sources is not None:
+            # a bag / CSV recording, maybe cut into windows
+            from .mapping import source_episodes
+
+            episodes = source_episodes(item, where.key(i), scope, observations, plan, sources)
+        else:
+            episodes = [_episode(item, where.key(i), scope, observations, plan, base,
+                                 recordings)]
+        for episode in episodes:
+            if episode.id in seen:
+                raise where.key(i).key("id").fail(f"duplicate episode id {episode.id!r} (first "
+                                                  f"declared at {seen[episode.id]})")
+            seen[episode.id] = where.key(i).path
+            out.append(episode)
     return tuple(out)
+
+
+def _source_set(doc: Mapping[str, Any], root: s.Where, base: Path) -> Any:
+    """The request's recording sources (``sources``; see ``mapping``)."""
+    from .mapping import SourceSet
+
+    return SourceSet(doc.get("sources"), root.key("sources"), base)
+
+
+def _split_windows(training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSpec, ...],
+                   where: s.Where) -> tuple[tuple[EpisodeSpec, ...], tuple[EpisodeSpec, ...]]:
+    """Windows that ``validation_every`` moved out of training entries join the validation
+    episodes (after the declared ones)."""
+    moved = tuple(e for e in training if e.scope == "validation")
+    if not moved:
+        return training, validation
+    kept = tuple(e for e in training if e.scope == "training")
+    if not kept:
+        raise where.fail("validation_every left no training episode")
+    return kept, validation + moved
 
 
 @dataclass(frozen=True)
@@ -823,7 +922,9 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
 
 
 def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
-            horizon: int | None, base: Path, traces: _EpisodeTraces) -> SignalSpec:
+            horizon: int | None, base: Path, traces: _EpisodeTraces | None, *,
+            loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
+    """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
     body = s.mapping(value, where)
     s.keys(body, where, required=("alignment",),
            optional=("residual_scale", "residual_scales", "scale_semantics", "samples",
@@ -860,14 +961,21 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
         scales = np.array([s.number(v, sw.key(i), positive=True) for i, v in enumerate(raw)])
 
     given = [key for key in ("samples", "samples_file", "samples_from") if key in body]
-    if len(given) != 1:
+    if loaded is not None:
+        if given:
+            raise where.key(given[0]).fail("the signal's samples come from the episode's "
+                                           "source; give no samples / samples_file / "
+                                           "samples_from")
+    elif len(given) != 1:
         raise where.fail("give exactly one of 'samples' (inline), 'samples_file' (a CSV file) or "
                          "'samples_from' (a trace selector)")
     samples_file = None
     selector = None
-    if "samples_from" in body:
+    if loaded is not None:
+        times, values = loaded
+    elif "samples_from" in body:
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
-                                                 observation, traces)
+                                                 observation, traces)  # type: ignore[arg-type]
     elif "samples" in body:
         times, values = _inline_samples(body["samples"], where.key("samples"), observation)
     else:
@@ -1038,8 +1146,11 @@ def _check_standardized(doc: Mapping[str, Any], root: s.Where,
     every weight is 1.0, in training and validation alike."""
     claim = "objective.standardized_gaussian_residuals is true"
     for episode in episodes:
-        index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
-        at = root.key(episode.scope).key(index)
+        if episode.source is not None:  # a window of a recording-source entry
+            at = s.Where(root.file, episode.source["entry"], CalibrationRequestError)
+        else:
+            index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
+            at = root.key(episode.scope).key(index)
         if episode.weight != 1.0:
             raise at.key("weight").fail(
                 f"{claim}, so every episode weight must be 1.0 (an engineering weight is not a "

@@ -96,7 +96,8 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
                  "signals": [{"observation": s.observation, "alignment": s.alignment,
                               "scale_semantics": s.scale_semantics, "samples": s.count}
                              for s in e.signals],
-                 "content_sha256": e.content_sha256}
+                 "content_sha256": e.content_sha256,
+                 **({"source": dict(e.source)} if e.source is not None else {})}
                 for e in request.episodes(scope)]
         for scope in ("training", "validation")}
     document["execution"] = {

@@ -1,0 +1,148 @@
+"""Sim-vs-real scores in the lab's ``metrics.json`` shape (schema_version 1), per episode.
+
+The lab's compare script writes one ``metrics.json`` per replayed run; ``fibril_sim calibrate
+--metrics DIR`` writes the same document for every validation episode (``DIR/<episode>/
+metrics.json``; with ``--evaluate``, ``DIR/<parameter set>/<episode>/metrics.json``), so the
+lab's numbers and ours are compared on the same windows and with the same formulas:
+
+* ``joints``: from the episode's joint signals (``joint_position`` / ``qpos`` observations, in
+  declaration order, one joint per component; velocities from ``joint_velocity`` / ``qvel``):
+  per joint ``pos_rmse_rad``, ``pos_max_abs_rad`` (sim - real), ``pos_rmse_all_rad`` over all
+  joints at once and its square ``pos_mse_all_rad2``, ``pos_rmse_pct_of_motion`` (100 · rmse /
+  the real joint's max - min in the episode), ``real_motion_range_rad``, ``vel_rmse_rad_s`` and
+  ``vel_rmse_all_rad_s``; null without joint position signals.
+* ``ee``: ``pos`` (``rmse_m`` / ``max_abs_m`` per axis and ``3d``: the RMS / max of the error's
+  norm) from the first ``body_position`` signal, ``ori`` (``rmse_rad`` / ``max_rad`` of the
+  shortest angle between sim and real) from the first ``body_quaternion`` signal.
+
+The simulated values are compared at the real sample times through the signal's alignment
+(the lab interpolates the sim onto the real rows the same way). ``tracking`` (each side against
+the Cartesian targets) needs the target signals of a closed-loop replay and is null here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
+    from .request import CalibrationRequest
+
+__all__ = ["metrics_documents", "write_metrics"]
+
+_JOINT_POSITION = ("joint_position", "qpos")
+_JOINT_VELOCITY = ("joint_velocity", "qvel")
+
+
+def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope: str,
+                      parameter_set: str, provenance: Mapping[str, Any] | None = None
+                      ) -> dict[str, dict[str, Any]]:
+    """Episode id → its metrics.json document for one scope's evaluation."""
+    observations = {o.id: o for o in request.observations}
+    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
+    errors: dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for block in evaluation.blocks:
+        observation = observations[block.signal]
+        signal = episodes[block.episode].signal(block.signal)
+        width = observation.residual_dimension
+        physical = (evaluation.unweighted[block.start:block.stop].reshape(-1, width)
+                    * signal.residual_scales)
+        errors.setdefault(block.episode, {})[block.signal] = (physical, signal.values,
+                                                             signal.times_ns)
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out: dict[str, dict[str, Any]] = {}
+    for episode_id, signals in errors.items():
+        episode = episodes[episode_id]
+        order = [o for o in request.observations if o.id in signals]
+        positions = [signals[o.id] for o in order if o.source in _JOINT_POSITION]
+        velocities = [signals[o.id] for o in order if o.source in _JOINT_VELOCITY]
+        ee_pos = next((signals[o.id] for o in order if o.source == "body_position"), None)
+        ee_ori = next((signals[o.id] for o in order if o.quaternion), None)
+        first = positions[0] if positions else next(iter(signals.values()))
+        times = first[2]
+        source = episode.source or {}
+        path = source.get("path") or (str(episode.recording) if episode.recording else None)
+        sidecar = None
+        if source.get("format") == "franka_sysid" and path:
+            sidecar = str(Path(path).with_suffix(".json"))
+        out[episode_id] = {
+            "schema_version": 1, "created_utc": created,
+            "real_csv": path, "sim_csv": None, "real_sidecar": sidecar, "sim_sidecar": None,
+            "sysid_params": dict(provenance or {}).get("from"),
+            "parameter_set": parameter_set, "episode": episode_id, "scope": scope,
+            "window_s": source.get("window_s"),
+            "num_samples": int(times.shape[0]),
+            "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,
+            "ee": _ee(ee_pos, ee_ori),
+            "joints": _joints(positions, velocities),
+            "tracking": None,
+        }
+    return out
+
+
+def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | None:
+    if not positions:
+        return None
+    errors = [e[:, c] for e, _, _ in positions for c in range(e.shape[1])]
+    real = [v[:, c] for _, v, _ in positions for c in range(v.shape[1])]
+    rmse = [_rms(e) for e in errors]
+    ranges = [float(np.max(r) - np.min(r)) for r in real]
+    pooled = np.concatenate(errors)
+    out: dict[str, Any] = {
+        "pos_rmse_rad": rmse,
+        "pos_max_abs_rad": [float(np.max(np.abs(e))) for e in errors],
+        "pos_rmse_all_rad": _rms(pooled),
+        "pos_mse_all_rad2": float(np.mean(pooled ** 2)),
+        "pos_rmse_pct_of_motion": [100.0 * r / m if m > 0 else None
+                                   for r, m in zip(rmse, ranges)],
+        "real_motion_range_rad": ranges,
+    }
+    if velocities:
+        vel = [e[:, c] for e, _, _ in velocities for c in range(e.shape[1])]
+        out["vel_rmse_rad_s"] = [_rms(e) for e in vel]
+        out["vel_rmse_all_rad_s"] = _rms(np.concatenate(vel))
+    return out
+
+
+def _ee(position: Any, orientation: Any) -> dict[str, Any] | None:
+    if position is None and orientation is None:
+        return None
+    out: dict[str, Any] = {}
+    if position is not None:
+        e = position[0]
+        norms = np.linalg.norm(e, axis=1)
+        out["pos"] = {
+            "rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
+            "max_abs_m": {**{a: float(np.max(np.abs(e[:, i]))) for i, a in enumerate("xyz")},
+                          "3d": float(np.max(norms))}}
+    if orientation is not None:
+        angles = np.linalg.norm(orientation[0], axis=1)  # |rotation vector| = shortest angle
+        out["ori"] = {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
+    return out
+
+
+def _rms(values: np.ndarray) -> float:
+    return math.sqrt(float(np.mean(np.square(values)))) if values.size else 0.0
+
+
+def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+    """``folder/<episode>/metrics.json`` for each document (episode ids: '/' → '-'); each file
+    written atomically."""
+    from .result import strict, to_json, write_atomic
+
+    paths = []
+    for episode, document in documents.items():
+        target = folder / episode.replace("/", "-") / "metrics.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        body = dict(document)
+        body["out_dir"] = str(target.parent)
+        body["metrics_path"] = str(target)
+        write_atomic(target, to_json(strict(body)))
+        paths.append(target)
+    return paths

@@ -1,0 +1,273 @@
+"""Scores of fixed parameter sets on the request's episodes, in physical units.
+
+A standardized RMS says how well a fit explains the data relative to the declared scales; an
+engineer also wants "the joint-3 position error went from 12 mrad to 2 mrad". ``score`` turns one
+``Evaluation`` into both: per scope the standardized RMS, and per signal (over all episodes of
+the scope, then per episode) each residual component's RMS and largest absolute error in the
+observation's own units (``(sim - rec)``: the residual times its scale; rad for an orientation's
+rotation vector).
+
+Every calibration result carries ``scores`` for the ``nominal`` (initial) parameter set beside
+the ``fitted`` one, training and validation; ``fibril_sim calibrate --evaluate`` scores the
+nominal set or overlay artifacts without fitting (``evaluate_parameter_sets``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import CalibrationError
+
+if TYPE_CHECKING:
+    from .evaluation import Evaluation
+    from .problem import CalibrationProblem
+    from .request import CalibrationRequest
+
+__all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "overlay_values",
+           "score", "score_sets", "scores_text"]
+
+EVALUATION_FORMAT = "fibril_calibration/evaluation"
+
+ParameterSet = tuple[str, dict[str, float], dict[str, Any]]  # name, values, provenance
+
+
+def _units(request: CalibrationRequest) -> dict[str, str]:
+    """Observation id → unit where the source says it (joints: by joint type)."""
+    import mujoco
+
+    model = request.nominal_plan.model
+    out: dict[str, str] = {}
+    for observation in request.observations:
+        source = observation.source
+        unit = None
+        if source in ("joint_position", "joint_velocity"):
+            jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, observation.name or "")
+            if jid >= 0:
+                kind = int(model.jnt_type[jid])
+                linear = kind == int(mujoco.mjtJoint.mjJNT_SLIDE)
+                angular = kind == int(mujoco.mjtJoint.mjJNT_HINGE)
+                if linear or angular:
+                    unit = ("m" if linear else "rad") + ("/s" if source == "joint_velocity"
+                                                         else "")
+        elif source == "body_position":
+            unit = "m"
+        elif source == "body_quaternion" or observation.quaternion:
+            unit = "rad"
+        out[observation.id] = unit or "observation units"
+    return out
+
+
+def score(request: CalibrationRequest, evaluation: Evaluation, scope: str) -> dict[str, Any]:
+    """Standardized and physical-unit scores of one scope's evaluation."""
+    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
+    units = _units(request)
+    observations = {o.id: o for o in request.observations}
+    per_signal: dict[str, list[np.ndarray]] = {}
+    per_episode: dict[str, list[dict[str, Any]]] = {}
+    sse: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    residuals = evaluation.unweighted
+    for block in evaluation.blocks:
+        observation = observations[block.signal]
+        signal = episodes[block.episode].signal(block.signal)
+        width = observation.residual_dimension
+        standardized = residuals[block.start:block.stop].reshape(-1, width)
+        physical = standardized * signal.residual_scales
+        per_signal.setdefault(block.signal, []).append(physical)
+        per_episode.setdefault(block.episode, []).append(
+            _signal_score(block.signal, observation.residual_components, units[block.signal],
+                          physical))
+        sse[block.episode] = sse.get(block.episode, 0.0) + float(np.sum(standardized ** 2))
+        counts[block.episode] = counts.get(block.episode, 0) + int(standardized.size)
+    total = sum(counts.values())
+    return {
+        "standardized_rms": _root(sum(sse.values()), total),
+        "count": total,
+        "signals": [_signal_score(name, observations[name].residual_components, units[name],
+                                  np.concatenate(parts))
+                    for name, parts in per_signal.items()],
+        "episodes": [{"episode": episode, "standardized_rms": _root(sse[episode],
+                                                                      counts[episode]),
+                      "signals": signals}
+                     for episode, signals in per_episode.items()],
+    }
+
+
+def _signal_score(name: str, components: Sequence[str], unit: str,
+                  physical: np.ndarray) -> dict[str, Any]:
+    if physical.shape[0] == 0:
+        rms = [None] * len(components)
+        peak = [None] * len(components)
+    else:
+        rms = np.sqrt(np.mean(physical ** 2, axis=0)).tolist()
+        peak = np.max(np.abs(physical), axis=0).tolist()
+    return {"signal": name, "unit": unit, "samples": int(physical.shape[0]),
+            "components": list(components), "rms": rms, "max_abs": peak}
+
+
+def _root(sse: float, count: int) -> float | None:
+    return math.sqrt(sse / count) if count else None
+
+
+def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
+               metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{name: {values, provenance, training, validation}}`` for each parameter set;
+    ``metrics`` (if given) receives ``{name: {episode: metrics.json document}}`` of the
+    validation episodes (the training ones when the request has no validation)."""
+    from .metrics_json import metrics_documents
+
+    request = problem.request
+    out: dict[str, Any] = {}
+    for name, values, provenance in sets:
+        vector = np.array([values[pid] for pid in request.parameter_ids], dtype=np.float64)
+        entry: dict[str, Any] = {"values": dict(values), "provenance": provenance}
+        training = problem.evaluate(vector, "training")
+        entry["training"] = score(request, training, "training")
+        validation = problem.evaluate(vector, "validation") if request.validation else None
+        entry["validation"] = (score(request, validation, "validation")
+                               if validation is not None else None)
+        if metrics is not None:
+            scope = "validation" if validation is not None else "training"
+            metrics[name] = metrics_documents(request, validation or training, scope, name,
+                                              provenance)
+        out[name] = entry
+    return out
+
+
+def nominal_set(request: CalibrationRequest) -> ParameterSet:
+    return ("nominal", {p.id: float(p.initial) for p in request.parameters},
+            {"from": "the request's initial values"})
+
+
+def overlay_values(request: CalibrationRequest, path: Path
+                   ) -> tuple[ParameterSet, tuple[Any, ...]]:
+    """An overlay artifact's values for the request's parameters, matched by id, or else by
+    identical targets; request parameters it does not set keep their initial values. Its
+    other parameters (the request does not fit them) are returned as fixed overlays."""
+    from fibril_sim_core.errors import FibrilError
+    from fibril_sim_core.overlays import load_overlay_artifact
+
+    try:
+        artifact = load_overlay_artifact(path)
+    except FibrilError as exc:
+        raise CalibrationError(f"--evaluate {str(path)!r}: {exc}") from None
+    by_id = {p.id: p for p in request.parameters}
+    by_targets = {tuple(sorted(repr(t.describe()) for t in p.targets)): p
+                  for p in request.parameters}
+    values = {p.id: float(p.initial) for p in request.parameters}
+    taken: dict[str, str] = {}
+    fixed = []
+    for parameter in artifact.parameters:
+        key = tuple(sorted(repr(t.describe()) for t in parameter.targets))
+        match = by_id.get(parameter.id)
+        if match is not None and tuple(sorted(repr(t.describe()) for t in match.targets)) != key:
+            raise CalibrationError(
+                f"--evaluate {str(path)!r}: parameter {parameter.id!r} binds "
+                f"{[t.describe() for t in parameter.targets]}, the request's "
+                f"{[t.describe() for t in match.targets]}")
+        match = match or by_targets.get(key)
+        if match is None:
+            fixed.append(parameter)
+            continue
+        if not isinstance(parameter.value, (int, float)):
+            raise CalibrationError(f"--evaluate {str(path)!r}: parameter {parameter.id!r} has "
+                                   f"a range value; only scalars can be scored")
+        values[match.id] = float(parameter.value)
+        taken[match.id] = parameter.id
+    kept = [pid for pid in by_id if pid not in taken]
+    return (str(path), values, {"from": str(path), "sha256": artifact.sha256,
+                                "overlay_parameters": taken, "initial_values_kept": kept,
+                                "fixed_overlays": [p.describe() for p in fixed]}), tuple(fixed)
+
+
+def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
+                            progress: Any = None,
+                            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
+    training and validation episodes without fitting."""
+    from .candidate_plan import CandidatePlanBuilder
+    from .problem import CalibrationProblem
+    from .result import strict
+
+    scored: dict[str, Any] = {}
+    for name in names:
+        if name == "nominal":
+            chosen, fixed = nominal_set(request), ()
+        else:
+            chosen, fixed = overlay_values(request, Path(name))
+        from .time_offsets import candidate_builder as offset_aware
+
+        if fixed:
+            builder = offset_aware(lambda m, p, f=fixed: _FixedOverlays(m, p, f),
+                                   request.manifest, request.parameters)
+        else:
+            builder = offset_aware(CandidatePlanBuilder, request.manifest, request.parameters)
+        with CalibrationProblem(request, candidate_builder=builder,
+                                progress=progress) as problem:
+            scored.update(score_sets(problem, [chosen], metrics))
+    return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
+                   "request": {"path": str(request.path), "sha256": request.sha256},
+                   "episodes": {scope: [e.id for e in request.episodes(scope)]
+                                for scope in ("training", "validation")},
+                   "input_timing": input_timing(request),
+                   "scores": scored})
+
+
+class _FixedOverlays:
+    """The standard candidate builder plus overlays held at fixed values (the parameters of an
+    evaluated artifact that the request does not fit)."""
+
+    def __init__(self, manifest: Any, parameters: Any, fixed: tuple[Any, ...]) -> None:
+        from .candidate_plan import CandidatePlanBuilder
+
+        self._inner = CandidatePlanBuilder(manifest, parameters)
+        self._fixed = fixed
+
+    def build(self, values: Mapping[str, float]) -> Any:
+        from fibril_sim_core.errors import FibrilError
+
+        inner = self._inner
+        overlays = inner.overlay_parameters(values) + self._fixed
+        try:
+            return inner.builder.build(inner.manifest, overlays=overlays)
+        except FibrilError as exc:
+            raise CalibrationError(f"--evaluate: the fixed overlays "
+                                   f"{', '.join(p.id for p in self._fixed)}: {exc}") from None
+
+
+def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
+    """How recording-source input samples were moved onto ticks, all episodes together."""
+    from .mapping import describe_timing
+
+    return describe_timing(request.training + request.validation)
+
+
+def scores_text(scores: Mapping[str, Any]) -> list[str]:
+    """Readable lines: per scope, each signal component's RMS (and max) per parameter set."""
+    names = list(scores)
+    lines: list[str] = []
+    for scope in ("training", "validation"):
+        entries = {n: scores[n][scope] for n in names if scores[n].get(scope)}
+        if not entries:
+            continue
+        head = "  ".join(f"{n}: {_g(e['standardized_rms'])}" for n, e in entries.items())
+        lines.append(f"{scope} scores  (standardized rms  {head})")
+        first = next(iter(entries.values()))
+        for index, signal in enumerate(first["signals"]):
+            for c, component in enumerate(signal["components"]):
+                cells = []
+                for n, e in entries.items():
+                    other = e["signals"][index]
+                    cells.append(f"{n} {_g(other['rms'][c])} (max {_g(other['max_abs'][c])})")
+                lines.append(f"  {signal['signal']}.{component} [{signal['unit']}] rms  "
+                             + "  ".join(cells))
+    return lines
+
+
+def _g(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

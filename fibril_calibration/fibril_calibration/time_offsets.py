@@ -1,0 +1,133 @@
+"""Per-signal time offsets: a calibrated sensor delay or clock offset, applied at the residual.
+
+    parameters:
+      - id: encoder_delay
+        unit: s
+        lower: -0.005
+        upper: 0.01
+        initial: 0.0
+        target: {type: time_offset, observation: wheel_velocity}
+
+A recorded sample stamped ``t`` of a signal with offset ``d`` is compared with the simulation
+at ``t - d`` (``d > 0``: the recording lags the model, as a sensor delay does), interpolated
+linearly between the simulated samples around it (SLERP for orientations), in continuous time,
+so the residual is smooth in ``d`` and the finite-difference Jacobian sees it. No candidate plan
+changes: the parameter is not an overlay (it never appears in the fitted overlay artifact) and
+the rollout is the same for every ``d``; the snapshot schedule covers every time the bounds
+allow. Such a signal needs ``alignment: linear``, and its samples must stay at or after episode
+time 0 when shifted by the upper bound (a request error names the first one that does not).
+
+Mechanics: the candidate builder (``OffsetAwareBuilder``) builds plans from the overlay
+parameters only and hands the problem a plan that also carries the offsets of that parameter
+vector (``OffsetPlan``); ``episodes.run_episode`` attaches them to its tracks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .alignment import quat_slerp
+from .errors import EvaluationError
+
+__all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "is_time_offset",
+           "shifted_linear"]
+
+
+@dataclass(frozen=True)
+class TimeOffsetTarget:
+    """The time offset (s) of one observation's reference samples, in every episode."""
+
+    observation: str
+
+    @property
+    def key(self) -> str:
+        return f"time_offset:{self.observation}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "time_offset", "observation": self.observation}
+
+
+def is_time_offset(parameter: Any) -> bool:
+    return any(isinstance(t, TimeOffsetTarget) for t in parameter.targets)
+
+
+def offsets_of(parameters: Sequence[Any], values: Mapping[str, float]) -> dict[str, float]:
+    """Observation id → offset in ns at ``values``."""
+    out: dict[str, float] = {}
+    for parameter in parameters:
+        for target in parameter.targets:
+            if isinstance(target, TimeOffsetTarget):
+                out[target.observation] = float(values[parameter.id]) * 1e9
+    return out
+
+
+class OffsetPlan:
+    """A candidate SimulationPlan plus the time offsets (ns) of its parameter vector."""
+
+    def __init__(self, plan: Any, offsets: Mapping[str, float]) -> None:
+        self._plan = plan
+        self.time_offsets = dict(offsets)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._plan, name)
+
+
+class OffsetAwareBuilder:
+    """Wraps a candidate builder made from the overlay parameters only."""
+
+    def __init__(self, inner: Any, parameters: Sequence[Any]) -> None:
+        self.inner = inner
+        self.offset_parameters = tuple(p for p in parameters if is_time_offset(p))
+
+    def build(self, values: Mapping[str, float]) -> Any:
+        return OffsetPlan(self.inner.build(values), offsets_of(self.offset_parameters, values))
+
+    def overlay_parameters(self, values: Mapping[str, float]) -> Any:
+        return self.inner.overlay_parameters(values)
+
+
+def candidate_builder(factory: Any, manifest: Any, parameters: Sequence[Any]) -> Any:
+    """``factory(manifest, overlay parameters)``, wrapped when some parameters are time
+    offsets (the plain builder otherwise)."""
+    overlay = tuple(p for p in parameters if not is_time_offset(p))
+    if len(overlay) == len(parameters):
+        return factory(manifest, parameters)
+    return OffsetAwareBuilder(factory(manifest, overlay), parameters)
+
+
+def shifted_linear(reference_ns: np.ndarray, offset_ns: float, sim_times: np.ndarray,
+                   sim_values: np.ndarray, *, quaternion: bool, label: str) -> np.ndarray:
+    """Simulated values at ``reference - offset`` (continuous), linearly interpolated."""
+    t = np.asarray(reference_ns, dtype=np.float64) - offset_ns
+    times = np.asarray(sim_times, dtype=np.float64)
+    values = np.asarray(sim_values, dtype=np.float64).reshape(times.shape[0], -1)
+    if times.shape[0] == 0 or t[0] < times[0] or t[-1] > times[-1]:
+        bad = int(np.flatnonzero((t < (times[0] if times.size else np.inf))
+                                 | (t > (times[-1] if times.size else -np.inf)))[0])
+        span = (f"{times[0]:.0f}..{times[-1]:.0f} ns" if times.size else "no samples")
+        raise EvaluationError(f"{label}: reference sample {bad} shifted by the time offset "
+                              f"{offset_ns:.6g} ns falls at {t[bad]:.6g} ns, outside the "
+                              f"simulated samples ({span})")
+    right = np.clip(np.searchsorted(times, t, side="right"), 1, times.shape[0] - 1)
+    left = right - 1
+    span = times[right] - times[left]
+    u = np.where(span > 0, (t - times[left]) / np.where(span > 0, span, 1.0), 0.0)
+    u = np.clip(u, 0.0, 1.0)
+    if quaternion:
+        return quat_slerp(values[left], values[right], u)
+    return values[left] + u[:, None] * (values[right] - values[left])
+
+
+def offset_ticks(times_ns: np.ndarray, lower_ns: float, upper_ns: float, every: int,
+                 timestep_ns: int) -> np.ndarray:
+    """Every observation-grid tick a shifted sample may need for an offset in the bounds."""
+    grid = every * timestep_ns
+    start = np.floor((times_ns - upper_ns) / grid).astype(np.int64)
+    stop = np.ceil((times_ns - lower_ns) / grid).astype(np.int64)
+    start = np.maximum(start, 0)
+    ranges = [np.arange(a, b + 1) for a, b in zip(start.tolist(), stop.tolist())]
+    return np.unique(np.concatenate(ranges)) * every if ranges else np.zeros(0, np.int64)

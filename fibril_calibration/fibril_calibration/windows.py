@@ -1,0 +1,82 @@
+"""Time windows: one recording cut into many calibration episodes.
+
+``windows: [[start, end], ...]`` lists windows in seconds after the recording's origin;
+``windows: {every: 0.2, length?: 0.2, start?: 0, end?: <last sample>, validation_every?: 4}``
+cuts consecutive windows ``[start + k·every, start + k·every + length]`` (a last window that
+would run past ``end`` is left out), and every ``validation_every``-th of them (the 4th, 8th,
+...) becomes a validation episode. Without ``windows`` the whole recording is one episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fibril_sim_core import _schema as s
+
+__all__ = ["Window", "parse_windows"]
+
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[start_ns, end_ns]`` after the origin; ``index`` counts from 0; ``validation``: moved
+    to the validation episodes by ``validation_every``."""
+
+    index: int
+    start_ns: int
+    end_ns: int
+    validation: bool = False
+
+    def describe(self) -> list[float]:
+        return [self.start_ns / _NS, self.end_ns / _NS]
+
+
+def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Window, ...], bool]:
+    """The windows (and whether they were listed explicitly); ``span_ns`` is the recording's
+    length after its origin (the default end)."""
+    if value is None:
+        return (Window(0, 0, span_ns),), False
+    if isinstance(value, (list, tuple)):
+        out = []
+        for i, item in enumerate(value):
+            at = where.key(i)
+            pair = s.sequence(item, at)
+            if len(pair) != 2:
+                raise at.fail(f"expected [start, end] in seconds, got {s.describe(item)}")
+            start = _ns(s.number(pair[0], at.key(0), minimum=0.0))
+            end = _ns(s.number(pair[1], at.key(1)))
+            if end <= start:
+                raise at.key(1).fail(f"window end {end / _NS:g} s is not after its start "
+                                     f"{start / _NS:g} s")
+            out.append(Window(i, start, end))
+        if not out:
+            raise where.fail("expected at least one [start, end] window")
+        return tuple(out), True
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("every",),
+           optional=("length", "start", "end", "validation_every"))
+    every = _ns(s.number(body["every"], where.key("every"), positive=True))
+    length = _ns(s.number(body["length"], where.key("length"), positive=True)) \
+        if "length" in body else every
+    start = _ns(s.number(body.get("start", 0.0), where.key("start"), minimum=0.0))
+    end = _ns(s.number(body["end"], where.key("end"))) if "end" in body else span_ns
+    nth = s.integer(body["validation_every"], where.key("validation_every"), minimum=2) \
+        if "validation_every" in body else None
+    if end - start < length:
+        raise where.fail(f"no window of {length / _NS:g} s fits between {start / _NS:g} s and "
+                         f"{end / _NS:g} s (the recording spans {span_ns / _NS:g} s after its "
+                         f"origin)")
+    out = []
+    k = 0
+    while start + k * every + length <= end:
+        first = start + k * every
+        out.append(Window(k, first, first + length,
+                          validation=nth is not None and (k + 1) % nth == 0))
+        k += 1
+    return tuple(out), False
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * _NS)

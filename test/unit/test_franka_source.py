@@ -1,0 +1,122 @@
+"""The Franka sysid CSV + sidecar layout as a named source (``format: franka_sysid``): a 1 kHz
+ring log (time from ``seq``) of the two-joint torque arm of ``_recording_rig`` recovers the
+true damping over windows; quaternion columns (xyzw) come out wxyz; sidecar ``q_init`` gives
+the first window's state; ring-log gaps and resets refuse the windows that cross them.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import _recording_rig as rig
+import numpy as np
+import pytest
+from fibril_calibration.engine import run_calibration
+from fibril_calibration.errors import CalibrationRequestError
+from fibril_calibration.request import load_calibration_request
+from fibril_calibration.sources import SourceError, open_source
+
+SEQ_FIRST = 5000
+DURATION = 0.6
+
+
+def _write_run(folder: Path, *, drop: range | None = None, ring: dict[str, Any] | None = None,
+               stem: str = "run") -> Path:
+    manifest = rig.write_arm(folder)
+    ticks = int(DURATION * 1000)
+    k = np.arange(ticks)
+    torques = np.column_stack([0.3 * np.sin(2 * np.pi * 3 * k / 1000),
+                               0.25 * np.cos(2 * np.pi * 5 * k / 1000)])
+    q, dq = rig.truth(manifest, k * rig.DT, torques, DURATION)
+    path = folder / f"{stem}.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["t_s", "period_ms", "q1", "q2", "dq1", "dq2", "x_x", "x_y", "x_z",
+                         "quat_x", "quat_y", "quat_z", "quat_w", "tau1", "tau2", "tau_J1",
+                         "tau_J2", "seq", "target_idx"])
+        for n in range(ticks):
+            if drop is not None and n in drop:
+                continue
+            writer.writerow([f"{n / 1000:.3f}", "1.0", *map(repr, q[n].tolist()), *map(repr, dq[n].tolist()),
+                             "0.5", "0.0", "0.4", "0.0", "0.0", "0.6", "0.8",
+                             *map(repr, torques[n].tolist()), "nan", "nan", SEQ_FIRST + n, n // 20])
+    sidecar = {"schema_version": 2, "controller": "synthetic", "control_rate_hz": 50.0,
+               "q_init": q[0].tolist(), "args": {"kp_pos": 500, "kd_pos": 44.7},
+               "ring_log": {"seq_first": SEQ_FIRST, "seq_last": SEQ_FIRST + ticks - 1,
+                            "gaps": [], "resets": 0, **(ring or {})}}
+    path.with_suffix(".json").write_text(json.dumps(sidecar))
+    return path
+
+
+def _request(folder: Path, run: Path, **episode: Any) -> dict[str, Any]:
+    doc = rig.request(folder / "arm.yaml", {"path": str(run), "format": "franka_sysid"},
+                      csv_log=True, windows={"every": 0.2})
+    doc["training"][0]["signals"]["q"]["columns"] = ["q"]  # the q1..qN group
+    doc["training"][0].update(episode)
+    return doc
+
+
+def _load(folder: Path, doc: dict[str, Any]) -> Any:
+    return load_calibration_request(rig.write_request(folder, doc))
+
+
+def test_ring_log_recovers_the_truth_with_seq_time(tmp_path: Path) -> None:
+    run = _write_run(tmp_path)
+    request = _load(tmp_path, _request(tmp_path, run))
+    assert [e.id for e in request.training] == ["arm/w000", "arm/w001"]  # 0.6 s: 599 rows
+    episode = request.training[1]
+    assert episode.signals[0].times_ns[0] == 0
+    assert episode.source["format"] == "franka_sysid"
+    timing = episode.source["input_timing"]["next_tick"]
+    assert timing["moved"] == 0  # the ring log is on the 1 kHz grid
+    result = run_calibration(request)
+    for joint, value in rig.TRUTH.items():
+        assert result.fitted_values[f"d_{joint}"] == pytest.approx(value, rel=1e-6)
+
+
+def test_sidecar_initial_state_and_column_groups(tmp_path: Path) -> None:
+    run = _write_run(tmp_path)
+    source = open_source(run, "franka_sysid")
+    stream = source.stream(columns=["quat"])
+    assert stream.components == ("quat_w", "quat_x", "quat_y", "quat_z")
+    np.testing.assert_array_equal(stream.values[0], [0.8, 0.0, 0.0, 0.6])
+    assert source.stream(columns=["tau"]).components == ("tau1", "tau2")
+    assert source.stream(columns=["x"]).components == ("x_x", "x_y", "x_z")
+    assert source.times_ns[5] == 5_000_000
+    # tau_J is NaN (a daemon before shm v3): named only when a request maps it
+    with pytest.raises(SourceError, match=r"600 row\(s\) with NaN"):
+        source.stream(columns=["tau_J"])
+    state = [{"type": "joint", "joint": j, "qpos_from": {"sidecar": "q_init", "index": n},
+              "qvel": [0.0]} for n, j in enumerate(rig.JOINTS)]
+    doc = _request(tmp_path, run, initial_state=state, windows=[[0.0, 0.3]])
+    request = _load(tmp_path, doc)
+    assert request.training[0].initial_state[0]["qpos"] == [0.0]
+    doc = _request(tmp_path, run, initial_state=state)
+    with pytest.raises(CalibrationRequestError, match="a sidecar value is the state at the "
+                                                      "run's first row"):
+        _load(tmp_path, doc)
+    bad = copy.deepcopy(state)
+    bad[0]["qpos_from"] = {"sidecar": "q_final"}
+    with pytest.raises(CalibrationRequestError, match="has no 'q_final'"):
+        _load(tmp_path, _request(tmp_path, run, initial_state=bad))
+
+
+def test_windows_crossing_ring_log_gaps_or_resets_are_refused(tmp_path: Path) -> None:
+    run = _write_run(tmp_path, drop=range(300, 321),
+                     ring={"gaps": [[SEQ_FIRST + 300, SEQ_FIRST + 320]]})
+    with pytest.raises(CalibrationRequestError) as info:
+        _load(tmp_path, _request(tmp_path, run))
+    text = str(info.value)
+    assert "window 1 [0.2 s, 0.4 s]" in text and "ring log gap of frames 5300..5320" in text
+    doc = _request(tmp_path, run, windows=[[0.0, 0.2], [0.4, 0.6]])
+    assert len(_load(tmp_path, doc).training) == 2
+    run = _write_run(tmp_path, ring={"resets": 1}, stem="reset")
+    with pytest.raises(CalibrationRequestError, match="1 controller reset"):
+        _load(tmp_path, _request(tmp_path, run))
+    (tmp_path / "reset.json").unlink()
+    with pytest.raises(CalibrationRequestError, match="sidecar .* does not exist"):
+        _load(tmp_path, _request(tmp_path, run))
