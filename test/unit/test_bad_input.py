@@ -360,3 +360,24 @@ def test_unusable_recorded_inputs_file_name_names_the_request_key(example: Path)
     assert message.startswith(f"{request}: training[0].recorded_inputs_file: recorded inputs "
                               f"file "), message
     assert message.endswith("does not exist") and len(message) < 400
+
+
+def test_tendon_range_keeps_an_auto_tendon_limited_state(tmp_path: Path) -> None:
+    from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+    tendons = ('  <tendon>\n    <fixed name="limited_t" range="-1 1"><joint joint="limited_hinge" '
+               'coef="1"/></fixed>\n    <fixed name="free_t"><joint joint="free_hinge" coef="1"/>'
+               '</fixed>\n  </tendon>\n</mujoco>\n')
+    xml = AUTO_XML.format(autolimits="true").replace("</mujoco>\n", tendons)
+    (tmp_path / "arm.xml").write_text(xml)
+    (tmp_path / "m.yaml").write_text("schema_version: {major: 3, minor: 1}\nmodel: arm.xml\n")
+    names = ("limited_t", "free_t")
+    authored = SimulationBuilder().build(tmp_path / "m.yaml").model
+    ids = [mujoco.mj_name2id(authored, mujoco.mjtObj.mjOBJ_TENDON, n) for n in names]
+    assert [bool(authored.tendon_limited[i]) for i in ids] == [True, False]
+    overlays = [OverlayParameter(f"{n}_range", (-0.5, 0.25), (MujocoTarget("tendon_range", n),))
+                for n in names]
+    model = SimulationBuilder().build(tmp_path / "m.yaml", overlays).model
+    assert [bool(model.tendon_limited[i]) for i in ids] == [True, False]  # as authored
+    for i in ids:
+        np.testing.assert_allclose(model.tendon_range[i], [-0.5, 0.25])

@@ -200,6 +200,18 @@ def _is_position(actuator: Any) -> bool:
             and actuator.biasprm[1] == -actuator.gainprm[0])
 
 
+
+def _keep_limited(spec: mujoco.MjSpec, obj: Any) -> None:
+    """A range overlay never changes whether a joint or tendon is limited. With autolimits,
+    limited="auto" means "limited iff a range is authored", so setting a range would silently
+    turn limiting on: write the state the object compiles to as authored (a range other than
+    [0, 0] under autolimits) explicitly."""
+    if obj.limited == mujoco.mjtLimited.mjLIMITED_AUTO:
+        authored = spec.compiler.autolimits and bool(np.any(np.asarray(obj.range) != 0))
+        obj.limited = (mujoco.mjtLimited.mjLIMITED_TRUE if authored
+                       else mujoco.mjtLimited.mjLIMITED_FALSE)
+
+
 def _set_element(obj: Any, name: str, index: int, value: float) -> None:
     array = np.array(getattr(obj, name), dtype=float)
     array[index] = value
@@ -228,16 +240,8 @@ def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTarget, value: Any) -> 
         _set_element(obj, "gainprm", 0, value)
     elif kind == "actuator_delay":
         obj.delay = value
-    elif kind == "joint_range":
-        if obj.limited == mujoco.mjtLimited.mjLIMITED_AUTO:
-            # With autolimits, limited="auto" means "limited iff a range is authored": setting a
-            # range would silently turn limiting on. Keep the state the joint compiles to as
-            # authored (a range other than [0, 0] under autolimits), written explicitly.
-            authored = spec.compiler.autolimits and bool(np.any(np.asarray(obj.range) != 0))
-            obj.limited = (mujoco.mjtLimited.mjLIMITED_TRUE if authored
-                           else mujoco.mjtLimited.mjLIMITED_FALSE)
-        obj.range = list(value)
-    elif kind == "tendon_range":
+    elif kind in ("joint_range", "tendon_range"):
+        _keep_limited(spec, obj)
         obj.range = list(value)
     elif kind == "equality_weld_torquescale":
         _set_element(obj, "data", 10, value)
