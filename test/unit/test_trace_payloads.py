@@ -76,12 +76,14 @@ def _reference(record: object) -> tuple[str, bytes]:
 
 
 def _payloads(mcap: Path) -> dict[str, list[bytes]]:
-    topics: dict[str, list[bytes]] = {}
+    """Per topic, in write order: log time, then sequence (the writer's write order)."""
+    topics: dict[str, list[tuple[int, int, bytes]]] = {}
     with mcap.open("rb") as stream:
         for _, channel, message in make_reader(stream, validate_crcs=True).iter_messages(
                 log_time_order=False):
-            topics.setdefault(channel.topic, []).append(bytes(message.data))
-    return topics
+            topics.setdefault(channel.topic, []).append(
+                (message.log_time, message.sequence, bytes(message.data)))
+    return {topic: [data for *_, data in sorted(items)] for topic, items in topics.items()}
 
 
 def _odd_records() -> list:

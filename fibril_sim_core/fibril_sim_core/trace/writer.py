@@ -245,7 +245,7 @@ class _Encoder:
     def __init__(self) -> None:
         self.shapes: dict[tuple, _Shape] = {}
         self.channels: dict[str, int] = {}  # topic -> channel id
-        self.sequences: dict[int, int] = {}
+        self.written = 0  # records taken so far (the next message's sequence)
         self.msgtypes: dict[int, str] = {}  # channel id -> message type
         self.new_channels: list[tuple[int, str, str]] = []  # (id, topic, msgtype) to announce
 
@@ -253,56 +253,65 @@ class _Encoder:
         channel = self.channels.get(topic)
         if channel is None:
             channel = self.channels[topic] = len(self.channels) + 1
-            self.sequences[channel] = 0
             self.msgtypes[channel] = msgtype
             self.new_channels.append((channel, topic, msgtype))
         return channel
 
-    def encode(self, batch: list[Any]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray,
+    def encode(self, batch: list[Any]) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
                                                  list[tuple[Any, Exception]]]:
-        """(records bytes, channel per record, log time per record, offset per record, failures)
+        """(record blocks, channel, log time and offset of each message, failures)
 
-        A record that does not fit its message type is left out and reported in failures.
+        Messages of one shape are laid out together (no per-record copying); each message's
+        ``sequence`` is its position in the trace's write order, which readers use to restore
+        that order among messages of equal log time. A record that does not fit its message
+        type is left out and reported in failures.
         """
         groups: dict[tuple, list[int]] = {}
+        get = groups.get
+        device = DeviceOutput
+        ndarray = np.ndarray
         for i, record in enumerate(batch):
-            key = _shape_key(record)
-            positions = groups.get(key)
+            if type(record) is device:  # the bulk: a cheap key, valid within this batch
+                values = record[8]
+                key = (record[1], record[10], record[2], id(record[9]),
+                       values.size if type(values) is ndarray else len(values))
+            else:
+                key = _shape_key(record)
+            positions = get(key)
             if positions is None:
                 groups[key] = [i]
             else:
                 positions.append(i)
-        count = len(batch)
-        sizes = np.zeros(count, dtype=np.int64)
-        channels = np.zeros(count, dtype=np.int64)
-        times = np.zeros(count, dtype=np.uint64)
-        encoded: list[tuple[np.ndarray, np.ndarray]] = []
+        blocks: list[bytes] = []
+        channels, times, offsets = [], [], []
         failures: list[tuple[Any, Exception]] = []
-        for key, positions in groups.items():
+        at = 0
+        first = self.written
+        for positions in groups.values():
+            recs = [batch[i] for i in positions]
+            key = _shape_key(recs[0])
             shape = self.shapes.get(key)
             if shape is None:
                 shape = self.shapes[key] = self._shape(key)
-            recs = [batch[i] for i in positions]
-            channel = shape.channel
+            sequence = np.array(positions, dtype=np.int64) + first
             try:
-                rows = self._rows(shape, channel, recs)
-                keep = np.array(positions, dtype=np.int64)
+                rows = self._rows(shape, recs, sequence)
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
-                rows, keep = self._rows_one_by_one(shape, channel, recs, positions, failures,
-                                                   exc)
-                if not keep.size:
+                rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
+                if not rows.shape[0]:
                     continue
-            self.sequences[channel] += keep.size
-            sizes[keep] = rows.shape[1]
-            channels[keep] = channel
-            times[keep] = rows[:, 15:23].copy().view("<u8").reshape(-1)
-            encoded.append((keep, rows))
-        starts = np.cumsum(sizes) - sizes
-        out = np.empty(int(sizes.sum()), dtype=np.uint8)
-        for keep, rows in encoded:
-            out[starts[keep][:, None] + np.arange(rows.shape[1])] = rows
-        present = sizes > 0
-        return out.tobytes(), channels[present], times[present], starts[present], failures
+            count, size = rows.shape
+            blocks.append(rows.tobytes())
+            channels.append(np.full(count, shape.channel, dtype=np.int64))
+            times.append(rows[:, 15:23].copy().view("<u8").reshape(count))
+            offsets.append(np.arange(at, at + count * size, size, dtype=np.uint64))
+            at += count * size
+        self.written += len(batch)
+        if not blocks:
+            return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
+                failures
+        return (blocks, np.concatenate(channels), np.concatenate(times),
+                np.concatenate(offsets), failures)
 
     def _shape(self, key: tuple) -> _Shape:
         shape = _make_shape(key)
@@ -311,29 +320,26 @@ class _Encoder:
         layout.patch(0, struct.pack("<BQH", 5, layout.size - 9, shape.channel))
         return shape
 
-    def _rows(self, shape: _Shape, channel: int, recs: list[Any]) -> np.ndarray:
-        layout = shape.layout
+    def _rows(self, shape: _Shape, recs: list[Any], sequence: np.ndarray) -> np.ndarray:
         columns = shape.fill(recs)
-        start = self.sequences[channel]
-        columns["sequence"] = (np.arange(start, start + len(recs)) & 0xFFFFFFFF).astype(np.uint32)
+        columns["sequence"] = (sequence & 0xFFFFFFFF).astype(np.uint32)
         columns["publish"] = columns["log"]
-        return layout.encode(columns, len(recs))
+        return shape.layout.encode(columns, len(recs))
 
-    def _rows_one_by_one(self, shape: _Shape, channel: int, recs: list[Any],
-                         positions: list[int], failures: list[tuple[Any, Exception]],
-                         first: Exception) -> tuple[np.ndarray, np.ndarray]:
-        good_rows, good = [], []
-        for record, position in zip(recs, positions, strict=True):
+    def _rows_one_by_one(self, shape: _Shape, recs: list[Any], sequence: np.ndarray,
+                         failures: list[tuple[Any, Exception]], first: Exception) -> np.ndarray:
+        good = []
+        before = len(failures)
+        for record, number in zip(recs, sequence, strict=True):
             try:
-                good_rows.append(self._rows(shape, channel, [record]))
-                good.append(position)
+                good.append(self._rows(shape, [record], np.array([number])))
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
                 failures.append((record, exc))
-        if not failures:
+        if len(failures) == before:
             failures.append((recs[0], first))
-        if not good_rows:
-            return np.empty((0, shape.layout.size), np.uint8), np.empty(0, np.int64)
-        return np.concatenate(good_rows), np.array(good, dtype=np.int64)
+        if not good:
+            return np.empty((0, shape.layout.size), np.uint8)
+        return np.concatenate(good)
 
 
 # -- the worker -------------------------------------------------------------------------------
@@ -442,21 +448,21 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 batch = [pending.popleft() for _ in range(min(len(pending), _BATCH))]
                 if shared.failure is not None and not isinstance(shared.failure, TraceError):
                     continue
-                data, channels, times, offsets, failures = encoder.encode(batch)
+                blocks, channels, times, offsets, failures = encoder.encode(batch)
                 if failures and shared.failure is None:
                     record, exc = failures[0]
                     msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
                            f"{exc}; {len(failures)} record(s) left out of the trace")
                     shared.failure = TraceError(msg)
-                if not data:
+                if not blocks:
                     continue
                 if not chunk_size:
                     chunk_started = time.monotonic()
-                parts.append(data)
+                parts.extend(blocks)
                 chunk_channels.append(channels)
                 chunk_times.append(times)
                 chunk_offsets.append(offsets + chunk_size)
-                chunk_size += len(data)
+                chunk_size += sum(len(b) for b in blocks)
                 if chunk_size >= CHUNK_BYTES:
                     write_chunk()
             if chunk_size and (closing or requests != shared.flushed
