@@ -481,8 +481,9 @@ class McapIndex:
 
 
 def chunk_messages(f: BinaryIO, chunk: ChunkInfo
-                   ) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """Decompress and check one chunk: (channel ids, log times, message data) in file order.
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+    """Decompress and check one chunk: (channel ids, log times, sequences, message data) in
+    file order.
 
     Raises:
         McapDamage: the chunk does not decompress, fails its CRC, is malformed, or disagrees
@@ -524,6 +525,7 @@ def chunk_messages(f: BinaryIO, chunk: ChunkInfo
         raise McapDamage("CRC mismatch")
     channels: list[int] = []
     times: list[int] = []
+    sequences: list[int] = []
     offsets: list[int] = []
     messages: list[bytes] = []
     view = memoryview(data)
@@ -541,18 +543,19 @@ def chunk_messages(f: BinaryIO, chunk: ChunkInfo
         if opcode == OP_MESSAGE:
             if length < _MESSAGE.size:
                 raise McapDamage(f"message record at byte {at} of the chunk is too short")
-            channel, _, log_time, _ = unpack_message(data, body)
+            channel, sequence, log_time, _ = unpack_message(data, body)
             if not start <= log_time <= stop:
                 raise McapDamage(f"message at byte {at} has a log time outside the chunk's")
             channels.append(channel)
             times.append(log_time)
+            sequences.append(sequence)
             offsets.append(at)
             messages.append(bytes(view[body + _MESSAGE.size:body + length]))
         at = body + length
     channel_array = np.array(channels, dtype=np.int64)
     time_array = np.array(times, dtype=np.uint64)
     _check_indexes(f, chunk, channel_array, time_array, np.array(offsets, dtype=np.uint64))
-    return channel_array, time_array, messages
+    return channel_array, time_array, np.array(sequences, dtype=np.int64), messages
 
 
 def _check_indexes(f: BinaryIO, chunk: ChunkInfo, channels: np.ndarray, times: np.ndarray,
