@@ -72,7 +72,7 @@ class Encoder(Device):
         self._dt = 0.0
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        raw = (float(data.sensordata[self._adr]) + self._shift) * self._per_unit
+        raw = (self.sensordata(data).item(self._adr) + self._shift) * self._per_unit
         if self._noise_std:
             raw += self._noise_std * self.normal1()
         counts = float(round(raw))

@@ -41,7 +41,7 @@ class MotorFeedbackType(ComponentType):
 
 
 class MotorFeedback(Device):
-    __slots__ = ("_aid", "_inv_k", "_std")
+    __slots__ = ("_aid", "_inv_k", "_std", "_views")
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         super().__init__(descriptor, rng)
@@ -50,10 +50,15 @@ class MotorFeedback(Device):
         self._inv_k = 1.0 / constant if constant > 0 else 0.0
         config = descriptor.config
         self._std = (config["force_noise"], config["velocity_noise"], config["current_noise"])
+        self._views: tuple[np.ndarray, np.ndarray] | None = None
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        force = float(data.actuator_force[self._aid])
-        velocity = float(data.actuator_velocity[self._aid])
+        if data is not self._data or self._views is None:  # views kept per MjData
+            self._data = data
+            self._views = (data.actuator_force, data.actuator_velocity)
+        forces, velocities = self._views
+        force = forces.item(self._aid)
+        velocity = velocities.item(self._aid)
         current = force * self._inv_k
         std = self._std
         if std[0]:
