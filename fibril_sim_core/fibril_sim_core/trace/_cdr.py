@@ -148,8 +148,14 @@ class Layout:
 
 
 def _column(values: Any, dtype: np.dtype) -> np.ndarray:
-    if dtype.kind in "iu" and not isinstance(values, np.ndarray):
-        return np.array(values, dtype=dtype)  # numpy 2 raises OverflowError out of range
+    if dtype.kind in "iu":
+        if not isinstance(values, np.ndarray):
+            return np.array(values, dtype=dtype)  # numpy 2 raises OverflowError out of range
+        info = np.iinfo(dtype)
+        if values.size and (values.min() < info.min or values.max() > info.max):
+            msg = f"integer out of range for {dtype.name}"
+            raise OverflowError(msg)
+        return values
     if dtype.subdtype is not None:  # float64[n]: one row of n values per record
         try:
             block = np.asarray(values, dtype=np.float64)

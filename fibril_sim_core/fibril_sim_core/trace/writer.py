@@ -22,6 +22,7 @@ A writer that is never closed is closed at interpreter exit.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import struct
@@ -131,11 +132,21 @@ class _Shape:
     channel: int = 0
 
 
+_DEVICE_FIELDS = {name: operator.itemgetter(index) for name, index in (
+    ("log", 7), ("acquisition", 6), ("acquisition_episode_time_ns", 4),
+    ("delivery_episode_time_ns", 5), ("episode", 0))}
+_DEVICE_VALUES = operator.itemgetter(8)
+
+
 def _device_columns(recs: list[DeviceOutput]) -> dict[str, Any]:
-    cols = list(zip(*recs, strict=True))
-    return {"log": cols[7], "stamp": cols[7], "acquisition": cols[6],
-            "acquisition_episode_time_ns": cols[4], "delivery_episode_time_ns": cols[5],
-            "episode": cols[0], "values": cols[8]}
+    count = len(recs)
+    cols: dict[str, Any] = {name: np.fromiter(map(get, recs), dtype=np.int64, count=count)
+                            for name, get in _DEVICE_FIELDS.items()}
+    cols["stamp"] = cols["log"]
+    values = list(map(_DEVICE_VALUES, recs))
+    cols["values"] = (np.concatenate(values).reshape(count, -1)
+                      if type(values[0]) is np.ndarray and values[0].ndim == 1 else values)
+    return cols
 
 
 def _state_columns(recs: list[StateSnapshot]) -> dict[str, Any]:
@@ -187,8 +198,9 @@ def _shape_key(record: Any) -> tuple:
         size = values.size if type(values) is np.ndarray else len(values)
         return (kind, record[1], record[10], record[2], tuple(record[9]), size)
     if kind is StateSnapshot:
-        return (kind, *(np.size(getattr(record, name)) for name in (
-            "qpos", "qvel", "act", "ctrl", "actuator_force", "sensordata", "xpos", "xquat")))
+        r = record
+        return (kind, r.qpos.size, r.qvel.size, r.act.size, r.ctrl.size, r.actuator_force.size,
+                r.sensordata.size, r.xpos.size, r.xquat.size)
     if kind is ActuatorApplication:
         return (kind, record.endpoint, record.actuator, record.mode)
     if kind is IngressRecord:
@@ -270,13 +282,18 @@ class _Encoder:
         get = groups.get
         device = DeviceOutput
         ndarray = np.ndarray
+        failures: list[tuple[Any, Exception]] = []
         for i, record in enumerate(batch):
-            if type(record) is device:  # the bulk: a cheap key, valid within this batch
-                values = record[8]
-                key = (record[1], record[10], record[2], id(record[9]),
-                       values.size if type(values) is ndarray else len(values))
-            else:
-                key = _shape_key(record)
+            try:
+                if type(record) is device:  # the bulk: a cheap key, valid within this batch
+                    values = record[8]
+                    key = (record[1], record[10], record[2], id(record[9]),
+                           values.size if type(values) is ndarray else len(values))
+                else:
+                    key = _shape_key(record)
+            except Exception as exc:  # noqa: BLE001 - a malformed record is reported
+                failures.append((record, exc))
+                continue
             positions = get(key)
             if positions is None:
                 groups[key] = [i]
@@ -284,7 +301,6 @@ class _Encoder:
                 positions.append(i)
         blocks: list[bytes] = []
         channels, times, offsets = [], [], []
-        failures: list[tuple[Any, Exception]] = []
         at = 0
         first = self.written
         for positions in groups.values():
