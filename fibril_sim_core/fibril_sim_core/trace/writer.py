@@ -419,12 +419,20 @@ def _metadata(bag: _Bag, encoder: _Encoder | None, counts: dict[int, int],
     }
 
 
-def _write_metadata_yaml(path: Path, information: dict) -> None:
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 10x faster
+
+
+def _dump_metadata(information: dict) -> str:
+    """The rosbag2 metadata as YAML (block style, sorted keys, like ros2 bag's)."""
+    return yaml.dump(information, Dumper=_DUMPER, default_flow_style=False, sort_keys=True)
+
+
+def _write_metadata_yaml(path: Path, serialized: str) -> None:
     """Replace ``metadata.yaml`` atomically (a reader never sees half a file)."""
-    text = yaml.safe_dump({"rosbag2_bagfile_information": information},
-                          default_flow_style=False, sort_keys=True)
+    body = "".join("  " + line if line.strip() else line
+                   for line in serialized.splitlines(keepends=True))
     tmp = path / "metadata.yaml.tmp"
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text("rosbag2_bagfile_information:\n" + body, encoding="utf-8")
     os.replace(tmp, path / "metadata.yaml")
 
 
@@ -492,10 +500,9 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 break
         information = _metadata(bag, encoder, mcap.channel_counts, mcap.start_time,
                                 mcap.end_time)
-        serialized = yaml.safe_dump(information, default_flow_style=False,
-                                    sort_keys=True).strip()
-        mcap.finish({"rosbag2": {"serialized_metadata": serialized}})
-        _write_metadata_yaml(bag.path, information)
+        serialized = _dump_metadata(information)
+        mcap.finish({"rosbag2": {"serialized_metadata": serialized.strip()}})
+        _write_metadata_yaml(bag.path, serialized)
     except BaseException as exc:  # reported to the caller by write() and close()
         if shared.failure is None or isinstance(shared.failure, TraceError):
             shared.failure = exc
@@ -560,7 +567,7 @@ class TraceWriter:
             raise TraceError(msg) from exc
         bag = _Bag(self.path, mcap, custom_data, _msgtypes.typestore())
         try:  # early, so a reader finds provenance and layout even after a SIGKILL
-            _write_metadata_yaml(self.path, _metadata(bag, None, {}, None, None))
+            _write_metadata_yaml(self.path, _dump_metadata(_metadata(bag, None, {}, None, None)))
         except OSError as exc:
             mcap.abandon()
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
