@@ -268,10 +268,10 @@ class SimulationInstance:
         self._read_at = [1] * len(self._devices)
         self._period = [d.period_ticks for d in self._device_specs]
         self._latency = [d.latency_ticks for d in self._device_specs]
-        # What a read needs per device, unpacked once: (device, id, sample type, names, frame,
+        # What a read needs per device, unpacked once: (acquire, id, sample type, names, frame,
         # latency).
-        self._reads = [(device, spec.id, spec.sample_type, spec.component_names, spec.frame_id,
-                        spec.latency_ticks)
+        self._reads = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
+                        spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
         self._next_read = 1 if self._devices else _NEVER
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
@@ -499,29 +499,50 @@ class SimulationInstance:
         model, data, step = self.model, self.data, mujoco.mj_step
         target = self._tick + ticks
         ingress = self._ingress
+        every = self._snapshot_every
+        capture = self._capture
+        # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
+        # rates that is nearly every tick.
         while True:
             t = self._tick
             if self._processed != t:
-                self._boundary(t)
+                if t == self._next_read:
+                    self._read(t)
+                deliveries = self._deliveries
+                if deliveries and deliveries[0][0] <= t:
+                    self._deliver(t)
+                if self._snapshot_pre is not None:
+                    self._snapshot(t)
+                if capture is not None:
+                    capture.take_sensordata(t, data)
                 self._processed = t
             if self._recorded or self._releases or ingress._pending or ingress._rejected:
                 self._commit(t)
-            capture = self._capture
             if capture is not None:
                 capture.take_state(t, data)
             if t >= target:
                 return
-            if self._snapshot_every and t % self._snapshot_every == 0 \
-                    and self._snapshot_pre is None:
-                # Captured right before the step so ctrl is what produces the step's forces.
-                self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
-                                          data.ctrl.copy()))
-            following = self._next_event(t)
+            following = self._next_read
+            if every:
+                if self._snapshot_pre is None and t % every == 0:
+                    # Captured right before the step so ctrl is what produces the step's forces.
+                    self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(),
+                                              data.act.copy(), data.ctrl.copy()))
+                snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
+                if snapshot < following:
+                    following = snapshot
+            deliveries = self._deliveries
+            if deliveries and deliveries[0][0] < following:
+                following = deliveries[0][0]
+            if self._releases or self._recorded or capture is not None:
+                following = self._next_event(t, following)
             if following > target:
                 following = target
+            elif following <= t:
+                following = t + 1
             # (_block_end refuses a block without replayed inputs left or a capture.)
             if following == t + 1 and ((self._recorded and self._replay is not None)
-                                       or self._capture is not None):
+                                       or capture is not None):
                 end = self._block_end(t, target)
                 if end - t >= _MIN_ROLLOUT_TICKS:
                     self._block(t, end)
@@ -529,22 +550,16 @@ class SimulationInstance:
             step(model, data, following - t)
             self._tick = following
 
-    def _next_event(self, t: int) -> int:
-        following = self._next_read
-        if self._deliveries and self._deliveries[0][0] < following:
-            following = self._deliveries[0][0]
+    def _next_event(self, t: int, following: int) -> int:
+        """The earliest of ``following`` (reads, deliveries, snapshots), command releases,
+        recorded inputs and capture rows after boundary ``t``."""
         if self._releases and self._releases[0][0] < following:
             following = self._releases[0][0]
         if self._recorded and self._recorded[-1][0] < following:
             following = self._recorded[-1][0]
-        every = self._snapshot_every
-        if every:
-            snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
-            if snapshot < following:
-                following = snapshot
         if self._capture is not None:
             following = min(following, self._capture.next_event(t))
-        return following if following > t else t + 1
+        return following
 
     # ----------------------------------------------------------------- replay blocks
     def _block_end(self, t: int, target: int) -> int:
@@ -612,19 +627,12 @@ class SimulationInstance:
             self._capture.take_rollout(t, states[0], sensordata[0], self._state_layout)
         self._tick = end
 
-    def _boundary(self, t: int) -> None:
-        """Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots."""
-        if t == self._next_read:
-            self._read(t)
+    def _deliver(self, t: int) -> None:
+        """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
-        if deliveries and deliveries[0][0] <= t:
-            emit = self._emit
-            while deliveries and deliveries[0][0] <= t:
-                emit(heapq.heappop(deliveries)[2])
-        if self._snapshot_pre is not None:
-            self._snapshot(t)
-        if self._capture is not None:
-            self._capture.take_sensordata(t, self.data)
+        emit = self._emit
+        while deliveries and deliveries[0][0] <= t:
+            emit(heapq.heappop(deliveries)[2])
 
     def _read(self, t: int) -> None:
         """The devices due at boundary ``t`` sample tick t-1 (see the time model above)."""
@@ -642,28 +650,44 @@ class SimulationInstance:
                 read_at[i] = t + period[i]
             self._next_read = min(read_at)
         model, data = self.model, self.data
+        reads = self._reads
+        listening = bool(self._sinks)
+        if not listening:  # outputs delivered at once would go nowhere: only acquire
+            for i in indices:
+                read = reads[i]
+                values = read[0](model, data)
+                if read[5] > 1:  # delivered later: someone may listen by then
+                    self._delay(t, read, values)
+            return
         dt = self._dt
         episode = self._episode
         acquired_ns = acquired * dt
         offset = self._session_offset
-        listening = bool(self._sinks)
-        reads = self._reads
         new = tuple.__new__
+        emit = self._emit
         for i in indices:
-            device, device_id, sample_type, names, frame_id, latency = reads[i]
-            values = device.acquire(model, data)
-            deliver_at = acquired + latency
-            if deliver_at <= t:
-                if listening:  # (nobody to hand it to otherwise)
-                    self._emit(new(DeviceOutput, (
-                        episode, device_id, sample_type, acquired, acquired_ns, deliver_at * dt,
-                        offset + acquired_ns, offset + deliver_at * dt, values, names,
-                        frame_id)))
+            read = reads[i]
+            acquire, device_id, sample_type, names, frame_id, latency = read
+            values = acquire(model, data)
+            if latency > 1:
+                self._delay(t, read, values)
             else:
-                self._order += 1
-                heapq.heappush(self._deliveries, (deliver_at, self._order, new(DeviceOutput, (
-                    episode, device_id, sample_type, acquired, acquired_ns, deliver_at * dt,
-                    offset + acquired_ns, offset + deliver_at * dt, values, names, frame_id))))
+                deliver_ns = (acquired + latency) * dt
+                emit(new(DeviceOutput, (episode, device_id, sample_type, acquired, acquired_ns,
+                                        deliver_ns, offset + acquired_ns, offset + deliver_ns,
+                                        values, names, frame_id)))
+
+    def _delay(self, t: int, read: tuple, values: np.ndarray) -> None:
+        """Queue the output of a read at boundary ``t`` for its delivery tick."""
+        _, device_id, sample_type, names, frame_id, latency = read
+        acquired = t - 1
+        dt = self._dt
+        deliver_at = acquired + latency
+        offset = self._session_offset
+        self._order += 1
+        heapq.heappush(self._deliveries, (deliver_at, self._order, tuple.__new__(DeviceOutput, (
+            self._episode, device_id, sample_type, acquired, acquired * dt, deliver_at * dt,
+            offset + acquired * dt, offset + deliver_at * dt, values, names, frame_id))))
 
     def _commit(self, t: int) -> None:
         """Commit recorded and live inputs due at ``t``; apply commands released at ``t``."""

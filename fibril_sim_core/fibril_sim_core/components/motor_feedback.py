@@ -53,18 +53,19 @@ class MotorFeedback(Device):
         self._views: tuple[np.ndarray, np.ndarray] | None = None
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        if data is not self._data or self._views is None:  # views kept per MjData
+        views = self._views
+        if data is not self._data or views is None:  # views kept per MjData
             self._data = data
-            self._views = (data.actuator_force, data.actuator_velocity)
-        forces, velocities = self._views
-        force = forces.item(self._aid)
-        velocity = velocities.item(self._aid)
+            views = self._views = (data.actuator_force, data.actuator_velocity)
+        aid = self._aid
+        force = views[0].item(aid)
+        velocity = views[1].item(aid)
         current = force * self._inv_k
-        std = self._std
-        if std[0]:
-            force += std[0] * self.normal1()
-        if std[1]:
-            velocity += std[1] * self.normal1()
-        if std[2]:
-            current += std[2] * self.normal1()
+        force_std, velocity_std, current_std = self._std
+        if force_std:
+            force += force_std * self.normal1()
+        if velocity_std:
+            velocity += velocity_std * self.normal1()
+        if current_std:
+            current += current_std * self.normal1()
         return np.array((force, velocity, current))
