@@ -229,3 +229,23 @@ def test_sigkilled_writer_leaves_a_readable_trace(tmp_path: Path) -> None:
     proc2 = _cli("trace", "query", str(path), "device:wheel_encoder", "--salvage")
     assert proc2.returncode == 0 and "truncated after" in proc2.stderr
     assert len(proc2.stdout.splitlines()) == len(encoder) + 1
+
+
+def test_a_failing_disk_fails_every_later_write(tmp_path: Path, monkeypatch) -> None:
+    from fibril_sim_core.trace import _mcap
+
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_mcap.McapFile, "write_chunk", full)
+    writer = TraceWriter(tmp_path / "full", provenance={}, layout=LAYOUT)
+    writer.write(_snapshot(0))
+    with pytest.raises(TraceError, match="writing the trace failed.*No space left"):
+        writer.flush()
+    for tick in range(3):  # the failure is sticky, and nothing piles up in memory
+        with pytest.raises(TraceError, match="No space left"):
+            for _ in range(1024):
+                writer.write(_snapshot(tick))
+    with pytest.raises(TraceError, match="No space left"):
+        writer.close()
+    writer.close()  # idempotent

@@ -368,7 +368,8 @@ class _Shared:
     pending: deque = field(default_factory=deque)
     wake: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
-    failure: BaseException | None = None
+    failure: BaseException | None = None  # the worker stopped: sticky
+    rejected: TraceError | None = None  # records left out (did not fit): reported once
     flushed: int = 0  # flush requests served
     flush_requests: int = 0
     flush_done: threading.Condition = field(default_factory=threading.Condition)
@@ -470,14 +471,12 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             requests = shared.flush_requests
             while pending:
                 batch = [pending.popleft() for _ in range(min(len(pending), _BATCH))]
-                if shared.failure is not None and not isinstance(shared.failure, TraceError):
-                    continue
                 blocks, channels, times, offsets, failures = encoder.encode(batch)
-                if failures and shared.failure is None:
+                if failures and shared.rejected is None:
                     record, exc = failures[0]
                     msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
                            f"{exc}; {len(failures)} record(s) left out of the trace")
-                    shared.failure = TraceError(msg)
+                    shared.rejected = TraceError(msg)
                 if not blocks:
                     continue
                 if not chunk_size:
@@ -504,8 +503,8 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
         mcap.finish({"rosbag2": {"serialized_metadata": serialized.strip()}})
         _write_metadata_yaml(bag.path, serialized)
     except BaseException as exc:  # reported to the caller by write() and close()
-        if shared.failure is None or isinstance(shared.failure, TraceError):
-            shared.failure = exc
+        shared.failure = exc
+        pending.clear()  # nothing will take them any more
         try:
             mcap.abandon()
         except OSError:
@@ -684,7 +683,7 @@ class TraceWriter:
             raise TraceError(msg) from exc
 
     def _check(self) -> None:
-        if self._shared.failure is not None:
+        if self._shared.failure is not None or self._shared.rejected is not None:
             self._raise_failure()
         if len(self._pending) > _MAX_BACKLOG:
             self._shared.wake.set()
@@ -694,11 +693,13 @@ class TraceWriter:
             self._shared.wake.set()
 
     def _raise_failure(self) -> None:
-        failure = self._shared.failure
-        if failure is None:
-            return
-        self._shared.failure = None  # reported once
-        if isinstance(failure, TraceError):
-            raise failure
-        msg = f"{self.path}: writing the trace failed: {failure!r}"
-        raise TraceError(msg) from failure
+        shared = self._shared
+        failure = shared.failure
+        if failure is not None:  # sticky: every later write fails too
+            shared.pending.clear()
+            msg = f"{self.path}: writing the trace failed: {failure!r}"
+            raise TraceError(msg) from failure
+        rejected = shared.rejected
+        if rejected is not None:
+            shared.rejected = None  # reported once; the trace goes on without those records
+            raise rejected
