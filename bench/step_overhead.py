@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 import mujoco
+from fibril_sim_core.trace import TraceWriter
 
 from fibril_sim_core import SimulationBuilder
-from fibril_sim_core.trace import TraceWriter
 
 MANIFEST = Path(__file__).resolve().parents[1] / "config/examples/drivetrain/simulation.yaml"
 

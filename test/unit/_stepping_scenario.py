@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from fibril_sim_core.records import ExternalInput
 
 from fibril_sim_core import SimulationBuilder
-from fibril_sim_core.records import ExternalInput
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "config/examples/drivetrain/simulation.yaml"

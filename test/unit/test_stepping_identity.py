@@ -14,15 +14,20 @@ import heapq
 import json
 from pathlib import Path
 
+import _stepping_scenario as scenario
 import mujoco
 import numpy as np
 import pytest
-
-from fibril_sim_core import SimulationBuilder
-from fibril_sim_core.instance import _MIN_ROLLOUT_TICKS, _NEVER, SimulationInstance
+from fibril_sim_core.errors import InstanceError
+from fibril_sim_core.instance import (
+    _MIN_ROLLOUT_TICKS,
+    _NEVER,
+    Record,
+    SimulationInstance,
+)
 from fibril_sim_core.records import DeviceOutput, ExternalInput, IngressRecord
 
-import _stepping_scenario as scenario
+from fibril_sim_core import SimulationBuilder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "stepping_drivetrain.json"
 

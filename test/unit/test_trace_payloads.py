@@ -11,12 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mcap.reader import make_reader
-
-from fibril_sim_core.records import (ActuatorApplication, DeviceOutput, FrameTiming,
-                                     IngressRecord, StateSnapshot)
+from fibril_sim_core.records import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    StateSnapshot,
+)
 from fibril_sim_core.trace import TraceWriter, _msgtypes, actuator_topic, device_topic
 from fibril_sim_core.trace.writer import FRAME_TIMING_TOPIC, INPUTS_TOPIC, STATE_TOPIC
+from mcap.reader import make_reader
 
 _NS = 1_000_000_000
 
@@ -136,8 +140,9 @@ def test_every_payload_matches_the_generic_serializer(tmp_path: Path, batch_brea
 def test_a_drivetrain_run_traces_exactly_what_the_generic_serializer_wrote(
         tmp_path: Path) -> None:
     """Every record of a run with all devices, snapshots and inputs, topic by topic."""
-    from fibril_sim_core import SimulationBuilder
     from fibril_sim_core.records import ExternalInput
+
+    from fibril_sim_core import SimulationBuilder
 
     manifest = Path(__file__).resolve().parents[2] / "config/examples/drivetrain/simulation.yaml"
     plan = SimulationBuilder().build(manifest)

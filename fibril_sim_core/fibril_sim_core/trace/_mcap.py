@@ -246,7 +246,7 @@ class ChunkInfo:
 class _Bytes:
     """A bounds-checked little-endian reader over a bytes-like object."""
 
-    __slots__ = ("data", "at", "end")
+    __slots__ = ("at", "data", "end")
 
     def __init__(self, data: bytes | memoryview, at: int = 0, end: int | None = None) -> None:
         self.data = data

@@ -24,9 +24,15 @@ import numpy as np
 import yaml
 from rosbags.serde import SerdeError
 
+from ..records import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    StateSnapshot,
+)
 from . import _msgtypes
 from ._mcap import ChannelInfo, ChunkInfo, McapDamage, McapIndex, chunk_messages
-from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
 from .writer import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
