@@ -97,7 +97,7 @@ def test_corrupted_chunk_is_an_error_naming_file_chunk_and_time(pristine: Path,
     text = str(info.value)
     assert "\n" not in text
     assert str(mcap) in text and "chunk 2" in text
-    assert "0.200000 s to 0.299000 s" in text and "--salvage" in text
+    assert "0.200000 s to 0.299000 s" in text and "trace query --salvage" in text
 
     line = _one_line_error(_cli("trace", "query", str(path), "joint:j.position"))
     assert "chunk 2" in line

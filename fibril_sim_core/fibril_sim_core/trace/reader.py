@@ -356,10 +356,12 @@ class TraceReader:
                        f"{msgtype} definition ({digest}, expected {expected})")
                 raise TraceError(msg)
 
-    def _problem(self, text: str) -> None:
-        """Fail, or (salvage) note and warn once."""
+    def _problem(self, text: str, salvaged: str) -> None:
+        """Fail, or (salvage) note ``text`` and what salvage does about it, and warn once."""
         if not self.salvage:
-            raise TraceError(text + "; pass --salvage (salvage=True) to read what is intact")
+            raise TraceError(f"{text}; read what is intact with 'fibril_sim trace query "
+                             "--salvage' or TraceReader(..., salvage=True)")
+        text = f"{text}; {salvaged}"
         if text not in self._problems:
             self._problems.append(text)
             warnings.warn(text, TraceWarning, stacklevel=4)
@@ -369,21 +371,19 @@ class TraceReader:
         if index.complete:
             return
         chunks = index.chunks
-        if chunks:
-            end = max(c.end for c in chunks)
-            readable = f"{len(chunks)} complete chunk(s) up to session time {_seconds(end)}"
-        else:
-            readable = "no complete chunk"
+        end = max((c.end for c in chunks), default=None)
+        readable = f"{len(chunks)} complete chunk(s) readable"
         why = index.summary_problem
         if why.startswith("no footer"):
-            what = (f"trace is truncated after {readable.split('up to ')[-1]}" if chunks
-                    else "trace is truncated before its first chunk")
-            text = f"{self.mcap_path}: {what} (no footer: the writer was killed or the file was cut short; {readable})"
+            what = ("trace is truncated before its first chunk" if end is None
+                    else f"trace is truncated after session time {_seconds(end)}")
+            text = (f"{self.mcap_path}: {what} (no footer: the writer was killed or the file "
+                    f"was cut short); {readable}")
         else:
-            text = f"{self.mcap_path}: MCAP summary is damaged ({why}); {readable} found by scanning"
+            text = f"{self.mcap_path}: MCAP summary is damaged ({why}); {readable} by scanning"
         if index.scan_problem:
             text += f"; scanning stopped: {index.scan_problem}"
-        self._problem(text)
+        self._problem(text, "reading the complete chunks only")
 
     def _message_counts(self) -> dict[int, int]:
         """Per channel: the summary's statistics, or (truncated) the scanned chunks' indexes."""
@@ -431,8 +431,8 @@ class TraceReader:
                     channels, times, sequences, messages = chunk_messages(self._file, chunk)
                 except McapDamage as exc:
                     skipped = True
-                    self._problem(f"{self.mcap_path}: {self._describe(chunk)} is damaged: "
-                                  f"{exc}; its messages are missing")
+                    self._problem(f"{self.mcap_path}: {self._describe(chunk)} is damaged: {exc}",
+                                  "its messages are missing")
                     continue
                 except OSError as exc:
                     msg = f"{self.mcap_path}: cannot read {self._describe(chunk)}: {exc}"
@@ -460,4 +460,5 @@ class TraceReader:
             expected = self._index.channel_counts.get(cid, 0)
             if count != expected:
                 self._problem(f"{self.mcap_path}: topic {wanted[cid].topic} has {count} "
-                              f"readable messages, the summary counts {expected}")
+                              f"readable messages, the summary counts {expected}",
+                              f"{expected - count} message(s) missing")
