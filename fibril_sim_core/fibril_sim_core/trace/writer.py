@@ -94,6 +94,7 @@ _BATCH: Final = 32768  # records serialized at once
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
 _KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming)
+_KIND_SET: Final = frozenset(_KINDS)
 
 
 def _library() -> str:
@@ -351,7 +352,7 @@ class TraceWriter:
         if self._closed:
             msg = f"{self.path}: trace writer is closed"
             raise TraceError(msg)
-        if type(record) not in _KINDS:
+        if type(record) not in _KIND_SET:
             msg = f"{self.path}: cannot trace a {type(record).__name__}; expected one of " + (
                 ", ".join(t.__name__ for t in _KINDS))
             raise TypeError(msg)
