@@ -424,7 +424,9 @@ class SimulationInstance:
         self._update_sinks()
 
     def _update_sinks(self) -> None:
-        self._sinks = ([self._collected.append] if self._collect else []) + self._subscribers
+        # In place, like the subscriber list it mirrors: a callback that subscribes or polls
+        # while a record is being emitted sees the same effect as before the sinks existed.
+        self._sinks[:] = ([self._collected.append] if self._collect else []) + self._subscribers
 
     @property
     def _listening(self) -> bool:

@@ -256,3 +256,23 @@ def test_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
         instance.enqueue(_command(1, 0.9))
         instance.advance(4000)
     assert_same_records(b.poll(), a.poll())
+
+
+def test_callbacks_that_subscribe_or_poll_while_a_record_is_emitted(plan) -> None:
+    runs = []
+    for make in (plan.create_instance, lambda **kw: ReferenceInstance(plan, **kw)):
+        instance = make(seed=5)
+        late: list = []
+        polled: list = []
+
+        def first(record: object, instance=instance, late=late, polled=polled) -> None:
+            if len(polled) == 3:
+                instance.subscribe(late.append)
+            polled.append(len(instance.poll()))
+
+        instance.subscribe(first)
+        instance.advance(40)
+        runs.append((polled, late, instance.poll()))
+    assert runs[0][0] == runs[1][0]
+    assert_same_records(runs[1][1], runs[0][1])
+    assert_same_records(runs[1][2], runs[0][2])
