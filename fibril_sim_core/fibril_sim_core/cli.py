@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                        "joint:<name>.position|velocity, sensor:<name>, "
                        "actuator:<endpoint>.applied|force, device:<id>")
     query.add_argument("--format", choices=("csv", "json"), default="csv")
+    query.add_argument("--salvage", action="store_true",
+                       help="read a damaged or truncated trace as far as it is intact; what is "
+                            "missing is listed as warnings on stderr")
     query.set_defaults(handler=_trace_query)
 
     experiment = commands.add_parser("experiment", help="parameter experiments")
@@ -279,11 +282,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _trace_query(args: argparse.Namespace) -> int:
-    from .trace.query import query, to_csv, to_json
+    import warnings
 
-    result = query(args.trace, args.selector)
+    from .trace.query import query, to_csv, to_json
+    from .trace.reader import TraceReader, TraceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)  # printed below, one line each
+        with TraceReader(args.trace, salvage=args.salvage) as reader:
+            result = query(reader, args.selector)
+            problems = reader.problems
     text = to_csv(result) if args.format == "csv" else to_json(result)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    for problem in problems:
+        print(f"fibril_sim: warning: {problem}", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,7 @@ Threads. ``enqueue`` may be called from any thread; everything else belongs to t
 from __future__ import annotations
 
 import heapq
+import math
 import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -171,6 +172,34 @@ def _block_controls(ctrl: np.ndarray, t: int, end: int,
     return table, consumed, later
 
 
+_MAX_CYCLE = 1 << 16
+
+
+def _read_schedule(periods: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...],
+                                                     tuple[int, ...]] | None:
+    """Which devices read at each phase of their common cycle, and the gap to the next read.
+
+    Device ``i`` samples ticks 0, p_i, 2·p_i, ... (read at the boundary after), so the reads
+    repeat with the least common multiple of the periods. Phase ``u`` is the acquired tick
+    modulo that cycle: ``due[u]`` lists the devices sampling it (in device order) and
+    ``gaps[u]`` how many ticks later the next sampling is. None when there are no devices or
+    the cycle is too long to tabulate.
+    """
+    if not periods:
+        return None
+    cycle = math.lcm(*periods)
+    if cycle > _MAX_CYCLE:
+        return None
+    due = tuple(tuple(i for i, p in enumerate(periods) if u % p == 0) for u in range(cycle))
+    gaps = [0] * cycle
+    gap = 1
+    for u in range(2 * cycle - 1, -1, -1):  # walking back: distance to the next due phase
+        if u < cycle:
+            gaps[u] = gap
+        gap = 1 if due[u % cycle] else gap + 1
+    return due, tuple(gaps)
+
+
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
     """One stream per (episode seed, component id): adding a component changes no other's noise."""
     return np.random.default_rng(np.random.SeedSequence(
@@ -195,6 +224,7 @@ class SimulationInstance:
                                     f" in the plan; devices: {', '.join(sorted(known)) or 'none'}")
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
+        self._schedule = _read_schedule([d.period_ticks for d in self._device_specs])
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "
@@ -209,8 +239,10 @@ class SimulationInstance:
         self._subscribers: list[Callable[[Record], None]] = []
         self._collect = collect
         self._collected: list[Record] = []
+        self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
         if trace is not None:
             self._subscribers.append(trace.write)
+        self._update_sinks()
         if snapshot_every is None:
             snapshot_every = plan.manifest.trace.state_every_steps if trace is not None else 0
         self._snapshot_every = snapshot_every
@@ -242,6 +274,12 @@ class SimulationInstance:
         self._read_at = [1] * len(self._devices)
         self._period = [d.period_ticks for d in self._device_specs]
         self._latency = [d.latency_ticks for d in self._device_specs]
+        # What a read needs per device, unpacked once: (acquire, id, sample type, names, frame,
+        # latency).
+        self._reads = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
+                        spec.frame_id, spec.latency_ticks)
+                       for device, spec in zip(self._devices, self._device_specs, strict=True)]
+        self._next_read = 1 if self._devices else _NEVER
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
         self._recorded: list[tuple[int, int, AcceptedInput]] = []
@@ -389,6 +427,12 @@ class SimulationInstance:
     def subscribe(self, callback: Callable[[Record], None]) -> None:
         """Call ``callback`` (on the owner thread) with every record as it is emitted."""
         self._subscribers.append(callback)
+        self._update_sinks()
+
+    def _update_sinks(self) -> None:
+        # In place, like the subscriber list it mirrors: a callback that subscribes or polls
+        # while a record is being emitted sees the same effect as before the sinks existed.
+        self._sinks[:] = ([self._collected.append] if self._collect else []) + self._subscribers
 
     @property
     def _listening(self) -> bool:
@@ -397,13 +441,12 @@ class SimulationInstance:
     def poll(self) -> list[Record]:
         """Records emitted since the last poll (when the instance collects them)."""
         records, self._collected = self._collected, []
+        self._update_sinks()
         return records
 
     def _emit(self, record: Record) -> None:
-        if self._collect:
-            self._collected.append(record)
-        for callback in self._subscribers:
-            callback(record)
+        for sink in self._sinks:
+            sink(record)
 
     # ----------------------------------------------------------------- state
     def inject_state(self, entries: Sequence[Mapping[str, Any]]) -> None:
@@ -464,27 +507,50 @@ class SimulationInstance:
         model, data, step = self.model, self.data, mujoco.mj_step
         target = self._tick + ticks
         ingress = self._ingress
+        every = self._snapshot_every
+        capture = self._capture
+        # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
+        # rates that is nearly every tick.
         while True:
             t = self._tick
             if self._processed != t:
-                self._boundary(t)
+                if t == self._next_read:
+                    self._read(t)
+                deliveries = self._deliveries
+                if deliveries and deliveries[0][0] <= t:
+                    self._deliver(t)
+                if self._snapshot_pre is not None:
+                    self._snapshot(t)
+                if capture is not None:
+                    capture.take_sensordata(t, data)
                 self._processed = t
-            if self._recorded or self._releases or ingress.waiting:
+            if self._recorded or self._releases or ingress._pending or ingress._rejected:
                 self._commit(t)
-            capture = self._capture
             if capture is not None:
                 capture.take_state(t, data)
             if t >= target:
                 return
-            if self._snapshot_every and t % self._snapshot_every == 0 \
-                    and self._snapshot_pre is None:
-                # Captured right before the step so ctrl is what produces the step's forces.
-                self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
-                                          data.ctrl.copy()))
-            following = self._next_event(t)
+            following = self._next_read
+            if every:
+                if self._snapshot_pre is None and t % every == 0:
+                    # Captured right before the step so ctrl is what produces the step's forces.
+                    self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(),
+                                              data.act.copy(), data.ctrl.copy()))
+                snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
+                if snapshot < following:
+                    following = snapshot
+            deliveries = self._deliveries
+            if deliveries and deliveries[0][0] < following:
+                following = deliveries[0][0]
+            if self._releases or self._recorded or capture is not None:
+                following = self._next_event(t, following)
             if following > target:
                 following = target
-            if following == t + 1 and (self._replay is not None or self._capture is not None):
+            elif following <= t:
+                following = t + 1
+            # (_block_end refuses a block without replayed inputs left or a capture.)
+            if following == t + 1 and ((self._recorded and self._replay is not None)
+                                       or capture is not None):
                 end = self._block_end(t, target)
                 if end - t >= _MIN_ROLLOUT_TICKS:
                     self._block(t, end)
@@ -492,22 +558,16 @@ class SimulationInstance:
             step(model, data, following - t)
             self._tick = following
 
-    def _next_event(self, t: int) -> int:
-        following = min(self._read_at) if self._read_at else _NEVER
-        if self._deliveries and self._deliveries[0][0] < following:
-            following = self._deliveries[0][0]
+    def _next_event(self, t: int, following: int) -> int:
+        """The earliest of ``following`` (reads, deliveries, snapshots), command releases,
+        recorded inputs and capture rows after boundary ``t``."""
         if self._releases and self._releases[0][0] < following:
             following = self._releases[0][0]
         if self._recorded and self._recorded[-1][0] < following:
             following = self._recorded[-1][0]
-        every = self._snapshot_every
-        if every:
-            snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
-            if snapshot < following:
-                following = snapshot
         if self._capture is not None:
             following = min(following, self._capture.next_event(t))
-        return following if following > t else t + 1
+        return following
 
     # ----------------------------------------------------------------- replay blocks
     def _block_end(self, t: int, target: int) -> int:
@@ -521,7 +581,7 @@ class SimulationInstance:
                 return t
         elif self._capture is None:
             return t
-        end = min(min(self._read_at) if self._read_at else _NEVER, target)
+        end = min(self._next_read, target)
         if self._deliveries:
             end = min(end, self._deliveries[0][0])
         for release, _, item in self._releases:  # a few commands waiting out their latency
@@ -575,39 +635,67 @@ class SimulationInstance:
             self._capture.take_rollout(t, states[0], sensordata[0], self._state_layout)
         self._tick = end
 
-    def _boundary(self, t: int) -> None:
-        """Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots."""
-        model, data = self.model, self.data
-        read_at = self._read_at
-        dt = self._dt
-        for i, at in enumerate(read_at):
-            if at != t:
-                continue
-            device = self._devices[i]
-            descriptor = device.descriptor
-            acquired = t - 1
-            latency = self._latency[i]
-            values = device.acquire(model, data)
-            offset = self._session_offset
-            output = DeviceOutput(
-                self._episode, descriptor.id, descriptor.sample_type, acquired, acquired * dt,
-                (acquired + latency) * dt, offset + acquired * dt,
-                offset + (acquired + latency) * dt, values, descriptor.component_names,
-                descriptor.frame_id)
-            deliver_at = acquired + latency
-            if deliver_at <= t:
-                self._emit(output)
-            else:
-                self._order += 1
-                heapq.heappush(self._deliveries, (deliver_at, self._order, output))
-            read_at[i] = at + self._period[i]
+    def _deliver(self, t: int) -> None:
+        """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
+        emit = self._emit
         while deliveries and deliveries[0][0] <= t:
-            self._emit(heapq.heappop(deliveries)[2])
-        if self._snapshot_pre is not None:
-            self._snapshot(t)
-        if self._capture is not None:
-            self._capture.take_sensordata(t, data)
+            emit(heapq.heappop(deliveries)[2])
+
+    def _read(self, t: int) -> None:
+        """The devices due at boundary ``t`` sample tick t-1 (see the time model above)."""
+        acquired = t - 1
+        schedule = self._schedule
+        if schedule is not None:
+            due, gaps = schedule
+            phase = acquired % len(gaps)
+            indices = due[phase]
+            self._next_read = t + gaps[phase]
+        else:  # periods whose common cycle is too long for a table
+            read_at, period = self._read_at, self._period
+            indices = [i for i, at in enumerate(read_at) if at == t]
+            for i in indices:
+                read_at[i] = t + period[i]
+            self._next_read = min(read_at)
+        model, data = self.model, self.data
+        reads = self._reads
+        listening = bool(self._sinks)
+        if not listening:  # outputs delivered at once would go nowhere: only acquire
+            for i in indices:
+                read = reads[i]
+                values = read[0](model, data)
+                if read[5] > 1:  # delivered later: someone may listen by then
+                    self._delay(t, read, values)
+            return
+        dt = self._dt
+        episode = self._episode
+        acquired_ns = acquired * dt
+        offset = self._session_offset
+        new = tuple.__new__
+        emit = self._emit
+        for i in indices:
+            read = reads[i]
+            acquire, device_id, sample_type, names, frame_id, latency = read
+            values = acquire(model, data)
+            if latency > 1:
+                self._delay(t, read, values)
+            else:
+                deliver_ns = (acquired + latency) * dt
+                emit(new(DeviceOutput, (episode, device_id, sample_type, acquired, acquired_ns,
+                                        deliver_ns, offset + acquired_ns, offset + deliver_ns,
+                                        values, names, frame_id)))
+
+    def _delay(self, t: int, read: tuple, values: np.ndarray) -> None:
+        """Queue the output of a read at boundary ``t`` for its delivery tick."""
+        _, device_id, sample_type, names, frame_id, latency = read
+        acquired = t - 1
+        dt = self._dt
+        deliver_at = acquired + latency
+        offset = self._session_offset
+        self._order += 1
+        heapq.heappush(self._deliveries, (deliver_at, self._order, tuple.__new__(DeviceOutput, (
+            self._episode, device_id, sample_type, acquired, acquired * dt, deliver_at * dt,
+            offset + acquired * dt, offset + deliver_at * dt, values, names, frame_id))))
 
     def _commit(self, t: int) -> None:
         """Commit recorded and live inputs due at ``t``; apply commands released at ``t``."""

@@ -44,7 +44,7 @@ class Device:
     stream consumed by each device stays the same whatever the stepping pattern.
     """
 
-    __slots__ = ("descriptor", "rng", "_noise", "_used", "_scalars")
+    __slots__ = ("descriptor", "rng", "_noise", "_used", "_scalars", "_data", "_sensordata")
     BLOCK = 4096
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
@@ -53,6 +53,16 @@ class Device:
         self._noise = np.empty(0)
         self._used = 0
         self._scalars: list[float] = []
+        self._data: mujoco.MjData | None = None
+        self._sensordata = np.empty(0)
+
+    def sensordata(self, data: mujoco.MjData) -> np.ndarray:
+        """``data.sensordata``, the array view kept per MjData (fetching it costs more than
+        reading a value from it, and a device reads it every period)."""
+        if data is not self._data:
+            self._data = data
+            self._sensordata = data.sensordata
+        return self._sensordata
 
     def normal(self, count: int) -> np.ndarray:
         """``count`` standard normal draws from this device's own stream."""

@@ -66,7 +66,7 @@ class Imu(Device):
         self._noisy = bool(self._std.any())
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        values = data.sensordata[self._both] + self._bias
+        values = self.sensordata(data)[self._both] + self._bias
         if self._noisy:
             values += self._std * self.normal(6)
         return values

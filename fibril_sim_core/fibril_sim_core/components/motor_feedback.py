@@ -41,7 +41,7 @@ class MotorFeedbackType(ComponentType):
 
 
 class MotorFeedback(Device):
-    __slots__ = ("_aid", "_inv_k", "_std")
+    __slots__ = ("_aid", "_inv_k", "_std", "_views")
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         super().__init__(descriptor, rng)
@@ -50,16 +50,22 @@ class MotorFeedback(Device):
         self._inv_k = 1.0 / constant if constant > 0 else 0.0
         config = descriptor.config
         self._std = (config["force_noise"], config["velocity_noise"], config["current_noise"])
+        self._views: tuple[np.ndarray, np.ndarray] | None = None
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        force = float(data.actuator_force[self._aid])
-        velocity = float(data.actuator_velocity[self._aid])
+        views = self._views
+        if data is not self._data or views is None:  # views kept per MjData
+            self._data = data
+            views = self._views = (data.actuator_force, data.actuator_velocity)
+        aid = self._aid
+        force = views[0].item(aid)
+        velocity = views[1].item(aid)
         current = force * self._inv_k
-        std = self._std
-        if std[0]:
-            force += std[0] * self.normal1()
-        if std[1]:
-            velocity += std[1] * self.normal1()
-        if std[2]:
-            current += std[2] * self.normal1()
+        force_std, velocity_std, current_std = self._std
+        if force_std:
+            force += force_std * self.normal1()
+        if velocity_std:
+            velocity += velocity_std * self.normal1()
+        if current_std:
+            current += current_std * self.normal1()
         return np.array((force, velocity, current))

@@ -57,7 +57,7 @@ class Rangefinder(Device):
         self._std, self._res = config["noise"], config["resolution"]
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        distance = float(data.sensordata[self._adr])
+        distance = self.sensordata(data).item(self._adr)
         if distance < 0 or distance > self._max or distance < self._min:
             return np.array((self._max, 0.0))
         if self._std:

@@ -6,7 +6,7 @@ answers semantic selectors (``joint:wheel.velocity``, ``device:imu``) over it.
 
 from ..errors import TraceError
 from .query import SELECTOR_KINDS, QueryResult, TraceQueryError, query, to_csv, to_json
-from .reader import TraceReader
+from .reader import TraceReader, TraceWarning
 from .writer import (ACTUATOR_TOPIC_PREFIX, DEVICE_TOPIC_PREFIX, FRAME_TIMING_TOPIC,
                      INPUTS_TOPIC, LAYOUT_KEY, PROVENANCE_KEY, STATE_TOPIC, TraceWriter,
                      actuator_topic, device_topic)
@@ -14,6 +14,6 @@ from .writer import (ACTUATOR_TOPIC_PREFIX, DEVICE_TOPIC_PREFIX, FRAME_TIMING_TO
 __all__ = [
     "ACTUATOR_TOPIC_PREFIX", "DEVICE_TOPIC_PREFIX", "FRAME_TIMING_TOPIC", "INPUTS_TOPIC",
     "LAYOUT_KEY", "PROVENANCE_KEY", "SELECTOR_KINDS", "STATE_TOPIC", "QueryResult",
-    "TraceError", "TraceQueryError", "TraceReader", "TraceWriter", "actuator_topic",
-    "device_topic", "query", "to_csv", "to_json",
+    "TraceError", "TraceQueryError", "TraceReader", "TraceWarning", "TraceWriter",
+    "actuator_topic", "device_topic", "query", "to_csv", "to_json",
 ]

@@ -65,8 +65,12 @@ _JOINT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _MAX_LISTED_NAMES = 40
 
 
-def query(reader_or_path: TraceReader | Path | str, selector: str) -> QueryResult:
+def query(reader_or_path: TraceReader | Path | str, selector: str, *,
+          salvage: bool = False) -> QueryResult:
     """Extract the series named by ``selector`` from a trace (a reader or a bag path).
+
+    ``salvage`` (for a path) reads a damaged or truncated trace as far as it is intact; the
+    reader's ``problems`` (issued as ``TraceWarning``) say what is missing.
 
     Raises:
         TraceQueryError: The selector is malformed or names an unknown kind, field or name;
@@ -75,7 +79,7 @@ def query(reader_or_path: TraceReader | Path | str, selector: str) -> QueryResul
     """
     if isinstance(reader_or_path, TraceReader):
         return _query(reader_or_path, selector)
-    with TraceReader(reader_or_path) as reader:
+    with TraceReader(reader_or_path, salvage=salvage) as reader:
         return _query(reader, selector)
 
 

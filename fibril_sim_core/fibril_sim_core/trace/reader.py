@@ -2,21 +2,37 @@
 
 The reader gives the same ``records`` dataclasses the simulation emitted, so analysis code and
 the calibration observer can treat a recorded run and a live one alike.
+
+Integrity. A trace is never read silently wrong: every chunk is checked as it is decompressed
+(zstd frame, size, CRC-32, record structure, agreement with its message indexes), and each
+topic read to its end is checked against the message counts of the MCAP summary. A damaged
+chunk, a damaged summary or a truncated file (the writing process was killed: no footer) is a
+one-line ``TraceError`` naming the file, the chunk and the session-time range affected. With
+``salvage=True`` the reader instead returns everything that is intact, skips what is not, and
+lists what is missing in ``problems`` (each also issued once as a ``TraceWarning``).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
-from rosbags.rosbag2 import Reader, ReaderError
 from rosbags.serde import SerdeError
 
+from ..records import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    StateSnapshot,
+)
 from . import _msgtypes
-from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
+from ._mcap import ChannelInfo, ChunkInfo, McapDamage, McapIndex, chunk_messages
 from .writer import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
@@ -34,41 +50,71 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
-    from rosbags.interfaces import Connection
-
-__all__ = ["TraceReader"]
+__all__ = ["TraceReader", "TraceWarning"]
 
 _NS_PER_S = 1_000_000_000
+
+
+class TraceWarning(UserWarning):
+    """Part of a trace was missing or damaged and was skipped (``salvage=True``)."""
 
 
 def _ns(stamp: Any) -> int:
     return stamp.sec * _NS_PER_S + stamp.nanosec
 
 
+def _seconds(ns: int) -> str:
+    return f"{ns / _NS_PER_S:.6f} s"
+
+
 class TraceReader:
     """Open a trace bag directory written by ``TraceWriter`` (context manager).
 
     ``provenance`` and ``layout`` are the dicts given to the writer. Iterators yield records in
-    log-time order; array fields are numpy arrays owned by the record.
+    log-time order (write order among equal times); array fields are numpy arrays owned by the
+    record. ``salvage=True`` reads damaged or truncated traces as far as they are intact and
+    reports the rest in ``problems`` instead of raising.
 
     Episode tick and time are related by ``time_ns == tick * layout["timestep_ns"]``; the reader
     uses that to restore the two record fields the wire messages do not carry
     (``DeviceOutput.acquisition_tick`` and ``ActuatorApplication.time_ns``).
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, salvage: bool = False) -> None:
         path = Path(path)
-        if path.is_file() and (path.parent / "metadata.yaml").is_file():
+        if path.is_file() and (path.suffix == ".mcap" or path.name == "metadata.yaml"):
             path = path.parent  # accept the bag's .mcap or metadata.yaml as well
         self.path = path
+        self.salvage = salvage
+        self._problems: list[str] = []
         if not path.exists():
             msg = f"{path}: trace does not exist"
             raise TraceError(msg)
         metadata_path = path / "metadata.yaml"
-        if not path.is_dir() or not metadata_path.is_file():
-            msg = f"{path}: not a trace (expected a rosbag2 bag directory with metadata.yaml)"
-            raise TraceError(msg)
-        custom = self._custom_data(metadata_path)
+        information: dict | None = None
+        if path.is_dir() and metadata_path.is_file():
+            information = self._read_metadata(metadata_path)
+            mcap_path = self._mcap_path(information)
+        else:
+            mcaps = sorted(path.glob("*.mcap")) if path.is_dir() else []
+            if len(mcaps) != 1:
+                msg = f"{path}: not a trace (expected a rosbag2 bag directory with metadata.yaml)"
+                raise TraceError(msg)
+            mcap_path = mcaps[0]
+        self.mcap_path = mcap_path
+        try:
+            self._index = McapIndex(mcap_path)
+        except McapDamage as exc:
+            msg = f"{mcap_path}: unreadable trace: {exc}"
+            raise TraceError(msg) from None
+        except OSError as exc:
+            msg = f"{mcap_path}: cannot read trace: {exc.strerror or exc}"
+            raise TraceError(msg) from None
+        if information is None:  # metadata.yaml lost: the MCAP's copy of it
+            information = self._embedded_metadata(path)
+        custom = information.get("custom_data") or {}
+        if not isinstance(custom, dict):
+            custom = {}
         self.provenance: dict = self._json_entry(custom, PROVENANCE_KEY)
         self.layout: dict = self._json_entry(custom, LAYOUT_KEY)
         timestep = self.layout.get("timestep_ns")
@@ -76,36 +122,41 @@ class TraceReader:
             msg = f"{path}: trace layout has no positive integer 'timestep_ns' (got {timestep!r})"
             raise TraceError(msg)
         self.timestep_ns: int = timestep
-
         self._typestore = _msgtypes.typestore()
-        self._bag = Reader(path)
-        try:
-            self._bag.open()
-        except (ReaderError, OSError, KeyError, ValueError) as exc:
-            msg = f"{path}: cannot open trace bag: {exc}"
-            raise TraceError(msg) from exc
-        try:
-            self._check_types()
-        except BaseException:
-            self._bag.close()
-            raise
+        self._digests = self._topic_digests(information)
+        self._check_types()
+        self._check_complete()
+        self._file = mcap_path.open("rb")
+        self._counts = self._message_counts()
+
+    @property
+    def problems(self) -> list[str]:
+        """What ``salvage`` skipped so far: truncation, damaged chunks, missing messages."""
+        return list(self._problems)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the MCAP has no (valid) summary: a writer that never finished it."""
+        return not self._index.complete
 
     # -- public API ---------------------------------------------------------------------------
 
     @property
     def topics(self) -> dict[str, int]:
-        """Topic name → message count."""
-        return {name: info.msgcount for name, info in self._bag.topics.items()}
+        """Topic name → message count (of the readable chunks, for a truncated trace)."""
+        topics: dict[str, int] = {}
+        for channel in self._index.channels.values():
+            topics[channel.topic] = topics.get(channel.topic, 0) + self._counts.get(channel.id, 0)
+        return topics
 
     @property
     def message_count(self) -> int:
         """Messages in the trace, all topics."""
-        return self._bag.message_count
+        return sum(self._counts.values())
 
     def close(self) -> None:
         """Release the bag files; idempotent."""
-        if self._bag.is_open:
-            self._bag.close()
+        self._file.close()
 
     def __enter__(self) -> TraceReader:
         return self
@@ -213,16 +264,60 @@ class TraceReader:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _custom_data(self, metadata_path: Path) -> dict:
+    def _read_metadata(self, metadata_path: Path) -> dict:
+        """``rosbag2_bagfile_information`` of metadata.yaml; any defect is one line."""
         try:
-            document = yaml.safe_load(metadata_path.read_text(encoding="utf-8"))
-            custom = document["rosbag2_bagfile_information"].get("custom_data") or {}
-        except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
-            msg = f"{self.path}: unreadable rosbag2 metadata.yaml: {exc}"
-            raise TraceError(msg) from exc
-        if not isinstance(custom, dict):
-            custom = {}
-        return custom
+            raw = metadata_path.read_bytes()
+        except OSError as exc:
+            msg = f"{metadata_path}: cannot read: {exc.strerror or exc}"
+            raise TraceError(msg) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg = f"{metadata_path}: not UTF-8 text (byte {exc.start}); the trace metadata is damaged"
+            raise TraceError(msg) from None
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            msg = f"{metadata_path}: not valid YAML{at}: {problem}; the trace metadata is damaged"
+            raise TraceError(msg) from None
+        information = document.get("rosbag2_bagfile_information") if isinstance(
+            document, dict) else None
+        if not isinstance(information, dict):
+            msg = (f"{metadata_path}: not rosbag2 metadata (no 'rosbag2_bagfile_information' "
+                   "mapping)")
+            raise TraceError(msg)
+        return information
+
+    def _mcap_path(self, information: dict) -> Path:
+        files = information.get("relative_file_paths")
+        if not isinstance(files, list) or len(files) != 1 or not isinstance(files[0], str):
+            msg = (f"{self.path / 'metadata.yaml'}: relative_file_paths must name one .mcap "
+                   f"file, got {files!r}")
+            raise TraceError(msg)
+        mcap = self.path / files[0]
+        if not mcap.is_file():
+            msg = f"{mcap}: the trace's MCAP file is missing"
+            raise TraceError(msg)
+        return mcap
+
+    def _embedded_metadata(self, path: Path) -> dict:
+        serialized = self._index.metadata.get("rosbag2", {}).get("serialized_metadata")
+        if serialized is None:
+            msg = (f"{path}: not a trace (no metadata.yaml, and {self.mcap_path.name} has no "
+                   "rosbag2 metadata record)")
+            raise TraceError(msg)
+        try:
+            information = yaml.safe_load(serialized)
+        except yaml.YAMLError:
+            information = None
+        if not isinstance(information, dict):
+            msg = f"{self.mcap_path}: the embedded rosbag2 metadata is not a YAML mapping"
+            raise TraceError(msg)
+        return information
 
     def _json_entry(self, custom: dict, key: str) -> dict:
         text = custom.get(key)
@@ -233,38 +328,137 @@ class TraceReader:
             value = json.loads(text)
         except (TypeError, ValueError) as exc:
             msg = f"{self.path}: custom data {key!r} is not valid JSON: {exc}"
-            raise TraceError(msg) from exc
+            raise TraceError(msg) from None
         if not isinstance(value, dict):
             msg = f"{self.path}: custom data {key!r} is not a JSON object"
             raise TraceError(msg)
         return value
 
+    @staticmethod
+    def _topic_digests(information: dict) -> dict[str, str]:
+        digests = {}
+        for entry in information.get("topics_with_message_count") or []:
+            topic = entry.get("topic_metadata") if isinstance(entry, dict) else None
+            if isinstance(topic, dict) and isinstance(topic.get("type_description_hash"), str):
+                digests[str(topic.get("name"))] = topic["type_description_hash"]
+        return digests
+
     def _check_types(self) -> None:
         """Refuse traces whose fibril_msgs definitions differ from the ones we decode with."""
-        for connection in self._bag.connections:
-            if connection.msgtype not in _msgtypes.MSG_DEFINITIONS or not connection.digest:
+        for channel in self._index.channels.values():
+            msgtype = channel.schema_name
+            digest = self._digests.get(channel.topic)
+            if msgtype not in _msgtypes.MSG_DEFINITIONS or not digest:
                 continue
-            expected = self._typestore.hash_rihs01(connection.msgtype)
-            if connection.digest != expected:
-                msg = (
-                    f"{self.path}: topic {connection.topic} was written with a different "
-                    f"{connection.msgtype} definition ({connection.digest}, expected {expected})"
-                )
+            expected = self._typestore.hash_rihs01(msgtype)
+            if digest != expected:
+                msg = (f"{self.path}: topic {channel.topic} was written with a different "
+                       f"{msgtype} definition ({digest}, expected {expected})")
                 raise TraceError(msg)
 
-    def _connections_on(self, topic: str) -> list[Connection]:
-        return [c for c in self._bag.connections if c.topic == topic]
+    def _problem(self, text: str, salvaged: str) -> None:
+        """Fail, or (salvage) note ``text`` and what salvage does about it, and warn once."""
+        if not self.salvage:
+            raise TraceError(f"{text}; read what is intact with 'fibril_sim trace query "
+                             "--salvage' or TraceReader(..., salvage=True)")
+        text = f"{text}; {salvaged}"
+        if text not in self._problems:
+            self._problems.append(text)
+            warnings.warn(text, TraceWarning, stacklevel=4)
 
-    def _connections_under(self, prefix: str) -> list[Connection]:
-        return [c for c in self._bag.connections if c.topic.startswith(prefix)]
+    def _check_complete(self) -> None:
+        index = self._index
+        if index.complete:
+            return
+        chunks = index.chunks
+        end = max((c.end for c in chunks), default=None)
+        readable = f"{len(chunks)} complete chunk(s) readable"
+        why = index.summary_problem
+        if why.startswith("no footer"):
+            what = ("trace is truncated before its first chunk" if end is None
+                    else f"trace is truncated after session time {_seconds(end)}")
+            text = (f"{self.mcap_path}: {what} (no footer: the writer was killed or the file "
+                    f"was cut short); {readable}")
+        else:
+            text = f"{self.mcap_path}: MCAP summary is damaged ({why}); {readable} by scanning"
+        if index.scan_problem:
+            text += f"; scanning stopped: {index.scan_problem}"
+        self._problem(text, "reading the complete chunks only")
 
-    def _messages(self, connections: list[Connection]) -> Iterator[tuple[Any, int]]:
+    def _message_counts(self) -> dict[int, int]:
+        """Per channel: the summary's statistics, or (truncated) the scanned chunks' indexes."""
+        if self._index.channel_counts is not None:
+            return dict(self._index.channel_counts)
+        counts: dict[int, int] = {}
+        f = self._file
+        for chunk in self._index.chunks:
+            for channel, offset in chunk.index_offsets.items():
+                f.seek(offset + 9 + 2)
+                raw = f.read(4)
+                if len(raw) == 4:
+                    counts[channel] = counts.get(channel, 0) + int.from_bytes(raw, "little") // 16
+        return counts
+
+    def _describe(self, chunk: ChunkInfo) -> str:
+        return (f"chunk {chunk.number} at byte {chunk.offset} (session time "
+                f"{_seconds(chunk.start)} to {_seconds(chunk.end)})")
+
+    def _connections_on(self, topic: str) -> list[ChannelInfo]:
+        return [c for c in self._index.channels.values() if c.topic == topic]
+
+    def _connections_under(self, prefix: str) -> list[ChannelInfo]:
+        return [c for c in self._index.channels.values() if c.topic.startswith(prefix)]
+
+    def _messages(self, connections: list[ChannelInfo]) -> Iterator[tuple[Any, int]]:
+        """Decoded messages of these channels in log-time order (write order among ties)."""
         if not connections:
-            return  # rosbags reads *every* topic when given no connections
+            return
+        wanted = {c.id: c for c in connections}
+        chunks = [c for c in self._index.chunks
+                  if c.index_length is None or not c.index_offsets
+                  or any(cid in c.index_offsets for cid in wanted)]
+        chunks.sort(key=lambda c: (c.start, c.number))
         deserialize = self._typestore.deserialize_cdr
-        try:
-            for connection, log_time, data in self._bag.messages(connections=connections):
-                yield deserialize(data, connection.msgtype), log_time
-        except (ReaderError, SerdeError, OSError) as exc:
-            msg = f"{self.path}: corrupt trace: {exc}"
-            raise TraceError(msg) from exc
+        seen = dict.fromkeys(wanted, 0)
+        skipped = False
+        heap: list[tuple[int, int, int, int, bytes]] = []
+        upcoming = 0
+        while True:
+            while upcoming < len(chunks) and (not heap or chunks[upcoming].start <= heap[0][0]):
+                chunk = chunks[upcoming]
+                upcoming += 1
+                try:
+                    channels, times, sequences, messages = chunk_messages(self._file, chunk)
+                except McapDamage as exc:
+                    skipped = True
+                    self._problem(f"{self.mcap_path}: {self._describe(chunk)} is damaged: {exc}",
+                                  "its messages are missing")
+                    continue
+                except OSError as exc:
+                    msg = f"{self.mcap_path}: cannot read {self._describe(chunk)}: {exc}"
+                    raise TraceError(msg) from None
+                order = np.lexsort((sequences, times))
+                for n in order.tolist():
+                    cid = int(channels[n])
+                    if cid in wanted:
+                        heapq.heappush(heap, (int(times[n]), chunk.number, n, cid, messages[n]))
+            if not heap:
+                break
+            log_time, _, _, cid, data = heapq.heappop(heap)
+            seen[cid] += 1
+            channel = wanted[cid]
+            try:
+                message = deserialize(data, channel.schema_name)
+            except (SerdeError, KeyError, ValueError, IndexError) as exc:
+                msg = (f"{self.mcap_path}: cannot decode a {channel.schema_name} message on "
+                       f"{channel.topic} at session time {_seconds(log_time)}: {exc}")
+                raise TraceError(msg) from None
+            yield message, log_time
+        if skipped or self._index.channel_counts is None:
+            return
+        for cid, count in seen.items():
+            expected = self._index.channel_counts.get(cid, 0)
+            if count != expected:
+                self._problem(f"{self.mcap_path}: topic {wanted[cid].topic} has {count} "
+                              f"readable messages, the summary counts {expected}",
+                              f"{expected - count} message(s) missing")

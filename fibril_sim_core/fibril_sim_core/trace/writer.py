@@ -1,44 +1,63 @@
 """Trace writer: the simulation's semantic records as a rosbag2 bag (MCAP storage, zstd chunks).
 
-One format serves every consumer: ``ros2 bag play``, Foxglove, ``mcap`` tools and the calibration
-reader all read it, and writing it needs no ROS installation (rosbags does the container work).
+One format serves every consumer: ``ros2 bag play``, Foxglove, ``mcap`` tools, rosbags and the
+calibration reader all read it, and writing it needs no ROS installation.
 
-Robustness: a run that ends by an exception or SIGINT must still leave a complete, readable
-trace. Python raises ``KeyboardInterrupt`` between any two bytecodes of the main thread, so a
-bag mutated there could be torn in the middle of a record. The writer therefore serializes
-records on the caller's thread (cheap, stateless) and hands the bytes to one private worker
-thread that alone touches the bag; ``KeyboardInterrupt`` is never raised in that thread. ``close``
-drains the worker, writes the MCAP summary and ``metadata.yaml``, and keeps waiting for that
-even if interrupted again. A writer that is never closed is closed at interpreter exit.
+Speed. ``write`` only appends the record to a queue (the stepping thread pays well under a
+microsecond). A private worker thread takes the queued records in batches, serializes each
+batch with numpy (``_cdr.Layout``: every message shape is a byte template, a batch of records is
+a few column assignments), lays the MCAP message records out in arrival order and compresses
+whole chunks with zstd, which like MuJoCo's stepping releases the GIL. Payloads are byte for
+byte what rosbags' serializer produces (tested for every message type).
+
+Robustness. Python raises ``KeyboardInterrupt`` only in the main thread, so the worker, which
+alone touches the files, is never torn in the middle of a record. ``metadata.yaml`` (with the
+provenance and layout) is written when the trace is created; a record reaches the disk in a
+complete chunk within ``FLUSH_INTERVAL`` + ``_POLL`` seconds (0.75 s), so a SIGKILLed run
+leaves a trace readable up to its last chunk (``TraceReader(..., salvage=True)``). ``close`` drains the queue, writes the MCAP
+summary and the final ``metadata.yaml``, and keeps waiting for that even if interrupted again.
+A writer that is never closed is closed at interpreter exit.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
 import threading
 import time
 import weakref
-from contextlib import suppress
+from collections import deque
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
-from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+import yaml
 
-from . import _msgtypes
-from ._cdr_device import DeviceTemplate, device_template, encode_device
 from ..errors import TraceError
-from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
+from ..records import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    StateSnapshot,
+)
+from . import _msgtypes
+from ._encoder import Encoder
+from ._mcap import McapFile
+from ._topics import (
+    ACTUATOR_TOPIC_PREFIX,
+    DEVICE_TOPIC_PREFIX,
+    FRAME_TIMING_TOPIC,
+    INPUTS_TOPIC,
+    STATE_TOPIC,
+    actuator_topic,
+    device_topic,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from types import TracebackType
-
-    from rosbags.interfaces import Connection
 
     TraceRecord = IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot | FrameTiming
 
@@ -57,12 +76,6 @@ __all__ = [
 ]
 
 
-INPUTS_TOPIC: Final = "/fibril/external_inputs"
-STATE_TOPIC: Final = "/fibril/state"
-FRAME_TIMING_TOPIC: Final = "/fibril/frame_timing"
-DEVICE_TOPIC_PREFIX: Final = "/fibril/devices/"
-ACTUATOR_TOPIC_PREFIX: Final = "/fibril/actuators/"
-
 #: Keys of the bag's ``custom_data`` (metadata.yaml and the MCAP metadata record); JSON values.
 PROVENANCE_KEY: Final = "fibril_sim.provenance"
 LAYOUT_KEY: Final = "fibril_sim.layout"
@@ -70,81 +83,197 @@ LAYOUT_KEY: Final = "fibril_sim.layout"
 #: rosbag2 metadata version 8 is the newest that Jazzy's ``ros2 bag`` reads.
 BAG_VERSION: Final = 8
 
-_NS_PER_S: Final = 1_000_000_000
-_INVALID_TOPIC_CHAR = re.compile(r"[^A-Za-z0-9_/]")
-# Records queued for the worker before write() waits for it to catch up (bounds memory).
-_MAX_BACKLOG: Final = 10_000
+#: Uncompressed bytes after which a chunk is written out.
+CHUNK_BYTES: Final = 1 << 20
+#: Age in seconds after which a started chunk is written out anyway (checked every ``_POLL``
+#: seconds: a SIGKILL loses at most the last 0.75 s of records).
+FLUSH_INTERVAL: Final = 0.5
+
+_POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
+_BATCH: Final = 32768  # records serialized at once
+_MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
+_CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
+_KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming)
+_KIND_SET: Final = frozenset(_KINDS)
 
 
-def _topic_suffix(name: str) -> str:
-    """Map an id (which may contain ``/``) to valid ROS topic name tokens.
-
-    ROS allows ``[A-Za-z0-9_]`` tokens separated by single ``/``, none starting with a digit.
-    Distinct ids may map to one topic; readers tell them apart by the id inside each message.
-    """
-    tokens = [t for t in _INVALID_TOPIC_CHAR.sub("_", name).split("/") if t]
-    tokens = [f"_{t}" if t[0].isdigit() else t for t in tokens]
-    return "/".join(tokens) or "_"
+def _library() -> str:
+    try:
+        return f"fibril_sim_core-{version('fibril_sim_core')}"
+    except PackageNotFoundError:
+        return "fibril_sim_core"
 
 
-def device_topic(device_id: str) -> str:
-    """Topic carrying ``fibril_msgs/msg/DeviceSample`` for one device."""
-    return DEVICE_TOPIC_PREFIX + _topic_suffix(device_id)
-
-
-def actuator_topic(endpoint: str) -> str:
-    """Topic carrying ``fibril_msgs/msg/ActuatorApplication`` for one endpoint."""
-    return ACTUATOR_TOPIC_PREFIX + _topic_suffix(endpoint)
-
-
-def _f64(array: Any) -> np.ndarray:
-    """Flat contiguous float64 view (or copy): what the CDR serializer copies byte-wise."""
-    return np.ascontiguousarray(array, dtype=np.float64).reshape(-1)
-
-
-_CLOSE: Final = object()
+# -- the worker -------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class _WorkerState:
-    """What the worker thread reports back; kept apart from the writer so it can be GC'd."""
+class _Shared:
+    """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
-    failure: BaseException | None = None
-    connections: dict[str, Connection] = field(default_factory=dict)
+    pending: deque = field(default_factory=deque)
+    wake: threading.Event = field(default_factory=threading.Event)
+    closing: bool = False
+    failure: BaseException | None = None  # the worker stopped: sticky
+    rejected: TraceError | None = None  # records left out (did not fit): reported once
+    flushed: int = 0  # flush requests served
+    flush_requests: int = 0
+    flush_done: threading.Condition = field(default_factory=threading.Condition)
 
 
-def _run_worker(bag: Writer, queue: SimpleQueue[Any], state: _WorkerState) -> None:
-    """Own the bag: append queued messages in order, then close it on the sentinel."""
-    typestore = _msgtypes.typestore()
-    connections = state.connections
-    get = queue.get
-    while True:
-        item = get()
-        if item is _CLOSE:
-            break
-        if state.failure is not None:
-            continue  # keep draining so producers never block on a dead worker
-        topic, msgtype, stamp, data = item
-        try:
-            connection = connections.get(topic)
-            if connection is None:
-                connection = bag.add_connection(topic, msgtype, typestore=typestore)
-                connections[topic] = connection
-            bag.write(connection, stamp, data)
-        except BaseException as exc:  # reported to the caller by write() and close()
-            state.failure = exc
+@dataclass(slots=True)
+class _Bag:
+    """Files and metadata of the bag being written."""
+
+    path: Path
+    mcap: McapFile
+    custom_data: dict[str, str]
+    typestore: Any
+    schemas: dict[str, int] = field(default_factory=dict)  # message type -> schema id
+
+
+def _metadata(bag: _Bag, encoder: Encoder | None, counts: dict[int, int],
+              start: int | None, end: int | None) -> dict:
+    """rosbag2 metadata (version 8), as ``ros2 bag`` and rosbags write it."""
+    start = start or 0
+    duration = max(0, (end or 0) - start)
+    total = sum(counts.values())
+    name = bag.mcap.path.name
+    topics = []
+    if encoder is not None:
+        for topic, channel in encoder.channels.items():
+            msgtype = encoder.msgtypes[channel]
+            topics.append({
+                "topic_metadata": {
+                    "name": topic, "type": msgtype, "serialization_format": "cdr",
+                    "offered_qos_profiles": "",
+                    "type_description_hash": bag.typestore.hash_rihs01(msgtype)},
+                "message_count": counts.get(channel, 0)})
+    return {
+        "version": BAG_VERSION,
+        "storage_identifier": "mcap",
+        "relative_file_paths": [name],
+        "duration": {"nanoseconds": duration},
+        "starting_time": {"nanoseconds_since_epoch": start},
+        "message_count": total,
+        "topics_with_message_count": topics,
+        "compression_format": "",
+        "compression_mode": "",
+        "files": [{"path": name, "starting_time": {"nanoseconds_since_epoch": start},
+                   "duration": {"nanoseconds": duration}, "message_count": total}],
+        "custom_data": bag.custom_data,
+        "ros_distro": "rosbags",
+    }
+
+
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 10x faster
+
+
+def _dump_metadata(information: dict) -> str:
+    """The rosbag2 metadata as YAML (block style, sorted keys, like ros2 bag's)."""
+    return yaml.dump(information, Dumper=_DUMPER, default_flow_style=False, sort_keys=True)
+
+
+def _write_metadata_yaml(path: Path, serialized: str) -> None:
+    """Replace ``metadata.yaml`` atomically (a reader never sees half a file)."""
+    body = "".join("  " + line if line.strip() else line
+                   for line in serialized.splitlines(keepends=True))
+    tmp = path / "metadata.yaml.tmp"
+    tmp.write_text("rosbag2_bagfile_information:\n" + body, encoding="utf-8")
+    os.replace(tmp, path / "metadata.yaml")
+
+
+def _run_worker(bag: _Bag, shared: _Shared) -> None:
+    """Own the bag: serialize queued records in batches, write chunks, finish on close."""
+    encoder = Encoder()
+    pending = shared.pending
+    parts: list[bytes] = []
+    chunk_channels: list[np.ndarray] = []
+    chunk_times: list[np.ndarray] = []
+    chunk_offsets: list[np.ndarray] = []
+    chunk_size = 0
+    chunk_started = 0.0
+    mcap = bag.mcap
+
+    def write_chunk() -> None:
+        nonlocal chunk_size
+        for channel, topic, msgtype in encoder.new_channels:
+            mcap.add_channel(channel, _schema_id(bag, msgtype), topic, "cdr",
+                             {"offered_qos_profiles": ""})
+        encoder.new_channels.clear()
+        mcap.write_chunk(b"".join(parts), np.concatenate(chunk_channels),
+                         np.concatenate(chunk_times), np.concatenate(chunk_offsets))
+        parts.clear()
+        chunk_channels.clear()
+        chunk_times.clear()
+        chunk_offsets.clear()
+        chunk_size = 0
+
     try:
-        bag.close()
-    except BaseException as exc:
-        if state.failure is None:
-            state.failure = exc
-        with suppress(Exception):  # already failing; the first error is the one reported
-            bag.abort()
+        while True:
+            shared.wake.wait(_POLL)
+            shared.wake.clear()
+            closing = shared.closing
+            requests = shared.flush_requests
+            while pending:
+                batch = [pending.popleft() for _ in range(min(len(pending), _BATCH))]
+                blocks, channels, times, offsets, failures = encoder.encode(batch)
+                if failures and shared.rejected is None:
+                    record, exc = failures[0]
+                    msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
+                           f"{exc}; {len(failures)} record(s) left out of the trace")
+                    shared.rejected = TraceError(msg)
+                if not blocks:
+                    continue
+                if not chunk_size:
+                    chunk_started = time.monotonic()
+                parts.extend(blocks)
+                chunk_channels.append(channels)
+                chunk_times.append(times)
+                chunk_offsets.append(offsets + chunk_size)
+                chunk_size += sum(len(b) for b in blocks)
+                if chunk_size >= CHUNK_BYTES:
+                    write_chunk()
+            if chunk_size and (closing or requests != shared.flushed
+                               or time.monotonic() - chunk_started >= FLUSH_INTERVAL):
+                write_chunk()
+            if requests != shared.flushed:
+                with shared.flush_done:
+                    shared.flushed = requests
+                    shared.flush_done.notify_all()
+            if closing and not pending:
+                break
+        information = _metadata(bag, encoder, mcap.channel_counts, mcap.start_time,
+                                mcap.end_time)
+        serialized = _dump_metadata(information)
+        mcap.finish({"rosbag2": {"serialized_metadata": serialized.strip()}})
+        _write_metadata_yaml(bag.path, serialized)
+    except BaseException as exc:  # reported to the caller by write() and close()
+        shared.failure = exc
+        pending.clear()  # nothing will take them any more
+        try:
+            mcap.abandon()
+        except OSError:
+            pass
+    finally:
+        with shared.flush_done:
+            shared.flushed = shared.flush_requests = -1
+            shared.flush_done.notify_all()
 
 
-def _stop_worker(queue: SimpleQueue[Any], thread: threading.Thread) -> None:
-    """Ask the worker to close the bag and wait for it, even through further Ctrl-C."""
-    queue.put(_CLOSE)
+def _schema_id(bag: _Bag, msgtype: str) -> int:
+    schema = bag.schemas.get(msgtype)
+    if schema is None:
+        schema = bag.schemas[msgtype] = len(bag.schemas) + 1
+        text, _ = bag.typestore.generate_msgdef(msgtype, ros_version=2)
+        bag.mcap.add_schema(schema, msgtype, "ros2msg", text.encode())
+    return schema
+
+
+def _stop_worker(shared: _Shared, thread: threading.Thread) -> None:
+    """Ask the worker to finish the bag and wait for it, even through further Ctrl-C."""
+    shared.closing = True
+    shared.wake.set()
     interrupted: BaseException | None = None
     while thread.is_alive():
         try:
@@ -160,65 +289,45 @@ class TraceWriter:
 
     ``provenance`` and ``layout`` (JSON-able dicts) go into the bag's ``custom_data``; the layout
     names the model's bodies, joints, sensors, actuators, endpoints and devices so the arrays in
-    ``/fibril/state`` can be interpreted without the model. Records should arrive in
-    non-decreasing session time; each message's log time is its session time (the delivery time
-    for device samples). Connections are created on first use of a topic.
+    ``/fibril/state`` can be interpreted without the model. Each message's log time is its
+    session time (the delivery time for device samples); messages are stored in the order they
+    were written. Connections are created on first use of a topic.
+
+    ``write`` and ``close`` belong to one thread at a time (the simulation's owner thread).
+    Records are serialized in the background: a record that does not fit its message type (an
+    integer out of range) is left out, and the next ``write``, ``flush`` or ``close`` raises a
+    ``TraceError`` naming it.
     """
 
     def __init__(self, path: Path | str, *, provenance: dict, layout: dict) -> None:
         self.path = Path(path)
-        provenance_json = self._json("provenance", provenance)
-        layout_json = self._json("layout", layout)
+        custom_data = {PROVENANCE_KEY: self._json("provenance", provenance),
+                       LAYOUT_KEY: self._json("layout", layout)}
         self._prepare_directory()
-
-        bag = Writer(self.path, version=BAG_VERSION, storage_plugin=StoragePlugin.MCAP)
-        # STORAGE mode = zstd-compressed MCAP chunks: what `ros2 bag record --storage mcap
-        # --storage-preset-profile zstd_fast` produces; every MCAP reader handles it natively.
-        bag.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
-        bag.set_custom_data(PROVENANCE_KEY, provenance_json)
-        bag.set_custom_data(LAYOUT_KEY, layout_json)
         try:
-            bag.open()
-        except (WriterError, OSError) as exc:
-            msg = f"{self.path}: cannot create trace: {exc}"
+            mcap = McapFile(self.path / f"{self.path.name}.mcap", profile="ros2",
+                            library=_library())
+        except OSError as exc:
+            msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
-
-        self._typestore = _msgtypes.typestore()
-        self._serialize = self._typestore.serialize_cdr
-        types = self._typestore.types
-        self._Time = types["builtin_interfaces/msg/Time"]
-        self._Header = types["std_msgs/msg/Header"]
-        self._ExternalInput = types[_msgtypes.EXTERNAL_INPUT]
-        self._DeviceSample = types[_msgtypes.DEVICE_SAMPLE]
-        self._ActuatorApplication = types[_msgtypes.ACTUATOR_APPLICATION]
-        self._StateSnapshot = types[_msgtypes.STATE_SNAPSHOT]
-        self._FrameTiming = types[_msgtypes.FRAME_TIMING]
-        self._encoders: dict[type, Callable[[Any], tuple[str, str, int, memoryview]]] = {
-            IngressRecord: self._encode_ingress,
-            DeviceOutput: self._encode_device,
-            ActuatorApplication: self._encode_actuator,
-            StateSnapshot: self._encode_state,
-            FrameTiming: self._encode_frame_timing,
-        }
-        self._device_topics: dict[str, str] = {}
-        self._device_templates: dict[tuple, DeviceTemplate] = {}
-        self._actuator_topics: dict[str, str] = {}
+        bag = _Bag(self.path, mcap, custom_data, _msgtypes.typestore())
+        try:  # early, so a reader finds provenance and layout even after a SIGKILL
+            _write_metadata_yaml(self.path, _dump_metadata(_metadata(bag, None, {}, None, None)))
+        except OSError as exc:
+            mcap.abandon()
+            msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
+            raise TraceError(msg) from exc
         self._count = 0
-
-        self._queue: SimpleQueue[Any] = SimpleQueue()
-        self._state = _WorkerState()
-        self._lock = threading.Lock()
         self._closed = False
+        self._shared = _Shared()
+        self._pending = self._shared.pending
         # Daemon, so a forgotten writer never blocks interpreter exit; the finalizer below
-        # (also run at exit) still closes the bag properly before daemon threads stop.
+        # (also run at exit) still finishes the bag properly before daemon threads stop.
         self._thread = threading.Thread(
-            target=_run_worker,
-            args=(bag, self._queue, self._state),
-            name=f"fibril-trace-writer:{self.path.name}",
-            daemon=True,
-        )
+            target=_run_worker, args=(bag, self._shared),
+            name=f"fibril-trace-writer:{self.path.name}", daemon=True)
         self._thread.start()
-        self._finalizer = weakref.finalize(self, _stop_worker, self._queue, self._thread)
+        self._finalizer = weakref.finalize(self, _stop_worker, self._shared, self._thread)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -233,34 +342,40 @@ class TraceWriter:
         return self._closed
 
     def write(self, record: TraceRecord) -> None:
-        """Serialize one record and queue it for the bag.
+        """Queue one record for the bag.
 
         Raises:
             TypeError: ``record`` is not one of the traced record types.
-            TraceError: The writer is closed, the record does not fit its message type, or the
-                bag could not be written.
+            TraceError: The writer is closed, an earlier record did not fit its message type,
+                or the bag could not be written.
         """
-        encode = self._encoders.get(type(record))
-        if encode is None:
+        if self._closed:
+            msg = f"{self.path}: trace writer is closed"
+            raise TraceError(msg)
+        if type(record) not in _KIND_SET:
             msg = f"{self.path}: cannot trace a {type(record).__name__}; expected one of " + (
-                ", ".join(t.__name__ for t in self._encoders)
-            )
+                ", ".join(t.__name__ for t in _KINDS))
             raise TypeError(msg)
-        try:
-            item = encode(record)
-        except Exception as exc:  # e.g. struct.error for an int outside its field's range
-            msg = f"{self.path}: cannot encode {type(record).__name__} as a message: {exc}"
-            raise TraceError(msg) from exc
-        with self._lock:
-            if self._closed:
-                msg = f"{self.path}: trace writer is closed"
-                raise TraceError(msg)
-            self._queue.put(item)
-            self._count += 1
-        if self._state.failure is not None:
+        self._pending.append(record)
+        self._count += 1
+        if not self._count % _CHECK_EVERY:
+            self._check()
+
+    def flush(self) -> None:
+        """Wait until every record written so far is in a complete chunk on disk."""
+        shared = self._shared
+        if self._closed or not self._thread.is_alive():
             self._raise_failure()
-        if self._queue.qsize() > _MAX_BACKLOG:
-            self._wait_for_backlog()
+            return
+        with shared.flush_done:
+            shared.flush_requests += 1
+            wanted = shared.flush_requests
+            shared.wake.set()
+            while 0 <= shared.flushed < wanted:
+                shared.flush_done.wait(0.1)
+                if not self._thread.is_alive():
+                    break
+        self._raise_failure()
 
     def close(self) -> None:
         """Finish the bag: flush queued records, write the MCAP summary and ``metadata.yaml``.
@@ -268,13 +383,11 @@ class TraceWriter:
         Idempotent and safe to call from ``finally`` or exception handlers; a Ctrl-C during
         the close is deferred until the bag is complete, then re-raised.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
         self._finalizer()
-        if self._state.failure is not None:
-            self._raise_failure()
+        self._raise_failure()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -302,121 +415,37 @@ class TraceWriter:
     def _prepare_directory(self) -> None:
         """Accept a missing or empty directory; never mix a new trace into existing files."""
         path = self.path
-        if not path.exists():
-            return
-        if not path.is_dir():
-            msg = f"{path}: exists and is not a directory; a trace is a new bag directory"
-            raise TraceError(msg)
-        if any(path.iterdir()):
-            msg = f"{path}: directory is not empty; refusing to write a trace into it"
-            raise TraceError(msg)
-        path.rmdir()  # rosbags creates the bag directory itself
+        if path.exists():
+            if not path.is_dir():
+                msg = f"{path}: exists and is not a directory; a trace is a new bag directory"
+                raise TraceError(msg)
+            if any(path.iterdir()):
+                msg = f"{path}: directory is not empty; refusing to write a trace into it"
+                raise TraceError(msg)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = f"{path}: cannot create trace: {exc.strerror or exc}"
+            raise TraceError(msg) from exc
+
+    def _check(self) -> None:
+        if self._shared.failure is not None or self._shared.rejected is not None:
+            self._raise_failure()
+        if len(self._pending) > _MAX_BACKLOG:
+            self._shared.wake.set()
+            while len(self._pending) > _MAX_BACKLOG // 2 and self._thread.is_alive():
+                time.sleep(0.001)
+        elif len(self._pending) >= _BATCH:
+            self._shared.wake.set()
 
     def _raise_failure(self) -> None:
-        failure = self._state.failure
-        msg = f"{self.path}: writing the trace failed: {failure!r}"
-        raise TraceError(msg) from failure
-
-    def _wait_for_backlog(self) -> None:
-        """Let the worker catch up so a fast producer cannot grow the queue without bound."""
-        while self._queue.qsize() > _MAX_BACKLOG // 2 and self._thread.is_alive():
-            time.sleep(0.001)
-
-    def _time(self, ns: int) -> Any:
-        sec, nanosec = divmod(ns, _NS_PER_S)
-        return self._Time(sec, nanosec)
-
-    def _encode_ingress(self, r: IngressRecord) -> tuple[str, str, int, memoryview]:
-        msg = self._ExternalInput(
-            stamp=self._time(r.session_time_ns),
-            episode=r.episode,
-            source_id=r.source_id,
-            source_sequence=r.source_sequence,
-            payload_type=r.payload_type,
-            payload_json=r.payload_json,
-            commit_tick=r.commit_tick,
-            acceptance_sequence=r.acceptance_sequence,
-            accepted=r.accepted,
-            reject_reason=r.reject_reason,
-        )
-        data = self._serialize(msg, _msgtypes.EXTERNAL_INPUT)
-        return INPUTS_TOPIC, _msgtypes.EXTERNAL_INPUT, r.session_time_ns, data
-
-    def _encode_device(self, r: DeviceOutput) -> tuple[str, str, int, memoryview]:
-        topic = self._device_topics.get(r.device_id)
-        if topic is None:
-            topic = self._device_topics[r.device_id] = device_topic(r.device_id)
-        key = (r.device_id, r.frame_id, r.sample_type, r.component_names, len(r.values))
-        template = self._device_templates.get(key)
-        if template is None:
-            template = self._device_templates[key] = device_template(
-                r.frame_id, r.device_id, r.sample_type, tuple(r.component_names), len(r.values))
-        data = encode_device(template, r.session_delivery_time_ns, r.session_acquisition_time_ns,
-                             r.acquisition_time_ns, r.delivery_time_ns, r.episode, r.values)
-        return topic, _msgtypes.DEVICE_SAMPLE, r.session_delivery_time_ns, memoryview(data)
-
-    def _encode_device_generic(self, r: DeviceOutput) -> tuple[str, str, int, memoryview]:
-        """The reference encoding through the typestore (kept to test the fast path)."""
-        topic = device_topic(r.device_id)
-        msg = self._DeviceSample(
-            header=self._Header(stamp=self._time(r.session_delivery_time_ns), frame_id=r.frame_id),
-            acquisition_stamp=self._time(r.session_acquisition_time_ns),
-            acquisition_episode_time_ns=r.acquisition_time_ns,
-            delivery_episode_time_ns=r.delivery_time_ns,
-            episode=r.episode,
-            device_id=r.device_id,
-            sample_type=r.sample_type,
-            values=_f64(r.values),
-            component_names=list(r.component_names),
-        )
-        data = self._serialize(msg, _msgtypes.DEVICE_SAMPLE)
-        return topic, _msgtypes.DEVICE_SAMPLE, r.session_delivery_time_ns, data
-
-    def _encode_actuator(self, r: ActuatorApplication) -> tuple[str, str, int, memoryview]:
-        topic = self._actuator_topics.get(r.endpoint)
-        if topic is None:
-            topic = self._actuator_topics[r.endpoint] = actuator_topic(r.endpoint)
-        msg = self._ActuatorApplication(
-            stamp=self._time(r.session_time_ns),
-            episode=r.episode,
-            tick=r.tick,
-            endpoint=r.endpoint,
-            actuator=r.actuator,
-            mode=r.mode,
-            commanded=float(r.commanded),
-            released=float(r.released),
-            applied=float(r.applied),
-        )
-        data = self._serialize(msg, _msgtypes.ACTUATOR_APPLICATION)
-        return topic, _msgtypes.ACTUATOR_APPLICATION, r.session_time_ns, data
-
-    def _encode_state(self, r: StateSnapshot) -> tuple[str, str, int, memoryview]:
-        msg = self._StateSnapshot(
-            stamp=self._time(r.session_time_ns),
-            episode=r.episode,
-            tick=r.tick,
-            episode_time_ns=r.time_ns,
-            qpos=_f64(r.qpos),
-            qvel=_f64(r.qvel),
-            act=_f64(r.act),
-            ctrl=_f64(r.ctrl),
-            actuator_force=_f64(r.actuator_force),
-            sensordata=_f64(r.sensordata),
-            xpos=_f64(r.xpos),
-            xquat=_f64(r.xquat),
-        )
-        data = self._serialize(msg, _msgtypes.STATE_SNAPSHOT)
-        return STATE_TOPIC, _msgtypes.STATE_SNAPSHOT, r.session_time_ns, data
-
-    def _encode_frame_timing(self, r: FrameTiming) -> tuple[str, str, int, memoryview]:
-        msg = self._FrameTiming(
-            stamp=self._time(r.session_time_ns),
-            episode=r.episode,
-            tick=r.tick,
-            episode_time_ns=r.episode_time_ns,
-            session_time_ns=r.session_time_ns,
-            wall_step_time=float(r.wall_step_time),
-            real_time_factor=float(r.real_time_factor),
-        )
-        data = self._serialize(msg, _msgtypes.FRAME_TIMING)
-        return FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, r.session_time_ns, data
+        shared = self._shared
+        failure = shared.failure
+        if failure is not None:  # sticky: every later write fails too
+            shared.pending.clear()
+            msg = f"{self.path}: writing the trace failed: {failure!r}"
+            raise TraceError(msg) from failure
+        rejected = shared.rejected
+        if rejected is not None:
+            shared.rejected = None  # reported once; the trace goes on without those records
+            raise rejected

@@ -1,0 +1,272 @@
+"""Batch serialization of trace records into MCAP message records (the writer's worker).
+
+Records are grouped by message shape (what fixes the byte layout: a device's ids, frame and
+component names, the state's array sizes, an endpoint's names, ...); each group becomes one
+block of rows of its ``_cdr.Layout``, the MCAP message record header included.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..records import (
+    ActuatorApplication,
+    DeviceOutput,
+    FrameTiming,
+    IngressRecord,
+    StateSnapshot,
+)
+from . import _msgtypes
+from ._cdr import Layout
+from ._mcap import MESSAGE_HEADER
+from ._topics import (
+    FRAME_TIMING_TOPIC,
+    INPUTS_TOPIC,
+    STATE_TOPIC,
+    actuator_topic,
+    device_topic,
+)
+
+__all__ = ["Encoder"]
+
+
+@dataclass(slots=True)
+class _Shape:
+    """One message shape: its layout (MCAP record header included) and its channel."""
+
+    layout: Layout
+    topic: str
+    msgtype: str
+    fill: Any  # (records) -> columns
+    channel: int = 0
+
+
+_DEVICE_FIELDS = {name: operator.itemgetter(index) for name, index in (
+    ("log", 7), ("acquisition", 6), ("acquisition_episode_time_ns", 4),
+    ("delivery_episode_time_ns", 5), ("episode", 0))}
+_DEVICE_VALUES = operator.itemgetter(8)
+
+
+def _device_columns(recs: list[DeviceOutput]) -> dict[str, Any]:
+    count = len(recs)
+    cols: dict[str, Any] = {name: np.fromiter(map(get, recs), dtype=np.int64, count=count)
+                            for name, get in _DEVICE_FIELDS.items()}
+    cols["stamp"] = cols["log"]
+    values = list(map(_DEVICE_VALUES, recs))
+    cols["values"] = (np.concatenate(values).reshape(count, -1)
+                      if type(values[0]) is np.ndarray and values[0].ndim == 1 else values)
+    return cols
+
+
+def _state_columns(recs: list[StateSnapshot]) -> dict[str, Any]:
+    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+    cols["stamp"] = cols["log"]
+    cols["episode"] = [r.episode for r in recs]
+    cols["tick"] = [r.tick for r in recs]
+    cols["episode_time_ns"] = [r.time_ns for r in recs]
+    for name in ("qpos", "qvel", "act", "ctrl", "actuator_force", "sensordata", "xpos", "xquat"):
+        cols[name] = [getattr(r, name) for r in recs]
+    return cols
+
+
+def _actuator_columns(recs: list[ActuatorApplication]) -> dict[str, Any]:
+    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+    cols["stamp"] = cols["log"]
+    cols["episode"] = [r.episode for r in recs]
+    cols["tick"] = [r.tick for r in recs]
+    for name in ("commanded", "released", "applied"):
+        cols[name] = [float(getattr(r, name)) for r in recs]
+    return cols
+
+
+def _ingress_columns(recs: list[IngressRecord]) -> dict[str, Any]:
+    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+    cols["stamp"] = cols["log"]
+    for name in ("episode", "source_sequence", "commit_tick", "acceptance_sequence"):
+        cols[name] = [getattr(r, name) for r in recs]
+    cols["payload_json"] = [r.payload_json.encode() for r in recs]
+    cols["accepted"] = [bool(r.accepted) for r in recs]
+    return cols
+
+
+def _timing_columns(recs: list[FrameTiming]) -> dict[str, Any]:
+    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+    cols["stamp"] = cols["log"]
+    for name in ("episode", "tick", "episode_time_ns", "session_time_ns"):
+        cols[name] = [getattr(r, name) for r in recs]
+    for name in ("wall_step_time", "real_time_factor"):
+        cols[name] = [float(getattr(r, name)) for r in recs]
+    return cols
+
+
+def _shape_key(record: Any) -> tuple:
+    """What fixes a record's message layout (strings, array lengths) and channel."""
+    kind = type(record)
+    if kind is DeviceOutput:
+        values = record[8]
+        size = values.size if type(values) is np.ndarray else len(values)
+        return (kind, record[1], record[10], record[2], tuple(record[9]), size)
+    if kind is StateSnapshot:
+        r = record
+        return (kind, r.qpos.size, r.qvel.size, r.act.size, r.ctrl.size, r.actuator_force.size,
+                r.sensordata.size, r.xpos.size, r.xquat.size)
+    if kind is ActuatorApplication:
+        return (kind, record.endpoint, record.actuator, record.mode)
+    if kind is IngressRecord:
+        return (kind, record.source_id, record.payload_type, len(record.payload_json.encode()),
+                record.reject_reason)
+    return (kind,)
+
+
+def _new_layout() -> Layout:
+    layout = Layout(prefix=MESSAGE_HEADER)
+    layout.prefix_field("sequence", "<u4", 11).prefix_field("log", "<u8", 15)
+    return layout.prefix_field("publish", "<u8", 23)
+
+
+def _make_shape(key: tuple) -> _Shape:
+    kind = key[0]
+    layout = _new_layout().time("stamp")
+    if kind is DeviceOutput:
+        _, device_id, frame_id, sample_type, names, count = key
+        layout.string(frame_id).time("acquisition")
+        layout.field("acquisition_episode_time_ns", "<i8").field("delivery_episode_time_ns", "<i8")
+        layout.field("episode", "<u4").string(device_id).string(sample_type)
+        layout.floats("values", count).strings(names)
+        return _Shape(layout, device_topic(device_id), _msgtypes.DEVICE_SAMPLE, _device_columns)
+    if kind is StateSnapshot:
+        layout.field("episode", "<u4").field("tick", "<i8").field("episode_time_ns", "<i8")
+        for name, count in zip(("qpos", "qvel", "act", "ctrl", "actuator_force", "sensordata",
+                                "xpos", "xquat"), key[1:], strict=True):
+            layout.floats(name, count)
+        return _Shape(layout, STATE_TOPIC, _msgtypes.STATE_SNAPSHOT, _state_columns)
+    if kind is ActuatorApplication:
+        _, endpoint, actuator, mode = key
+        layout.field("episode", "<u4").field("tick", "<i8")
+        layout.string(endpoint).string(actuator).string(mode)
+        layout.field("commanded", "<f8").field("released", "<f8").field("applied", "<f8")
+        return _Shape(layout, actuator_topic(endpoint), _msgtypes.ACTUATOR_APPLICATION,
+                      _actuator_columns)
+    if kind is IngressRecord:
+        _, source_id, payload_type, payload_size, reject_reason = key
+        layout.field("episode", "<u4").string(source_id).field("source_sequence", "<u8")
+        layout.string(payload_type).text("payload_json", payload_size)
+        layout.field("commit_tick", "<i8").field("acceptance_sequence", "<u8")
+        layout.field("accepted", "u1").string(reject_reason)
+        return _Shape(layout, INPUTS_TOPIC, _msgtypes.EXTERNAL_INPUT, _ingress_columns)
+    layout.field("episode", "<u4").field("tick", "<u8").field("episode_time_ns", "<i8")
+    layout.field("session_time_ns", "<i8")
+    layout.field("wall_step_time", "<f8").field("real_time_factor", "<f8")
+    return _Shape(layout, FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, _timing_columns)
+
+
+class Encoder:
+    """Serializes batches of records into MCAP message records (owned by the worker)."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[tuple, _Shape] = {}
+        self.channels: dict[str, int] = {}  # topic -> channel id
+        self.written = 0  # records taken so far (the next message's sequence)
+        self.msgtypes: dict[int, str] = {}  # channel id -> message type
+        self.new_channels: list[tuple[int, str, str]] = []  # (id, topic, msgtype) to announce
+
+    def channel(self, topic: str, msgtype: str) -> int:
+        channel = self.channels.get(topic)
+        if channel is None:
+            channel = self.channels[topic] = len(self.channels) + 1
+            self.msgtypes[channel] = msgtype
+            self.new_channels.append((channel, topic, msgtype))
+        return channel
+
+    def encode(self, batch: list[Any]) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
+                                                 list[tuple[Any, Exception]]]:
+        """(record blocks, channel, log time and offset of each message, failures)
+
+        Messages of one shape are laid out together (no per-record copying); each message's
+        ``sequence`` is its position in the trace's write order, which readers use to restore
+        that order among messages of equal log time. A record that does not fit its message
+        type is left out and reported in failures.
+        """
+        groups: dict[tuple, list[int]] = {}
+        get = groups.get
+        device = DeviceOutput
+        ndarray = np.ndarray
+        failures: list[tuple[Any, Exception]] = []
+        for i, record in enumerate(batch):
+            try:
+                if type(record) is device:  # the bulk: a cheap key, valid within this batch
+                    values = record[8]
+                    key = (record[1], record[10], record[2], id(record[9]),
+                           values.size if type(values) is ndarray else len(values))
+                else:
+                    key = _shape_key(record)
+            except Exception as exc:  # noqa: BLE001 - a malformed record is reported
+                failures.append((record, exc))
+                continue
+            positions = get(key)
+            if positions is None:
+                groups[key] = [i]
+            else:
+                positions.append(i)
+        blocks: list[bytes] = []
+        channels, times, offsets = [], [], []
+        at = 0
+        first = self.written
+        for positions in groups.values():
+            recs = [batch[i] for i in positions]
+            key = _shape_key(recs[0])
+            shape = self.shapes.get(key)
+            if shape is None:
+                shape = self.shapes[key] = self._shape(key)
+            sequence = np.array(positions, dtype=np.int64) + first
+            try:
+                rows = self._rows(shape, recs, sequence)
+            except (OverflowError, ValueError, TypeError, AttributeError) as exc:
+                rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
+                if not rows.shape[0]:
+                    continue
+            count, size = rows.shape
+            blocks.append(rows.tobytes())
+            channels.append(np.full(count, shape.channel, dtype=np.int64))
+            times.append(rows[:, 15:23].copy().view("<u8").reshape(count))
+            offsets.append(np.arange(at, at + count * size, size, dtype=np.uint64))
+            at += count * size
+        self.written += len(batch)
+        if not blocks:
+            return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
+                failures
+        return (blocks, np.concatenate(channels), np.concatenate(times),
+                np.concatenate(offsets), failures)
+
+    def _shape(self, key: tuple) -> _Shape:
+        shape = _make_shape(key)
+        shape.channel = self.channel(shape.topic, shape.msgtype)
+        layout = shape.layout  # the constant part of the MCAP message record header
+        layout.patch(0, struct.pack("<BQH", 5, layout.size - 9, shape.channel))
+        return shape
+
+    def _rows(self, shape: _Shape, recs: list[Any], sequence: np.ndarray) -> np.ndarray:
+        columns = shape.fill(recs)
+        columns["sequence"] = (sequence & 0xFFFFFFFF).astype(np.uint32)
+        columns["publish"] = columns["log"]
+        return shape.layout.encode(columns, len(recs))
+
+    def _rows_one_by_one(self, shape: _Shape, recs: list[Any], sequence: np.ndarray,
+                         failures: list[tuple[Any, Exception]], first: Exception) -> np.ndarray:
+        good = []
+        before = len(failures)
+        for record, number in zip(recs, sequence, strict=True):
+            try:
+                good.append(self._rows(shape, [record], np.array([number])))
+            except (OverflowError, ValueError, TypeError, AttributeError) as exc:
+                failures.append((record, exc))
+        if len(failures) == before:
+            failures.append((recs[0], first))
+        if not good:
+            return np.empty((0, shape.layout.size), np.uint8)
+        return np.concatenate(good)

@@ -1,0 +1,278 @@
+"""The stepping hot path keeps every output bit (issue 11 item 4: faster, nothing else).
+
+Two references: the digest of a long all-device run recorded with the implementation before
+the hot-path work (fixtures/stepping_drivetrain.json, checked where MuJoCo is the version it
+was recorded with), and that implementation itself, kept below as ``ReferenceInstance`` (the
+old ``advance`` / ``_next_event`` / ``_block_end`` / ``_boundary`` / ``_emit``), run side by
+side with the current one on this machine in several scenarios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+from pathlib import Path
+
+import _stepping_scenario as scenario
+import mujoco
+import numpy as np
+import pytest
+from fibril_sim_core.errors import InstanceError
+from fibril_sim_core.instance import (
+    _MIN_ROLLOUT_TICKS,
+    _NEVER,
+    Record,
+    SimulationInstance,
+)
+from fibril_sim_core.records import DeviceOutput, ExternalInput, IngressRecord
+
+from fibril_sim_core import SimulationBuilder
+
+FIXTURE = Path(__file__).parent / "fixtures" / "stepping_drivetrain.json"
+
+
+class ReferenceInstance(SimulationInstance):
+    """The stepping of the implementation before the hot-path work, verbatim."""
+
+    def advance(self, ticks: int) -> None:
+        '''Advance by ``ticks`` physics ticks, one ``mj_step(nstep=k)`` between events.
+
+        A block of replayed recorded commands that nobody listens to record by record (no
+        subscriber, no collection, no device or snapshot due) runs as one ``mujoco.rollout``
+        with the control trajectory those commands produce: the same steps, bit for bit.
+        '''
+        if ticks < 0:
+            raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
+        model, data, step = self.model, self.data, mujoco.mj_step
+        target = self._tick + ticks
+        ingress = self._ingress
+        while True:
+            t = self._tick
+            if self._processed != t:
+                self._boundary(t)
+                self._processed = t
+            if self._recorded or self._releases or ingress.waiting:
+                self._commit(t)
+            capture = self._capture
+            if capture is not None:
+                capture.take_state(t, data)
+            if t >= target:
+                return
+            if self._snapshot_every and t % self._snapshot_every == 0 \
+                    and self._snapshot_pre is None:
+                # Captured right before the step so ctrl is what produces the step's forces.
+                self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
+                                          data.ctrl.copy()))
+            following = self._next_event(t)
+            if following > target:
+                following = target
+            if following == t + 1 and (self._replay is not None or self._capture is not None):
+                end = self._block_end(t, target)
+                if end - t >= _MIN_ROLLOUT_TICKS:
+                    self._block(t, end)
+                    continue
+            step(model, data, following - t)
+            self._tick = following
+
+    def _next_event(self, t: int) -> int:
+        following = min(self._read_at) if self._read_at else _NEVER
+        if self._deliveries and self._deliveries[0][0] < following:
+            following = self._deliveries[0][0]
+        if self._releases and self._releases[0][0] < following:
+            following = self._releases[0][0]
+        if self._recorded and self._recorded[-1][0] < following:
+            following = self._recorded[-1][0]
+        every = self._snapshot_every
+        if every:
+            snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
+            if snapshot < following:
+                following = snapshot
+        if self._capture is not None:
+            following = min(following, self._capture.next_event(t))
+        return following if following > t else t + 1
+
+    def _block_end(self, t: int, target: int) -> int:
+        '''How far from ``t`` nothing but replayed commands and captures happen (``t`` when a
+        block cannot run: someone listens to records, a snapshot is due, live input waits).'''
+        if self._listening or self._snapshot_every or self._ingress.waiting:
+            return t
+        remaining = len(self._recorded)
+        if remaining:
+            if self._replay is None or remaining > len(self._replay[0].entries):
+                return t
+        elif self._capture is None:
+            return t
+        end = min(min(self._read_at) if self._read_at else _NEVER, target)
+        if self._deliveries:
+            end = min(end, self._deliveries[0][0])
+        for release, _, item in self._releases:  # a few commands waiting out their latency
+            if self._endpoints[item.endpoint].control(item.command) is None:
+                end = min(end, release)
+        return end
+
+    def _boundary(self, t: int) -> None:
+        '''Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots.'''
+        model, data = self.model, self.data
+        read_at = self._read_at
+        dt = self._dt
+        for i, at in enumerate(read_at):
+            if at != t:
+                continue
+            device = self._devices[i]
+            descriptor = device.descriptor
+            acquired = t - 1
+            latency = self._latency[i]
+            values = device.acquire(model, data)
+            offset = self._session_offset
+            output = DeviceOutput(
+                self._episode, descriptor.id, descriptor.sample_type, acquired, acquired * dt,
+                (acquired + latency) * dt, offset + acquired * dt,
+                offset + (acquired + latency) * dt, values, descriptor.component_names,
+                descriptor.frame_id)
+            deliver_at = acquired + latency
+            if deliver_at <= t:
+                self._emit(output)
+            else:
+                self._order += 1
+                heapq.heappush(self._deliveries, (deliver_at, self._order, output))
+            read_at[i] = at + self._period[i]
+        deliveries = self._deliveries
+        while deliveries and deliveries[0][0] <= t:
+            self._emit(heapq.heappop(deliveries)[2])
+        if self._snapshot_pre is not None:
+            self._snapshot(t)
+        if self._capture is not None:
+            self._capture.take_sensordata(t, data)
+
+    def _emit(self, record: Record) -> None:
+        if self._collect:
+            self._collected.append(record)
+        for callback in self._subscribers:
+            callback(record)
+
+
+
+def _reference(plan, **kwargs):
+    return ReferenceInstance(plan, **kwargs)
+
+
+def _fields(record: object) -> list:
+    if dataclasses.is_dataclass(record):
+        return [getattr(record, f.name) for f in dataclasses.fields(record)]
+    return list(record)
+
+
+def assert_same_records(expected: list, actual: list) -> None:
+    assert len(actual) == len(expected)
+    for want, got in zip(expected, actual, strict=True):
+        assert type(got) is type(want)
+        for a, b in zip(_fields(want), _fields(got), strict=True):
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype and a.shape == b.shape
+                assert a.tobytes() == b.tobytes()
+            else:
+                assert type(a) is type(b) and a == b
+
+
+def test_long_run_matches_the_recorded_digest() -> None:
+    recorded = json.loads(FIXTURE.read_text())
+    if recorded.pop("mujoco") != mujoco.__version__:
+        pytest.skip(f"digest recorded with MuJoCo {json.loads(FIXTURE.read_text())['mujoco']}")
+    assert scenario.run() == recorded
+
+
+def test_long_run_matches_the_reference_path() -> None:
+    assert scenario.run() == scenario.run(_reference)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return SimulationBuilder().build(scenario.MANIFEST)
+
+
+def _command(sequence: int, value: float) -> ExternalInput:
+    return ExternalInput("motor/command", sequence, "fibril_sim/motor_command/v1",
+                         {"mode": "duty", "value": value})
+
+
+def test_subscriber_added_while_samples_are_in_flight(plan) -> None:
+    """Samples acquired while nobody listened but delivered after a subscribe arrive."""
+    runs = []
+    for make in (plan.create_instance, lambda **kw: ReferenceInstance(plan, **kw)):
+        instance = make(seed=9, collect=False)
+        taken: list = []
+        instance.advance(1001)  # front_range (latency 2) has a sample in flight now
+        instance.subscribe(taken.append)
+        instance.enqueue(_command(1, -0.4))
+        instance.advance(3000)
+        instance.reset(seed=2)
+        instance.advance(777)
+        runs.append(taken)
+    assert any(isinstance(r, DeviceOutput) and r.acquisition_tick == 1000
+               and r.device_id == "front_range" for r in runs[0])
+    assert_same_records(runs[1], runs[0])
+
+
+def test_replayed_inputs_and_capture_match(plan) -> None:
+    records = [IngressRecord(0, "motor/command", n, "fibril_sim/motor_command/v1",
+                             json.dumps({"mode": "duty", "value": 0.1 * (n % 7) - 0.3}), True,
+                             40 * n + 3, n, "", 0) for n in range(60)]
+    prepared = plan.prepare_recorded_inputs(records)
+    ticks = np.arange(0, 2500, 7)
+    results = []
+    for make in (plan.create_instance, lambda **kw: ReferenceInstance(plan, **kw)):
+        for collect in (False, True):
+            instance = make(seed=4, collect=collect)
+            instance.enqueue_recorded_trace_inputs(prepared)
+            capture = instance.capture(ticks)
+            instance.advance(2500)
+            results.append((capture.values, instance.poll(), instance.data.qpos.tobytes()))
+    for new, old in ((results[0], results[2]), (results[1], results[3])):
+        for name in new[0]:
+            assert new[0][name].tobytes() == old[0][name].tobytes(), name
+        assert_same_records(old[1], new[1])
+        assert new[2] == old[2]
+
+
+def test_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
+    """Periods whose least common multiple is too long to tabulate take the general path."""
+    text = scenario.MANIFEST.read_text()
+    text = text.replace("model: drivetrain.xml", f"model: {scenario.MANIFEST.parent}/drivetrain.xml")
+    text = text.replace("config: {period: 0.002, latency: 0.001}",
+                        "config: {period: 0.257, latency: 0.003}")
+    text = text.replace("config: {period: 0.005, latency: 0.001, gyro_noise",
+                        "config: {period: 0.263, latency: 0.001, gyro_noise")
+    manifest = tmp_path / "simulation.yaml"
+    manifest.write_text(text)
+    odd = SimulationBuilder().build(manifest)
+    periods = sorted(d.period_ticks for d in odd.devices)
+    assert np.lcm.reduce(periods) > 1 << 16
+    a = odd.create_instance(seed=1, snapshot_every=25)
+    b = ReferenceInstance(odd, seed=1, snapshot_every=25)
+    assert a._schedule is None
+    for instance in (a, b):
+        instance.advance(6000)
+        instance.enqueue(_command(1, 0.9))
+        instance.advance(4000)
+    assert_same_records(b.poll(), a.poll())
+
+
+def test_callbacks_that_subscribe_or_poll_while_a_record_is_emitted(plan) -> None:
+    runs = []
+    for make in (plan.create_instance, lambda **kw: ReferenceInstance(plan, **kw)):
+        instance = make(seed=5)
+        late: list = []
+        polled: list = []
+
+        def first(record: object, instance=instance, late=late, polled=polled) -> None:
+            if len(polled) == 3:
+                instance.subscribe(late.append)
+            polled.append(len(instance.poll()))
+
+        instance.subscribe(first)
+        instance.advance(40)
+        runs.append((polled, late, instance.poll()))
+    assert runs[0][0] == runs[1][0]
+    assert_same_records(runs[1][1], runs[0][1])
+    assert_same_records(runs[1][2], runs[0][2])
