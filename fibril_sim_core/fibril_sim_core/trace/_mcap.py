@@ -510,8 +510,11 @@ def chunk_messages(f: BinaryIO, chunk: ChunkInfo
             raise McapDamage(f"zstd data does not decompress ({exc})") from None
     elif compression == "lz4":
         try:
-            import lz4.frame
-
+            import lz4.frame  # optional: only bags other tools wrote use lz4
+        except ImportError:
+            raise McapDamage("lz4-compressed chunk, but the lz4 module is not installed "
+                             "(pip install lz4, or apt install python3-lz4)") from None
+        try:
             data = lz4.frame.decompress(bytes(compressed))
         except Exception as exc:  # noqa: BLE001 - any lz4 failure is damage
             raise McapDamage(f"lz4 data does not decompress ({exc})") from None
