@@ -467,6 +467,7 @@ class SimNode(Node):
                 [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
                 entry.qos.durability == "transient_local"))
         self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
+        self._own_time_set = -math.inf
         own = self._time_source._clock_sub  # see publish_clock
         if own is not None:
             self.destroy_subscription(own)
@@ -570,11 +571,13 @@ class SimNode(Node):
     def publish_clock(self, session_time_ns: int) -> None:
         if self.sync is not None:
             self.sync.next_generation()
-        msg = m.clock_message(session_time_ns)
-        self._clock_pub.publish(msg)
-        # This node is the source of /clock: it sets its own sim time directly rather than
-        # receive every one of its messages back through the executor.
-        self._time_source.clock_callback(msg)
+        self._clock_pub.publish(m.clock_message(session_time_ns))
+        # This node is the source of /clock: it sets its own sim time directly (at most every
+        # 5 ms of wall time) rather than receive each of its messages back through the executor.
+        now = time.monotonic()
+        if now - self._own_time_set > 0.005:
+            self._own_time_set = now
+            self._time_source.clock_callback(m.Clock(clock=m.stamp(session_time_ns)))
 
     def republish_clock(self, session_time_ns: int) -> None:
         """The same time again (no new period), for a peer that missed it."""

@@ -124,8 +124,12 @@ def test_clock_ticks_and_devices_arrive_at_their_period_published_at_delivery(li
         assert {b - a for a, b in zip(stamps, stamps[1:])} == {period}  # none lost, none late
         assert {m.header.frame_id for m, _ in samples} == {frame}
         assert all(s % period == 0 for s in stamps)  # stamped at acquisition (tick multiple)
-        for msg, published in samples[5:-5]:
+        checked = 0
+        for msg, published in samples:
             delivery = ns(msg.header.stamp) + latency
+            if not values[0] < delivery <= values[-1]:
+                continue
+            checked += 1
             before = [t for c, t in clock if c < delivery]
             after = [t for c, t in clock if c >= delivery]
             # Published in the frame that reached its delivery time: after every /clock before
@@ -133,6 +137,7 @@ def test_clock_ticks_and_devices_arrive_at_their_period_published_at_delivery(li
             assert before and after, (delivery, values[-1], len(values), values[-5:])
             assert before[-1] <= published <= after[0], (delivery, before[-1], published,
                                                          after[0])
+        assert checked > 40
 
 
 def test_a_best_effort_subscriber_receives_from_the_reliable_default(live) -> None:
