@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,9 @@ REJECT_LOG_PERIOD_S = 1.0
 # Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
 DISCOVERY_TIMEOUT_S = 10.0
 # Message types converted on the publisher thread (large), not on the host thread.
+# How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
+# are not converted at all); a new subscriber is served within this much wall time.
+LISTENERS_REFRESH_S = 0.05
 HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
 
 
@@ -311,6 +315,18 @@ class SyncDriver:
 
 
 # --------------------------------------------------------------------------- the node
+@dataclass(slots=True)
+class _Route:
+    """One bridge output of a device: its converter and publishers."""
+
+    convert: Any
+    publishers: list[Any]
+    topics: list[str]
+    heavy: bool  # converted on the publisher thread
+    latched: bool  # transient local: published even with no subscriber yet
+    listened: bool = True
+
+
 class SimNode(Node):
     """The live simulation: a runtime, its bridge topics, /clock and control services."""
 
@@ -443,8 +459,9 @@ class SimNode(Node):
         logger = self.get_logger()
         timestep_s = self.plan.timebase.timestep_s
         self._outputs: dict[str, Any] = {}
-        # device id -> [(converter, publishers, topics, heavy, transient local)]
-        self._routes: dict[str, list[tuple[Any, list[Any], list[str], bool, bool]]] = {}
+        self._routes: dict[str, list[_Route]] = {}  # device id -> its outputs
+        self._refreshed = -math.inf
+        self._frame_listened = False
         devices = {d.id: d for d in self.plan.devices}
 
         def publisher(cls: type, topic: str, qos: Any) -> Any:
@@ -462,7 +479,7 @@ class SimNode(Node):
                 self._outputs[entry.info_topic] = publisher(m.CameraInfo, entry.info_topic,
                                                                qos)
             topics = [t for t in (entry.topic, entry.raw_topic, entry.info_topic) if t]
-            self._routes.setdefault(entry.device, []).append((
+            self._routes.setdefault(entry.device, []).append(_Route(
                 m.output_converter(entry, devices[entry.device], timestep_s),
                 [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
                 entry.qos.durability == "transient_local"))
@@ -548,13 +565,24 @@ class SimNode(Node):
     # ------------------------------------------------------------------ publishing
     def publish_output(self, output: DeviceOutput) -> None:
         """On the host thread: convert and publish, or hand a large message off."""
-        for convert, publishers, topics, heavy, latched in self._routes.get(output.device_id, ()):
-            if not latched and not any(p.get_subscription_count() for p in publishers):
+        if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
+            self._refresh_listeners()
+        for route in self._routes.get(output.device_id, ()):
+            if not route.listened:
                 continue  # nobody listens (volatile topics): skip the conversion
-            if heavy:
-                self.outbox.hand_off(convert, output, topics)
+            if route.heavy:
+                self.outbox.hand_off(route.convert, output, route.topics)
             else:
-                self.publish_converted(convert, output)
+                self.publish_converted(route.convert, output)
+
+    def _refresh_listeners(self) -> None:
+        """Which routes have subscribers (asked of DDS every LISTENERS_REFRESH_S at most)."""
+        self._refreshed = time.monotonic()
+        for routes in self._routes.values():
+            for route in routes:
+                route.listened = route.latched or any(
+                    p.get_subscription_count() for p in route.publishers)
+        self._frame_listened = self._frame_pub.get_subscription_count() > 0
 
     def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
         outputs = self._outputs
@@ -562,7 +590,9 @@ class SimNode(Node):
             outputs[topic].publish(msg)
 
     def publish_frame(self, frame: FrameTiming) -> None:
-        if self._frame_pub.get_subscription_count():
+        if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
+            self._refresh_listeners()
+        if self._frame_listened:
             self._frame_pub.publish(m.frame_timing_message(frame))
         if self._joint_states is not None and frame.session_time_ns >= self._next_joint_states:
             self._next_joint_states = frame.session_time_ns + self._joint_states[2]

@@ -47,6 +47,7 @@ inputs:
      mode: duty, scale: 0.01}
 outputs:
   - {device: wheel_encoder, raw_topic: /wheel_encoder/counts}
+joint_states: {rate: 50.0}
 """
 
 
@@ -68,6 +69,7 @@ class Live:
         self.counts = peer.subscribe(DeviceSample, "/wheel_encoder/counts")
         self.imu = peer.subscribe(Imu, "/chassis_imu")
         self.best_effort_imu = peer.subscribe(Imu, "/chassis_imu", BEST_EFFORT)
+        self.joint_states = peer.subscribe(JointState, "/joint_states")
         self.motor = peer.publisher(MotorCommand, "/motor/command")
         self.duty = peer.publisher(Float64, "/motor/duty_percent")
 
@@ -160,6 +162,16 @@ def test_encoder_positions_are_counts_over_counts_per_revolution(live) -> None:
         assert msg.name == ["wheel_joint"]
         matched += 1
     assert matched > 50
+
+
+def test_ground_truth_joint_states_at_the_declared_rate(live) -> None:
+    wait_until(lambda: len(live.joint_states) > 10, 10, "/joint_states", live.sim.log)
+    states = [m for m, _ in snapshot(live.joint_states, live.peer.lock)]
+    assert {tuple(m.name) for m in states} == {("wheel_joint",)}  # hinge and slide joints
+    stamps = [ns(m.header.stamp) for m in states]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    # 50 Hz in sim time; each is the state between two frames, stamped with its own time.
+    assert min(gaps) > 0 and 18 * MS <= sorted(gaps)[len(gaps) // 2] <= 24 * MS, gaps
 
 
 def test_motor_command_and_float64_duty_turn_the_wheel(live) -> None:
