@@ -42,10 +42,13 @@ def _child_signals() -> None:
 class SimProcess:
     """``python -m fibril_sim_ros.sim_node`` with the test's environment (SHM, domain id)."""
 
-    def __init__(self, tmp_path: Path, params: dict[str, Any], name: str = "sim") -> None:
+    def __init__(self, tmp_path: Path, params: dict[str, Any], name: str = "sim",
+                 params_file: Path | None = None) -> None:
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         command = [sys.executable, "-m", "fibril_sim_ros.sim_node", "--ros-args"]
+        if params_file is not None:
+            command += ["--params-file", str(params_file)]
         for key, value in params.items():
             if isinstance(value, bool):
                 value = "true" if value else "false"

@@ -19,7 +19,8 @@ rclpy = pytest.importorskip("rclpy")
 
 from _ros_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
                        snapshot, wait_until)
-from fibril_msgs.msg import DeviceSample, MotorCommand  # noqa: E402
+from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from fibril_msgs.srv import GetState, Reset, SetPaused, Step  # noqa: E402
 from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType  # noqa: E402
 from rcl_interfaces.msg import ParameterValue  # noqa: E402
@@ -149,6 +150,31 @@ def test_a_best_effort_subscriber_receives_from_the_reliable_default(live) -> No
     assert len(best & reliable) > 20
 
 
+@pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")  # rclpy's own
+def test_qos_mismatches_are_logged_not_silent(live) -> None:
+    # A subscription asking for transient-local history from the volatile /chassis_imu, and a
+    # best-effort publisher on the reliable /motor/command subscription.
+    live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
+        depth=10, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
+    wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
+               "the QoS mismatch warnings", live.sim.log)
+    log = live.sim.stderr()
+    assert "QoS mismatch on /chassis_imu: a subscription requests QoS this publisher " \
+           "(reliable, volatile, depth 10) cannot offer" in log and "DURABILITY" in log
+    assert "QoS mismatch on /motor/command: a publisher offers QoS incompatible with this " \
+           "subscription (reliable, volatile, depth 10)" in log and "RELIABILITY" in log
+
+
+def test_frame_timing_topic(live) -> None:
+    frames = live.peer.subscribe(FrameTiming, "/fibril_sim/frame_timing")
+    wait_until(lambda: len(frames) > 20, 10, "~/frame_timing", live.sim.log)
+    items = [m for m, _ in snapshot(frames, live.peer.lock)]
+    assert all(b.tick > a.tick for a, b in zip(items, items[1:]))
+    assert all(m.session_time_ns == m.tick * MS and m.wall_step_time > 0 for m in items)
+
+
 def test_encoder_positions_are_counts_over_counts_per_revolution(live) -> None:
     counts = {ns(m.acquisition_stamp): m for m, _ in snapshot(live.counts, live.peer.lock)}
     matched = 0
@@ -254,7 +280,10 @@ def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path
 def test_step_advances_exactly_and_clock_never_goes_back_across_reset(peer, live,
                                                                      tmp_path) -> None:
     live.sim.stop()  # one simulation on the domain at a time
-    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "start_paused": True}, name="paused")
+    params = tmp_path / "params.yaml"  # --params-file works like -p
+    params.write_text(f"fibril_sim:\n  ros__parameters:\n    manifest: {MANIFEST}\n"
+                      f"    start_paused: true\n")
+    sim = SimProcess(tmp_path, {}, name="paused", params_file=params)
     try:
         clock = peer.subscribe(Clock, "/clock", CLOCK)
         encoder = peer.subscribe(JointState, "/wheel_encoder")
