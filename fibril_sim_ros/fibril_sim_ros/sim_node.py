@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import queue
 import signal
 import sys
@@ -109,6 +110,8 @@ class Outbox:
         self.drops: dict[str, int] = {}
         self.frames: deque[tuple[float, int]] = deque()
         self.last_clock_ns = -1
+        self.clock_step_ns = 0
+        self.interleave_clock = False
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
                                         daemon=True)
@@ -122,6 +125,13 @@ class Outbox:
         cls = type(record)
         try:
             if cls is DeviceOutput:
+                if self.interleave_clock:
+                    # /clock at the last clock period before this delivery: every message is
+                    # published before the first /clock at or past its delivery time.
+                    step = self.clock_step_ns
+                    due = (record.session_delivery_time_ns - 1) // step * step
+                    if due > self.last_clock_ns:
+                        self.clock(due)
                 self._node.publish_output(record)
             elif cls is FrameTiming:
                 wall = time.perf_counter()
@@ -390,8 +400,12 @@ class SimNode(Node):
         clock_period = float(self._param("clock_period")) or fastest
         self.clock_ticks = self._ticks("clock_period", clock_period) if clock_period > 0 else 0
         frame_s = plan.manifest.runtime.frame_duration_s
+        # Fast mode keeps the manifest's frames (fewer host round trips) and publishes /clock
+        # between device messages instead; paced modes make a frame of each clock period.
+        self.fast_frame_ticks = max(1, timebase.ticks_ceil(frame_s))
         if self.clock_ticks:
             frame_s = min(frame_s, self.clock_ticks * timebase.timestep_s)
+        self.outbox.clock_step_ns = self.clock_ticks * timebase.timestep_ns
         sync_topics = [str(t) for t in (self._param("sync_topics") or []) if str(t)]
         start_paused = bool(self._param("start_paused"))
         self.target_rtf = rtf
@@ -417,7 +431,7 @@ class SimNode(Node):
                                      real_time_factor=rtf if rtf > 0 else 1.0,
                                      frame_duration_s=frame_s, start_paused=start_paused)
             self.mode = "realtime" if rtf > 0 else "fast"
-        self.outbox.blocking = self.mode != "realtime"
+        self._apply_mode()
         trace_dir = str(self._param("trace_dir") or "")
         if trace_dir:
             from fibril_sim_core.trace import TraceWriter
@@ -433,6 +447,8 @@ class SimNode(Node):
         self.add_on_set_parameters_callback(self._on_parameters)
         self.outbox.start()
         self.connection.on_record(self.outbox.on_record)
+        self.paced_frame_ticks = self._runtime.host.frame_ticks
+        self._apply_mode()
         self._runtime.start()
         self.paused = start_paused
         # Starting paused publishes /clock once, so nodes waiting for time do not deadlock.
@@ -627,7 +643,7 @@ class SimNode(Node):
             self._joint_event.clear()
             try:
                 state = self.connection.state()
-            except FibrilError:
+            except Exception:  # noqa: BLE001 - the host is stopping or stopped
                 return
             msg = JointState()
             msg.header.stamp = m.stamp(state["session_time_ns"])
@@ -768,10 +784,19 @@ class SimNode(Node):
                     self.mode = "fast"
             except FibrilError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            self.outbox.blocking = self.mode != "realtime"
+            self._apply_mode()
             self.target_rtf = float(value)
             self.get_logger().info(f"real_time_factor set to {value:g}")
         return SetParametersResult(successful=True)
+
+    def _apply_mode(self) -> None:
+        """Fast mode: long frames, /clock interleaved with the outputs; else a frame a clock."""
+        fast = self.mode == "fast"
+        self.outbox.blocking = self.mode != "realtime"
+        self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
+        if self._runtime is not None:
+            self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
+                                              else self.paced_frame_ticks)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str) -> None:
@@ -790,19 +815,37 @@ class SimNode(Node):
     def close(self) -> None:
         """Stop at a tick boundary, publish nothing more, close the trace complete."""
         self.stop_requested.set()
+        started = time.monotonic()
         if self.sync is not None:
             self.sync.stop()
-        if self._runtime is not None:
-            self._runtime.stop()
-            self._runtime = None
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            runtime.stop()
         self.outbox.stop()
-        if self._trace is not None:
-            trace, self._trace = self._trace, None
+        trace, self._trace = self._trace, None
+        if trace is not None:
             trace.close()
+        if runtime is not None:
+            instance = runtime.instance
+            self.get_logger().info(
+                f"stopped at tick {instance.tick} of episode {instance.episode} "
+                f"({instance.session_time_ns / 1e9:.3f} s simulated)"
+                + (f"; trace closed complete: {trace.path}" if trace is not None else "")
+                + f" ({time.monotonic() - started:.3f} s)")
 
 
 # --------------------------------------------------------------------------- entry point
-def main(argv: Sequence[str] | None = None) -> int:
+def main() -> None:
+    """The ``sim_node`` command: run, then leave at once (everything is already closed: the
+    trace, the node, the ROS context), without the interpreter's slow module teardown."""
+    code = run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the node until SIGINT / SIGTERM or a fatal error; return the exit status."""
     args = list(sys.argv if argv is None else argv)
     received: list[int] = []
     node: SimNode | None = None
@@ -850,4 +893,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
