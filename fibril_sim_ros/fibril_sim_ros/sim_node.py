@@ -41,12 +41,12 @@ from typing import Any
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterUninitializedException
+from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
-from rcl_interfaces.msg import SetParametersResult
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from sensor_msgs.msg import JointState
 
 from fibril_msgs.msg import FrameTiming as FrameTimingMsg
@@ -359,22 +359,31 @@ class SimNode(Node):
     # ------------------------------------------------------------------ set-up
     def _declare(self) -> None:
         declare = self.declare_parameter
+        # Numbers accept integers too (``-p real_time_factor:=2``); they are checked below.
+        number = ParameterDescriptor(dynamic_typing=True)
         declare("manifest", "")
         declare("bridge", "")
-        declare("real_time_factor", 1.0)
+        declare("real_time_factor", 1.0, number)
         declare("start_paused", False)
         declare("seed", 0)
         declare("trace_dir", "")
-        declare("clock_period", 0.0)
+        declare("clock_period", 0.0, number)
         declare("sync_topics", Parameter.Type.STRING_ARRAY)
-        declare("sync_timeout", 5.0)
-        declare("control_period", 0.0)
+        declare("sync_timeout", 5.0, number)
+        declare("control_period", 0.0, number)
 
     def _param(self, name: str) -> Any:
         try:
             return self.get_parameter(name).value
         except ParameterUninitializedException:
             return None
+
+    def _number(self, name: str) -> float:
+        value = self._param(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise NodeConfigError(f"parameter {name!r} must be a finite number, got {value!r}")
+        return float(value)
 
     def _build(self) -> None:
         from fibril_sim_core.manifest import RuntimeOptions
@@ -384,8 +393,8 @@ class SimNode(Node):
         manifest = str(self._param("manifest") or "")
         if not manifest:
             raise NodeConfigError("parameter 'manifest' is required (-p manifest:=PATH)")
-        rtf = float(self._param("real_time_factor"))
-        if not math.isfinite(rtf) or rtf < 0:
+        rtf = self._number("real_time_factor")
+        if rtf < 0:
             raise NodeConfigError(f"parameter 'real_time_factor' must be >= 0 (0: as fast as "
                                   f"possible), got {rtf!r}")
         seed = int(self._param("seed"))
@@ -397,7 +406,7 @@ class SimNode(Node):
         bridge_path = str(self._param("bridge") or "")
         self.bridge: Bridge = load_bridge(plan, bridge_path or None)
         fastest = min((d.period_ticks for d in plan.devices), default=0) * timebase.timestep_s
-        clock_period = float(self._param("clock_period")) or fastest
+        clock_period = self._number("clock_period") or fastest
         self.clock_ticks = self._ticks("clock_period", clock_period) if clock_period > 0 else 0
         frame_s = plan.manifest.runtime.frame_duration_s
         # Fast mode keeps the manifest's frames (fewer host round trips) and publishes /clock
@@ -416,10 +425,10 @@ class SimNode(Node):
                     raise NodeConfigError(
                         f"parameter 'sync_topics': {topic!r} is not an input topic of the "
                         f"bridge; inputs: {', '.join(sorted(known)) or 'none'}")
-            control = float(self._param("control_period")) or clock_period or \
+            control = self._number("control_period") or clock_period or \
                 timebase.timestep_s
             control_ticks = self._ticks("control_period", control)
-            timeout = float(self._param("sync_timeout"))
+            timeout = self._number("sync_timeout")
             if not timeout > 0:
                 raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
             self.sync = SyncDriver(self, sync_topics, timeout, control_ticks)
@@ -861,7 +870,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             node = SimNode()
-        except FibrilError as exc:
+        except (FibrilError, ParameterException) as exc:
             print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
             return EXIT_CONFIG
         if received:
