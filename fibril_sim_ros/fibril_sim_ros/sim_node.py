@@ -354,6 +354,7 @@ class SimNode(Node):
             self._build()
         except BaseException:
             self.close()
+            self.destroy_node()  # nothing of a half-built node outlives the failure
             raise
 
     # ------------------------------------------------------------------ set-up
