@@ -34,7 +34,9 @@ from fibril_sim_core import cli  # noqa: E402
 from fibril_sim_core.trace import TraceReader  # noqa: E402
 from fibril_sim_ros.bridge import BridgeError, load_bridge  # noqa: E402
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow,
+              # rclpy's own QoS-event logging in this process (deprecated logger.warn)
+              pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")]
 
 MS = 1_000_000
 ENCODER_PERIOD, ENCODER_LATENCY = 2 * MS, 1 * MS
@@ -263,16 +265,19 @@ def test_get_state_and_real_time_factor_parameter(live) -> None:
     assert 0.4 < state.real_time_factor < 0.7, state.real_time_factor
 
 
-@pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")  # rclpy's own
 def test_qos_mismatches_are_logged_not_silent(live) -> None:
     # A subscription asking for transient-local history from the volatile /chassis_imu, and a
     # best-effort publisher on the reliable /motor/command subscription.
-    live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
+    wrong_sub = live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
         depth=10, reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL))
-    live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
-    wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
-               "the QoS mismatch warnings", live.sim.log)
+    wrong_pub = live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
+    try:
+        wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
+                   "the QoS mismatch warnings", live.sim.log)
+    finally:
+        live.peer.unsubscribe(wrong_sub)
+        live.peer.node.destroy_publisher(wrong_pub)
     log = live.sim.stderr()
     assert "QoS mismatch on /chassis_imu: a subscription requests QoS this publisher " \
            "(reliable, volatile, depth 100) cannot offer" in log and "DURABILITY" in log
