@@ -17,7 +17,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from _ros_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
+from _sim_node_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
                        snapshot, wait_until)
 from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
