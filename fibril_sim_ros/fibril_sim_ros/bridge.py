@@ -319,6 +319,9 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
                 f"message type {item['type']!r} cannot carry device {name!r} "
                 f"({device.type}); possible: {', '.join(allowed)}") from None
     stamp = item.get("stamp", "acquisition")
+    if "stamp" in item and kind == DEVICE_SAMPLE:
+        raise where.key("stamp").fail(f"{DEVICE_SAMPLE} carries both times (header.stamp: "
+                                      f"delivery, acquisition_stamp: acquisition)")
     if stamp not in STAMPS:
         raise where.key("stamp").fail(f"unknown value {stamp!r}; expected one of "
                                       f"{', '.join(STAMPS)}")

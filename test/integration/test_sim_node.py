@@ -413,6 +413,12 @@ def plan():
      "inputs[0].type: message type 'std_msgs/String' is not possible here"),
     ("outputs: [{device: chassis_imu, stamp: later}]",
      "outputs[0].stamp: unknown value 'later'; expected one of acquisition, delivery"),
+    ("outputs: [{device: drive_feedback, stamp: delivery}]",
+     "outputs[0].stamp: fibril_msgs/msg/DeviceSample carries both times"),
+    ("outputs: [{device: chassis_imu, colour: red}]",
+     "outputs[0].colour: unknown key; expected one of"),
+    ("inputs: [{topic: 9lives, type: std_msgs/Float64, endpoint: motor/command, mode: duty}]",
+     "inputs[0].topic: '9lives' is not a valid ROS topic name"),
 ])
 def test_bridge_file_errors_name_file_key_and_value(plan, tmp_path, text, message) -> None:
     path = tmp_path / "bridge.yaml"
