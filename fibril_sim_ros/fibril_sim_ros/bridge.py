@@ -204,7 +204,7 @@ def _message_type(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
 
 def _topic(value: Any, where: s.Where) -> str:
     text = s.string(value, where)
-    name = text if text.startswith("/") or text.startswith("~") else "/" + text
+    name = text if text.startswith(("/", "~")) else "/" + text
     tokens = name.lstrip("/~").split("/")
     if not all(t and (t[0].isalpha() or t[0] == "_") and all(c.isalnum() or c == "_" for c in t)
                for t in tokens):

@@ -57,7 +57,7 @@ from fibril_sim_core.ingress import external_input
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import messages as m
-from .bridge import Bridge, BridgeError, load_bridge
+from .bridge import Bridge, load_bridge
 from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
 
 NODE_NAME = "fibril_sim"
