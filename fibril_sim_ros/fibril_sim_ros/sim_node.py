@@ -28,12 +28,10 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import queue
 import signal
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,273 +56,24 @@ from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import messages as m
 from .bridge import Bridge, load_bridge
+from .outbox import Outbox
 from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
+from .sync import SyncDriver, SyncTimeout
 
 NODE_NAME = "fibril_sim"
 EXIT_CONFIG = 2
 EXIT_FAILURE = 1
-# Records waiting for the publisher thread before the host drops (real time) or waits (fast,
-# lockstep, sync) for it.
-MAX_BACKLOG = 20_000
 REJECT_LOG_PERIOD_S = 1.0
-# Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
-DISCOVERY_TIMEOUT_S = 10.0
 GIL_SWITCH_INTERVAL_S = 0.0005
-# Message types converted on the publisher thread (large), not on the host thread.
 # How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
 # are not converted at all); a new subscriber is served within this much wall time.
 LISTENERS_REFRESH_S = 0.05
+# Message types converted on the publisher thread (large), not on the host thread.
 HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
 
 
 class NodeConfigError(FibrilError):
     """A parameter of the node is missing or invalid."""
-
-
-class SyncTimeout(FibrilError):
-    """A sync topic did not answer a control period in time."""
-
-
-# --------------------------------------------------------------------------- publishing
-class _Flush:
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-class Outbox:
-    """Publishes what the host delivers, in emission order.
-
-    Small messages (encoder, IMU, range, odometry, samples, ``/clock``) are converted and
-    written on the host thread as the records arrive: a DDS write with keep-last history never
-    blocks, and a second Python thread would only fight the host for the GIL (measured: it cut
-    the stepping rate by more than half). Large ones (images, scans) are handed to a publisher
-    thread so that their conversion never holds up stepping; when that thread falls
-    ``MAX_BACKLOG`` messages behind, a real-time host drops them (counted per topic) rather
-    than fall behind the clock, otherwise it waits.
-    """
-
-    def __init__(self, node: SimNode) -> None:
-        self._node = node
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.blocking = False
-        self.drops: dict[str, int] = {}
-        self.frames: deque[tuple[float, int]] = deque()
-        self.last_clock_ns = -1
-        self.clock_step_ns = 0
-        self.interleave_clock = False
-        self._clock_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
-                                        daemon=True)
-        self._stopping = False
-
-    def start(self) -> None:
-        self._thread.start()
-
-    # host thread --------------------------------------------------------------------------
-    def on_record(self, record: Any) -> None:
-        cls = type(record)
-        try:
-            if cls is DeviceOutput:
-                if self.interleave_clock:
-                    # /clock at the last clock period before this delivery: every message is
-                    # published before the first /clock at or past its delivery time.
-                    step = self.clock_step_ns
-                    due = (record.session_delivery_time_ns - 1) // step * step
-                    if due > self.last_clock_ns:
-                        self.clock(due)
-                self._node.publish_output(record)
-            elif cls is FrameTiming:
-                wall = time.perf_counter()
-                window = self.frames
-                window.append((wall, record.session_time_ns))
-                while len(window) > 2 and wall - window[1][0] > 1.0:
-                    window.popleft()
-                self._node.publish_frame(record)
-                self.clock(record.session_time_ns)
-        except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
-            if not self._stopping:
-                self._node.get_logger().error(
-                    f"publishing failed: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
-
-    def hand_off(self, convert: Any, output: DeviceOutput, topics: Sequence[str]) -> None:
-        """Queue a large message for the publisher thread."""
-        if self._queue.qsize() > MAX_BACKLOG:
-            if not self.blocking:
-                for topic in topics:
-                    self.drops[topic] = self.drops.get(topic, 0) + 1
-                return
-            while self._queue.qsize() > MAX_BACKLOG and not self._stopping:
-                time.sleep(0.0005)
-        self._queue.put((convert, output))
-
-    # any thread ---------------------------------------------------------------------------
-    def clock(self, session_time_ns: int) -> None:
-        """Publish /clock (never backwards: SessionTime only grows)."""
-        with self._clock_lock:
-            if session_time_ns < self.last_clock_ns:
-                return
-            self.last_clock_ns = session_time_ns
-            self._node.publish_clock(session_time_ns)
-
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until everything handed off so far has been published."""
-        marker = _Flush()
-        self._queue.put(marker)
-        marker.done.wait(timeout)
-
-    def stop(self, timeout: float = 1.0) -> None:
-        self._stopping = True
-        self._queue.put(None)
-        if self._thread.ident is not None:
-            self._thread.join(timeout)
-
-    # publisher thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        node = self._node
-        get = self._queue.get
-        while True:
-            item = get()
-            if item is None:
-                return
-            if type(item) is _Flush:
-                item.done.set()
-                continue
-            try:
-                convert, output = item
-                node.publish_converted(convert, output)
-            except Exception as exc:  # noqa: BLE001 - a publish failure must not stop the rest
-                if not self._stopping:
-                    node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
-                                            throttle_duration_sec=1.0)
-
-    def measured_rtf(self) -> float:
-        window = list(self.frames)
-        if len(window) < 2 or time.perf_counter() - window[-1][0] > 1.0:
-            return 0.0
-        wall = window[-1][0] - window[0][0]
-        return (window[-1][1] - window[0][1]) / 1e9 / wall if wall > 0 else 0.0
-
-
-# --------------------------------------------------------------------------- sync driver
-class SyncDriver:
-    """Deterministic lockstep: step a control period, publish, wait for every sync topic."""
-
-    def __init__(self, node: SimNode, topics: Sequence[str], timeout: float,
-                 period_ticks: int) -> None:
-        self.node = node
-        self.topics = tuple(topics)
-        self.timeout = timeout
-        self.period_ticks = period_ticks
-        self.generation = 0
-        self.answered = dict.fromkeys(self.topics, -1)
-        self.running = threading.Event()
-        self.lock = threading.Lock()
-        self.condition = threading.Condition()
-        self.stopping = False
-        self.failure: str | None = None
-        self.ready = False
-        self.periods = 0
-        self._thread = threading.Thread(target=self._run, name="fibril-sim-sync", daemon=True)
-
-    def start(self, paused: bool) -> None:
-        if not paused:
-            self.running.set()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.running.set()
-        with self.condition:
-            self.condition.notify_all()
-        if self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(1.0)
-
-    # called before /clock of a period is published (publisher thread)
-    def next_generation(self) -> None:
-        with self.condition:
-            self.generation += 1
-
-    # subscription callbacks
-    def answer(self, topic: str) -> None:
-        if topic in self.answered:
-            with self.condition:
-                self.answered[topic] = self.generation
-                self.condition.notify_all()
-
-    def _wait_ready(self) -> None:
-        """Before the first period: every sync topic has a publisher and someone besides this
-        node listens to /clock, so that no answer of period 1 is lost to discovery."""
-        node = self.node
-        allowed = max(self.timeout, DISCOVERY_TIMEOUT_S)
-        deadline = time.monotonic() + allowed
-        while not self.stopping:
-            missing = [t for t in self.topics if node.count_publishers(t) == 0]
-            if not missing and node.clock_subscribers() >= 1:
-                time.sleep(0.3)  # let the remaining endpoints of the controller match
-                self.ready = True
-                return
-            if time.monotonic() > deadline:
-                what = (f"no publisher on sync topic {missing[0]}" if missing
-                        else "no controller subscribed to /clock")
-                raise SyncTimeout(f"sync: {what} within {allowed:g} s of the start")
-            time.sleep(0.02)
-
-    def run_ticks(self, ticks: int) -> dict[str, Any]:
-        """Advance ``ticks`` in control periods, waiting for the answers after each."""
-        with self.lock:
-            if not self.ready:
-                self._wait_ready()
-            state: dict[str, Any] = {}
-            left = ticks
-            while left > 0 and not self.stopping:
-                state = self._period(min(self.period_ticks, left))
-                left -= self.period_ticks
-            return state or self.node.connection.state()
-
-    def _period(self, ticks: int) -> dict[str, Any]:
-        node = self.node
-        state = node.connection.step(ticks)
-        if node.has_heavy_outputs:
-            node.outbox.flush()  # the images / scans of this period are published too
-        target = self.generation
-        deadline = time.monotonic() + self.timeout
-        republish = time.monotonic() + 0.2
-        with self.condition:
-            while not self.stopping:
-                late = [t for t in self.topics if self.answered[t] < target]
-                if not late:
-                    break
-                now = time.monotonic()
-                if now > deadline:
-                    raise SyncTimeout(
-                        f"sync: no message on {late[0]} within sync_timeout {self.timeout:g} s "
-                        f"after /clock {state['session_time_ns'] / 1e9:.6f} s (tick "
-                        f"{state['tick']}, episode {state['episode']})")
-                if now > republish:  # a controller that missed this /clock gets it again
-                    node.republish_clock(state["session_time_ns"])
-                    republish = now + 0.2
-                self.condition.wait(0.05)
-        self.periods += 1
-        return state
-
-    def _run(self) -> None:
-        while not self.stopping:
-            self.running.wait()
-            if self.stopping:
-                return
-            try:
-                self.run_ticks(self.period_ticks)
-            except SyncTimeout as exc:
-                self.failure = str(exc)
-                self.node.fail(str(exc))
-                return
-            except FibrilError as exc:
-                if not self.stopping:
-                    self.failure = str(exc)
-                    self.node.fail(f"sync: {exc}")
-                return
 
 
 # --------------------------------------------------------------------------- the node

@@ -137,6 +137,8 @@ def live(peer, tmp_path_factory):
 def test_clock_ticks_and_devices_arrive_at_their_period_published_at_delivery(live) -> None:
     live.wait_sim(0.5)
     peer = live.peer
+    wait_until(lambda: len(live.encoder) > 100 and len(live.imu) > 60, 10, "encoder and IMU",
+               live.sim.log)
     devices = [(snapshot(live.encoder, peer.lock), ENCODER_PERIOD, ENCODER_LATENCY,
                 "wheel_joint"), (snapshot(live.imu, peer.lock), IMU_PERIOD, IMU_LATENCY, "imu")]
     last = max(ns(s[-1][0].header.stamp) for s, *_ in devices) + 2 * MS
