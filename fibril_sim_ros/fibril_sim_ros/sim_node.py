@@ -25,6 +25,7 @@ at a tick boundary and the trace is closed complete first).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import os
@@ -656,6 +657,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
         if received:
             node.stop_requested.set()
+        # Everything built so far lives as long as the node: keep it out of the collector's
+        # full passes (long pauses of the host thread are publish jitter).
+        gc.collect()
+        gc.freeze()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         # One executor thread: services hand their blocking work to worker threads. The main
