@@ -64,6 +64,8 @@ setup(
     description='Fibril Sim ROS 2 nodes: live simulation, SIL example controller, calibrate-on-bag',
     license='Apache-2.0',
     entry_points={
-        'console_scripts': [],
+        'console_scripts': [
+            'sim_node = fibril_sim_ros.sim_node:main',
+        ],
     },
 )

@@ -1,0 +1,692 @@
+"""``sim_node``: the live ROS 2 simulation node (node name ``fibril_sim``).
+
+    ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
+        [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=0] [-p trace_dir:=DIR]
+        [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
+        [-p control_period:=0.002]
+    python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
+
+It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
+callbacks convert a message and call ``connection.submit`` (the ingress) and nothing else;
+records the host delivers are handed to a publisher thread (the host never waits on DDS) that
+publishes them on the bridge's topics, then ``/clock`` (SessionTime) once per frame. Services:
+``~/step``, ``~/reset``, ``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
+
+Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
+``/clock``, then waits until every sync topic has answered (a message received after that
+``/clock``) before the next period, so a controller's commands land on the same commit ticks on
+every run. A topic that does not answer within ``sync_timeout`` wall seconds is an error naming
+it: the node exits with status 1 (free running) or the ``~/step`` call fails.
+
+Exit status: 0 after a normal shutdown, 2 for a bad manifest / bridge / parameter (one line on
+stderr), 1 for a sync timeout or a host failure, 130 / 143 after SIGINT / SIGTERM (the host stops
+at a tick boundary and the trace is closed complete first).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterException, ParameterUninitializedException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
+from rclpy.task import Future
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from sensor_msgs.msg import JointState
+
+from fibril_msgs.msg import FrameTiming as FrameTimingMsg
+from fibril_msgs.srv import GetState, Reset, SetPaused, Step
+from fibril_sim_core.errors import FibrilError, IngressError
+from fibril_sim_core.ingress import external_input
+from fibril_sim_core.records import DeviceOutput, FrameTiming
+
+from . import messages as m
+from .bridge import Bridge, load_bridge
+from .outbox import Outbox
+from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
+from .sync import SyncDriver, SyncTimeout
+
+NODE_NAME = "fibril_sim"
+EXIT_CONFIG = 2
+EXIT_FAILURE = 1
+REJECT_LOG_PERIOD_S = 1.0
+GIL_SWITCH_INTERVAL_S = 0.0005
+# How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
+# are not converted at all); a new subscriber is served within this much wall time.
+LISTENERS_REFRESH_S = 0.05
+# Message types converted on the publisher thread (large), not on the host thread.
+HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
+
+
+class NodeConfigError(FibrilError):
+    """A parameter of the node is missing or invalid."""
+
+
+# --------------------------------------------------------------------------- the node
+@dataclass(slots=True)
+class _Route:
+    """One bridge output of a device: its converter and publishers."""
+
+    convert: Any
+    publishers: list[Any]
+    topics: list[str]
+    heavy: bool  # converted on the publisher thread
+    latched: bool  # transient local: published even with no subscriber yet
+    listened: bool = True
+
+
+class SimNode(Node):
+    """The live simulation: a runtime, its bridge topics, /clock and control services."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, parameter_overrides=[Parameter("use_sim_time", value=True)],
+                         **kwargs)
+        self.exit_code: int | None = None
+        self.stop_requested = threading.Event()
+        self._runtime = None
+        self._trace = None
+        self.sync: SyncDriver | None = None
+        self.outbox = Outbox(self)
+        self._declare()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            self.destroy_node()  # nothing of a half-built node outlives the failure
+            raise
+
+    # ------------------------------------------------------------------ set-up
+    def _declare(self) -> None:
+        declare = self.declare_parameter
+        # Numbers accept integers too (``-p real_time_factor:=2``); they are checked below.
+        number = ParameterDescriptor(dynamic_typing=True)
+        declare("manifest", "")
+        declare("bridge", "")
+        declare("real_time_factor", 1.0, number)
+        declare("start_paused", False)
+        declare("seed", 0)
+        declare("trace_dir", "")
+        declare("clock_period", 0.0, number)
+        declare("sync_topics", Parameter.Type.STRING_ARRAY)
+        declare("sync_timeout", 5.0, number)
+        declare("control_period", 0.0, number)
+
+    def _param(self, name: str) -> Any:
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None
+
+    def _number(self, name: str) -> float:
+        value = self._param(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise NodeConfigError(f"parameter {name!r} must be a finite number, got {value!r}")
+        return float(value)
+
+    def _build(self) -> None:
+        from fibril_sim_core.manifest import RuntimeOptions
+        from fibril_sim_core.plan import SimulationBuilder
+        from fibril_sim_core.runtime import SimulationRuntime
+
+        manifest = str(self._param("manifest") or "")
+        if not manifest:
+            raise NodeConfigError("parameter 'manifest' is required (-p manifest:=PATH)")
+        rtf = self._number("real_time_factor")
+        if rtf < 0:
+            raise NodeConfigError(f"parameter 'real_time_factor' must be >= 0 (0: as fast as "
+                                  f"possible), got {rtf!r}")
+        seed = int(self._param("seed"))
+        if seed < 0:
+            raise NodeConfigError(f"parameter 'seed' must be >= 0, got {seed}")
+        plan = SimulationBuilder().build(Path(manifest))
+        self.plan = plan
+        timebase = plan.timebase
+        bridge_path = str(self._param("bridge") or "")
+        self.bridge: Bridge = load_bridge(plan, bridge_path or None)
+        fastest = min((d.period_ticks for d in plan.devices), default=0) * timebase.timestep_s
+        clock_period = self._number("clock_period") or fastest
+        self.clock_ticks = self._ticks("clock_period", clock_period) if clock_period > 0 else 0
+        frame_s = plan.manifest.runtime.frame_duration_s
+        # Fast mode keeps the manifest's frames (fewer host round trips) and publishes /clock
+        # between device messages instead; paced modes make a frame of each clock period.
+        self.fast_frame_ticks = max(1, timebase.ticks_ceil(frame_s))
+        if self.clock_ticks:
+            frame_s = min(frame_s, self.clock_ticks * timebase.timestep_s)
+        self.outbox.clock_step_ns = self.clock_ticks * timebase.timestep_ns
+        sync_topics = [str(t) for t in (self._param("sync_topics") or []) if str(t)]
+        start_paused = bool(self._param("start_paused"))
+        self.target_rtf = rtf
+        if sync_topics:
+            known = {e.topic for e in self.bridge.inputs}
+            for topic in sync_topics:
+                if topic not in known:
+                    raise NodeConfigError(
+                        f"parameter 'sync_topics': {topic!r} is not an input topic of the "
+                        f"bridge; inputs: {', '.join(sorted(known)) or 'none'}")
+            control = self._number("control_period") or clock_period or \
+                timebase.timestep_s
+            control_ticks = self._ticks("control_period", control)
+            timeout = self._number("sync_timeout")
+            if not timeout > 0:
+                raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
+            self.sync = SyncDriver(self, sync_topics, timeout, control_ticks)
+            options = RuntimeOptions(mode="lockstep", real_time_factor=1.0,
+                                     frame_duration_s=frame_s, start_paused=True)
+            self.mode = "sync"
+        else:
+            options = RuntimeOptions(mode="realtime" if rtf > 0 else "fast",
+                                     real_time_factor=rtf if rtf > 0 else 1.0,
+                                     frame_duration_s=frame_s, start_paused=start_paused)
+            self.mode = "realtime" if rtf > 0 else "fast"
+        self._apply_mode()
+        trace_dir = str(self._param("trace_dir") or "")
+        if trace_dir:
+            from fibril_sim_core.trace import TraceWriter
+
+            self._trace = TraceWriter(trace_dir, provenance=dict(
+                plan.provenance, seed=seed, live_session=True,
+                bridge=self.bridge.source), layout=dict(plan.layout))
+        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options)
+        self.connection = self._runtime.connect()
+        self._make_publishers()
+        self._make_subscriptions()
+        self._make_services()
+        self.add_on_set_parameters_callback(self._on_parameters)
+        self.outbox.start()
+        self.connection.on_record(self.outbox.on_record)
+        self.paced_frame_ticks = self._runtime.host.frame_ticks
+        self._apply_mode()
+        # /clock at the start (so that nodes waiting for time do not deadlock when it starts
+        # paused), before the host runs: nothing is published before it.
+        self.outbox.clock(self._runtime.instance.session_time_ns)
+        self._runtime.start()
+        self.paused = start_paused
+        if self.sync is not None:
+            self.sync.start(paused=start_paused)
+        self.get_logger().info(
+            f"simulating {plan.manifest.path} ({self.mode}"
+            + (f", real-time factor {rtf:g}" if self.mode == "realtime" else "")
+            + (", paused" if start_paused else "") + f", seed {seed}"
+            + (f", sync on {', '.join(sync_topics)}" if sync_topics else "")
+            + (f", trace {trace_dir}" if trace_dir else "") + f"); bridge {self.bridge.source}: "
+            + ", ".join(f"{e.topic} <- {e.type.split('/')[-1]}" for e in self.bridge.inputs)
+            + "; " + ", ".join(f"{e.topic} ({e.type.split('/')[-1]})"
+                               for e in self.bridge.outputs))
+
+    def _ticks(self, name: str, seconds: float) -> int:
+        try:
+            return self.plan.timebase.ticks(seconds, 1)
+        except ValueError as exc:
+            raise NodeConfigError(f"parameter {name!r}: {exc}") from None
+
+    def _make_publishers(self) -> None:
+        logger = self.get_logger()
+        timestep_s = self.plan.timebase.timestep_s
+        self._outputs: dict[str, Any] = {}
+        self._routes: dict[str, list[_Route]] = {}  # device id -> its outputs
+        self._refreshed = -math.inf
+        self._frame_listened = False
+        devices = {d.id: d for d in self.plan.devices}
+
+        def publisher(cls: type, topic: str, qos: Any) -> Any:
+            return self.create_publisher(cls, topic, qos,
+                                         event_callbacks=publisher_events(logger, topic, qos))
+
+        for entry in self.bridge.outputs:
+            qos = profile(entry.qos)
+            self._outputs[entry.topic] = publisher(m.MESSAGE_CLASSES[entry.type],
+                                                      entry.topic, qos)
+            if entry.raw_topic:
+                self._outputs[entry.raw_topic] = publisher(m.DeviceSample, entry.raw_topic,
+                                                              qos)
+            if entry.info_topic:
+                self._outputs[entry.info_topic] = publisher(m.CameraInfo, entry.info_topic,
+                                                               qos)
+            topics = [t for t in (entry.topic, entry.raw_topic, entry.info_topic) if t]
+            self._routes.setdefault(entry.device, []).append(_Route(
+                m.output_converter(entry, devices[entry.device], timestep_s),
+                [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
+                entry.qos.durability == "transient_local"))
+        self.has_heavy_outputs = any(r.heavy for routes in self._routes.values()
+                                     for r in routes)
+        self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
+        self._own_time_set = -math.inf
+        own = self._time_source._clock_sub  # see publish_clock
+        if own is not None:
+            self.destroy_subscription(own)
+            self._time_source._clock_sub = None
+        self._frame_pub = self.create_publisher(FrameTimingMsg, "~/frame_timing", 10)
+        self._joint_states = None
+        if self.bridge.joint_states is not None:
+            entry = self.bridge.joint_states
+            joints = [j for j in self.plan.layout["joints"] if j["type"] in ("hinge", "slide")]
+            self._joint_states = (publisher(JointState, entry.topic, profile(entry.qos)),
+                                  joints, max(1, round(1e9 / entry.rate)))
+            self._next_joint_states = 0
+            self._joint_event = threading.Event()
+            threading.Thread(target=self._joint_states_loop, name="fibril-sim-joints",
+                             daemon=True).start()
+
+    def _make_subscriptions(self) -> None:
+        logger = self.get_logger()
+        # One callback at a time: per-source sequence numbers reach the ingress in order.
+        self._input_group = MutuallyExclusiveCallbackGroup()
+        self._sequences: dict[str, itertools.count[int]] = {}
+        self._rejections: dict[str, tuple[float, int]] = {}
+        self.malformed = 0
+        self._subscriptions_by_topic = {}
+        for entry in self.bridge.inputs:
+            qos = profile(entry.qos)
+            for target in entry.targets:
+                self._sequences.setdefault(target, itertools.count(1))
+            callback = self._input_callback(entry, m.input_converter(entry))
+            self._subscriptions_by_topic[entry.topic] = self.create_subscription(
+                m.MESSAGE_CLASSES[entry.type], entry.topic, callback, qos,
+                callback_group=self._input_group,
+                event_callbacks=subscription_events(logger, entry.topic, qos))
+
+    def _input_callback(self, entry: Any, convert: Any) -> Any:
+        topic = entry.topic
+        submit = self.connection.submit
+        sequences = self._sequences
+        sync = self.sync
+
+        def callback(msg: Any) -> None:
+            try:
+                payloads = convert(msg)
+            except ValueError as exc:
+                self.malformed += 1
+                self._rejected(topic, str(exc))
+                payloads = []
+            for endpoint, payload in payloads:
+                try:
+                    submit(external_input(endpoint, next(sequences[endpoint]),
+                                          m.MOTOR_PAYLOAD, payload))
+                except IngressError as exc:
+                    self._rejected(topic, str(exc))
+            if sync is not None:
+                sync.answer(topic)
+
+        return callback
+
+    def _rejected(self, topic: str, reason: str) -> None:
+        """Log a rejected command at WARN, at most once a second per topic."""
+        now = time.monotonic()
+        last, suppressed = self._rejections.get(topic, (-math.inf, 0))
+        if now - last < REJECT_LOG_PERIOD_S:
+            self._rejections[topic] = (last, suppressed + 1)
+            return
+        more = f" ({suppressed} more rejected since the last report)" if suppressed else ""
+        self.get_logger().warning(f"rejected command on {topic}: {reason}{more}")
+        self._rejections[topic] = (now, 0)
+
+    def _make_services(self) -> None:
+        for cls, name, handler in ((Step, "~/step", self._on_step),
+                                   (Reset, "~/reset", self._on_reset),
+                                   (SetPaused, "~/set_paused", self._on_set_paused),
+                                   (GetState, "~/get_state", self._on_get_state)):
+            self.create_service(cls, name, self._off_executor(handler))
+
+    def _off_executor(self, handler: Any) -> Any:
+        """A service callback that runs ``handler`` on a worker thread and awaits it, so that
+        the (single-threaded) executor keeps serving the command topics meanwhile: a sync-mode
+        ``~/step`` waits for the controllers' answers, which arrive through it."""
+
+        async def callback(request: Any, response: Any) -> Any:
+            future: Future = Future()
+
+            def work() -> None:
+                try:
+                    future.set_result(handler(request, response))
+                except BaseException as exc:  # noqa: BLE001 - handed to the service call
+                    future.set_exception(exc)
+                executor = self.executor
+                if executor is not None:
+                    executor.wake()
+
+            threading.Thread(target=work, name="fibril-sim-service", daemon=True).start()
+            return await future
+
+        return callback
+
+    # ------------------------------------------------------------------ publishing
+    def publish_output(self, output: DeviceOutput) -> None:
+        """On the host thread: convert and publish, or hand a large message off."""
+        if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
+            self._refresh_listeners()
+        for route in self._routes.get(output.device_id, ()):
+            if not route.listened:
+                continue  # nobody listens (volatile topics): skip the conversion
+            if route.heavy:
+                self.outbox.hand_off(route.convert, output, route.topics)
+            else:
+                self.publish_converted(route.convert, output)
+
+    def _refresh_listeners(self) -> None:
+        """Which routes have subscribers (asked of DDS every LISTENERS_REFRESH_S at most)."""
+        self._refreshed = time.monotonic()
+        for routes in self._routes.values():
+            for route in routes:
+                route.listened = route.latched or any(
+                    p.get_subscription_count() for p in route.publishers)
+        self._frame_listened = self._frame_pub.get_subscription_count() > 0
+
+    def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
+        outputs = self._outputs
+        for topic, msg in convert(output):
+            outputs[topic].publish(msg)
+
+    def publish_frame(self, frame: FrameTiming) -> None:
+        if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
+            self._refresh_listeners()
+        if self._frame_listened:
+            self._frame_pub.publish(m.frame_timing_message(frame))
+        if self._joint_states is not None and frame.session_time_ns >= self._next_joint_states:
+            self._next_joint_states = frame.session_time_ns + self._joint_states[2]
+            self._joint_event.set()
+
+    def publish_clock(self, session_time_ns: int) -> None:
+        if self.sync is not None:
+            self.sync.next_generation()
+        self._clock_pub.publish(m.clock_message(session_time_ns))
+        # This node is the source of /clock: it sets its own sim time directly (at most every
+        # 5 ms of wall time) rather than receive each of its messages back through the executor.
+        now = time.monotonic()
+        if now - self._own_time_set > 0.005:
+            self._own_time_set = now
+            self._time_source.clock_callback(m.Clock(clock=m.stamp(session_time_ns)))
+
+    def republish_clock(self, session_time_ns: int) -> None:
+        """The same time again (no new period), for a peer that missed it."""
+        self._clock_pub.publish(m.clock_message(session_time_ns))
+
+    def clock_subscribers(self) -> int:
+        return self._clock_pub.get_subscription_count()
+
+    def _joint_states_loop(self) -> None:
+        """Ground-truth joint states at the declared rate, from the host's state (between
+        frames, so never a half-stepped state)."""
+        publisher, joints, _ = self._joint_states
+        names = [j["name"] for j in joints]
+        while not self.stop_requested.is_set():
+            if not self._joint_event.wait(0.2):
+                continue
+            self._joint_event.clear()
+            try:
+                state = self.connection.state()
+            except Exception:  # noqa: BLE001 - the host is stopping or stopped
+                return
+            msg = JointState()
+            msg.header.stamp = m.stamp(state["session_time_ns"])
+            msg.name = names
+            msg.position = [float(state["qpos"][j["qposadr"]]) for j in joints]
+            msg.velocity = [float(state["qvel"][j["dofadr"]]) for j in joints]
+            publisher.publish(msg)
+
+    # ------------------------------------------------------------------ services
+    def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
+        try:
+            if self.sync is not None:
+                if self.sync.running.is_set():
+                    raise NodeConfigError("step: the simulation is running; pause it first "
+                                          "(~/set_paused)")
+                state = self.sync.run_ticks(int(request.steps))
+            else:
+                if not self.paused:
+                    raise NodeConfigError("step: the simulation is running; pause it first "
+                                          "(~/set_paused)")
+                state = self.connection.step(int(request.steps))
+                if self.has_heavy_outputs:
+                    self.outbox.flush()
+            response.success = True
+            response.message = f"stepped {request.steps} tick(s)"
+            self._fill(response, state)
+        except FibrilError as exc:
+            if isinstance(exc, SyncTimeout):
+                self.get_logger().error(str(exc))
+            response.success = False
+            response.message = str(exc)
+            self._fill(response, self._state_or_empty())
+        return response
+
+    def _on_reset(self, request: Reset.Request, response: Reset.Response) -> Reset.Response:
+        try:
+            state = self.connection.reset(request.keyframe or None,
+                                          int(request.seed) if request.set_seed else None)
+            self.outbox.clock(state["session_time_ns"])
+            response.success = True
+            response.message = f"episode {state['episode']} started"
+        except FibrilError as exc:
+            response.success = False
+            response.message = str(exc)
+            state = self._state_or_empty()
+        response.episode = int(state.get("episode", 0))
+        response.tick = int(state.get("tick", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.seed = int(state.get("seed", 0))
+        return response
+
+    def _on_set_paused(self, request: SetPaused.Request,
+                       response: SetPaused.Response) -> SetPaused.Response:
+        try:
+            if self.sync is not None:
+                if request.paused:
+                    self.sync.running.clear()
+                    with self.sync.lock:  # the current period finishes first
+                        state = self.connection.state()
+                else:
+                    self.sync.running.set()
+                    state = self.connection.state()
+            else:
+                state = self.connection.pause() if request.paused else self.connection.resume()
+            self.paused = bool(request.paused)
+            response.success = True
+            response.message = "paused" if request.paused else "running"
+        except FibrilError as exc:
+            response.success = False
+            response.message = str(exc)
+            state = self._state_or_empty()
+        response.paused = self.paused
+        response.tick = int(state.get("tick", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        return response
+
+    def _on_get_state(self, request: GetState.Request,
+                      response: GetState.Response) -> GetState.Response:
+        state = self._state_or_empty()
+        response.paused = self.paused
+        response.episode = int(state.get("episode", 0))
+        response.tick = int(state.get("tick", 0))
+        response.episode_time_ns = int(state.get("episode_time_ns", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.qpos = [float(v) for v in state.get("qpos", [])]
+        response.qvel = [float(v) for v in state.get("qvel", [])]
+        response.seed = int(state.get("seed", 0))
+        response.mode = self.mode
+        response.target_real_time_factor = float(self.target_rtf)
+        response.real_time_factor = float(self.outbox.measured_rtf())
+        response.accepted_inputs = int(state.get("accepted_inputs", 0))
+        response.rejected_inputs = int(state.get("rejected_inputs", 0)) + self.malformed
+        drops = dict(self.outbox.drops)
+        response.drop_topics = list(drops)
+        response.drop_counts = [int(v) for v in drops.values()]
+        return response
+
+    def _fill(self, response: Step.Response, state: dict[str, Any]) -> None:
+        response.tick = int(state.get("tick", 0))
+        response.episode_time_ns = int(state.get("episode_time_ns", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.episode = int(state.get("episode", 0))
+        response.paused = self.paused
+
+    def _state_or_empty(self) -> dict[str, Any]:
+        try:
+            return self.connection.state()
+        except FibrilError:
+            return {}
+
+    # ------------------------------------------------------------------ parameters
+    def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            if parameter.name in ("manifest", "bridge", "seed", "trace_dir", "clock_period",
+                                  "sync_topics", "sync_timeout", "control_period",
+                                  "start_paused"):
+                return SetParametersResult(
+                    successful=False,
+                    reason=f"{parameter.name} is read at start-up only; restart the node")
+            if parameter.name != "real_time_factor":
+                continue
+            value = parameter.value
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                return SetParametersResult(
+                    successful=False, reason=f"real_time_factor must be a number >= 0 (0: as "
+                                             f"fast as possible), got {value!r}")
+            if self.sync is not None:
+                return SetParametersResult(
+                    successful=False, reason="real_time_factor: sync mode runs as fast as "
+                                             "the controllers answer")
+            try:
+                if value > 0:
+                    self.connection.set_real_time_factor(float(value))
+                    self.connection.set_mode("realtime")
+                    self.mode = "realtime"
+                else:
+                    self.connection.set_mode("fast")
+                    self.mode = "fast"
+            except FibrilError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+            self._apply_mode()
+            self.target_rtf = float(value)
+            self.get_logger().info(f"real_time_factor set to {value:g}")
+        return SetParametersResult(successful=True)
+
+    def _apply_mode(self) -> None:
+        """Fast mode: long frames, /clock interleaved with the outputs; else a frame a clock."""
+        fast = self.mode == "fast"
+        self.outbox.blocking = self.mode != "realtime"
+        self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
+        if self._runtime is not None:
+            self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
+                                              else self.paced_frame_ticks)
+
+    # ------------------------------------------------------------------ lifecycle
+    def fail(self, message: str) -> None:
+        """A fatal runtime error (sync timeout, host failure): log it and stop with status 1."""
+        self.get_logger().fatal(message)
+        print(f"{NODE_NAME}: error: {message}", file=sys.stderr, flush=True)
+        if self.exit_code is None:
+            self.exit_code = EXIT_FAILURE
+        self.stop_requested.set()
+
+    def check_host(self) -> None:
+        runtime = self._runtime
+        if runtime is not None and runtime.host.failure is not None:
+            self.fail(f"the simulation host stopped: {runtime.host.failure}")
+
+    def close(self) -> None:
+        """Stop at a tick boundary, publish nothing more, close the trace complete."""
+        self.stop_requested.set()
+        started = time.monotonic()
+        if self.sync is not None:
+            self.sync.stop()
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            runtime.stop()
+        self.outbox.stop()
+        trace, self._trace = self._trace, None
+        if trace is not None:
+            trace.close()
+        if runtime is not None:
+            instance = runtime.instance
+            self.get_logger().info(
+                f"stopped at tick {instance.tick} of episode {instance.episode} "
+                f"({instance.session_time_ns / 1e9:.3f} s simulated)"
+                + (f"; trace closed complete: {trace.path}" if trace is not None else "")
+                + f" ({time.monotonic() - started:.3f} s)")
+
+
+# --------------------------------------------------------------------------- entry point
+def main() -> None:
+    """The ``sim_node`` command: run, then leave at once (everything is already closed: the
+    trace, the node, the ROS context), without the interpreter's slow module teardown."""
+    code = run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the node until SIGINT / SIGTERM or a fatal error; return the exit status."""
+    args = list(sys.argv if argv is None else argv)
+    # The host thread waking for its next frame waits for the GIL at most this long while
+    # another thread (trace writer, executor) runs Python (default 5 ms: publish jitter).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    received: list[int] = []
+    node: SimNode | None = None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if node is not None:
+            node.stop_requested.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    executor = None
+    try:
+        try:
+            node = SimNode()
+        except (FibrilError, ParameterException) as exc:
+            print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_CONFIG
+        if received:
+            node.stop_requested.set()
+        # Everything built so far lives as long as the node: keep it out of the collector's
+        # full passes (long pauses of the host thread are publish jitter).
+        gc.collect()
+        gc.freeze()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        # One executor thread: services hand their blocking work to worker threads. The main
+        # thread spins (signals are handled here between two spins) and, once asked
+        # to stop, tears down with nothing else inside rclpy.
+        while not node.stop_requested.is_set():
+            try:
+                executor.spin_once(timeout_sec=0.05)
+            except (ExternalShutdownException, KeyboardInterrupt):
+                break
+            node.check_host()
+        node.close()
+        if received:
+            return 128 + received[0]
+        return node.exit_code or 0
+    finally:
+        if node is not None:
+            node.close()
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    main()
