@@ -59,6 +59,8 @@ setup(
     description='Fibril Sim ROS 2 nodes: live simulation, SIL example controller, calibrate-on-bag',
     license='Apache-2.0',
     entry_points={
-        'console_scripts': [],
+        'console_scripts': [
+            'sil_controller = fibril_sim_ros.examples.wheel_speed_controller:main',
+        ],
     },
 )
