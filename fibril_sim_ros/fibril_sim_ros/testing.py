@@ -284,11 +284,12 @@ class _Stream:
 class SimHarness:
     """The simulation node and your controllers as processes, driven from a test.
 
-    ``controller`` is one command line (``controllers`` several), started once the node
-    answers. start() then waits until a ROS node of each controller is in the graph and each
-    ``ready_topics`` topic (default: ``sync_topics``) has a publisher; only then does the
+    ``controller`` is one command line (``controllers`` several), started beside the node.
+    start() waits until the node answers, then until ``ready_nodes`` ROS nodes besides the simulation's are in
+    the graph (default: one per controller) and each ``ready_topics`` topic (default: ``sync_topics``) has a publisher; only then does the
     simulation run (``start_paused=False``) or stay paused at time 0 for ``step`` (default).
-    ``step_ticks`` is the chunk in which ``wait_for`` / ``collect`` step a paused simulation.
+    ``subscriptions`` (topic -> message type) are buffered from then on, before the clock runs,
+    for ``collect`` / ``wait_for``. ``step_ticks`` is the chunk in which ``wait_for`` / ``collect`` step a paused simulation.
     Every process runs in its own session on this harness's private
     ROS_DOMAIN_ID with ``FASTDDS_BUILTIN_TRANSPORTS=SHM``; ``env`` is that environment, for
     processes of your own. Logs go to ``log_dir`` (default: a temporary directory), one
@@ -311,6 +312,8 @@ class SimHarness:
         controller: Sequence[str] | None = None,
         controllers: Sequence[Sequence[str]] = (),
         ready_topics: Sequence[str] | None = None,
+        ready_nodes: int | None = None,
+        subscriptions: Mapping[str, type] | None = None,
         domain_id: int | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         node_command: Sequence[str] | None = None,
@@ -328,6 +331,8 @@ class SimHarness:
         self.controller_commands = [list(c) for c in ([controller] if controller else [])]
         self.controller_commands += [list(c) for c in controllers]
         self.ready_topics = list(sync_topics if ready_topics is None else ready_topics)
+        self._initial_subscriptions = dict(subscriptions or {})
+        self.ready_nodes = len(self.controller_commands) if ready_nodes is None else ready_nodes
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         if step_ticks < 1:
@@ -415,12 +420,16 @@ class SimHarness:
             Clock, '/clock', self._on_clock,
             QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
 
+        # Controllers start beside the node (they wait for /clock like on the robot), which
+        # saves their start-up time; the node starts paused, so they miss nothing.
         self._launch('fibril_sim', self.node_command)
-        self._wait_for_node()
         for index, command in enumerate(self.controller_commands):
             name = 'controller' if len(self.controller_commands) == 1 else f'controller{index}'
             self._launch(name, command)
+        self._wait_for_node()
         self._wait_for_controllers()
+        for topic, msg_type in self._initial_subscriptions.items():
+            self.subscribe(topic, msg_type)
         if self._run_after_start:
             self.set_paused(False)
 
@@ -534,21 +543,22 @@ class SimHarness:
         self._publishers[key].publish(msg)
 
     def subscribe(self, topic: str, msg_type: type, *, qos: QoSProfile | None = None,
-                  timeout_wall: float = 10.0) -> None:
-        """Subscribe ahead of time (``wait_for`` / ``collect`` do it on first use), waiting
-        until a publisher is matched so that nothing the node sends next is missed."""
+                  timeout_wall: float = 2.0) -> None:
+        """Start buffering ``topic`` now (``wait_for`` / ``collect`` do it on first use), once
+        a publisher is matched (up to ``timeout_wall`` s) so that nothing it sends next is
+        missed. Subscriptions given to the constructor are made before the clock runs."""
         self._stream(topic, msg_type, qos, timeout_wall)
 
     def wait_for(self, topic: str, msg_type: type,
                  predicate: Callable[[Any], bool] | None = None, *,
                  timeout_sim: float = 1.0, timeout_wall: float = 60.0,
                  qos: QoSProfile | None = None) -> Any:
-        """The first message on ``topic`` received from now on that satisfies ``predicate``
-        (any message if None). Raises WaitTimeout when ``timeout_sim`` seconds of sim time
-        pass without one (or ``timeout_wall`` seconds of wall time)."""
+        """The first message on ``topic`` that satisfies ``predicate`` (any message if None),
+        among those not yet consumed and those arriving while up to ``timeout_sim`` seconds of
+        sim time pass; it and the messages before it are consumed. Raises WaitTimeout when
+        none does (or when ``timeout_wall`` seconds of wall time pass first)."""
         stream = self._stream(topic, msg_type, qos)
-        self._drain()  # what arrived before this call is not "from now on"
-        stream.messages.clear()
+        self._drain()
         checked = 0
         found: list[Any] = []
 
@@ -562,22 +572,26 @@ class SimHarness:
             return False
 
         self._advance(timeout_sim, timeout_wall, satisfied, wall_error=False)
+        seen = checked
+        del stream.messages[:checked]
         if found:
             return found[0]
         raise WaitTimeout(
             f'{topic}: no message{" satisfying the predicate" if predicate else ""} within '
-            f'{timeout_sim} s of sim time ({len(stream.messages)} received, publishers: '
+            f'{timeout_sim} s of sim time ({seen} received, publishers: '
             f'{self.node.count_publishers(topic)}){self._diagnostics()}')
 
     def collect(self, topic: str, msg_type: type, *, duration_sim: float,
                 timeout_wall: float = 120.0, qos: QoSProfile | None = None) -> list[Any]:
-        """Every message on ``topic`` received while the simulation advances ``duration_sim``
-        seconds of sim time (stepping it while paused)."""
+        """Let ``duration_sim`` seconds of sim time pass (stepping a paused simulation) and
+        return every message on ``topic`` not yet consumed: since the topic was subscribed
+        (``subscriptions=`` / ``subscribe``, or the first ``wait_for`` / ``collect`` of it) or
+        since the last ``collect`` / ``wait_for`` consumed it."""
         stream = self._stream(topic, msg_type, qos)
-        self._drain()  # what arrived before this call is not "from now on"
-        stream.messages.clear()
         self._advance(duration_sim, timeout_wall, lambda: False, wall_error=True)
-        return list(stream.messages)
+        messages = list(stream.messages)
+        stream.messages.clear()
+        return messages
 
     def _stream(self, topic: str, msg_type: type, qos: QoSProfile | None,
                 match_timeout: float = 2.0) -> _Stream:
@@ -691,7 +705,7 @@ class SimHarness:
     def _wait_for_controllers(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         own = {self.node.get_name(), NODE_NAME}
-        wanted = len(self.controller_commands)
+        wanted = self.ready_nodes
         self._spin_until(
             lambda: len({name for name, _ in self.node.get_node_names_and_namespaces()}
                         - own) >= wanted,

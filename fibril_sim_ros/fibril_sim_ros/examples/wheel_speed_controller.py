@@ -71,15 +71,17 @@ class ControllerSettings:
 
 class PiController:
     """Discrete PI with conditional integration (the integral freezes while the output is
-    saturated, so a long saturation does not wind it up)."""
+    saturated, so a long saturation does not wind it up). ``dt`` is the sim time since the
+    previous update: a controller that misses a period under load still integrates the error
+    over the time that really passed."""
 
-    def __init__(self, kp: float, ki: float, limit: float, period: float) -> None:
-        self.kp, self.ki, self.limit, self.period = kp, ki, limit, period
+    def __init__(self, kp: float, ki: float, limit: float) -> None:
+        self.kp, self.ki, self.limit = kp, ki, limit
         self.integral = 0.0
 
-    def update(self, setpoint: float, measured: float) -> float:
+    def update(self, setpoint: float, measured: float, dt: float) -> float:
         error = setpoint - measured
-        integral = self.integral + error * self.period
+        integral = self.integral + error * max(dt, 0.0)
         output = self.kp * error + self.ki * integral
         if -self.limit < output < self.limit:
             self.integral = integral
@@ -98,7 +100,9 @@ class WheelSpeedController(Node):
             for name in ControllerSettings.__dataclass_fields__})
         self.settings.check()
         s = self.settings
-        self._pi = PiController(s.kp, s.ki, s.duty_limit, 1.0 / s.rate)
+        self._pi = PiController(s.kp, s.ki, s.duty_limit)
+        self._period_ns = round(1e9 / s.rate)
+        self._last_ns: int | None = None
         self._velocity: float | None = None
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self._publisher = self.create_publisher(MotorCommand, s.command_topic, reliable)
@@ -137,9 +141,12 @@ class WheelSpeedController(Node):
             self._velocity = float(msg.velocity[index])
 
     def _on_timer(self) -> None:
+        now_ns = self.get_clock().now().nanoseconds
+        dt_ns = self._period_ns if self._last_ns is None else now_ns - self._last_ns
+        self._last_ns = now_ns
         command = MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.0)
         if self._velocity is not None:
-            command.value = self._pi.update(self.settings.setpoint, self._velocity)
+            command.value = self._pi.update(self.settings.setpoint, self._velocity, dt_ns / 1e9)
         self._publisher.publish(command)
 
 
