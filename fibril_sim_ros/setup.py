@@ -60,6 +60,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
+            'sim_node = fibril_sim_ros.sim_node:main',
             'sil_controller = fibril_sim_ros.examples.wheel_speed_controller:main',
         ],
     },

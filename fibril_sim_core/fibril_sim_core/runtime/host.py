@@ -157,7 +157,9 @@ class SimulationHost:
                     raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
                 self._frame(ticks)
             elif item.action == "reset":
-                instance.reset(keyframe=item.argument or None)
+                keyframe, seed = item.argument if isinstance(item.argument, tuple) \
+                    else (item.argument, None)
+                instance.reset(keyframe=keyframe or None, seed=seed)
             elif item.action == "rtf":
                 self._rtf = float(item.argument)
             elif item.action == "mode":
@@ -166,7 +168,7 @@ class SimulationHost:
                 pass
             elif item.action != "wake":
                 raise InstanceError(f"unknown host request {item.action!r}")
-            item.result = dict(instance.state(), paused=self._paused)
+            item.result = dict(instance.state(), paused=self._paused, seed=instance.seed)
         except FibrilError as exc:
             item.error = exc
         except BaseException as exc:  # the host stops; the request that hit it learns why

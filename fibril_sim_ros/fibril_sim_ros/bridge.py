@@ -1,0 +1,409 @@
+"""The bridge file: which ROS topics carry which endpoints and devices of a plan.
+
+The manifest knows nothing of ROS; topic names, message types, frame ids, QoS and unit
+conversions live here (in the spirit of ros_gz_bridge's YAML). Every endpoint and device the
+file does not name gets a default entry derived from the manifest, so no file is needed for the
+common case: endpoint ``E`` → input ``/E`` (fibril_msgs/msg/MotorCommand), device ``D`` →
+output ``/D`` with the standard message type of its kind (camera: ``/D/image_raw`` and
+``/D/camera_info``).
+
+```yaml
+schema_version: {major: 1, minor: 0}
+defaults: true                      # default entries for components not named below
+inputs:
+  - {topic: /motor/duty, type: std_msgs/msg/Float64, endpoint: motor/command, mode: duty}
+  - {topic: /forward_commands, type: std_msgs/msg/Float64MultiArray,
+     endpoints: [motor/command], mode: voltage, scale: 12.0}
+  - {topic: /joint_commands, type: sensor_msgs/msg/JointState,
+     joints: {wheel_joint: motor/command}, field: velocity}
+outputs:
+  - {device: wheel_encoder, topic: /wheel_encoder, type: sensor_msgs/msg/JointState,
+     frame_id: wheel_joint, raw_topic: /wheel_encoder/counts, stamp: acquisition,
+     qos: {reliability: reliable, durability: volatile, depth: 10}}
+joint_states: {topic: /joint_states, rate: 50.0}   # ground truth; off unless given
+```
+
+This module parses and checks only (no rclpy), so it can be tested and reused without ROS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fibril_sim_core import _schema as s
+from fibril_sim_core.errors import FibrilError
+
+if TYPE_CHECKING:
+    from fibril_sim_core.plan import SimulationPlan
+
+SCHEMA_MAJOR = 1
+SCHEMA_MINORS = (0,)
+
+MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
+FLOAT64 = "std_msgs/msg/Float64"
+FLOAT64_ARRAY = "std_msgs/msg/Float64MultiArray"
+JOINT_STATE = "sensor_msgs/msg/JointState"
+IMU = "sensor_msgs/msg/Imu"
+RANGE = "sensor_msgs/msg/Range"
+LASER_SCAN = "sensor_msgs/msg/LaserScan"
+IMAGE = "sensor_msgs/msg/Image"
+ODOMETRY = "nav_msgs/msg/Odometry"
+BOOL = "std_msgs/msg/Bool"
+DEVICE_SAMPLE = "fibril_msgs/msg/DeviceSample"
+
+INPUT_TYPES = (MOTOR_COMMAND, FLOAT64, FLOAT64_ARRAY, JOINT_STATE)
+#: Device type → the message types that can carry its samples (the first is the default).
+OUTPUT_TYPES: dict[str, tuple[str, ...]] = {
+    "fibril_sim/encoder": (JOINT_STATE, DEVICE_SAMPLE),
+    "fibril_sim/imu": (IMU, DEVICE_SAMPLE),
+    "fibril_sim/rangefinder": (RANGE, DEVICE_SAMPLE),
+    "fibril_sim/planar_lidar": (LASER_SCAN, DEVICE_SAMPLE),
+    "fibril_sim/camera": (IMAGE, DEVICE_SAMPLE),
+    "fibril_sim/body_kinematics": (ODOMETRY, DEVICE_SAMPLE),
+    "fibril_sim/digital_input": (BOOL, DEVICE_SAMPLE),
+}
+MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")
+JOINT_FIELDS = {"position": "position", "velocity": "velocity", "effort": "torque"}
+STAMPS = ("acquisition", "delivery")
+RELIABILITY = ("reliable", "best_effort")
+DURABILITY = ("volatile", "transient_local")
+
+
+class BridgeError(FibrilError):
+    """The bridge file is invalid for this plan (names file, key and value)."""
+
+
+@dataclass(frozen=True)
+class Qos:
+    reliability: str = "reliable"
+    durability: str = "volatile"
+    depth: int = 10
+
+
+@dataclass(frozen=True)
+class InputEntry:
+    """One subscription: messages of ``type`` on ``topic`` become ExternalInputs.
+
+    ``targets`` are the endpoints in message order (Float64MultiArray: the array order;
+    JointState: ``joints`` maps joint names to endpoints, ``targets`` is their order)."""
+
+    topic: str
+    type: str
+    targets: tuple[str, ...]
+    mode: str | None = None
+    joints: Mapping[str, str] = field(default_factory=dict)
+    field: str = "position"
+    scale: float = 1.0
+    offset: float = 0.0
+    qos: Qos = Qos()
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class OutputEntry:
+    """One publisher: samples of ``device`` as ``type`` on ``topic``."""
+
+    device: str
+    device_type: str
+    topic: str
+    type: str
+    frame_id: str
+    stamp: str = "acquisition"
+    raw_topic: str | None = None  # the same samples as fibril_msgs/DeviceSample
+    info_topic: str | None = None  # camera: sensor_msgs/CameraInfo
+    child_frame_id: str = ""  # odometry
+    field_of_view: float = 0.0  # range
+    radiation_type: str = "infrared"  # range
+    qos: Qos = Qos()
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class JointStatesEntry:
+    topic: str
+    rate: float
+    qos: Qos = Qos()
+
+
+@dataclass(frozen=True)
+class Bridge:
+    inputs: tuple[InputEntry, ...]
+    outputs: tuple[OutputEntry, ...]
+    joint_states: JointStatesEntry | None = None
+    source: str = "(defaults)"
+
+    @property
+    def topics(self) -> list[str]:
+        names = [e.topic for e in self.inputs] + [e.topic for e in self.outputs]
+        names += [t for e in self.outputs for t in (e.raw_topic, e.info_topic) if t]
+        if self.joint_states is not None:
+            names.append(self.joint_states.topic)
+        return names
+
+
+def topic_for(name: str) -> str:
+    """The default topic of a component name: ``/`` + the name (ROS name rules apply)."""
+    return "/" + name.strip("/")
+
+
+def load_bridge(plan: SimulationPlan, path: str | Path | None = None) -> Bridge:
+    """The bridge for ``plan``: the file's entries plus defaults for what it does not name."""
+    if path is None or str(path) == "":
+        return _complete(plan, [], [], None, True, s.Where("(defaults)", "", BridgeError))
+    file = Path(path)
+    root = s.Where(str(file), "", BridgeError)
+    document = s.load_yaml(file, BridgeError)
+    if document is None:
+        document = {}
+    doc = s.mapping(document, root)
+    s.keys(doc, root, required=("schema_version",),
+           optional=("defaults", "inputs", "outputs", "joint_states"))
+    s.version(doc["schema_version"], root.key("schema_version"), major=SCHEMA_MAJOR,
+              minors=SCHEMA_MINORS)
+    defaults = s.boolean(doc.get("defaults", True), root.key("defaults"))
+    endpoints = {a.endpoint: a for a in plan.actuators}
+    devices = {d.id: d for d in plan.devices}
+    inputs = [_input(item, root.key("inputs").key(n), endpoints)
+              for n, item in enumerate(s.sequence(doc.get("inputs", []), root.key("inputs")))]
+    outputs = [_output(item, root.key("outputs").key(n), devices)
+               for n, item in enumerate(s.sequence(doc.get("outputs", []),
+                                                   root.key("outputs")))]
+    joint_states = None
+    if doc.get("joint_states") is not None:
+        joint_states = _joint_states(doc["joint_states"], root.key("joint_states"))
+    bridge = _complete(plan, inputs, outputs, joint_states, defaults, root)
+    return Bridge(bridge.inputs, bridge.outputs, bridge.joint_states, str(file))
+
+
+def default_bridge(plan: SimulationPlan) -> Bridge:
+    return load_bridge(plan, None)
+
+
+# --------------------------------------------------------------------------- entries
+def _message_type(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
+    """``pkg/msg/Type`` (or ``pkg/Type``) normalised to ``pkg/msg/Type``, checked."""
+    text = s.string(value, where)
+    parts = text.split("/")
+    if len(parts) == 2:
+        text = f"{parts[0]}/msg/{parts[1]}"
+    if text not in allowed:
+        raise where.fail(f"message type {value!r} is not possible here; expected one of "
+                         f"{', '.join(allowed)}")
+    return text
+
+
+def _topic(value: Any, where: s.Where) -> str:
+    text = s.string(value, where)
+    name = text if text.startswith("/") or text.startswith("~") else "/" + text
+    tokens = name.lstrip("/~").split("/")
+    if not all(t and (t[0].isalpha() or t[0] == "_") and all(c.isalnum() or c == "_" for c in t)
+               for t in tokens):
+        raise where.fail(f"{text!r} is not a valid ROS topic name (tokens of letters, digits "
+                         f"and _, not starting with a digit, separated by single /)")
+    return name
+
+
+def _qos(value: Any, where: s.Where) -> Qos:
+    item = s.mapping(value, where)
+    s.keys(item, where, optional=("reliability", "durability", "depth"))
+    reliability = item.get("reliability", "reliable")
+    if reliability not in RELIABILITY:
+        raise where.key("reliability").fail(
+            f"unknown value {reliability!r}; expected one of {', '.join(RELIABILITY)}")
+    durability = item.get("durability", "volatile")
+    if durability not in DURABILITY:
+        raise where.key("durability").fail(
+            f"unknown value {durability!r}; expected one of {', '.join(DURABILITY)}")
+    depth = s.integer(item.get("depth", 10), where.key("depth"), minimum=1)
+    return Qos(reliability, durability, depth)
+
+
+def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> str:
+    name = s.string(value, where)
+    if name not in endpoints:
+        raise where.fail(f"no actuator endpoint {name!r} in the manifest; endpoints: "
+                         f"{', '.join(endpoints) or 'none'}")
+    return name
+
+
+def _mode(value: Any, where: s.Where, targets: Sequence[str],
+          endpoints: Mapping[str, Any]) -> str:
+    mode = s.string(value, where)
+    if mode not in MOTOR_MODES:
+        raise where.fail(f"unknown mode {mode!r}; expected one of {', '.join(MOTOR_MODES)}")
+    for target in targets:
+        accepted = endpoints[target].modes
+        if mode not in accepted:
+            raise where.fail(f"mode {mode!r} is not accepted by endpoint {target!r}; accepted: "
+                             f"{', '.join(accepted) or 'none'}")
+    return mode
+
+
+def _input(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> InputEntry:
+    item = s.mapping(value, where)
+    s.keys(item, where, required=("topic", "type"),
+           optional=("endpoint", "endpoints", "joints", "mode", "field", "scale", "offset",
+                     "qos"))
+    kind = _message_type(item["type"], where.key("type"), INPUT_TYPES)
+    topic = _topic(item["topic"], where.key("topic"))
+    scale = s.number(item.get("scale", 1.0), where.key("scale"))
+    offset = s.number(item.get("offset", 0.0), where.key("offset"))
+    qos = _qos(item.get("qos", {}), where.key("qos"))
+    allowed = {MOTOR_COMMAND: ("endpoint",), FLOAT64: ("endpoint", "mode"),
+               FLOAT64_ARRAY: ("endpoints", "mode"), JOINT_STATE: ("joints", "field")}[kind]
+    for key in ("endpoint", "endpoints", "joints", "mode", "field"):
+        if key in item and key not in allowed:
+            raise where.key(key).fail(f"not used by {kind}; its keys: {', '.join(allowed)}")
+    for key in allowed:
+        if key not in item and not (kind == JOINT_STATE and key == "field"):
+            raise where.key(key).fail(f"missing required key (for {kind})")
+    label = where.path
+    if kind in (MOTOR_COMMAND, FLOAT64):
+        target = _endpoint(item["endpoint"], where.key("endpoint"), endpoints)
+        mode = None if kind == MOTOR_COMMAND else _mode(item["mode"], where.key("mode"),
+                                                        (target,), endpoints)
+        return InputEntry(topic, kind, (target,), mode, scale=scale, offset=offset, qos=qos,
+                          where=label)
+    if kind == FLOAT64_ARRAY:
+        names = s.sequence(item["endpoints"], where.key("endpoints"))
+        if not names:
+            raise where.key("endpoints").fail("expected at least one endpoint")
+        targets = tuple(_endpoint(n, where.key("endpoints").key(i), endpoints)
+                        for i, n in enumerate(names))
+        mode = _mode(item["mode"], where.key("mode"), targets, endpoints)
+        return InputEntry(topic, kind, targets, mode, scale=scale, offset=offset, qos=qos,
+                          where=label)
+    joints = s.mapping(item["joints"], where.key("joints"))
+    if not joints:
+        raise where.key("joints").fail("expected at least one joint: endpoint pair")
+    mapped = {str(j): _endpoint(e, where.key("joints").key(str(j)), endpoints)
+              for j, e in joints.items()}
+    fieldname = item.get("field", "position")
+    if fieldname not in JOINT_FIELDS:
+        raise where.key("field").fail(f"unknown value {fieldname!r}; expected one of "
+                                      f"{', '.join(JOINT_FIELDS)}")
+    mode = JOINT_FIELDS[fieldname]
+    _mode(mode, where.key("field"), tuple(mapped.values()), endpoints)
+    return InputEntry(topic, kind, tuple(mapped.values()), mode, joints=mapped,
+                      field=fieldname, scale=scale, offset=offset, qos=qos, where=label)
+
+
+def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEntry:
+    item = s.mapping(value, where)
+    s.keys(item, where, required=("device",),
+           optional=("topic", "type", "frame_id", "stamp", "raw_topic", "info_topic",
+                     "child_frame_id", "field_of_view", "radiation_type", "qos"))
+    name = s.string(item["device"], where.key("device"))
+    device = devices.get(name)
+    if device is None:
+        raise where.key("device").fail(f"no device {name!r} in the manifest; devices: "
+                                       f"{', '.join(devices) or 'none'}")
+    base = _default_output(device)
+    allowed = OUTPUT_TYPES.get(device.type, (DEVICE_SAMPLE,))
+    kind = base.type
+    if "type" in item:
+        try:
+            kind = _message_type(item["type"], where.key("type"), allowed)
+        except BridgeError:
+            raise where.key("type").fail(
+                f"message type {item['type']!r} cannot carry device {name!r} "
+                f"({device.type}); possible: {', '.join(allowed)}") from None
+    stamp = item.get("stamp", "acquisition")
+    if stamp not in STAMPS:
+        raise where.key("stamp").fail(f"unknown value {stamp!r}; expected one of "
+                                      f"{', '.join(STAMPS)}")
+    topic = _topic(item["topic"], where.key("topic")) if "topic" in item else base.topic
+    raw = _topic(item["raw_topic"], where.key("raw_topic")) if "raw_topic" in item else None
+    if raw is not None and kind == DEVICE_SAMPLE:
+        raise where.key("raw_topic").fail("the main topic already carries DeviceSample")
+    info = base.info_topic
+    if "info_topic" in item:
+        if kind != IMAGE:
+            raise where.key("info_topic").fail(f"only an {IMAGE} output has a camera info topic")
+        info = _topic(item["info_topic"], where.key("info_topic"))
+    elif kind != IMAGE:
+        info = None
+    elif "topic" in item:
+        info = topic.rsplit("/", 1)[0] + "/camera_info" if topic.count("/") > 1 \
+            else topic + "/camera_info"
+    for key, wanted in (("child_frame_id", ODOMETRY), ("field_of_view", RANGE),
+                        ("radiation_type", RANGE)):
+        if key in item and kind != wanted:
+            raise where.key(key).fail(f"only used by {wanted} outputs")
+    fov = s.number(item.get("field_of_view", 0.0), where.key("field_of_view"), minimum=0.0)
+    radiation = item.get("radiation_type", "infrared")
+    if radiation not in ("infrared", "ultrasound"):
+        raise where.key("radiation_type").fail(f"unknown value {radiation!r}; expected "
+                                               f"infrared or ultrasound")
+    frame = s.string(item["frame_id"], where.key("frame_id")) if "frame_id" in item \
+        else base.frame_id
+    child = s.string(item["child_frame_id"], where.key("child_frame_id")) \
+        if "child_frame_id" in item else base.child_frame_id
+    return OutputEntry(name, device.type, topic, kind, frame, stamp, raw, info, child, fov,
+                       radiation, _qos(item.get("qos", {}), where.key("qos")), where.path)
+
+
+def _joint_states(value: Any, where: s.Where) -> JointStatesEntry:
+    item = s.mapping(value, where)
+    s.keys(item, where, required=("rate",), optional=("topic", "qos"))
+    rate = s.number(item["rate"], where.key("rate"), positive=True)
+    topic = _topic(item.get("topic", "/joint_states"), where.key("topic"))
+    return JointStatesEntry(topic, rate, _qos(item.get("qos", {}), where.key("qos")))
+
+
+def _default_input(actuator: Any) -> InputEntry:
+    return InputEntry(topic_for(actuator.endpoint), MOTOR_COMMAND, (actuator.endpoint,),
+                      where=f"(default for endpoint {actuator.endpoint})")
+
+
+def _default_output(device: Any) -> OutputEntry:
+    kind = OUTPUT_TYPES.get(device.type, (DEVICE_SAMPLE,))[0]
+    topic = topic_for(device.id)
+    info = None
+    if kind == IMAGE:
+        info = topic + "/camera_info"
+        topic = topic + "/image_raw"
+    child = str(device.binding.get("body", "")) if kind == ODOMETRY else ""
+    return OutputEntry(device.id, device.type, topic, kind, device.frame_id, info_topic=info,
+                       child_frame_id=child, where=f"(default for device {device.id})")
+
+
+def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[OutputEntry],
+              joint_states: JointStatesEntry | None, defaults: bool, root: s.Where) -> Bridge:
+    """Add default entries for components the file does not name; reject duplicate topics."""
+    if defaults:
+        named = {t for e in inputs for t in e.targets}
+        inputs = inputs + [_default_input(a) for a in plan.actuators if a.endpoint not in named]
+        shown = {e.device for e in outputs}
+        outputs = outputs + [_default_output(d) for d in plan.devices if d.id not in shown]
+    seen: dict[str, str] = {}
+
+    def claim(topic: str, where: str) -> None:
+        if topic in seen:
+            raise BridgeError(f"{root.file}: {where}: duplicate topic {topic!r} (also "
+                              f"{seen[topic]})")
+        seen[topic] = where
+
+    for entry in inputs:
+        claim(entry.topic, f"{entry.where}.topic" if entry.where.startswith("inputs") else
+              entry.where)
+    for entry in outputs:
+        own = entry.where.startswith("outputs")
+        claim(entry.topic, f"{entry.where}.topic" if own else entry.where)
+        if entry.raw_topic:
+            claim(entry.raw_topic, f"{entry.where}.raw_topic")
+        if entry.info_topic:
+            claim(entry.info_topic, f"{entry.where}.info_topic" if own else entry.where)
+    if joint_states is not None:
+        claim(joint_states.topic, "joint_states.topic")
+    return Bridge(tuple(inputs), tuple(outputs), joint_states, root.file)
+
+
+def covariance_diagonal(std: float) -> list[float]:
+    """A 3×3 row-major covariance with ``std²`` on the diagonal."""
+    variance = float(std) ** 2 if math.isfinite(std) else 0.0
+    return [variance, 0.0, 0.0, 0.0, variance, 0.0, 0.0, 0.0, variance]

@@ -1,0 +1,339 @@
+"""Conversions between Fibril records and ROS 2 messages (standard types where one fits).
+
+Outputs: a DeviceOutput becomes the message of its bridge entry, stamped with the acquisition
+time (SessionTime, i.e. ``/clock``) or, with ``stamp: delivery``, the delivery time. Inputs: a
+ROS command message becomes one ``fibril_sim/motor_command/v1`` payload per target endpoint; the
+ingress validates it (mode, finiteness) and says why when it rejects it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from fibril_msgs.msg import DeviceSample, FrameTiming as FrameTimingMsg, MotorCommand
+from nav_msgs.msg import Odometry
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import CameraInfo, Image, Imu, JointState, LaserScan, Range
+from std_msgs.msg import Bool, Float64, Float64MultiArray
+
+from fibril_sim_core.records import DeviceOutput, FrameTiming
+
+from . import bridge as b
+
+NS_PER_S = 1_000_000_000
+MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
+MOTOR_MODE_NAMES = {MotorCommand.MODE_DUTY: "duty", MotorCommand.MODE_VOLTAGE: "voltage",
+                    MotorCommand.MODE_TORQUE: "torque", MotorCommand.MODE_VELOCITY: "velocity",
+                    MotorCommand.MODE_POSITION: "position"}
+
+MESSAGE_CLASSES: dict[str, type] = {
+    b.MOTOR_COMMAND: MotorCommand, b.FLOAT64: Float64, b.FLOAT64_ARRAY: Float64MultiArray,
+    b.JOINT_STATE: JointState, b.IMU: Imu, b.RANGE: Range, b.LASER_SCAN: LaserScan,
+    b.IMAGE: Image, b.ODOMETRY: Odometry, b.BOOL: Bool, b.DEVICE_SAMPLE: DeviceSample,
+}
+
+Payloads = list[tuple[str, dict[str, Any]]]
+
+
+def stamp(ns: int) -> Time:
+    sec, nanosec = divmod(int(ns), NS_PER_S)
+    return Time(sec=sec, nanosec=nanosec)
+
+
+def clock_message(session_time_ns: int) -> Clock:
+    return Clock(clock=stamp(session_time_ns))
+
+
+def frame_timing_message(frame: FrameTiming) -> FrameTimingMsg:
+    return FrameTimingMsg(stamp=stamp(frame.session_time_ns), episode=frame.episode,
+                          tick=frame.tick, episode_time_ns=frame.episode_time_ns,
+                          session_time_ns=frame.session_time_ns,
+                          wall_step_time=float(frame.wall_step_time),
+                          real_time_factor=float(frame.real_time_factor))
+
+
+def device_sample(output: DeviceOutput, frame_id: str) -> DeviceSample:
+    """The generic message of any device (what the trace holds), stamped at delivery."""
+    msg = DeviceSample()
+    msg.header.stamp = stamp(output.session_delivery_time_ns)
+    msg.header.frame_id = frame_id
+    msg.acquisition_stamp = stamp(output.session_acquisition_time_ns)
+    msg.acquisition_episode_time_ns = output.acquisition_time_ns
+    msg.delivery_episode_time_ns = output.delivery_time_ns
+    msg.episode = output.episode
+    msg.device_id = output.device_id
+    msg.sample_type = output.sample_type
+    msg.values = np.asarray(output.values, dtype=np.float64)
+    msg.component_names = list(output.component_names)
+    return msg
+
+
+# --------------------------------------------------------------------------- outputs
+Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
+
+
+def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float) -> Converter:
+    """A function DeviceOutput → [(topic, message)] for one bridge output entry."""
+    at_delivery = entry.stamp == "delivery"
+    frame_id = entry.frame_id
+    main = _MAIN.get(entry.type)
+    build = main(entry, device, timestep_s) if main is not None else None
+    topic, raw_topic, info_topic = entry.topic, entry.raw_topic, entry.info_topic
+    info = _camera_info(entry, device) if info_topic else None
+
+    def convert(output: DeviceOutput) -> list[tuple[str, Any]]:
+        when = stamp(output.session_delivery_time_ns if at_delivery
+                     else output.session_acquisition_time_ns)
+        if build is None:
+            msg = device_sample(output, frame_id)
+            if not at_delivery:
+                msg.header.stamp = when
+            result = [(topic, msg)]
+        else:
+            result = [(topic, build(output, when))]
+        if raw_topic is not None:
+            result.append((raw_topic, device_sample(output, frame_id)))
+        if info is not None:
+            info.header.stamp = when
+            result.append((info_topic, info))
+        return result
+
+    return convert
+
+
+def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    name = [str(device.binding["joint"])]
+    per_unit = float(device.binding["counts_per_unit"])
+    frame_id = entry.frame_id
+
+    def build(output: DeviceOutput, when: Time) -> JointState:
+        msg = JointState()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.name = name
+        values = output.values
+        # counts → radians (hinge) or metres (slide) with the configured counts per revolution.
+        msg.position = [float(values[2]) / per_unit]
+        msg.velocity = [float(values[1])]
+        return msg
+
+    return build
+
+
+def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    config = device.config
+    gyro = b.covariance_diagonal(config.get("gyro_noise", 0.0))
+    accel = b.covariance_diagonal(config.get("accel_noise", 0.0))
+    unknown = [-1.0] + [0.0] * 8  # REP 145: no orientation estimate
+    frame_id = entry.frame_id
+
+    def build(output: DeviceOutput, when: Time) -> Imu:
+        v = output.values
+        msg = Imu()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.orientation_covariance = unknown
+        msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z = (
+            float(v[0]), float(v[1]), float(v[2]))
+        msg.linear_acceleration.x, msg.linear_acceleration.y, msg.linear_acceleration.z = (
+            float(v[3]), float(v[4]), float(v[5]))
+        msg.angular_velocity_covariance = gyro
+        msg.linear_acceleration_covariance = accel
+        return msg
+
+    return build
+
+
+def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    config = device.config
+    low, high = float(config.get("min_range", 0.0)), float(config.get("max_range", 10.0))
+    radiation = Range.INFRARED if entry.radiation_type == "infrared" else Range.ULTRASOUND
+    fov = float(entry.field_of_view)
+    frame_id = entry.frame_id
+
+    def build(output: DeviceOutput, when: Time) -> Range:
+        distance, hit = float(output.values[0]), float(output.values[1])
+        msg = Range()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.radiation_type = radiation
+        msg.field_of_view = fov
+        msg.min_range, msg.max_range = low, high
+        msg.range = distance if hit > 0.5 else math.inf  # REP 117: +inf when nothing in range
+        return msg
+
+    return build
+
+
+def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    config, binding = device.config, device.binding
+    rays = int(config.get("rays", 1))
+    angle_min = float(binding["angle_min"])
+    increment = float(binding["angle_increment"])
+    period = device.period_ticks * timestep_s
+    frame_id = entry.frame_id
+
+    def build(output: DeviceOutput, when: Time) -> LaserScan:
+        msg = LaserScan()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.angle_min = angle_min
+        msg.angle_max = angle_min + increment * (rays - 1)
+        msg.angle_increment = increment
+        msg.scan_time = period
+        msg.range_min = float(config.get("min_range", 0.0))
+        msg.range_max = float(config.get("max_range", 10.0))
+        msg.ranges = np.asarray(output.values, dtype=np.float32)
+        return msg
+
+    return build
+
+
+def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    config = device.config
+    width, height, depth = int(config["width"]), int(config["height"]), bool(config["depth"])
+    frame_id = entry.frame_id
+
+    def build(output: DeviceOutput, when: Time) -> Image:
+        msg = Image()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.width, msg.height = width, height
+        if depth:
+            msg.encoding, msg.step = "32FC1", width * 4
+            msg.data = np.asarray(output.values, dtype=np.float32).tobytes()
+        else:
+            msg.encoding, msg.step = "rgb8", width * 3
+            msg.data = np.clip(np.asarray(output.values), 0, 255).astype(np.uint8).tobytes()
+        return msg
+
+    return build
+
+
+def _camera_info(entry: b.OutputEntry, device: Any) -> CameraInfo:
+    """Pinhole intrinsics from the MuJoCo camera's vertical field of view (no distortion)."""
+    config = device.config
+    width, height = int(config["width"]), int(config["height"])
+    fovy = float(device.binding["model"].cam_fovy[device.binding["camera_id"]]) \
+        if "model" in device.binding else 45.0
+    f = 0.5 * height / math.tan(math.radians(fovy) / 2)
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    info = CameraInfo()
+    info.header.frame_id = entry.frame_id
+    info.width, info.height = width, height
+    info.distortion_model = "plumb_bob"
+    info.d = [0.0] * 5
+    info.k = [f, 0.0, cx, 0.0, f, cy, 0.0, 0.0, 1.0]
+    info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    info.p = [f, 0.0, cx, 0.0, 0.0, f, cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    return info
+
+
+def _odometry(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    config = device.config
+    pos_var = float(config.get("position_noise", 0.0)) ** 2
+    vel_var = float(config.get("velocity_noise", 0.0)) ** 2
+    pose_cov = [0.0] * 36
+    twist_cov = [0.0] * 36
+    for i in range(3):
+        pose_cov[7 * i] = pos_var
+        twist_cov[7 * i] = vel_var
+        twist_cov[7 * (i + 3)] = vel_var
+    frame_id, child = entry.frame_id, entry.child_frame_id
+
+    def build(output: DeviceOutput, when: Time) -> Odometry:
+        v = np.asarray(output.values, dtype=np.float64)
+        msg = Odometry()
+        msg.header.stamp = when
+        msg.header.frame_id = frame_id
+        msg.child_frame_id = child
+        p = msg.pose.pose
+        p.position.x, p.position.y, p.position.z = float(v[0]), float(v[1]), float(v[2])
+        w, x, y, z = (float(q) for q in v[3:7])
+        p.orientation.w, p.orientation.x, p.orientation.y, p.orientation.z = w, x, y, z
+        # nav_msgs/Odometry: the twist is in the child (body) frame; the sample's is in world.
+        rotation = _rotation(w, x, y, z)
+        linear = rotation.T @ v[7:10]
+        angular = rotation.T @ v[10:13]
+        t = msg.twist.twist
+        t.linear.x, t.linear.y, t.linear.z = (float(c) for c in linear)
+        t.angular.x, t.angular.y, t.angular.z = (float(c) for c in angular)
+        msg.pose.covariance = pose_cov
+        msg.twist.covariance = twist_cov
+        return msg
+
+    return build
+
+
+def _rotation(w: float, x: float, y: float, z: float) -> np.ndarray:
+    """Body → world rotation matrix of a unit quaternion (w, x, y, z)."""
+    return np.array((
+        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y))))
+
+
+def _bool(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+    def build(output: DeviceOutput, when: Time) -> Bool:
+        return Bool(data=bool(output.values[0] > 0.5))
+
+    return build
+
+
+_MAIN: dict[str, Callable[[b.OutputEntry, Any, float], Callable]] = {
+    b.JOINT_STATE: _encoder, b.IMU: _imu, b.RANGE: _range, b.LASER_SCAN: _scan,
+    b.IMAGE: _image, b.ODOMETRY: _odometry, b.BOOL: _bool,
+}
+
+
+# --------------------------------------------------------------------------- inputs
+def input_converter(entry: b.InputEntry) -> Callable[[Any], Payloads]:
+    """A function ROS message → [(endpoint, payload)]; ValueError names what is malformed."""
+    scale, offset = entry.scale, entry.offset
+
+    def value(x: float) -> float:
+        return float(x) * scale + offset if (scale != 1.0 or offset != 0.0) else float(x)
+
+    if entry.type == b.MOTOR_COMMAND:
+        target = entry.targets[0]
+
+        def motor(msg: MotorCommand) -> Payloads:
+            mode = MOTOR_MODE_NAMES.get(msg.mode, int(msg.mode))
+            return [(target, {"mode": mode, "value": value(msg.value)})]
+
+        return motor
+    if entry.type == b.FLOAT64:
+        target, mode = entry.targets[0], entry.mode
+
+        def single(msg: Float64) -> Payloads:
+            return [(target, {"mode": mode, "value": value(msg.data)})]
+
+        return single
+    if entry.type == b.FLOAT64_ARRAY:
+        targets, mode = entry.targets, entry.mode
+
+        def fan_out(msg: Float64MultiArray) -> Payloads:
+            data = msg.data
+            if len(data) != len(targets):
+                raise ValueError(f"expected {len(targets)} value(s) (for "
+                                 f"{', '.join(targets)}), got {len(data)}")
+            return [(t, {"mode": mode, "value": value(x)}) for t, x in zip(targets, data)]
+
+        return fan_out
+    joints, fieldname, mode = dict(entry.joints), entry.field, entry.mode
+
+    def by_name(msg: JointState) -> Payloads:
+        values: Sequence[float] = getattr(msg, fieldname)
+        if len(values) != len(msg.name):
+            raise ValueError(f"{len(msg.name)} name(s) but {len(values)} {fieldname} value(s)")
+        unknown = [n for n in msg.name if n not in joints]
+        if unknown:
+            raise ValueError(f"unknown joint name(s) {', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(joints)}")
+        return [(joints[n], {"mode": mode, "value": value(x)}) for n, x in zip(msg.name, values)]
+
+    return by_name

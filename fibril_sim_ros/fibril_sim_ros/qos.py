@@ -1,0 +1,62 @@
+"""QoS profiles of the bridge entries and of ``/clock``, and QoS-event logging.
+
+A QoS incompatibility between one of our publishers or subscriptions and a peer is logged at
+WARN with the topic, our QoS and the offending policy, never left silent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfile,
+                       ReliabilityPolicy)
+
+from .bridge import Qos
+
+#: ``/clock``: reliable (a best-effort subscriber such as rclpy's time source still receives),
+#: keep the last value only, transient local so that a late joiner asking for it gets the
+#: current time at once.
+CLOCK_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
+                       reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def profile(qos: Qos) -> QoSProfile:
+    return QoSProfile(
+        depth=qos.depth, history=HistoryPolicy.KEEP_LAST,
+        reliability=(ReliabilityPolicy.RELIABLE if qos.reliability == "reliable"
+                     else ReliabilityPolicy.BEST_EFFORT),
+        durability=(DurabilityPolicy.TRANSIENT_LOCAL if qos.durability == "transient_local"
+                    else DurabilityPolicy.VOLATILE))
+
+
+def describe(profile: QoSProfile) -> str:
+    return (f"{profile.reliability.name.lower()}, {profile.durability.name.lower()}, "
+            f"depth {profile.depth}")
+
+
+def _policy(event: Any) -> str:
+    try:
+        return QoSPolicyKind(event.last_policy_kind).name
+    except ValueError:
+        return str(event.last_policy_kind)
+
+
+def subscription_events(logger: Any, topic: str, profile: QoSProfile
+                        ) -> SubscriptionEventCallbacks:
+    def incompatible(event: Any) -> None:
+        logger.warning(f"QoS mismatch on {topic}: a publisher offers QoS incompatible with this "
+                       f"subscription ({describe(profile)}); its messages are NOT received "
+                       f"(policy {_policy(event)}, {event.total_count} publisher(s) so far)")
+
+    return SubscriptionEventCallbacks(incompatible_qos=incompatible)
+
+
+def publisher_events(logger: Any, topic: str, profile: QoSProfile) -> PublisherEventCallbacks:
+    def incompatible(event: Any) -> None:
+        logger.warning(f"QoS mismatch on {topic}: a subscription requests QoS this publisher "
+                       f"({describe(profile)}) cannot offer; it receives NOTHING (policy "
+                       f"{_policy(event)}, {event.total_count} subscription(s) so far)")
+
+    return PublisherEventCallbacks(incompatible_qos=incompatible)

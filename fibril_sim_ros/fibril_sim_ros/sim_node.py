@@ -1,0 +1,801 @@
+"""``sim_node``: the live ROS 2 simulation node (node name ``fibril_sim``).
+
+    ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
+        [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=0] [-p trace_dir:=DIR]
+        [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
+        [-p control_period:=0.002]
+    python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
+
+It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
+callbacks convert a message and call ``connection.submit`` (the ingress) and nothing else;
+records the host delivers are handed to a publisher thread (the host never waits on DDS) that
+publishes them on the bridge's topics, then ``/clock`` (SessionTime) once per frame. Services:
+``~/step``, ``~/reset``, ``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
+
+Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
+``/clock``, then waits until every sync topic has answered (a message received after that
+``/clock``) before the next period, so a controller's commands land on the same commit ticks on
+every run. A topic that does not answer within ``sync_timeout`` wall seconds is an error naming
+it: the node exits with status 1 (free running) or the ``~/step`` call fails.
+
+Exit status: 0 after a normal shutdown, 2 for a bad manifest / bridge / parameter (one line on
+stderr), 1 for a sync timeout or a host failure, 130 / 143 after SIGINT / SIGTERM (the host stops
+at a tick boundary and the trace is closed complete first).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
+from rcl_interfaces.msg import SetParametersResult
+from sensor_msgs.msg import JointState
+
+from fibril_msgs.msg import FrameTiming as FrameTimingMsg
+from fibril_msgs.srv import GetState, Reset, SetPaused, Step
+from fibril_sim_core.errors import FibrilError, IngressError
+from fibril_sim_core.ingress import external_input
+from fibril_sim_core.records import DeviceOutput, FrameTiming
+
+from . import messages as m
+from .bridge import Bridge, BridgeError, load_bridge
+from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
+
+NODE_NAME = "fibril_sim"
+EXIT_CONFIG = 2
+EXIT_FAILURE = 1
+# Records waiting for the publisher thread before the host drops (real time) or waits (fast,
+# lockstep, sync) for it.
+MAX_BACKLOG = 20_000
+REJECT_LOG_PERIOD_S = 1.0
+
+
+class NodeConfigError(FibrilError):
+    """A parameter of the node is missing or invalid."""
+
+
+class SyncTimeout(FibrilError):
+    """A sync topic did not answer a control period in time."""
+
+
+# --------------------------------------------------------------------------- publisher thread
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class _Clock:
+    __slots__ = ("session_time_ns",)
+
+    def __init__(self, session_time_ns: int) -> None:
+        self.session_time_ns = session_time_ns
+
+
+class Outbox:
+    """Hands records from the host thread to one publisher thread, in emission order.
+
+    The host only appends to a queue; conversion and DDS writes happen here. When the
+    publisher thread falls ``MAX_BACKLOG`` records behind, a real-time host drops device
+    samples (counted per topic) rather than fall behind the clock; otherwise it waits.
+    """
+
+    def __init__(self, node: SimNode) -> None:
+        self._node = node
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.blocking = False
+        self.drops: dict[str, int] = {}
+        self.frames: deque[tuple[float, int]] = deque()
+        self.last_clock_ns = -1
+        self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
+                                        daemon=True)
+        self._stopping = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # host thread --------------------------------------------------------------------------
+    def on_record(self, record: Any) -> None:
+        cls = type(record)
+        if cls is DeviceOutput:
+            if self._queue.qsize() > MAX_BACKLOG:
+                if not self.blocking:
+                    for topic in self._node.topics_of(record.device_id):
+                        self.drops[topic] = self.drops.get(topic, 0) + 1
+                    return
+                while self._queue.qsize() > MAX_BACKLOG and not self._stopping:
+                    time.sleep(0.0005)
+            self._queue.put(record)
+        elif cls is FrameTiming:
+            self._queue.put((record, time.perf_counter()))
+
+    # any thread ---------------------------------------------------------------------------
+    def clock(self, session_time_ns: int) -> None:
+        self._queue.put(_Clock(session_time_ns))
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until everything queued so far has been published."""
+        marker = _Flush()
+        self._queue.put(marker)
+        marker.done.wait(timeout)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stopping = True
+        self._queue.put(None)
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+
+    # publisher thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        node = self._node
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            try:
+                if type(item) is DeviceOutput:
+                    node.publish_output(item)
+                elif type(item) is tuple:
+                    frame, wall = item
+                    window = self.frames
+                    window.append((wall, frame.session_time_ns))
+                    while len(window) > 2 and wall - window[1][0] > 1.0:
+                        window.popleft()
+                    node.publish_frame(frame)
+                    self._publish_clock(frame.session_time_ns)
+                elif type(item) is _Clock:
+                    self._publish_clock(item.session_time_ns)
+                elif type(item) is _Flush:
+                    item.done.set()
+            except Exception as exc:  # noqa: BLE001 - a publish failure must not stop the rest
+                if not self._stopping:
+                    node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
+                                            throttle_duration_sec=1.0)
+
+    def _publish_clock(self, session_time_ns: int) -> None:
+        if session_time_ns < self.last_clock_ns:  # never goes back (cannot happen: SessionTime)
+            return
+        self.last_clock_ns = session_time_ns
+        self._node.publish_clock(session_time_ns)
+
+    def measured_rtf(self) -> float:
+        window = list(self.frames)
+        if len(window) < 2 or time.perf_counter() - window[-1][0] > 1.0:
+            return 0.0
+        wall = window[-1][0] - window[0][0]
+        return (window[-1][1] - window[0][1]) / 1e9 / wall if wall > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- sync driver
+class SyncDriver:
+    """Deterministic lockstep: step a control period, publish, wait for every sync topic."""
+
+    def __init__(self, node: SimNode, topics: Sequence[str], timeout: float,
+                 period_ticks: int) -> None:
+        self.node = node
+        self.topics = tuple(topics)
+        self.timeout = timeout
+        self.period_ticks = period_ticks
+        self.generation = 0
+        self.answered = dict.fromkeys(self.topics, -1)
+        self.running = threading.Event()
+        self.lock = threading.Lock()
+        self.condition = threading.Condition()
+        self.stopping = False
+        self.failure: str | None = None
+        self.ready = False
+        self.periods = 0
+        self._thread = threading.Thread(target=self._run, name="fibril-sim-sync", daemon=True)
+
+    def start(self, paused: bool) -> None:
+        if not paused:
+            self.running.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.running.set()
+        with self.condition:
+            self.condition.notify_all()
+
+    # called before /clock of a period is published (publisher thread)
+    def next_generation(self) -> None:
+        with self.condition:
+            self.generation += 1
+
+    # subscription callbacks
+    def answer(self, topic: str) -> None:
+        if topic in self.answered:
+            with self.condition:
+                self.answered[topic] = self.generation
+                self.condition.notify_all()
+
+    def _wait_ready(self) -> None:
+        """Before the first period: every sync topic has a publisher and someone besides this
+        node listens to /clock, so that no answer of period 1 is lost to discovery."""
+        node = self.node
+        deadline = time.monotonic() + self.timeout
+        while not self.stopping:
+            missing = [t for t in self.topics if node.count_publishers(t) == 0]
+            if not missing and node.clock_subscribers() >= 2:
+                time.sleep(0.3)  # let the remaining endpoints of the controller match
+                self.ready = True
+                return
+            if time.monotonic() > deadline:
+                what = (f"no publisher on sync topic {missing[0]}" if missing
+                        else "no controller subscribed to /clock")
+                raise SyncTimeout(f"sync: {what} within sync_timeout {self.timeout:g} s")
+            time.sleep(0.02)
+
+    def run_ticks(self, ticks: int) -> dict[str, Any]:
+        """Advance ``ticks`` in control periods, waiting for the answers after each."""
+        with self.lock:
+            if not self.ready:
+                self._wait_ready()
+            state: dict[str, Any] = {}
+            left = ticks
+            while left > 0 and not self.stopping:
+                state = self._period(min(self.period_ticks, left))
+                left -= self.period_ticks
+            return state or self.node.connection.state()
+
+    def _period(self, ticks: int) -> dict[str, Any]:
+        node = self.node
+        state = node.connection.step(ticks)
+        node.outbox.flush()  # outputs and /clock of this period are published
+        target = self.generation
+        deadline = time.monotonic() + self.timeout
+        republish = time.monotonic() + 0.2
+        with self.condition:
+            while not self.stopping:
+                late = [t for t in self.topics if self.answered[t] < target]
+                if not late:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    raise SyncTimeout(
+                        f"sync: no message on {late[0]} within sync_timeout {self.timeout:g} s "
+                        f"after /clock {state['session_time_ns'] / 1e9:.6f} s (tick "
+                        f"{state['tick']}, episode {state['episode']})")
+                if now > republish:  # a controller that missed this /clock gets it again
+                    node.republish_clock(state["session_time_ns"])
+                    republish = now + 0.2
+                self.condition.wait(0.05)
+        self.periods += 1
+        return state
+
+    def _run(self) -> None:
+        while not self.stopping:
+            self.running.wait()
+            if self.stopping:
+                return
+            try:
+                self.run_ticks(self.period_ticks)
+            except SyncTimeout as exc:
+                self.failure = str(exc)
+                self.node.fail(str(exc))
+                return
+            except FibrilError as exc:
+                if not self.stopping:
+                    self.failure = str(exc)
+                    self.node.fail(f"sync: {exc}")
+                return
+
+
+# --------------------------------------------------------------------------- the node
+class SimNode(Node):
+    """The live simulation: a runtime, its bridge topics, /clock and control services."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(NODE_NAME, parameter_overrides=[Parameter("use_sim_time", value=True)],
+                         **kwargs)
+        self.exit_code: int | None = None
+        self.stop_requested = threading.Event()
+        self._runtime = None
+        self._trace = None
+        self.sync: SyncDriver | None = None
+        self.outbox = Outbox(self)
+        self._declare()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ set-up
+    def _declare(self) -> None:
+        declare = self.declare_parameter
+        declare("manifest", "")
+        declare("bridge", "")
+        declare("real_time_factor", 1.0)
+        declare("start_paused", False)
+        declare("seed", 0)
+        declare("trace_dir", "")
+        declare("clock_period", 0.0)
+        declare("sync_topics", Parameter.Type.STRING_ARRAY)
+        declare("sync_timeout", 5.0)
+        declare("control_period", 0.0)
+
+    def _param(self, name: str) -> Any:
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None
+
+    def _build(self) -> None:
+        from fibril_sim_core.manifest import RuntimeOptions
+        from fibril_sim_core.plan import SimulationBuilder
+        from fibril_sim_core.runtime import SimulationRuntime
+
+        manifest = str(self._param("manifest") or "")
+        if not manifest:
+            raise NodeConfigError("parameter 'manifest' is required (-p manifest:=PATH)")
+        rtf = float(self._param("real_time_factor"))
+        if not math.isfinite(rtf) or rtf < 0:
+            raise NodeConfigError(f"parameter 'real_time_factor' must be >= 0 (0: as fast as "
+                                  f"possible), got {rtf!r}")
+        seed = int(self._param("seed"))
+        if seed < 0:
+            raise NodeConfigError(f"parameter 'seed' must be >= 0, got {seed}")
+        plan = SimulationBuilder().build(Path(manifest))
+        self.plan = plan
+        timebase = plan.timebase
+        bridge_path = str(self._param("bridge") or "")
+        self.bridge: Bridge = load_bridge(plan, bridge_path or None)
+        fastest = min((d.period_ticks for d in plan.devices), default=0) * timebase.timestep_s
+        clock_period = float(self._param("clock_period")) or fastest
+        self.clock_ticks = self._ticks("clock_period", clock_period) if clock_period > 0 else 0
+        frame_s = plan.manifest.runtime.frame_duration_s
+        if self.clock_ticks:
+            frame_s = min(frame_s, self.clock_ticks * timebase.timestep_s)
+        sync_topics = [str(t) for t in (self._param("sync_topics") or []) if str(t)]
+        start_paused = bool(self._param("start_paused"))
+        self.target_rtf = rtf
+        if sync_topics:
+            known = {e.topic for e in self.bridge.inputs}
+            for topic in sync_topics:
+                if topic not in known:
+                    raise NodeConfigError(
+                        f"parameter 'sync_topics': {topic!r} is not an input topic of the "
+                        f"bridge; inputs: {', '.join(sorted(known)) or 'none'}")
+            control = float(self._param("control_period")) or clock_period or \
+                timebase.timestep_s
+            control_ticks = self._ticks("control_period", control)
+            timeout = float(self._param("sync_timeout"))
+            if not timeout > 0:
+                raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
+            self.sync = SyncDriver(self, sync_topics, timeout, control_ticks)
+            options = RuntimeOptions(mode="lockstep", real_time_factor=1.0,
+                                     frame_duration_s=frame_s, start_paused=True)
+            self.mode = "sync"
+        else:
+            options = RuntimeOptions(mode="realtime" if rtf > 0 else "fast",
+                                     real_time_factor=rtf if rtf > 0 else 1.0,
+                                     frame_duration_s=frame_s, start_paused=start_paused)
+            self.mode = "realtime" if rtf > 0 else "fast"
+        self.outbox.blocking = self.mode != "realtime"
+        trace_dir = str(self._param("trace_dir") or "")
+        if trace_dir:
+            from fibril_sim_core.trace import TraceWriter
+
+            self._trace = TraceWriter(trace_dir, provenance=dict(
+                plan.provenance, seed=seed, live_session=True,
+                bridge=self.bridge.source), layout=dict(plan.layout))
+        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options)
+        self.connection = self._runtime.connect()
+        self._make_publishers()
+        self._make_subscriptions()
+        self._make_services()
+        self.add_on_set_parameters_callback(self._on_parameters)
+        self.outbox.start()
+        self.connection.on_record(self.outbox.on_record)
+        self._runtime.start()
+        self.paused = start_paused
+        # Starting paused publishes /clock once, so nodes waiting for time do not deadlock.
+        self.outbox.clock(self.connection.state()["session_time_ns"])
+        if self.sync is not None:
+            self.sync.start(paused=start_paused)
+        self.get_logger().info(
+            f"simulating {plan.manifest.path} ({self.mode}"
+            + (f", real-time factor {rtf:g}" if self.mode == "realtime" else "")
+            + (", paused" if start_paused else "") + f", seed {seed}"
+            + (f", sync on {', '.join(sync_topics)}" if sync_topics else "")
+            + (f", trace {trace_dir}" if trace_dir else "") + f"); bridge {self.bridge.source}: "
+            + ", ".join(f"{e.topic} <- {e.type.split('/')[-1]}" for e in self.bridge.inputs)
+            + "; " + ", ".join(f"{e.topic} ({e.type.split('/')[-1]})"
+                               for e in self.bridge.outputs))
+
+    def _ticks(self, name: str, seconds: float) -> int:
+        try:
+            return self.plan.timebase.ticks(seconds, 1)
+        except ValueError as exc:
+            raise NodeConfigError(f"parameter {name!r}: {exc}") from None
+
+    def _make_publishers(self) -> None:
+        logger = self.get_logger()
+        timestep_s = self.plan.timebase.timestep_s
+        self._outputs: dict[str, Any] = {}
+        self._converters: dict[str, list[Any]] = {}
+        self._device_topics: dict[str, list[str]] = {}
+        devices = {d.id: d for d in self.plan.devices}
+
+        def publisher(cls: type, topic: str, qos: Any) -> Any:
+            return self.create_publisher(cls, topic, qos,
+                                         event_callbacks=publisher_events(logger, topic, qos))
+
+        for entry in self.bridge.outputs:
+            qos = profile(entry.qos)
+            self._outputs[entry.topic] = publisher(m.MESSAGE_CLASSES[entry.type],
+                                                      entry.topic, qos)
+            if entry.raw_topic:
+                self._outputs[entry.raw_topic] = publisher(m.DeviceSample, entry.raw_topic,
+                                                              qos)
+            if entry.info_topic:
+                self._outputs[entry.info_topic] = publisher(m.CameraInfo, entry.info_topic,
+                                                               qos)
+            self._converters.setdefault(entry.device, []).append(
+                m.output_converter(entry, devices[entry.device], timestep_s))
+            self._device_topics.setdefault(entry.device, []).extend(
+                t for t in (entry.topic, entry.raw_topic, entry.info_topic) if t)
+        self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
+        self._frame_pub = self.create_publisher(FrameTimingMsg, "~/frame_timing", 10)
+        self._joint_states = None
+        if self.bridge.joint_states is not None:
+            entry = self.bridge.joint_states
+            joints = [j for j in self.plan.layout["joints"] if j["type"] in ("hinge", "slide")]
+            self._joint_states = (publisher(JointState, entry.topic, profile(entry.qos)),
+                                  joints, max(1, round(1e9 / entry.rate)))
+            self._next_joint_states = 0
+            self._joint_event = threading.Event()
+            threading.Thread(target=self._joint_states_loop, name="fibril-sim-joints",
+                             daemon=True).start()
+
+    def _make_subscriptions(self) -> None:
+        logger = self.get_logger()
+        # One callback at a time: per-source sequence numbers reach the ingress in order.
+        self._input_group = MutuallyExclusiveCallbackGroup()
+        self._sequences: dict[str, itertools.count[int]] = {}
+        self._rejections: dict[str, tuple[float, int]] = {}
+        self.malformed = 0
+        self._subscriptions_by_topic = {}
+        for entry in self.bridge.inputs:
+            qos = profile(entry.qos)
+            for target in entry.targets:
+                self._sequences.setdefault(target, itertools.count(1))
+            callback = self._input_callback(entry, m.input_converter(entry))
+            self._subscriptions_by_topic[entry.topic] = self.create_subscription(
+                m.MESSAGE_CLASSES[entry.type], entry.topic, callback, qos,
+                callback_group=self._input_group,
+                event_callbacks=subscription_events(logger, entry.topic, qos))
+
+    def _input_callback(self, entry: Any, convert: Any) -> Any:
+        topic = entry.topic
+        submit = self.connection.submit
+        sequences = self._sequences
+        sync = self.sync
+
+        def callback(msg: Any) -> None:
+            try:
+                payloads = convert(msg)
+            except ValueError as exc:
+                self.malformed += 1
+                self._rejected(topic, str(exc))
+                payloads = []
+            for endpoint, payload in payloads:
+                try:
+                    submit(external_input(endpoint, next(sequences[endpoint]),
+                                          m.MOTOR_PAYLOAD, payload))
+                except IngressError as exc:
+                    self._rejected(topic, str(exc))
+            if sync is not None:
+                sync.answer(topic)
+
+        return callback
+
+    def _rejected(self, topic: str, reason: str) -> None:
+        """Log a rejected command at WARN, at most once a second per topic."""
+        now = time.monotonic()
+        last, suppressed = self._rejections.get(topic, (-math.inf, 0))
+        if now - last < REJECT_LOG_PERIOD_S:
+            self._rejections[topic] = (last, suppressed + 1)
+            return
+        more = f" ({suppressed} more rejected since the last report)" if suppressed else ""
+        self.get_logger().warning(f"rejected command on {topic}: {reason}{more}")
+        self._rejections[topic] = (now, 0)
+
+    def _make_services(self) -> None:
+        group = MutuallyExclusiveCallbackGroup()
+        self.create_service(Step, "~/step", self._on_step, callback_group=group)
+        self.create_service(Reset, "~/reset", self._on_reset, callback_group=group)
+        self.create_service(SetPaused, "~/set_paused", self._on_set_paused,
+                            callback_group=group)
+        self.create_service(GetState, "~/get_state", self._on_get_state, callback_group=group)
+
+    # ------------------------------------------------------------------ publishing
+    def topics_of(self, device_id: str) -> list[str]:
+        return self._device_topics.get(device_id, [])
+
+    def publish_output(self, output: DeviceOutput) -> None:
+        publishers = self._outputs
+        for convert in self._converters.get(output.device_id, ()):
+            for topic, msg in convert(output):
+                publishers[topic].publish(msg)
+
+    def publish_frame(self, frame: FrameTiming) -> None:
+        if self._frame_pub.get_subscription_count():
+            self._frame_pub.publish(m.frame_timing_message(frame))
+        if self._joint_states is not None and frame.session_time_ns >= self._next_joint_states:
+            self._next_joint_states = frame.session_time_ns + self._joint_states[2]
+            self._joint_event.set()
+
+    def publish_clock(self, session_time_ns: int) -> None:
+        if self.sync is not None:
+            self.sync.next_generation()
+        self._clock_pub.publish(m.clock_message(session_time_ns))
+
+    def republish_clock(self, session_time_ns: int) -> None:
+        """The same time again (no new period), for a peer that missed it."""
+        self._clock_pub.publish(m.clock_message(session_time_ns))
+
+    def clock_subscribers(self) -> int:
+        return self._clock_pub.get_subscription_count()
+
+    def _joint_states_loop(self) -> None:
+        """Ground-truth joint states at the declared rate, from the host's state (between
+        frames, so never a half-stepped state)."""
+        publisher, joints, _ = self._joint_states
+        names = [j["name"] for j in joints]
+        while not self.stop_requested.is_set():
+            if not self._joint_event.wait(0.2):
+                continue
+            self._joint_event.clear()
+            try:
+                state = self.connection.state()
+            except FibrilError:
+                return
+            msg = JointState()
+            msg.header.stamp = m.stamp(state["session_time_ns"])
+            msg.name = names
+            msg.position = [float(state["qpos"][j["qposadr"]]) for j in joints]
+            msg.velocity = [float(state["qvel"][j["dofadr"]]) for j in joints]
+            publisher.publish(msg)
+
+    # ------------------------------------------------------------------ services
+    def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
+        try:
+            if self.sync is not None:
+                if self.sync.running.is_set():
+                    raise NodeConfigError("step: the simulation is running; pause it first "
+                                          "(~/set_paused)")
+                state = self.sync.run_ticks(int(request.steps))
+            else:
+                if not self.paused:
+                    raise NodeConfigError("step: the simulation is running; pause it first "
+                                          "(~/set_paused)")
+                state = self.connection.step(int(request.steps))
+                self.outbox.flush()
+            response.success = True
+            response.message = f"stepped {request.steps} tick(s)"
+            self._fill(response, state)
+        except FibrilError as exc:
+            if isinstance(exc, SyncTimeout):
+                self.get_logger().error(str(exc))
+            response.success = False
+            response.message = str(exc)
+            self._fill(response, self._state_or_empty())
+        return response
+
+    def _on_reset(self, request: Reset.Request, response: Reset.Response) -> Reset.Response:
+        try:
+            state = self.connection.reset(request.keyframe or None,
+                                          int(request.seed) if request.set_seed else None)
+            self.outbox.clock(state["session_time_ns"])
+            response.success = True
+            response.message = f"episode {state['episode']} started"
+        except FibrilError as exc:
+            response.success = False
+            response.message = str(exc)
+            state = self._state_or_empty()
+        response.episode = int(state.get("episode", 0))
+        response.tick = int(state.get("tick", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.seed = int(state.get("seed", 0))
+        return response
+
+    def _on_set_paused(self, request: SetPaused.Request,
+                       response: SetPaused.Response) -> SetPaused.Response:
+        try:
+            if self.sync is not None:
+                if request.paused:
+                    self.sync.running.clear()
+                    with self.sync.lock:  # the current period finishes first
+                        state = self.connection.state()
+                else:
+                    self.sync.running.set()
+                    state = self.connection.state()
+            else:
+                state = self.connection.pause() if request.paused else self.connection.resume()
+            self.paused = bool(request.paused)
+            response.success = True
+            response.message = "paused" if request.paused else "running"
+        except FibrilError as exc:
+            response.success = False
+            response.message = str(exc)
+            state = self._state_or_empty()
+        response.paused = self.paused
+        response.tick = int(state.get("tick", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        return response
+
+    def _on_get_state(self, request: GetState.Request,
+                      response: GetState.Response) -> GetState.Response:
+        state = self._state_or_empty()
+        response.paused = self.paused
+        response.episode = int(state.get("episode", 0))
+        response.tick = int(state.get("tick", 0))
+        response.episode_time_ns = int(state.get("episode_time_ns", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.qpos = [float(v) for v in state.get("qpos", [])]
+        response.qvel = [float(v) for v in state.get("qvel", [])]
+        response.seed = int(state.get("seed", 0))
+        response.mode = self.mode
+        response.target_real_time_factor = float(self.target_rtf)
+        response.real_time_factor = float(self.outbox.measured_rtf())
+        response.accepted_inputs = int(state.get("accepted_inputs", 0))
+        response.rejected_inputs = int(state.get("rejected_inputs", 0)) + self.malformed
+        drops = dict(self.outbox.drops)
+        response.drop_topics = list(drops)
+        response.drop_counts = [int(v) for v in drops.values()]
+        return response
+
+    def _fill(self, response: Step.Response, state: dict[str, Any]) -> None:
+        response.tick = int(state.get("tick", 0))
+        response.episode_time_ns = int(state.get("episode_time_ns", 0))
+        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.episode = int(state.get("episode", 0))
+        response.paused = self.paused
+
+    def _state_or_empty(self) -> dict[str, Any]:
+        try:
+            return self.connection.state()
+        except FibrilError:
+            return {}
+
+    # ------------------------------------------------------------------ parameters
+    def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            if parameter.name in ("manifest", "bridge", "seed", "trace_dir", "clock_period",
+                                  "sync_topics", "sync_timeout", "control_period",
+                                  "start_paused"):
+                return SetParametersResult(
+                    successful=False,
+                    reason=f"{parameter.name} is read at start-up only; restart the node")
+            if parameter.name != "real_time_factor":
+                continue
+            value = parameter.value
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                return SetParametersResult(
+                    successful=False, reason=f"real_time_factor must be a number >= 0 (0: as "
+                                             f"fast as possible), got {value!r}")
+            if self.sync is not None:
+                return SetParametersResult(
+                    successful=False, reason="real_time_factor: sync mode runs as fast as "
+                                             "the controllers answer")
+            try:
+                if value > 0:
+                    self.connection.set_real_time_factor(float(value))
+                    self.connection.set_mode("realtime")
+                    self.mode = "realtime"
+                else:
+                    self.connection.set_mode("fast")
+                    self.mode = "fast"
+            except FibrilError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+            self.outbox.blocking = self.mode != "realtime"
+            self.target_rtf = float(value)
+            self.get_logger().info(f"real_time_factor set to {value:g}")
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ lifecycle
+    def fail(self, message: str) -> None:
+        """A fatal runtime error (sync timeout, host failure): log it and stop with status 1."""
+        self.get_logger().fatal(message)
+        print(f"{NODE_NAME}: error: {message}", file=sys.stderr, flush=True)
+        if self.exit_code is None:
+            self.exit_code = EXIT_FAILURE
+        self.stop_requested.set()
+
+    def check_host(self) -> None:
+        runtime = self._runtime
+        if runtime is not None and runtime.host.failure is not None:
+            self.fail(f"the simulation host stopped: {runtime.host.failure}")
+
+    def close(self) -> None:
+        """Stop at a tick boundary, publish nothing more, close the trace complete."""
+        self.stop_requested.set()
+        if self.sync is not None:
+            self.sync.stop()
+        if self._runtime is not None:
+            self._runtime.stop()
+            self._runtime = None
+        self.outbox.stop()
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            trace.close()
+
+
+# --------------------------------------------------------------------------- entry point
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv if argv is None else argv)
+    received: list[int] = []
+    node: SimNode | None = None
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if node is not None:
+            node.stop_requested.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    executor = None
+    try:
+        try:
+            node = SimNode()
+        except FibrilError as exc:
+            print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_CONFIG
+        if received:
+            node.stop_requested.set()
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        spinner = threading.Thread(target=_spin, args=(executor, node), name="fibril-sim-ros",
+                                   daemon=True)
+        spinner.start()
+        while not node.stop_requested.wait(0.05):
+            node.check_host()
+        node.close()
+        if received:
+            return 128 + received[0]
+        return node.exit_code or 0
+    finally:
+        if node is not None:
+            node.close()
+        if executor is not None:
+            executor.shutdown(timeout_sec=0.5)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _spin(executor: MultiThreadedExecutor, node: SimNode) -> None:
+    try:
+        executor.spin()
+    except (ExternalShutdownException, KeyboardInterrupt):
+        pass
+    except Exception as exc:  # noqa: BLE001 - reported, then the node stops
+        node.fail(f"executor stopped: {type(exc).__name__}: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
