@@ -11,9 +11,10 @@ Two ways in, same node and parameters:
   offers ``step(n)``, ``reset()``, ``wait_for(...)``, ``collect(...)``, ``publish(...)`` and kills
   every process group it started when it closes, also when the test failed.
 
-Sim time is the node's SessionTime (``/clock``); ``timeout_sim`` / ``duration_sim`` are seconds
-of it. While the simulation is paused, ``wait_for`` and ``collect`` advance it themselves with
-``~/step``; while it runs they watch ``/clock``. Wall-time limits guard every wait.
+Sim time is the node's SessionTime (what ``/clock`` carries); ``timeout_sim`` / ``duration_sim``
+are seconds of it. While the simulation is paused, ``wait_for`` and ``collect`` advance it
+themselves with ``~/step``; while it runs they follow it with ``~/get_state``. Wall-time limits
+guard every wait.
 
 Run ``python -m fibril_sim_ros.testing exec -- CMD...`` is the process launcher the harness
 uses (signal dispositions reset, killed with its parent); it is not meant to be called by hand.
@@ -285,15 +286,18 @@ class SimHarness:
     """The simulation node and your controllers as processes, driven from a test.
 
     ``controller`` is one command line (``controllers`` several), started beside the node.
-    start() waits until the node answers, then until ``ready_nodes`` ROS nodes besides the simulation's are in
-    the graph (default: one per controller) and each ``ready_topics`` topic (default: ``sync_topics``) has a publisher; only then does the
-    simulation run (``start_paused=False``) or stay paused at time 0 for ``step`` (default).
-    ``subscriptions`` (topic -> message type) are buffered from then on, before the clock runs,
-    for ``collect`` / ``wait_for``. ``step_ticks`` is the chunk in which ``wait_for`` / ``collect`` step a paused simulation.
-    Every process runs in its own session on this harness's private
-    ROS_DOMAIN_ID with ``FASTDDS_BUILTIN_TRANSPORTS=SHM``; ``env`` is that environment, for
-    processes of your own. Logs go to ``log_dir`` (default: a temporary directory), one
-    ``<name>.log`` per process; their tails are in every start-up error.
+    start() waits until the node answers, then until ``ready_nodes`` ROS nodes publish on one
+    of the simulation's input topics (default: one per controller; 0 to not wait) and each
+    ``ready_topics`` topic (default: ``sync_topics``) has a publisher. Only then does the
+    simulation run (``start_paused=False``); by default it stays paused at time 0 for
+    ``step``. ``subscriptions`` (topic -> message type) are buffered from then on, before the
+    clock runs, for ``collect`` / ``wait_for``; ``step_ticks`` is the chunk in which those
+    step a paused simulation.
+
+    Every process runs in its own session on this harness's private ROS_DOMAIN_ID with
+    ``FASTDDS_BUILTIN_TRANSPORTS=SHM``; ``env`` is that environment, for processes of your
+    own. Logs go to ``log_dir`` (default: a temporary directory), one ``<name>.log`` per
+    process; their tails are in every start-up error.
     """
 
     def __init__(
@@ -353,7 +357,7 @@ class SimHarness:
         self._streams: dict[tuple[str, type], _Stream] = {}
         self._publishers: dict[tuple[str, type], Any] = {}
         self._events = 0
-        self.session_time_ns = 0  # latest sim time seen (/clock or a service reply)
+        self.session_time_ns = 0  # latest sim time seen in a service reply
         self.paused = True
         self._run_after_start = not start_paused
         self._closed = False
@@ -391,9 +395,7 @@ class SimHarness:
     def _start(self) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rclpy.signals import SignalHandlerOptions
-        from rosgraph_msgs.msg import Clock
 
         if self._log_dir_arg is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix='fibril_sim_harness_')
@@ -416,9 +418,6 @@ class SimHarness:
                                        context=self._context)
         self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self._node)
-        self._node.create_subscription(
-            Clock, '/clock', self._on_clock,
-            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
 
         # Controllers start beside the node (they wait for /clock like on the robot), which
         # saves their start-up time; the node starts paused, so they miss nothing.
@@ -620,16 +619,17 @@ class SimHarness:
         ``done()``; a wall-time overrun returns, or raises WaitTimeout with ``wall_error``."""
         if not (math.isfinite(duration_sim) and duration_sim >= 0):
             raise ValueError(f'sim duration must be a finite number >= 0, got {duration_sim!r}')
-        timestep = None
-        if self.paused:
-            state = self.get_state()
-            timestep = state.episode_time_ns // state.tick if state.tick else None
+        # Sim time comes from ~/get_state (polled while running: cheaper for this process than
+        # following /clock at every frame, which would compete with the controllers for CPU).
+        state = self.get_state()
+        timestep = state.episode_time_ns // state.tick if state.tick else None
         start = self.session_time_ns
+        poll = time.monotonic() + 0.02
         end = start + int(round(duration_sim * _NS))
         deadline = time.monotonic() + timeout_wall
         while not done():
             if self.session_time_ns >= end:
-                return
+                break
             if time.monotonic() > deadline:
                 if wall_error:
                     raise WaitTimeout(f'{duration_sim} s of sim time did not pass within '
@@ -646,8 +646,12 @@ class SimHarness:
                 if self.session_time_ns <= before:
                     raise SimHarnessError(f'~/step({ticks}) did not advance sim time')
             else:
-                self._executor.spin_once(timeout_sec=0.01)
-                self._check_alive()
+                self._executor.spin_once(timeout_sec=0.005)
+                if time.monotonic() >= poll:
+                    self.get_state()
+                    poll = time.monotonic() + 0.02
+        # what was published up to now; while running, more keeps coming: take the backlog only
+        self._drain(limit=5.0 if self.paused else 0.1)
 
     def spin(self, seconds: float) -> None:
         """Run the harness's callbacks for ``seconds`` of wall time (the simulation does what
@@ -656,20 +660,16 @@ class SimHarness:
         self._spin_for(seconds)
         self._check_alive()
 
-    def _on_clock(self, msg: Any) -> None:
-        self._events += 1
-        self.session_time_ns = max(self.session_time_ns,
-                                   msg.clock.sec * _NS + msg.clock.nanosec)
-
-    def _drain(self, quiet: float = 0.005, limit: float = 1.0) -> None:
-        """Run callbacks until none arrives for ``quiet`` s (what the node published before
-        its last reply has landed by then)."""
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            before = self._events
-            self._executor.spin_once(timeout_sec=quiet)
-            if self._events == before:
-                return
+    def _drain(self, quiet: float = 0.01, limit: float = 5.0) -> None:
+        """Run callbacks until no message arrives for ``quiet`` s of wall time (what the node
+        published before its last reply has landed and been taken by then)."""
+        now = time.monotonic()
+        end, last, seen = now + limit, now, self._events
+        while now < end and now - last < quiet:
+            self._executor.spin_once(timeout_sec=quiet / 4)
+            now = time.monotonic()
+            if self._events != seen:
+                last, seen = now, self._events
 
     def _spin_for(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -704,13 +704,11 @@ class SimHarness:
 
     def _wait_for_controllers(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        own = {self.node.get_name(), NODE_NAME}
         wanted = self.ready_nodes
-        self._spin_until(
-            lambda: len({name for name, _ in self.node.get_node_names_and_namespaces()}
-                        - own) >= wanted,
-            max(0.0, deadline - time.monotonic()),
-            f'{wanted} controller node(s) did not appear within {self.startup_timeout} s')
+        self._spin_until(lambda: len(self._commanding_nodes()) >= wanted,
+                         max(0.0, deadline - time.monotonic()),
+                         f'{wanted} controller node(s) publishing on an input topic of '
+                         f'{NODE_NAME} did not appear within {self.startup_timeout} s')
         topics = self.ready_topics
         for topic in topics:
             self._spin_until(lambda t=topic: self.node.count_publishers(t) > 0,
@@ -718,6 +716,27 @@ class SimHarness:
                              f'no publisher on {topic} within {self.startup_timeout} s')
         if topics or wanted:
             self._spin_for(0.3)  # the rest of the controllers' endpoints, and their discovery
+
+    def _commanding_nodes(self) -> set[tuple[str, str]]:
+        """Nodes (name, namespace) that publish on a topic the simulation node subscribes to
+        (its bridge inputs), i.e. controllers that are up."""
+        graph = self.node
+        names = graph.get_node_names_and_namespaces()
+        if (NODE_NAME, '/') not in names:
+            return set()
+        inputs = {topic for topic, _ in graph.get_subscriber_names_and_types_by_node(
+            NODE_NAME, '/')} - {'/clock', '/parameter_events'}
+        found = set()
+        for name, namespace in names:
+            if name in (NODE_NAME, graph.get_name()):
+                continue
+            try:
+                published = graph.get_publisher_names_and_types_by_node(name, namespace)
+            except Exception:  # noqa: BLE001 - the node left the graph meanwhile
+                continue
+            if inputs & {topic for topic, _ in published}:
+                found.add((name, namespace))
+        return found
 
     def _check_alive(self) -> None:
         for process in self.processes:

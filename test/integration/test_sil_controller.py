@@ -40,6 +40,10 @@ def test_pi_integrates_over_the_elapsed_time() -> None:
     before = pi.integral
     pi.update(1.0, 0.8, 0.004)
     assert pi.integral - before == pytest.approx(0.2 * 0.004)
+    # a long stall counts as max_dt only
+    capped = PiController(kp=0.5, ki=2.0, limit=1.0, max_dt=0.01)
+    capped.update(1.0, 0.8, 0.5)
+    assert capped.integral == pytest.approx(0.2 * 0.01)
 
 
 def test_pi_does_not_wind_up_while_saturated() -> None:

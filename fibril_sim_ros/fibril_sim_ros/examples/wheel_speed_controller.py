@@ -37,6 +37,7 @@ from sensor_msgs.msg import JointState
 from fibril_msgs.msg import MotorCommand
 
 NODE_NAME = 'sil_controller'
+MAX_MISSED_PERIODS = 5  # the integral counts at most this many periods per update
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,16 @@ class PiController:
     """Discrete PI with conditional integration (the integral freezes while the output is
     saturated, so a long saturation does not wind it up). ``dt`` is the sim time since the
     previous update: a controller that misses a period under load still integrates the error
-    over the time that really passed."""
+    over the time that really passed, up to ``max_dt`` (one noisy sample must not stand for a
+    long stall)."""
 
-    def __init__(self, kp: float, ki: float, limit: float) -> None:
-        self.kp, self.ki, self.limit = kp, ki, limit
+    def __init__(self, kp: float, ki: float, limit: float, max_dt: float = math.inf) -> None:
+        self.kp, self.ki, self.limit, self.max_dt = kp, ki, limit, max_dt
         self.integral = 0.0
 
     def update(self, setpoint: float, measured: float, dt: float) -> float:
         error = setpoint - measured
-        integral = self.integral + error * max(dt, 0.0)
+        integral = self.integral + error * min(max(dt, 0.0), self.max_dt)
         output = self.kp * error + self.ki * integral
         if -self.limit < output < self.limit:
             self.integral = integral
@@ -100,7 +102,7 @@ class WheelSpeedController(Node):
             for name in ControllerSettings.__dataclass_fields__})
         self.settings.check()
         s = self.settings
-        self._pi = PiController(s.kp, s.ki, s.duty_limit)
+        self._pi = PiController(s.kp, s.ki, s.duty_limit, max_dt=MAX_MISSED_PERIODS / s.rate)
         self._period_ns = round(1e9 / s.rate)
         self._last_ns: int | None = None
         self._velocity: float | None = None
