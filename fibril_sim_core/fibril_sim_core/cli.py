@@ -58,12 +58,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a simulation, optionally into an MCAP trace")
     run.add_argument("manifest", type=Path)
-    length = run.add_mutually_exclusive_group(required=True)
+    length = run.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="physics ticks to run")
     length.add_argument("--duration", type=float, help="simulated seconds to run")
     run.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
     run.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
     run.add_argument("--inputs", type=Path, help="recorded inputs to replay (YAML)")
+    run.add_argument("--inputs-from-trace", type=Path, metavar="TRACE",
+                     help="replay the accepted inputs of episode 0 of a trace (e.g. of a live "
+                          "sim_node session) at their commit ticks; without --steps or "
+                          "--duration, runs as long as that episode")
     run.set_defaults(handler=_run)
 
     trace = commands.add_parser("trace", help="read traces")
@@ -172,7 +176,16 @@ def _run(args: argparse.Namespace) -> int:
 
     plan = SimulationBuilder().build(args.manifest)
     timebase = plan.timebase
-    if args.steps is not None:
+    if args.inputs is not None and args.inputs_from_trace is not None:
+        raise FibrilError("give --inputs or --inputs-from-trace, not both")
+    traced, traced_ticks = [], 0
+    if args.inputs_from_trace is not None:
+        traced, traced_ticks = _trace_inputs(args.inputs_from_trace, plan)
+    if args.steps is None and args.duration is None:
+        if args.inputs_from_trace is None:
+            raise FibrilError("give --steps or --duration (or --inputs-from-trace)")
+        ticks = traced_ticks
+    elif args.steps is not None:
         if args.steps < 0:
             raise FibrilError(f"--steps must be >= 0, got {args.steps}")
         ticks = args.steps
@@ -180,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.duration >= 0:
             raise FibrilError(f"--duration must be >= 0, got {args.duration}")
         ticks = timebase.ticks_ceil(args.duration)
-    recorded = load_inputs(args.inputs, timebase) if args.inputs else []
+    recorded = load_inputs(args.inputs, timebase) if args.inputs else traced
     trace = None
     if args.trace is not None:
         trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
@@ -227,6 +240,31 @@ def _run(args: argparse.Namespace) -> int:
     if trace is not None:
         print(f"trace: {args.trace}")
     return 0
+
+
+def _trace_inputs(path: Path, plan: Any) -> tuple[list[Any], int]:
+    """The accepted inputs of episode 0 of a trace, without the scenario's initial inputs
+    (the new instance commits those itself), and the episode's length in ticks."""
+    from .ingress import external_input
+    from .trace import TraceReader
+
+    with TraceReader(path) as reader:
+        records = [r for r in reader.external_inputs() if r.episode == 0 and r.accepted]
+        ticks = max((f.tick for f in reader.frame_timings() if f.episode == 0), default=0)
+        if not ticks:
+            step = reader.timestep_ns
+            ticks = max((o.delivery_time_ns // step for o in reader.device_outputs()
+                         if o.episode == 0), default=0)
+    initial = [(i.source_id, i.source_sequence, i.payload_type,
+                external_input(i.source_id, i.source_sequence, i.payload_type,
+                               i.payload).payload_json)
+               for i in plan.scenario.initial_inputs]
+    # The scenario's inputs are committed first at tick 0, before any live input.
+    head = [(r.source_id, r.source_sequence, r.payload_type, r.payload_json)
+            for r in records[:len(initial)] if r.commit_tick == 0]
+    if initial and head == initial:
+        records = records[len(initial):]
+    return records, ticks
 
 
 def _trace_query(args: argparse.Namespace) -> int:

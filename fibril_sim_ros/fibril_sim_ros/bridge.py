@@ -384,8 +384,13 @@ def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[Outp
 
     def claim(topic: str, where: str) -> None:
         if topic in seen:
-            raise BridgeError(f"{root.file}: {where}: duplicate topic {topic!r} (also "
-                              f"{seen[topic]})")
+            first, second = seen[topic], where
+            if second.startswith("(default"):  # name the file's key, not the default
+                first, second = second, first
+            also = first.replace("(default for ", "the default topic of ").rstrip(")") \
+                if first.startswith("(default") else first
+            raise BridgeError(f"{root.file}: {second}: duplicate topic {topic!r} (also "
+                              f"{also})")
         seen[topic] = where
 
     for entry in inputs:

@@ -23,6 +23,7 @@ from std_msgs.msg import Bool, Float64, Float64MultiArray
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import bridge as b
+from ._cdr import Template
 
 NS_PER_S = 1_000_000_000
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
@@ -44,8 +45,12 @@ def stamp(ns: int) -> Time:
     return Time(sec=sec, nanosec=nanosec)
 
 
-def clock_message(session_time_ns: int) -> Clock:
-    return Clock(clock=stamp(session_time_ns))
+_CLOCK = Template(Clock(), [("clock", "time")])
+
+
+def clock_message(session_time_ns: int) -> bytes:
+    """``rosgraph_msgs/Clock`` at a SessionTime, serialized (see ``_cdr``)."""
+    return _CLOCK.encode(divmod(int(session_time_ns), NS_PER_S))
 
 
 def frame_timing_message(frame: FrameTiming) -> FrameTimingMsg:
@@ -72,33 +77,57 @@ def device_sample(output: DeviceOutput, frame_id: str) -> DeviceSample:
     return msg
 
 
+def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput], Any]:
+    """DeviceSample of one device: pre-serialized when its sample has a fixed small size.
+
+    As the message definition says, ``header.stamp`` is the delivery time and
+    ``acquisition_stamp`` the acquisition time (both SessionTime)."""
+    names = list(device.component_names)
+    if len(names) > 64 or any("[" in n for n in names):  # images, long scans: plain messages
+        return lambda output: device_sample(output, frame_id)
+    prototype = DeviceSample()
+    prototype.header.frame_id = frame_id
+    prototype.device_id = device.id
+    prototype.sample_type = device.sample_type
+    prototype.component_names = names
+    template = Template(prototype, [
+        ("header.stamp", "time"), ("acquisition_stamp", "time"),
+        ("acquisition_episode_time_ns", "i64"), ("delivery_episode_time_ns", "i64"),
+        ("episode", "u32"), ("values", "f64s", len(names))])
+
+    def encode(output: DeviceOutput) -> bytes:
+        return template.encode(divmod(output.session_delivery_time_ns, NS_PER_S),
+                               divmod(output.session_acquisition_time_ns, NS_PER_S),
+                               output.acquisition_time_ns, output.delivery_time_ns,
+                               output.episode, output.values.tolist())
+
+    return encode
+
+
 # --------------------------------------------------------------------------- outputs
 Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
 
 
 def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float) -> Converter:
-    """A function DeviceOutput → [(topic, message)] for one bridge output entry."""
+    """A function DeviceOutput → [(topic, message or serialized bytes)] for one entry."""
     at_delivery = entry.stamp == "delivery"
     frame_id = entry.frame_id
     main = _MAIN.get(entry.type)
     build = main(entry, device, timestep_s) if main is not None else None
+    generic = device_sample_encoder(device, frame_id)
     topic, raw_topic, info_topic = entry.topic, entry.raw_topic, entry.info_topic
     info = _camera_info(entry, device) if info_topic else None
 
     def convert(output: DeviceOutput) -> list[tuple[str, Any]]:
-        when = stamp(output.session_delivery_time_ns if at_delivery
-                     else output.session_acquisition_time_ns)
         if build is None:
-            msg = device_sample(output, frame_id)
-            if not at_delivery:
-                msg.header.stamp = when
-            result = [(topic, msg)]
-        else:
-            result = [(topic, build(output, when))]
+            return [(topic, generic(output))]
+        when = (output.session_delivery_time_ns if at_delivery
+                else output.session_acquisition_time_ns)
+        result = [(topic, build(output, when))]
         if raw_topic is not None:
-            result.append((raw_topic, device_sample(output, frame_id)))
+            result.append((raw_topic, generic(output)))
         if info is not None:
-            info.header.stamp = when
+            info.header.stamp = stamp(when)
             result.append((info_topic, info))
         return result
 
@@ -106,44 +135,36 @@ def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float) -> Co
 
 
 def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
-    name = [str(device.binding["joint"])]
     per_unit = float(device.binding["counts_per_unit"])
-    frame_id = entry.frame_id
+    prototype = JointState()
+    prototype.header.frame_id = entry.frame_id
+    prototype.name = [str(device.binding["joint"])]
+    template = Template(prototype, [("header.stamp", "time"), ("position", "f64s", 1),
+                                    ("velocity", "f64s", 1)])
 
-    def build(output: DeviceOutput, when: Time) -> JointState:
-        msg = JointState()
-        msg.header.stamp = when
-        msg.header.frame_id = frame_id
-        msg.name = name
+    def build(output: DeviceOutput, when: int) -> bytes:
         values = output.values
         # counts → radians (hinge) or metres (slide) with the configured counts per revolution.
-        msg.position = [float(values[2]) / per_unit]
-        msg.velocity = [float(values[1])]
-        return msg
+        return template.encode(divmod(when, NS_PER_S), (float(values[2]) / per_unit,),
+                               (float(values[1]),))
 
     return build
 
 
 def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     config = device.config
-    gyro = b.covariance_diagonal(config.get("gyro_noise", 0.0))
-    accel = b.covariance_diagonal(config.get("accel_noise", 0.0))
-    unknown = [-1.0] + [0.0] * 8  # REP 145: no orientation estimate
-    frame_id = entry.frame_id
+    prototype = Imu()
+    prototype.header.frame_id = entry.frame_id
+    prototype.orientation_covariance = [-1.0] + [0.0] * 8  # REP 145: no orientation estimate
+    prototype.angular_velocity_covariance = b.covariance_diagonal(config.get("gyro_noise", 0.0))
+    prototype.linear_acceleration_covariance = b.covariance_diagonal(
+        config.get("accel_noise", 0.0))
+    template = Template(prototype, [("header.stamp", "time")] + [
+        (f"{vector}.{axis}", "f64") for vector in ("angular_velocity", "linear_acceleration")
+        for axis in "xyz"])
 
-    def build(output: DeviceOutput, when: Time) -> Imu:
-        v = output.values
-        msg = Imu()
-        msg.header.stamp = when
-        msg.header.frame_id = frame_id
-        msg.orientation_covariance = unknown
-        msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z = (
-            float(v[0]), float(v[1]), float(v[2]))
-        msg.linear_acceleration.x, msg.linear_acceleration.y, msg.linear_acceleration.z = (
-            float(v[3]), float(v[4]), float(v[5]))
-        msg.angular_velocity_covariance = gyro
-        msg.linear_acceleration_covariance = accel
-        return msg
+    def build(output: DeviceOutput, when: int) -> bytes:
+        return template.encode(divmod(when, NS_PER_S), *output.values.tolist())
 
     return build
 
@@ -155,10 +176,10 @@ def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     fov = float(entry.field_of_view)
     frame_id = entry.frame_id
 
-    def build(output: DeviceOutput, when: Time) -> Range:
+    def build(output: DeviceOutput, when: int) -> Range:
         distance, hit = float(output.values[0]), float(output.values[1])
         msg = Range()
-        msg.header.stamp = when
+        msg.header.stamp = stamp(when)
         msg.header.frame_id = frame_id
         msg.radiation_type = radiation
         msg.field_of_view = fov
@@ -177,9 +198,9 @@ def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     period = device.period_ticks * timestep_s
     frame_id = entry.frame_id
 
-    def build(output: DeviceOutput, when: Time) -> LaserScan:
+    def build(output: DeviceOutput, when: int) -> LaserScan:
         msg = LaserScan()
-        msg.header.stamp = when
+        msg.header.stamp = stamp(when)
         msg.header.frame_id = frame_id
         msg.angle_min = angle_min
         msg.angle_max = angle_min + increment * (rays - 1)
@@ -198,9 +219,9 @@ def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     width, height, depth = int(config["width"]), int(config["height"]), bool(config["depth"])
     frame_id = entry.frame_id
 
-    def build(output: DeviceOutput, when: Time) -> Image:
+    def build(output: DeviceOutput, when: int) -> Image:
         msg = Image()
-        msg.header.stamp = when
+        msg.header.stamp = stamp(when)
         msg.header.frame_id = frame_id
         msg.width, msg.height = width, height
         if depth:
@@ -245,10 +266,10 @@ def _odometry(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
         twist_cov[7 * (i + 3)] = vel_var
     frame_id, child = entry.frame_id, entry.child_frame_id
 
-    def build(output: DeviceOutput, when: Time) -> Odometry:
+    def build(output: DeviceOutput, when: int) -> Odometry:
         v = np.asarray(output.values, dtype=np.float64)
         msg = Odometry()
-        msg.header.stamp = when
+        msg.header.stamp = stamp(when)
         msg.header.frame_id = frame_id
         msg.child_frame_id = child
         p = msg.pose.pose
@@ -278,7 +299,7 @@ def _rotation(w: float, x: float, y: float, z: float) -> np.ndarray:
 
 
 def _bool(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
-    def build(output: DeviceOutput, when: Time) -> Bool:
+    def build(output: DeviceOutput, when: int) -> Bool:
         return Bool(data=bool(output.values[0] > 0.5))
 
     return build

@@ -1,0 +1,277 @@
+"""Live ROS 2 node benchmark: real-time factor, publish jitter, command latency, fast ratio.
+
+The drivetrain with 1 kHz physics (drivetrain.xml), the wheel encoder at 1 kHz (latency 1 ms)
+and the IMU at 200 Hz (latency 1 ms); the node (``python -m fibril_sim_ros.sim_node``) runs as a
+child process and this process subscribes to /wheel_encoder, /chassis_imu and /clock over shared
+memory on a private ROS domain.
+
+1. Real time (``real_time_factor: 1.0``, traced) for ``--seconds`` (10) wall seconds:
+   * measured real-time factor: simulated / wall time between the first and last /clock;
+   * publish jitter of encoder and IMU messages against the ideal schedule: each message's
+     publication time (DDS source timestamp) minus its delivery time on the simulation clock,
+     less the median of that offset; p50 / p99 of the absolute value;
+   * end-to-end latency: ``--commands`` MotorCommands are published; for each, from its
+     publication to the arrival here of the first encoder message whose acquisition happened
+     after the command reached physics (its commit tick, from the session's trace, plus the
+     endpoint's command latency). It includes the simulated latencies (command 2 ms, encoder
+     1 ms, sampling) and the transport; the transport share is reported too.
+2. As fast as possible (``real_time_factor: 0``, not traced) with the same subscriber: ticks per
+   second against ``fibril_sim run`` of the same manifest without ROS (ratio).
+
+Targets: real-time factor >= 0.99, p99 jitter < 2 ms, ratio >= 0.5.
+Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "SHM")
+os.environ.setdefault("ROS_DOMAIN_ID", str(101 + os.getpid() % 100))
+
+import rclpy  # noqa: E402
+from fibril_msgs.msg import MotorCommand  # noqa: E402
+from fibril_msgs.srv import GetState  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from rosgraph_msgs.msg import Clock  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+
+from fibril_sim_core.trace import TraceReader  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "config" / "examples" / "drivetrain" / "drivetrain.xml"
+MS = 1_000_000
+ENCODER_LATENCY_NS = MS
+COMMAND_LATENCY_TICKS = 2
+MANIFEST = f"""\
+schema_version: {{major: 3, minor: 1}}
+model: {MODEL}
+components:
+  - {{id: motor, type: fibril_sim/motor, endpoint: motor/command, bind: {{actuator: drive}},
+     config: {{supply_voltage: 12.0, command_latency: 0.002}}}}
+  - {{id: wheel_encoder, type: fibril_sim/encoder, bind: {{joint: wheel_joint}},
+     config: {{period: 0.001, latency: 0.001, counts_per_revolution: 1024, noise_counts: 0.5}}}}
+  - {{id: chassis_imu, type: fibril_sim/imu, bind: {{site: imu}},
+     config: {{period: 0.005, latency: 0.001, gyro_noise: 0.01, accel_noise: 0.05}}}}
+runtime: {{mode: realtime, real_time_factor: 1.0}}
+scenario:
+  keyframe: rest
+  initial_inputs:
+    - {{source_id: motor/command, source_sequence: 0, payload_type: fibril_sim/motor_command/v1,
+       payload: {{mode: duty, value: 0.3}}}}
+"""
+RELIABLE = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
+CLOCK_QOS = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class Subscriber:
+    """This process's node: what arrives (message, source timestamp, arrival time)."""
+
+    def __init__(self) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("fibril_bench_subscriber", context=self.context)
+        self.lock = threading.Lock()
+        self.encoder = self._subscribe(JointState, "/wheel_encoder", RELIABLE)
+        self.imu = self._subscribe(Imu, "/chassis_imu", RELIABLE)
+        self.clock = self._subscribe(Clock, "/clock", CLOCK_QOS)
+        self.motor = self.node.create_publisher(MotorCommand, "/motor/command", 10)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.recording = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _subscribe(self, cls, topic, qos) -> list:
+        received: list = []
+
+        def callback(msg, info) -> None:
+            if self.recording:
+                received.append((msg, int(info["source_timestamp"]), time.time_ns()))
+
+        self.node.create_subscription(cls, topic, callback, qos)
+        return received
+
+    def _spin(self) -> None:
+        while not self._stop:
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def clear(self) -> None:
+        for items in (self.encoder, self.imu, self.clock):
+            items.clear()
+
+    def state(self) -> GetState.Response:
+        client = self.node.create_client(GetState, "/fibril_sim/get_state")
+        try:
+            if not client.wait_for_service(timeout_sec=30):
+                raise SystemExit("the node did not come up (no ~/get_state)")
+            future = client.call_async(GetState.Request())
+            deadline = time.monotonic() + 10
+            while not future.done() and time.monotonic() < deadline:
+                time.sleep(0.002)
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def start_node(manifest: Path, scratch: Path, name: str, **params) -> subprocess.Popen:
+    command = [sys.executable, "-m", "fibril_sim_ros.sim_node", "--ros-args",
+               "-p", f"manifest:={manifest}"]
+    for key, value in params.items():
+        command += ["-p", f"{key}:={value}"]
+    return subprocess.Popen(command, stdout=open(scratch / f"{name}.out", "w"),
+                            stderr=open(scratch / f"{name}.err", "w"), stdin=subprocess.DEVNULL)
+
+
+def stop_node(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def jitter(samples: list, latency_ns: int) -> np.ndarray:
+    """|publication - delivery (sim) - median offset| in ms."""
+    offsets = np.array([published - (ns(m.header.stamp) + latency_ns)
+                        for m, published, _ in samples], dtype=np.float64)
+    return np.abs(offsets - np.median(offsets)) / 1e6
+
+
+def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
+                   commands: int) -> dict:
+    trace = scratch / "rt.trace"
+    node = start_node(manifest, scratch, "rt", real_time_factor=1.0, trace_dir=trace)
+    sent: list[int] = []
+    try:
+        sub.state()
+        time.sleep(1.0)  # discovery settles
+        sub.clear()
+        sub.recording = True
+        start = time.monotonic()
+        interval = seconds / (commands + 1)
+        for k in range(commands):
+            while time.monotonic() < start + (k + 1) * interval:
+                time.sleep(0.001)
+            sent.append(time.time_ns())
+            sub.motor.publish(MotorCommand(mode=MotorCommand.MODE_DUTY,
+                                           value=0.6 if k % 2 else -0.6))
+        while time.monotonic() < start + seconds:
+            time.sleep(0.01)
+        sub.recording = False
+        state = sub.state()
+    finally:
+        stop_node(node)
+    with sub.lock:
+        clock, encoder, imu = list(sub.clock), list(sub.encoder), list(sub.imu)
+    clock = clock[5:]  # the writer's history sample may come first
+    rtf = (ns(clock[-1][0].clock) - ns(clock[0][0].clock)) / (clock[-1][2] - clock[0][2])
+    with TraceReader(trace) as reader:
+        commits = [r.commit_tick for r in reader.external_inputs()
+                   if r.accepted and r.source_sequence > 0]
+    latencies, transport = [], []
+    arrivals = [(ns(m.header.stamp), arrived, published) for m, published, arrived in encoder]
+    for sent_ns, commit in zip(sent, commits):
+        applied_ns = (commit + COMMAND_LATENCY_TICKS) * MS  # released; acquired from here on
+        first = next(((a, arrived, pub) for a, arrived, pub in arrivals if a >= applied_ns),
+                     None)
+        if first is not None:
+            latencies.append((first[1] - sent_ns) / 1e6)
+            transport.append((first[1] - first[2]) / 1e6)
+    return {"rtf": rtf, "node_rtf": state.real_time_factor, "encoder": jitter(encoder, MS),
+            "imu": jitter(imu, MS), "encoder_count": len(encoder), "imu_count": len(imu),
+            "latency": np.array(latencies), "transport": np.array(transport),
+            "commands": len(sent), "committed": len(commits)}
+
+
+def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float) -> float:
+    node = start_node(manifest, scratch, "fast", real_time_factor=0.0)
+    try:
+        sub.state()
+        sub.recording = True
+        first = sub.state()
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        last = sub.state()
+        t1 = time.monotonic()
+        sub.recording = False
+    finally:
+        stop_node(node)
+    return (last.tick - first.tick) / (t1 - t0)
+
+
+def offline_rate(manifest: Path, seconds: float) -> float:
+    result = subprocess.run([sys.executable, "-m", "fibril_sim_core.cli", "run", str(manifest),
+                             "--duration", str(seconds)], capture_output=True, text=True,
+                            check=True)
+    match = re.search(r"ran (\d+) ticks .* in ([0-9.]+) s wall", result.stdout)
+    return int(match.group(1)) / float(match.group(2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--fast-seconds", type=float, default=5.0)
+    parser.add_argument("--commands", type=int, default=20)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-bench-"))
+    manifest = scratch / "bench.yaml"
+    manifest.write_text(MANIFEST)
+    sub = Subscriber()
+    try:
+        rt = realtime_phase(sub, manifest, scratch, args.seconds, args.commands)
+        fast = fast_phase(sub, manifest, scratch, args.fast_seconds)
+        sub.clear()
+    finally:
+        sub.close()
+    offline = offline_rate(manifest, 20.0)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    def pct(values: np.ndarray) -> str:
+        if not len(values):
+            return "n/a"
+        return f"p50 {np.percentile(values, 50):.3f} ms, p99 {np.percentile(values, 99):.3f} ms"
+
+    print(f"real time, {args.seconds:g} s (1 kHz physics, encoder 1 kHz, IMU 200 Hz, traced):")
+    print(f"  measured real-time factor   {rt['rtf']:.4f} (node's own: {rt['node_rtf']:.4f})"
+          f"   target >= 0.99")
+    print(f"  encoder publish jitter      {pct(rt['encoder'])} over {rt['encoder_count']} msgs"
+          f"   target p99 < 2 ms")
+    print(f"  IMU publish jitter          {pct(rt['imu'])} over {rt['imu_count']} msgs")
+    print(f"  command -> encoder latency  {pct(rt['latency'])} ({rt['committed']}/"
+          f"{rt['commands']} commands; includes 2 ms command + 1 ms encoder latency in sim)")
+    print(f"  of which transport          {pct(rt['transport'])} (encoder publication -> here)")
+    print("as fast as possible (real_time_factor 0, not traced, subscriber attached):")
+    print(f"  node {fast:.0f} ticks/s, fibril_sim run {offline:.0f} ticks/s, ratio "
+          f"{fast / offline:.2f}   target >= 0.5")
+
+
+if __name__ == "__main__":
+    main()

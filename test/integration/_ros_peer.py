@@ -1,0 +1,167 @@
+"""Test helpers (not a test module): the sim node as a child process, and an rclpy peer node in
+the test process that subscribes, publishes and calls services from a background executor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "config" / "examples" / "drivetrain" / "simulation.yaml"
+
+RELIABLE = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
+                      reliability=ReliabilityPolicy.RELIABLE)
+BEST_EFFORT = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
+                         reliability=ReliabilityPolicy.BEST_EFFORT)
+CLOCK = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
+                   reliability=ReliabilityPolicy.RELIABLE,
+                   durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def ns(stamp: Any) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def _child_signals() -> None:
+    # The suite may run with SIGINT ignored; the child gets the default dispositions.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class SimProcess:
+    """``python -m fibril_sim_ros.sim_node`` with the test's environment (SHM, domain id)."""
+
+    def __init__(self, tmp_path: Path, params: dict[str, Any], name: str = "sim",
+                 params_file: Path | None = None) -> None:
+        self.out = tmp_path / f"{name}.out"
+        self.err = tmp_path / f"{name}.err"
+        command = [sys.executable, "-m", "fibril_sim_ros.sim_node", "--ros-args"]
+        if params_file is not None:
+            command += ["--params-file", str(params_file)]
+        for key, value in params.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, (list, tuple)):
+                value = "[" + ",".join(str(v) for v in value) + "]"
+            command += ["-p", f"{key}:={value}"]
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.process = subprocess.Popen(command, env=dict(os.environ), stdout=out,
+                                            stderr=err, stdin=subprocess.DEVNULL,
+                                            preexec_fn=_child_signals)
+
+    def log(self) -> str:
+        return (f"--- node stdout ---\n{self.out.read_text(errors='replace')}\n"
+                f"--- node stderr ---\n{self.err.read_text(errors='replace')}")
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+class Peer:
+    """An rclpy node in the test process, spun by a background executor thread."""
+
+    def __init__(self, name: str = "fibril_test_peer") -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop and self.context.ok():
+            try:
+                self.executor.spin_once(timeout_sec=0.02)
+            except Exception:  # noqa: BLE001 - shutting down
+                return
+
+    def subscribe(self, cls: type, topic: str, qos: QoSProfile = RELIABLE,
+                  on_message: Callable[[Any], None] | None = None) -> list[tuple[Any, int]]:
+        """Messages with their source (publication) timestamps, in arrival order."""
+        received: list[tuple[Any, int]] = []
+
+        def callback(msg: Any, info: Any) -> None:
+            with self.lock:
+                received.append((msg, int(info["source_timestamp"])))
+            if on_message is not None:
+                on_message(msg)
+
+        self.node.create_subscription(cls, topic, callback, qos)
+        return received
+
+    def publisher(self, cls: type, topic: str, qos: QoSProfile = RELIABLE) -> Any:
+        return self.node.create_publisher(cls, topic, qos)
+
+    def call(self, cls: type, name: str, request: Any, timeout: float = 20.0) -> Any:
+        client = self.node.create_client(cls, name)
+        try:
+            assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
+            future = client.call_async(request)
+            deadline = time.monotonic() + timeout
+            while not future.done():
+                assert time.monotonic() < deadline, f"no reply from {name} in {timeout} s"
+                time.sleep(0.005)
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def wait_for_service(self, cls: type, name: str, sim: SimProcess,
+                         timeout: float = 30.0) -> None:
+        client = self.node.create_client(cls, name)
+        deadline = time.monotonic() + timeout
+        try:
+            while not client.wait_for_service(timeout_sec=0.1):
+                assert sim.alive(), f"the node exited early\n{sim.log()}"
+                assert time.monotonic() < deadline, f"{name} not available\n{sim.log()}"
+        finally:
+            self.node.destroy_client(client)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(5)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               log: Callable[[], str] = lambda: "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{log()}")
+        time.sleep(0.01)
+
+
+def snapshot(items: Sequence[Any], lock: threading.Lock) -> list[Any]:
+    with lock:
+        return list(items)

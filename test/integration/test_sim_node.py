@@ -1,0 +1,441 @@
+"""The live ROS 2 simulation node, end to end: the node runs as a child process
+(``python -m fibril_sim_ros.sim_node``) on this session's ROS domain over shared memory; this
+process subscribes, publishes commands and calls its services.
+
+The ``live`` node (real time, factor 2, traced) is shared by the tests that follow it in file
+order; the last of them stops it with SIGTERM and replays its trace offline.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from _ros_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
+                       snapshot, wait_until)
+from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from fibril_msgs.srv import GetState, Reset, SetPaused, Step  # noqa: E402
+from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType  # noqa: E402
+from rcl_interfaces.msg import ParameterValue  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
+from rosgraph_msgs.msg import Clock  # noqa: E402
+from sensor_msgs.msg import Imu, JointState  # noqa: E402
+from std_msgs.msg import Float64  # noqa: E402
+
+from fibril_sim_core import SimulationBuilder  # noqa: E402
+from fibril_sim_core import cli  # noqa: E402
+from fibril_sim_core.trace import TraceReader  # noqa: E402
+from fibril_sim_ros.bridge import BridgeError, load_bridge  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+MS = 1_000_000
+ENCODER_PERIOD, ENCODER_LATENCY = 2 * MS, 1 * MS
+IMU_PERIOD, IMU_LATENCY = 5 * MS, 1 * MS
+CPR = 1024
+BRIDGE = """\
+schema_version: {major: 1, minor: 0}
+inputs:
+  - {topic: /motor/command, type: fibril_msgs/msg/MotorCommand, endpoint: motor/command}
+  - {topic: /motor/duty_percent, type: std_msgs/msg/Float64, endpoint: motor/command,
+     mode: duty, scale: 0.01}
+outputs:
+  - {device: wheel_encoder, raw_topic: /wheel_encoder/counts}
+joint_states: {rate: 50.0}
+"""
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def peer():
+    node = Peer()
+    yield node
+    node.close()
+
+
+class Live:
+    """The shared real-time node and what the peer has received from it."""
+
+    def __init__(self, sim: SimProcess, peer: Peer, trace: Path) -> None:
+        self.sim, self.peer, self.trace = sim, peer, trace
+        self.clock = peer.subscribe(Clock, "/clock", CLOCK)
+        self.encoder = peer.subscribe(JointState, "/wheel_encoder")
+        self.counts = peer.subscribe(DeviceSample, "/wheel_encoder/counts")
+        self.imu = peer.subscribe(Imu, "/chassis_imu")
+        self.best_effort_imu = peer.subscribe(Imu, "/chassis_imu", BEST_EFFORT)
+        self.joint_states = peer.subscribe(JointState, "/joint_states")
+        self.motor = peer.publisher(MotorCommand, "/motor/command")
+        self.duty = peer.publisher(Float64, "/motor/duty_percent")
+
+    def sim_now(self) -> int:
+        clock = snapshot(self.clock, self.peer.lock)
+        return max((ns(m.clock) for m, _ in clock), default=0)
+
+    def wait_sim(self, seconds: float) -> None:
+        """Wait until ``seconds`` of simulated time passed on /clock."""
+        target = self.sim_now() + int(seconds * 1e9)
+        wait_until(lambda: self.sim_now() >= target, 20.0 + seconds, "/clock",
+                   self.sim.log)
+
+    def wheel_speed(self, seconds: float) -> float:
+        """Mean wheel speed (rad/s) over the last ``seconds`` of encoder positions."""
+        samples = snapshot(self.encoder, self.peer.lock)
+        end = ns(samples[-1][0].header.stamp)
+        window = [(ns(m.header.stamp), m.position[0]) for m, _ in samples
+                  if ns(m.header.stamp) >= end - seconds * 1e9]
+        (t0, p0), (t1, p1) = window[0], window[-1]
+        return (p1 - p0) / ((t1 - t0) / 1e9)
+
+
+@pytest.fixture(scope="module")
+def live(peer, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("live")
+    bridge = tmp / "bridge.yaml"
+    bridge.write_text(BRIDGE)
+    trace = tmp / "trace"
+    sim = SimProcess(tmp, {"manifest": MANIFEST, "bridge": bridge, "real_time_factor": 2.0,
+                           "seed": 3, "trace_dir": trace})
+    state = Live(sim, peer, trace)
+    peer.wait_for_service(GetState, "/fibril_sim/get_state", sim)
+    yield state
+    sim.stop()
+
+
+# --------------------------------------------------------------------------- live node
+def test_clock_ticks_and_devices_arrive_at_their_period_published_at_delivery(live) -> None:
+    live.wait_sim(0.5)
+    peer = live.peer
+    devices = [(snapshot(live.encoder, peer.lock), ENCODER_PERIOD, ENCODER_LATENCY,
+                "wheel_joint"), (snapshot(live.imu, peer.lock), IMU_PERIOD, IMU_LATENCY, "imu")]
+    last = max(ns(s[-1][0].header.stamp) for s, *_ in devices) + 2 * MS
+    wait_until(lambda: live.sim_now() >= last, 10, "/clock past the samples", live.sim.log)
+    # (The first samples may be the writer's transient-local history, delivered late.)
+    clock = [(ns(m.clock), t) for m, t in snapshot(live.clock, peer.lock)][5:]
+    values = [c for c, _ in clock]
+    assert values == sorted(values), values[:20]
+    assert values[-1] - values[0] >= 400 * MS
+    for samples, period, latency, frame in devices:
+        assert len(samples) > 50, live.sim.log()
+        stamps = [ns(m.header.stamp) for m, _ in samples]
+        assert {b - a for a, b in zip(stamps, stamps[1:])} == {period}  # none lost, none late
+        assert {m.header.frame_id for m, _ in samples} == {frame}
+        assert all(s % period == 0 for s in stamps)  # stamped at acquisition (tick multiple)
+        checked = 0
+        for msg, published in samples:
+            delivery = ns(msg.header.stamp) + latency
+            if not values[0] < delivery <= values[-1]:
+                continue
+            checked += 1
+            before = [t for c, t in clock if c < delivery]
+            after = [t for c, t in clock if c >= delivery]
+            # Published in the frame that reached its delivery time: after every /clock before
+            # the delivery time, before the first /clock at or past it.
+            assert before and after, (delivery, values[-1], len(values), values[-5:])
+            assert before[-1] <= published <= after[0], (delivery, before[-1], published,
+                                                         after[0])
+        assert checked > 40
+
+
+def test_a_best_effort_subscriber_receives_from_the_reliable_default(live) -> None:
+    wait_until(lambda: len(live.best_effort_imu) > 20, 10, "best-effort IMU", live.sim.log)
+    best = {ns(m.header.stamp) for m, _ in snapshot(live.best_effort_imu, live.peer.lock)}
+    reliable = {ns(m.header.stamp) for m, _ in snapshot(live.imu, live.peer.lock)}
+    assert len(best & reliable) > 20
+
+
+@pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")  # rclpy's own
+def test_qos_mismatches_are_logged_not_silent(live) -> None:
+    # A subscription asking for transient-local history from the volatile /chassis_imu, and a
+    # best-effort publisher on the reliable /motor/command subscription.
+    live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
+        depth=10, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
+    wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
+               "the QoS mismatch warnings", live.sim.log)
+    log = live.sim.stderr()
+    assert "QoS mismatch on /chassis_imu: a subscription requests QoS this publisher " \
+           "(reliable, volatile, depth 10) cannot offer" in log and "DURABILITY" in log
+    assert "QoS mismatch on /motor/command: a publisher offers QoS incompatible with this " \
+           "subscription (reliable, volatile, depth 10)" in log and "RELIABILITY" in log
+
+
+def test_frame_timing_topic(live) -> None:
+    frames = live.peer.subscribe(FrameTiming, "/fibril_sim/frame_timing")
+    wait_until(lambda: len(frames) > 20, 10, "~/frame_timing", live.sim.log)
+    items = [m for m, _ in snapshot(frames, live.peer.lock)]
+    assert all(b.tick > a.tick for a, b in zip(items, items[1:]))
+    assert all(m.session_time_ns == m.tick * MS and m.wall_step_time > 0 for m in items)
+
+
+def test_encoder_positions_are_counts_over_counts_per_revolution(live) -> None:
+    counts = {ns(m.acquisition_stamp): m for m, _ in snapshot(live.counts, live.peer.lock)}
+    matched = 0
+    for msg, _ in snapshot(live.encoder, live.peer.lock):
+        raw = counts.get(ns(msg.header.stamp))
+        if raw is None:
+            continue
+        assert list(raw.component_names) == ["position", "velocity", "counts"]
+        assert raw.device_id == "wheel_encoder" and raw.header.frame_id == "wheel_joint"
+        assert math.isclose(msg.position[0], raw.values[2] * 2 * math.pi / CPR, rel_tol=1e-12)
+        assert msg.name == ["wheel_joint"]
+        matched += 1
+    assert matched > 50
+
+
+def test_ground_truth_joint_states_at_the_declared_rate(live) -> None:
+    wait_until(lambda: len(live.joint_states) > 10, 10, "/joint_states", live.sim.log)
+    states = [m for m, _ in snapshot(live.joint_states, live.peer.lock)]
+    assert {tuple(m.name) for m in states} == {("wheel_joint",)}  # hinge and slide joints
+    stamps = [ns(m.header.stamp) for m in states]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    # 50 Hz in sim time; each is the state between two frames, stamped with its own time.
+    assert min(gaps) > 0 and 18 * MS <= sorted(gaps)[len(gaps) // 2] <= 24 * MS, gaps
+
+
+def test_motor_command_and_float64_duty_turn_the_wheel(live) -> None:
+    live.wait_sim(0.6)
+    forward = live.wheel_speed(0.2)  # the scenario commands duty 0.5 at tick 0
+    assert forward > 1.0
+    live.motor.publish(MotorCommand(mode=MotorCommand.MODE_DUTY, value=-0.5))
+    live.wait_sim(0.8)
+    backward = live.wheel_speed(0.2)
+    assert -1.15 < backward / forward < -0.85, (forward, backward)
+    live.duty.publish(Float64(data=-25.0))  # percent (scale 0.01): duty -0.25
+    live.wait_sim(0.8)
+    quarter = live.wheel_speed(0.2)
+    assert 0.15 < quarter / backward < 0.8, (backward, quarter)  # same sign, slower
+
+
+def test_malformed_commands_are_rejected_with_a_logged_reason(live) -> None:
+    before = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    live.motor.publish(MotorCommand(mode=9, value=0.1))
+    live.motor.publish(MotorCommand(mode=MotorCommand.MODE_DUTY, value=math.nan))
+    live.duty.publish(Float64(data=math.inf))
+    wait_until(lambda: "rejected command on /motor/duty_percent" in live.sim.stderr(), 10,
+               "the rejection log", live.sim.log)
+    log = live.sim.stderr()
+    assert "WARN" in log and "rejected command on /motor/command" in log
+    assert "payload 'mode' must be one of duty, voltage, torque, velocity, position, got 9" in log
+    assert "payload 'value' must be a finite number, got inf" in log
+    after = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    assert after.rejected_inputs - before.rejected_inputs == 3
+    assert after.accepted_inputs == before.accepted_inputs
+    count = len(live.encoder)
+    live.wait_sim(0.1)
+    assert len(live.encoder) > count and live.sim.alive()  # still publishing
+
+
+def test_get_state_and_real_time_factor_parameter(live) -> None:
+    state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    assert state.mode == "realtime" and not state.paused and state.seed == 3
+    assert state.target_real_time_factor == 2.0
+    assert 0 < state.real_time_factor < 2.2, state.real_time_factor  # (a loaded machine)
+    assert state.episode == 0 and state.tick > 0 and len(state.qpos) == 8
+    request = SetParameters.Request(parameters=[ParameterMsg(
+        name="real_time_factor", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
+                                                      double_value=0.5))])
+    result = live.peer.call(SetParameters, "/fibril_sim/set_parameters", request)
+    assert result.results[0].successful, result.results[0].reason
+    time.sleep(1.5)
+    state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    assert state.target_real_time_factor == 0.5
+    assert 0.4 < state.real_time_factor < 0.55, state.real_time_factor
+
+
+def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path) -> None:
+    started = time.monotonic()
+    live.sim.process.send_signal(signal.SIGTERM)
+    assert live.sim.wait(5) == 143, live.sim.log()
+    assert time.monotonic() - started < 2.0
+    with TraceReader(live.trace) as reader:
+        inputs = list(reader.external_inputs())
+        outputs = sorted((o.device_id, o.episode, o.acquisition_tick, o.values.tobytes())
+                         for o in reader.device_outputs())
+    live_inputs = [r for r in inputs if r.source_sequence > 0]
+    assert [r.accepted for r in live_inputs] == [True, True, False, False, False]
+    assert all(r.commit_tick > 0 for r in live_inputs if r.accepted)
+    assert "finite number" in live_inputs[-1].reject_reason
+    replay = tmp_path / "replay"
+    assert cli.main(["run", str(MANIFEST), "--seed", "3", "--inputs-from-trace",
+                     str(live.trace), "--trace", str(replay)]) == 0
+    with TraceReader(replay) as reader:
+        replayed = sorted((o.device_id, o.episode, o.acquisition_tick, o.values.tobytes())
+                          for o in reader.device_outputs())
+        assert [(r.commit_tick, r.payload_json) for r in reader.external_inputs()
+                if r.source_sequence > 0] == [(r.commit_tick, r.payload_json)
+                                               for r in live_inputs if r.accepted]
+    assert len(outputs) > 1000
+    assert replayed == outputs
+
+
+# --------------------------------------------------------------------------- paused / step
+def test_step_advances_exactly_and_clock_never_goes_back_across_reset(peer, live,
+                                                                     tmp_path) -> None:
+    live.sim.stop()  # one simulation on the domain at a time
+    params = tmp_path / "params.yaml"  # --params-file works like -p
+    params.write_text(f"fibril_sim:\n  ros__parameters:\n    manifest: {MANIFEST}\n"
+                      f"    start_paused: true\n")
+    sim = SimProcess(tmp_path, {}, name="paused", params_file=params)
+    try:
+        clock = peer.subscribe(Clock, "/clock", CLOCK)
+        encoder = peer.subscribe(JointState, "/wheel_encoder")
+        peer.wait_for_service(Step, "/fibril_sim/step", sim)
+        # Starting paused publishes /clock once (time 0) so that waiting nodes do not deadlock.
+        wait_until(lambda: len(clock) >= 1, 10, "the first /clock", sim.log)
+        assert ns(clock[0][0].clock) == 0
+        time.sleep(0.3)
+        state = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+        assert state.paused and state.tick == 0 and len(encoder) == 0
+        reply = peer.call(Step, "/fibril_sim/step", Step.Request(steps=7))
+        assert reply.success and (reply.tick, reply.session_time_ns) == (7, 7 * MS)
+        reply = peer.call(Step, "/fibril_sim/step", Step.Request(steps=100))
+        assert (reply.tick, reply.episode_time_ns, reply.paused) == (107, 107 * MS, True)
+        wait_until(lambda: ns(clock[-1][0].clock) == 107 * MS, 5, "/clock at 107 ms", sim.log)
+        # Encoder samples acquired at 0, 2, ..., 106 ms, delivered 1 ms later (<= 107 ms).
+        time.sleep(0.3)
+        assert [ns(m.header.stamp) // MS for m, _ in snapshot(encoder, peer.lock)] == \
+            list(range(0, 107, 2))
+        reset = peer.call(Reset, "/fibril_sim/reset", Reset.Request(set_seed=True, seed=5))
+        assert reset.success and (reset.episode, reset.tick, reset.seed) == (1, 0, 5)
+        assert reset.session_time_ns == 107 * MS
+        reply = peer.call(Step, "/fibril_sim/step", Step.Request(steps=10))
+        assert (reply.tick, reply.session_time_ns, reply.episode) == (10, 117 * MS, 1)
+        wait_until(lambda: ns(clock[-1][0].clock) == 117 * MS, 5, "/clock at 117 ms", sim.log)
+        values = [ns(m.clock) for m, _ in snapshot(clock, peer.lock)]
+        assert values == sorted(values)  # never back, across the reset
+        resumed = peer.call(SetPaused, "/fibril_sim/set_paused", SetPaused.Request(paused=False))
+        assert resumed.success and not resumed.paused
+        running = peer.call(Step, "/fibril_sim/step", Step.Request(steps=1))
+        assert not running.success and "pause it first" in running.message
+    finally:
+        sim.stop()
+
+
+# --------------------------------------------------------------------------- bridge files
+@pytest.fixture(scope="module")
+def plan():
+    return SimulationBuilder().build(MANIFEST)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("outputs: [{device: nope}]",
+     "outputs[0].device: no device 'nope' in the manifest; devices: wheel_encoder"),
+    ("outputs: [{device: chassis_imu, type: sensor_msgs/msg/JointState}]",
+     "outputs[0].type: message type 'sensor_msgs/msg/JointState' cannot carry device "
+     "'chassis_imu' (fibril_sim/imu); possible: sensor_msgs/msg/Imu, "
+     "fibril_msgs/msg/DeviceSample"),
+    ("outputs: [{device: front_range, topic: /chassis_imu}]",
+     "outputs[0].topic: duplicate topic '/chassis_imu' (also the default topic of device "
+     "chassis_imu)"),
+    ("inputs: [{topic: /a, type: std_msgs/Float64, endpoint: motor/command, mode: warp}]",
+     "inputs[0].mode: unknown mode 'warp'"),
+    ("inputs: [{topic: /a, type: std_msgs/Float64, endpoint: wheel, mode: duty}]",
+     "inputs[0].endpoint: no actuator endpoint 'wheel' in the manifest; endpoints: "
+     "motor/command"),
+    ("inputs: [{topic: /a, type: std_msgs/Float64, endpoint: motor/command, mode: position}]",
+     "inputs[0].mode: mode 'position' is not accepted by endpoint 'motor/command'"),
+    ("inputs: [{topic: /a, type: std_msgs/String, endpoint: motor/command}]",
+     "inputs[0].type: message type 'std_msgs/String' is not possible here"),
+    ("outputs: [{device: chassis_imu, stamp: later}]",
+     "outputs[0].stamp: unknown value 'later'; expected one of acquisition, delivery"),
+])
+def test_bridge_file_errors_name_file_key_and_value(plan, tmp_path, text, message) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text("schema_version: {major: 1, minor: 0}\n" + text + "\n")
+    with pytest.raises(BridgeError) as error:
+        load_bridge(plan, path)
+    assert str(error.value).startswith(f"{path}: ")
+    assert message in str(error.value)
+
+
+def test_default_bridge_derives_topics_and_types_from_the_manifest(plan) -> None:
+    bridge = load_bridge(plan)
+    assert [(e.topic, e.type, e.targets) for e in bridge.inputs] == [
+        ("/motor/command", "fibril_msgs/msg/MotorCommand", ("motor/command",))]
+    assert [(e.topic, e.type, e.frame_id) for e in bridge.outputs] == [
+        ("/wheel_encoder", "sensor_msgs/msg/JointState", "wheel_joint"),
+        ("/chassis_imu", "sensor_msgs/msg/Imu", "imu"),
+        ("/front_range", "sensor_msgs/msg/Range", "range_front"),
+        ("/chassis_pose", "nav_msgs/msg/Odometry", "world"),
+        ("/drive_feedback", "fibril_msgs/msg/DeviceSample", "drive")]
+
+
+def test_a_bad_bridge_file_stops_the_node_with_one_line(peer, tmp_path) -> None:
+    bridge = tmp_path / "bridge.yaml"
+    bridge.write_text("schema_version: {major: 1, minor: 0}\noutputs: [{device: nope}]\n")
+    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "bridge": bridge}, name="bad")
+    try:
+        assert sim.wait(30) == 2
+        lines = [line for line in sim.stderr().splitlines() if line.strip()]
+        assert lines == [f"fibril_sim: error: {bridge}: outputs[0].device: no device 'nope' in "
+                         f"the manifest; devices: wheel_encoder, chassis_imu, front_range, "
+                         f"chassis_pose, drive_feedback"]
+    finally:
+        sim.stop()
+
+
+# --------------------------------------------------------------------------- sync mode
+class Answerer:
+    """A controller stand-in: answers every new /clock (after 0) with one MotorCommand whose
+    duty depends only on the time, so the commands of two runs must be equal."""
+
+    def __init__(self, peer: Peer, answer: bool = True) -> None:
+        self.seen: set[int] = set()
+        self.answer = answer
+        self.motor = peer.publisher(MotorCommand, "/motor/command")
+        peer.subscribe(Clock, "/clock", CLOCK, on_message=self._on_clock)
+
+    def _on_clock(self, msg: Clock) -> None:
+        now = ns(msg.clock)
+        if now == 0 or now in self.seen or not self.answer:
+            return
+        self.seen.add(now)
+        self.motor.publish(MotorCommand(mode=MotorCommand.MODE_DUTY,
+                                        value=0.1 * (now // (10 * MS) % 7) - 0.3))
+
+
+def _sync_run(peer: Peer, tmp_path: Path, name: str, periods: int) -> list[tuple[int, str]]:
+    trace = tmp_path / f"{name}.trace"
+    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "seed": 1, "trace_dir": trace,
+                                "sync_topics": ["/motor/command"], "control_period": 0.01,
+                                "sync_timeout": 5.0}, name=name)
+    answerer = Answerer(peer)
+    try:
+        wait_until(lambda: len(answerer.seen) >= periods, 30, f"{periods} sync periods",
+                   sim.log)
+        sim.process.send_signal(signal.SIGINT)
+        assert sim.wait(5) == 130, sim.log()
+    finally:
+        answerer.answer = False
+        sim.stop()
+    with TraceReader(trace) as reader:
+        return [(r.commit_tick, r.payload_json) for r in reader.external_inputs()
+                if r.source_sequence > 0]
+
+
+def test_sync_mode_commits_the_answers_at_the_same_ticks_on_every_run(peer, tmp_path) -> None:
+    first = _sync_run(peer, tmp_path, "sync1", 32)
+    second = _sync_run(peer, tmp_path, "sync2", 32)
+    assert len(first) >= 30 and len(second) >= 30
+    assert [tick for tick, _ in first[:30]] == [10 * k for k in range(1, 31)]
+    assert first[:30] == second[:30]
+
+
+def test_sync_mode_fails_loudly_naming_a_topic_that_never_answers(peer, tmp_path) -> None:
+    silent = Answerer(peer, answer=False)  # a publisher on /motor/command that never answers
+    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "sync_topics": ["/motor/command"],
+                                "control_period": 0.01, "sync_timeout": 1.0}, name="silent")
+    try:
+        assert sim.wait(30) == 1, sim.log()
+        assert "sync: no message on /motor/command within sync_timeout 1 s" in sim.stderr()
+    finally:
+        del silent
+        sim.stop()
