@@ -81,7 +81,18 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
         wall = wall1 - wall0
         intervals = [b - a for a, b in zip(clocks, clocks[1:])]
         round_trip = intervals if sync else latencies
+        # sync: the period split at the observer into the controller's part (/clock -> its
+        # command) and the node's part (command -> next /clock: commit, step, publish)
+        node_part = []
+        index = 0
+        for command in commands:
+            while index + 1 < len(clocks) and clocks[index + 1] <= command:
+                index += 1
+            if index + 1 < len(clocks):
+                node_part.append(clocks[index + 1] - command)
         return {
+            'controller_p50_ms': 1e3 * _percentile(latencies, 0.5),
+            'node_p50_ms': 1e3 * _percentile(node_part, 0.5),
             'periods_per_s': periods / wall,
             'real_time_factor': periods * CONTROL_PERIOD_S / wall,
             'commands_per_period': len(commands) / periods if periods else 0.0,
@@ -110,6 +121,9 @@ def main() -> int:
               f'{median(mode, "commands_per_period"):.2f} commands/period, round trip '
               f'{what} p50 {median(mode, "round_trip_p50_ms"):.2f} ms, '
               f'p99 {median(mode, "round_trip_p99_ms"):.2f} ms')
+    print(f'sync period split at the observer: controller (/clock -> command) p50 '
+          f'{median("sync", "controller_p50_ms"):.2f} ms, node (command -> next /clock) p50 '
+          f'{median("sync", "node_p50_ms"):.2f} ms')
     ratio = median('sync', 'periods_per_s') / median('free', 'periods_per_s')
     print(f'sync / free-running at rtf 1: {ratio:.2f}x (target >= 2x real time: '
           f'{"met" if median("sync", "real_time_factor") >= 2 else "NOT met"})')

@@ -1,14 +1,16 @@
 """SIL demo: the drivetrain simulation and the wheel-speed PI controller as two processes.
 
     python -m fibril_sim_ros.examples.sil_demo [--duration 3] [--mode realtime|sync|both]
-        [--setpoint 10] [--seed 0]
+        [--setpoint 10] [--seed 0] [--check]
 
 Runs the simulation node and ``sil_controller`` on a private ROS domain (shared-memory
 transport), lets ``--duration`` seconds of sim time pass, and prints how the wheel tracked its
 setpoint (speed over time, time to reach it, overshoot, steady-state error) and the measured
 real-time factor: in real time (factor 1) and in sync mode (lockstep with the controller, as
-fast as the two answer each other). Exit status 0 when every run met the example's bounds
-(within 5 % of the setpoint by 0.5 s, overshoot at most 10 %), 1 otherwise, 2 for bad options.
+fast as the two answer each other). Exit status 0 when every run completed (with ``--check``:
+and met the example's bounds, within 5 % of the setpoint by 0.5 s and overshoot at most 10 %),
+1 otherwise, 2 for bad options. A real-time run on a machine too busy for the controller to
+answer every period tracks worse; sync mode does not depend on it.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--setpoint', type=float, default=10.0, help='rad/s')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--manifest', type=Path, default=None)
+    parser.add_argument('--check', action='store_true', help='exit 1 when a run misses the bounds')
     args = parser.parse_args(argv)
     if not 0.1 <= args.duration <= 60:
         parser.error(f'--duration must be within 0.1 .. 60 s of sim time, got {args.duration}')
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(report(result), flush=True)
         ok &= result.ok
-    return 0 if ok else 1
+    return 0 if ok or not args.check else 1
 
 
 if __name__ == '__main__':

@@ -5,7 +5,8 @@ A plain rclpy node, as a team would write it for the robot: it reads the wheel v
 duty at a fixed rate on ROS time. It knows nothing of MuJoCo or of Fibril's Python API, so the
 same node runs against the simulation (``use_sim_time``, driven by ``/clock``) and the robot.
 
-One command per control period, computed from the latest encoder sample, is what the
+One command per control period, computed from the encoder samples received since the previous
+one (their mean: one sample per period normally, more when an update came late), is what the
 simulation's sync mode waits for; until the first sample arrives the command is a duty of 0.
 
 The default gains are tuned for the drivetrain example (1 kHz physics, encoder at 500 Hz with
@@ -105,7 +106,8 @@ class WheelSpeedController(Node):
         self._pi = PiController(s.kp, s.ki, s.duty_limit, max_dt=MAX_MISSED_PERIODS / s.rate)
         self._period_ns = round(1e9 / s.rate)
         self._last_ns: int | None = None
-        self._velocity: float | None = None
+        self._velocity: float | None = None  # mean of the samples since the last update
+        self._sum, self._count = 0.0, 0
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self._publisher = self.create_publisher(MotorCommand, s.command_topic, reliable)
         self.create_subscription(JointState, s.encoder_topic, self._on_encoder, reliable)
@@ -140,12 +142,16 @@ class WheelSpeedController(Node):
         else:
             index = 0
         if index < len(msg.velocity):
-            self._velocity = float(msg.velocity[index])
+            self._sum += float(msg.velocity[index])
+            self._count += 1
 
     def _on_timer(self) -> None:
         now_ns = self.get_clock().now().nanoseconds
         dt_ns = self._period_ns if self._last_ns is None else now_ns - self._last_ns
         self._last_ns = now_ns
+        if self._count:  # several samples when an update came late: their mean, less noise
+            self._velocity = self._sum / self._count
+            self._sum, self._count = 0.0, 0
         command = MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.0)
         if self._velocity is not None:
             command.value = self._pi.update(self.settings.setpoint, self._velocity, dt_ns / 1e9)
