@@ -22,12 +22,14 @@ pytest_plugins = ['fibril_sim_ros.testing_pytest']
 MANIFEST = Path(__file__).parents[2] / 'config' / 'examples' / 'drivetrain' / 'simulation.yaml'
 LOCKSTEP = dict(sync_topics=['/motor/command'], control_period=0.002)
 TICKS = 200  # 0.2 s of sim time: 100 control periods
-# A controller that is up (its publisher exists) but never answers.
+# A controller that is up (on sim time, its publisher exists) but never answers.
 MUTE_CONTROLLER = [sys.executable, '-c', (
     'import rclpy\n'
+    'from rclpy.parameter import Parameter\n'
     'from fibril_msgs.msg import MotorCommand\n'
     'rclpy.init()\n'
-    'node = rclpy.create_node("mute_controller")\n'
+    'node = rclpy.create_node("mute_controller", parameter_overrides=[\n'
+    '    Parameter("use_sim_time", value=True)])\n'
     'node.create_publisher(MotorCommand, "/motor/command", 10)\n'
     'try:\n'
     '    rclpy.spin(node)\n'
