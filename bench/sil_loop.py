@@ -19,6 +19,7 @@ observer (the controller's reaction). Target: sync >= 2x real time (1000 periods
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -44,11 +45,11 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def measure(sync: bool, seconds: float) -> dict[str, float]:
+    from fibril_sim_ros.testing import SimHarness, example_controller_command
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
     from fibril_msgs.msg import MotorCommand
-    from fibril_sim_ros.testing import SimHarness, example_controller_command
 
     options = dict(sync_topics=['/motor/command'], control_period=CONTROL_PERIOD_S,
                    sync_timeout=10.0) if sync else dict(real_time_factor=1.0)
@@ -66,8 +67,8 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
             if clocks:
                 latencies.append(now - clocks[-1])
 
-        sim.node.create_subscription(Clock, '/clock', on_clock,
-                                     QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
+        best_effort = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+        sim.node.create_subscription(Clock, '/clock', on_clock, best_effort)
         sim.node.create_subscription(MotorCommand, '/motor/command', on_command,
                                      QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
         sim.spin(0.3)
@@ -79,7 +80,7 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
         after, wall1 = sim.get_state(), time.perf_counter()
         periods = (after.tick - before.tick) / PERIOD_TICKS
         wall = wall1 - wall0
-        intervals = [b - a for a, b in zip(clocks, clocks[1:])]
+        intervals = [b - a for a, b in itertools.pairwise(clocks)]
         round_trip = intervals if sync else latencies
         # sync: the period split at the observer into the controller's part (/clock -> its
         # command) and the node's part (command -> next /clock: commit, step, publish)

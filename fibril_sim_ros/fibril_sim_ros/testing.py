@@ -190,8 +190,9 @@ def _start_process(name: str, command: Sequence[str], env: Mapping[str, str],
     launcher = [sys.executable, '-m', 'fibril_sim_ros.testing', 'exec', '--']
     with open(log_path, 'wb') as log:
         popen = subprocess.Popen(
-            [*launcher, *command], env={**env, _PARENT_ENV: str(os.getpid())}, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            [*launcher, *command], env={**env, _PARENT_ENV: str(os.getpid())},
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
     return ManagedProcess(name, list(command), popen, log_path)
 
 
@@ -625,7 +626,7 @@ class SimHarness:
         timestep = state.episode_time_ns // state.tick if state.tick else None
         start = self.session_time_ns
         poll = time.monotonic() + 0.02
-        end = start + int(round(duration_sim * _NS))
+        end = start + round(duration_sim * _NS)
         deadline = time.monotonic() + timeout_wall
         while not done():
             if self.session_time_ns >= end:

@@ -36,7 +36,8 @@ def test_node_parameters_are_typed_and_absolute(tmp_path: Path, monkeypatch) -> 
     monkeypatch.chdir(tmp_path)
     params = sim_node_parameters('robot.yaml', bridge='b.yaml', seed=3, real_time_factor=2,
                                  trace_dir='out', sync_topics=('/motor/command',),
-                                 sync_timeout=1, control_period=0.004, extra={'clock_period': 0.001})
+                                 sync_timeout=1, control_period=0.004,
+                                 extra={'clock_period': 0.001})
     assert params == {
         'manifest': str(tmp_path / 'robot.yaml'), 'seed': 3, 'start_paused': True,
         'real_time_factor': 2.0, 'bridge': str(tmp_path / 'b.yaml'),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-launch_testing = pytest.importorskip(
+pytest.importorskip(
     'launch_testing', reason='launch_testing comes with a ROS 2 installation; it is not '
     'installable from the package registries (test/integration/test_sil_regression.py runs '
     'the same check with SimHarness)')
@@ -20,13 +20,13 @@ import unittest  # noqa: E402
 
 import rclpy  # noqa: E402
 from ament_index_python.packages import get_package_share_directory  # noqa: E402
-from sensor_msgs.msg import JointState  # noqa: E402
-
-from fibril_msgs.srv import Step  # noqa: E402
 from fibril_sim_ros.testing import (  # noqa: E402
     example_controller_command,
     sim_launch_description,
 )
+from sensor_msgs.msg import JointState  # noqa: E402
+
+from fibril_msgs.srv import Step  # noqa: E402
 
 MANIFEST = os.path.join(get_package_share_directory('fibril_sim_ros'), 'config', 'examples',
                         'drivetrain', 'simulation.yaml')

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-launch_testing = pytest.importorskip(
+pytest.importorskip(
     'launch_testing', reason='launch_testing comes with a ROS 2 installation; it is not '
     'installable from the package registries (the rest of the suite covers the node and the '
     'harness without it)')
@@ -21,12 +21,12 @@ import launch_testing.actions  # noqa: E402
 import launch_testing.asserts  # noqa: E402
 import rclpy  # noqa: E402
 from ament_index_python.packages import get_package_share_directory  # noqa: E402
-from launch import LaunchDescription  # noqa: E402
 from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 
 from fibril_msgs.srv import Step  # noqa: E402
+from launch import LaunchDescription  # noqa: E402
 
 SHARE = get_package_share_directory('fibril_sim_ros')
 

@@ -82,7 +82,8 @@ def run(mode: str, manifest: Path, duration: float, setpoint: float, seed: int) 
     stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in samples]
     angles = [m.position[0] for m in samples]
     start = stamps[0] if stamps else 0.0
-    speeds = [(stamps[i] - start, (angles[i] - angles[i - WINDOW]) / (stamps[i] - stamps[i - WINDOW]))
+    speeds = [(stamps[i] - start,
+               (angles[i] - angles[i - WINDOW]) / (stamps[i] - stamps[i - WINDOW]))
               for i in range(WINDOW, len(samples))]
     reached = next((t for t, v in speeds if abs(v - setpoint) <= 0.05 * setpoint), None)
     steady = [v for t, v in speeds if t >= duration / 2] or [0.0]

@@ -27,8 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
