@@ -27,6 +27,8 @@ from fibril_sim_ros.testing import (
     sim_node_parameters,
 )
 
+pytest_plugins = ['fibril_sim_ros.testing_pytest']
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / 'config' / 'examples' / 'drivetrain' / 'simulation.yaml'
 
@@ -192,3 +194,40 @@ def test_children_die_with_a_killed_test_process(tmp_path: Path) -> None:
         os.kill(_grandchild, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# ----------------------------------------------------------------------------------- the API
+@pytest.mark.ros
+def test_step_wait_for_collect_publish_and_reset(fibril_sim) -> None:
+    from sensor_msgs.msg import JointState
+
+    from fibril_msgs.msg import MotorCommand
+
+    sim = fibril_sim(MANIFEST, seed=1, subscriptions={'/wheel_encoder': JointState})
+    assert sim.get_state().tick == 0  # paused at time 0, nothing ran yet
+    assert sim.step(7).tick == 7
+
+    # the scenario drives the wheel forward at duty 0.5: wait until it turned 0.2 rad
+    turned = sim.wait_for('/wheel_encoder', JointState, lambda m: m.position[0] > 0.2,
+                          timeout_sim=1.0)
+    assert turned.position[0] > 0.2
+    with pytest.raises(testing.WaitTimeout, match=r'/wheel_encoder: no message satisfying the '
+                                                  r'predicate within 0.05 s of sim time'):
+        sim.wait_for('/wheel_encoder', JointState, lambda m: m.position[0] < -1.0,
+                     timeout_sim=0.05)
+
+    # a command of our own reverses it; collect sees every sample of 0.2 s (500 Hz)
+    sim.publish('/motor/command', MotorCommand(mode=MotorCommand.MODE_DUTY, value=-0.8))
+    before = sim.get_state().tick
+    samples = sim.collect('/wheel_encoder', JointState, duration_sim=0.2)
+    assert sim.get_state().tick - before == 200
+    assert samples[-1].velocity[0] < -5.0
+    stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in samples]
+    assert all(b - a == 2_000_000 for a, b in zip(stamps[-100:], stamps[-99:]))
+
+    # reset: a new episode from the keyframe, sim time still going forward
+    clock = sim.get_state().session_time_ns
+    reply = sim.reset(seed=9)
+    assert (reply.episode, reply.seed) == (1, 9)
+    state = sim.get_state()
+    assert state.tick == 0 and state.session_time_ns >= clock
