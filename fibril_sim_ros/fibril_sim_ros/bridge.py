@@ -79,9 +79,15 @@ class BridgeError(FibrilError):
 
 @dataclass(frozen=True)
 class Qos:
+    """Reliable and volatile by default (a best-effort subscriber still receives); outputs
+    keep 100 messages so that a reliable subscriber that stalls briefly loses nothing."""
+
     reliability: str = "reliable"
     durability: str = "volatile"
     depth: int = 10
+
+
+OUTPUT_QOS = Qos(depth=100)
 
 
 @dataclass(frozen=True)
@@ -207,7 +213,7 @@ def _topic(value: Any, where: s.Where) -> str:
     return name
 
 
-def _qos(value: Any, where: s.Where) -> Qos:
+def _qos(value: Any, where: s.Where, default_depth: int = 10) -> Qos:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("reliability", "durability", "depth"))
     reliability = item.get("reliability", "reliable")
@@ -218,7 +224,7 @@ def _qos(value: Any, where: s.Where) -> Qos:
     if durability not in DURABILITY:
         raise where.key("durability").fail(
             f"unknown value {durability!r}; expected one of {', '.join(DURABILITY)}")
-    depth = s.integer(item.get("depth", 10), where.key("depth"), minimum=1)
+    depth = s.integer(item.get("depth", default_depth), where.key("depth"), minimum=1)
     return Qos(reliability, durability, depth)
 
 
@@ -344,7 +350,8 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
     child = s.string(item["child_frame_id"], where.key("child_frame_id")) \
         if "child_frame_id" in item else base.child_frame_id
     return OutputEntry(name, device.type, topic, kind, frame, stamp, raw, info, child, fov,
-                       radiation, _qos(item.get("qos", {}), where.key("qos")), where.path)
+                       radiation, _qos(item.get("qos", {}), where.key("qos"), OUTPUT_QOS.depth),
+                       where.path)
 
 
 def _joint_states(value: Any, where: s.Where) -> JointStatesEntry:
@@ -352,7 +359,8 @@ def _joint_states(value: Any, where: s.Where) -> JointStatesEntry:
     s.keys(item, where, required=("rate",), optional=("topic", "qos"))
     rate = s.number(item["rate"], where.key("rate"), positive=True)
     topic = _topic(item.get("topic", "/joint_states"), where.key("topic"))
-    return JointStatesEntry(topic, rate, _qos(item.get("qos", {}), where.key("qos")))
+    return JointStatesEntry(topic, rate, _qos(item.get("qos", {}), where.key("qos"),
+                                              OUTPUT_QOS.depth))
 
 
 def _default_input(actuator: Any) -> InputEntry:
@@ -369,7 +377,8 @@ def _default_output(device: Any) -> OutputEntry:
         topic = topic + "/image_raw"
     child = str(device.binding.get("body", "")) if kind == ODOMETRY else ""
     return OutputEntry(device.id, device.type, topic, kind, device.frame_id, info_topic=info,
-                       child_frame_id=child, where=f"(default for device {device.id})")
+                       child_frame_id=child, qos=OUTPUT_QOS,
+                       where=f"(default for device {device.id})")
 
 
 def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[OutputEntry],

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import queue
 import signal
 import sys
@@ -40,12 +41,12 @@ from typing import Any
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterUninitializedException
+from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
-from rcl_interfaces.msg import SetParametersResult
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from sensor_msgs.msg import JointState
 
 from fibril_msgs.msg import FrameTiming as FrameTimingMsg
@@ -109,6 +110,8 @@ class Outbox:
         self.drops: dict[str, int] = {}
         self.frames: deque[tuple[float, int]] = deque()
         self.last_clock_ns = -1
+        self.clock_step_ns = 0
+        self.interleave_clock = False
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
                                         daemon=True)
@@ -122,6 +125,13 @@ class Outbox:
         cls = type(record)
         try:
             if cls is DeviceOutput:
+                if self.interleave_clock:
+                    # /clock at the last clock period before this delivery: every message is
+                    # published before the first /clock at or past its delivery time.
+                    step = self.clock_step_ns
+                    due = (record.session_delivery_time_ns - 1) // step * step
+                    if due > self.last_clock_ns:
+                        self.clock(due)
                 self._node.publish_output(record)
             elif cls is FrameTiming:
                 wall = time.perf_counter()
@@ -344,27 +354,37 @@ class SimNode(Node):
             self._build()
         except BaseException:
             self.close()
+            self.destroy_node()  # nothing of a half-built node outlives the failure
             raise
 
     # ------------------------------------------------------------------ set-up
     def _declare(self) -> None:
         declare = self.declare_parameter
+        # Numbers accept integers too (``-p real_time_factor:=2``); they are checked below.
+        number = ParameterDescriptor(dynamic_typing=True)
         declare("manifest", "")
         declare("bridge", "")
-        declare("real_time_factor", 1.0)
+        declare("real_time_factor", 1.0, number)
         declare("start_paused", False)
         declare("seed", 0)
         declare("trace_dir", "")
-        declare("clock_period", 0.0)
+        declare("clock_period", 0.0, number)
         declare("sync_topics", Parameter.Type.STRING_ARRAY)
-        declare("sync_timeout", 5.0)
-        declare("control_period", 0.0)
+        declare("sync_timeout", 5.0, number)
+        declare("control_period", 0.0, number)
 
     def _param(self, name: str) -> Any:
         try:
             return self.get_parameter(name).value
         except ParameterUninitializedException:
             return None
+
+    def _number(self, name: str) -> float:
+        value = self._param(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise NodeConfigError(f"parameter {name!r} must be a finite number, got {value!r}")
+        return float(value)
 
     def _build(self) -> None:
         from fibril_sim_core.manifest import RuntimeOptions
@@ -374,8 +394,8 @@ class SimNode(Node):
         manifest = str(self._param("manifest") or "")
         if not manifest:
             raise NodeConfigError("parameter 'manifest' is required (-p manifest:=PATH)")
-        rtf = float(self._param("real_time_factor"))
-        if not math.isfinite(rtf) or rtf < 0:
+        rtf = self._number("real_time_factor")
+        if rtf < 0:
             raise NodeConfigError(f"parameter 'real_time_factor' must be >= 0 (0: as fast as "
                                   f"possible), got {rtf!r}")
         seed = int(self._param("seed"))
@@ -387,11 +407,15 @@ class SimNode(Node):
         bridge_path = str(self._param("bridge") or "")
         self.bridge: Bridge = load_bridge(plan, bridge_path or None)
         fastest = min((d.period_ticks for d in plan.devices), default=0) * timebase.timestep_s
-        clock_period = float(self._param("clock_period")) or fastest
+        clock_period = self._number("clock_period") or fastest
         self.clock_ticks = self._ticks("clock_period", clock_period) if clock_period > 0 else 0
         frame_s = plan.manifest.runtime.frame_duration_s
+        # Fast mode keeps the manifest's frames (fewer host round trips) and publishes /clock
+        # between device messages instead; paced modes make a frame of each clock period.
+        self.fast_frame_ticks = max(1, timebase.ticks_ceil(frame_s))
         if self.clock_ticks:
             frame_s = min(frame_s, self.clock_ticks * timebase.timestep_s)
+        self.outbox.clock_step_ns = self.clock_ticks * timebase.timestep_ns
         sync_topics = [str(t) for t in (self._param("sync_topics") or []) if str(t)]
         start_paused = bool(self._param("start_paused"))
         self.target_rtf = rtf
@@ -402,10 +426,10 @@ class SimNode(Node):
                     raise NodeConfigError(
                         f"parameter 'sync_topics': {topic!r} is not an input topic of the "
                         f"bridge; inputs: {', '.join(sorted(known)) or 'none'}")
-            control = float(self._param("control_period")) or clock_period or \
+            control = self._number("control_period") or clock_period or \
                 timebase.timestep_s
             control_ticks = self._ticks("control_period", control)
-            timeout = float(self._param("sync_timeout"))
+            timeout = self._number("sync_timeout")
             if not timeout > 0:
                 raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
             self.sync = SyncDriver(self, sync_topics, timeout, control_ticks)
@@ -417,7 +441,7 @@ class SimNode(Node):
                                      real_time_factor=rtf if rtf > 0 else 1.0,
                                      frame_duration_s=frame_s, start_paused=start_paused)
             self.mode = "realtime" if rtf > 0 else "fast"
-        self.outbox.blocking = self.mode != "realtime"
+        self._apply_mode()
         trace_dir = str(self._param("trace_dir") or "")
         if trace_dir:
             from fibril_sim_core.trace import TraceWriter
@@ -433,6 +457,8 @@ class SimNode(Node):
         self.add_on_set_parameters_callback(self._on_parameters)
         self.outbox.start()
         self.connection.on_record(self.outbox.on_record)
+        self.paced_frame_ticks = self._runtime.host.frame_ticks
+        self._apply_mode()
         self._runtime.start()
         self.paused = start_paused
         # Starting paused publishes /clock once, so nodes waiting for time do not deadlock.
@@ -627,7 +653,7 @@ class SimNode(Node):
             self._joint_event.clear()
             try:
                 state = self.connection.state()
-            except FibrilError:
+            except Exception:  # noqa: BLE001 - the host is stopping or stopped
                 return
             msg = JointState()
             msg.header.stamp = m.stamp(state["session_time_ns"])
@@ -768,10 +794,19 @@ class SimNode(Node):
                     self.mode = "fast"
             except FibrilError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
-            self.outbox.blocking = self.mode != "realtime"
+            self._apply_mode()
             self.target_rtf = float(value)
             self.get_logger().info(f"real_time_factor set to {value:g}")
         return SetParametersResult(successful=True)
+
+    def _apply_mode(self) -> None:
+        """Fast mode: long frames, /clock interleaved with the outputs; else a frame a clock."""
+        fast = self.mode == "fast"
+        self.outbox.blocking = self.mode != "realtime"
+        self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
+        if self._runtime is not None:
+            self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
+                                              else self.paced_frame_ticks)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str) -> None:
@@ -790,19 +825,37 @@ class SimNode(Node):
     def close(self) -> None:
         """Stop at a tick boundary, publish nothing more, close the trace complete."""
         self.stop_requested.set()
+        started = time.monotonic()
         if self.sync is not None:
             self.sync.stop()
-        if self._runtime is not None:
-            self._runtime.stop()
-            self._runtime = None
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            runtime.stop()
         self.outbox.stop()
-        if self._trace is not None:
-            trace, self._trace = self._trace, None
+        trace, self._trace = self._trace, None
+        if trace is not None:
             trace.close()
+        if runtime is not None:
+            instance = runtime.instance
+            self.get_logger().info(
+                f"stopped at tick {instance.tick} of episode {instance.episode} "
+                f"({instance.session_time_ns / 1e9:.3f} s simulated)"
+                + (f"; trace closed complete: {trace.path}" if trace is not None else "")
+                + f" ({time.monotonic() - started:.3f} s)")
 
 
 # --------------------------------------------------------------------------- entry point
-def main(argv: Sequence[str] | None = None) -> int:
+def main() -> None:
+    """The ``sim_node`` command: run, then leave at once (everything is already closed: the
+    trace, the node, the ROS context), without the interpreter's slow module teardown."""
+    code = run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the node until SIGINT / SIGTERM or a fatal error; return the exit status."""
     args = list(sys.argv if argv is None else argv)
     received: list[int] = []
     node: SimNode | None = None
@@ -818,7 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             node = SimNode()
-        except FibrilError as exc:
+        except (FibrilError, ParameterException) as exc:
             print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
             return EXIT_CONFIG
         if received:
@@ -850,4 +903,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -43,12 +43,14 @@ class SimProcess:
     """``python -m fibril_sim_ros.sim_node`` with the test's environment (SHM, domain id)."""
 
     def __init__(self, tmp_path: Path, params: dict[str, Any], name: str = "sim",
-                 params_file: Path | None = None) -> None:
+                 params_file: Path | None = None, log_level: str | None = None) -> None:
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
         command = [sys.executable, "-m", "fibril_sim_ros.sim_node", "--ros-args"]
         if params_file is not None:
             command += ["--params-file", str(params_file)]
+        if log_level is not None:
+            command += ["--log-level", f"fibril_sim:={log_level}"]
         for key, value in params.items():
             if isinstance(value, bool):
                 value = "true" if value else "false"
@@ -93,6 +95,7 @@ class Peer:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.lock = threading.Lock()
+        self.handles: dict[int, Any] = {}
         self._stop = False
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
@@ -115,8 +118,15 @@ class Peer:
             if on_message is not None:
                 on_message(msg)
 
-        self.node.create_subscription(cls, topic, callback, qos)
+        subscription = self.node.create_subscription(cls, topic, callback, qos)
+        self.handles[id(received)] = subscription
         return received
+
+    def unsubscribe(self, received: list) -> None:
+        """Stop a subscription made by ``subscribe`` (this process has less to do)."""
+        subscription = self.handles.pop(id(received), None)
+        if subscription is not None:
+            self.node.destroy_subscription(subscription)
 
     def publisher(self, cls: type, topic: str, qos: QoSProfile = RELIABLE) -> Any:
         return self.node.create_publisher(cls, topic, qos)
