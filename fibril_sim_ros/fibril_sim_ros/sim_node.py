@@ -68,6 +68,7 @@ MAX_BACKLOG = 20_000
 REJECT_LOG_PERIOD_S = 1.0
 # Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
 DISCOVERY_TIMEOUT_S = 10.0
+GIL_SWITCH_INTERVAL_S = 0.0005
 # Message types converted on the publisher thread (large), not on the host thread.
 # How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
 # are not converted at all); a new subscriber is served within this much wall time.
@@ -857,6 +858,9 @@ def main() -> None:
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the node until SIGINT / SIGTERM or a fatal error; return the exit status."""
     args = list(sys.argv if argv is None else argv)
+    # The host thread waking for its next frame waits for the GIL at most this long while
+    # another thread (trace writer, executor) runs Python (default 5 ms: publish jitter).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     received: list[int] = []
     node: SimNode | None = None
 

@@ -17,7 +17,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from _ros_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
+from _sim_node_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
                        snapshot, wait_until)
 from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
@@ -34,7 +34,9 @@ from fibril_sim_core import cli  # noqa: E402
 from fibril_sim_core.trace import TraceReader  # noqa: E402
 from fibril_sim_ros.bridge import BridgeError, load_bridge  # noqa: E402
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow,
+              # rclpy's own QoS-event logging in this process (deprecated logger.warn)
+              pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")]
 
 MS = 1_000_000
 ENCODER_PERIOD, ENCODER_LATENCY = 2 * MS, 1 * MS
@@ -250,7 +252,7 @@ def test_get_state_and_real_time_factor_parameter(live) -> None:
     state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
     assert state.mode == "realtime" and not state.paused and state.seed == 3
     assert state.target_real_time_factor == 2.0
-    assert 0 < state.real_time_factor < 3.0, state.real_time_factor  # (a loaded machine)
+    assert state.real_time_factor > 0  # (its value is checked below, at a factor any load allows)
     assert state.episode == 0 and state.tick > 0 and len(state.qpos) == 8
     request = SetParameters.Request(parameters=[ParameterMsg(
         name="real_time_factor", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
@@ -263,16 +265,19 @@ def test_get_state_and_real_time_factor_parameter(live) -> None:
     assert 0.4 < state.real_time_factor < 0.7, state.real_time_factor
 
 
-@pytest.mark.filterwarnings("ignore:Deprecated in favor of:DeprecationWarning")  # rclpy's own
 def test_qos_mismatches_are_logged_not_silent(live) -> None:
     # A subscription asking for transient-local history from the volatile /chassis_imu, and a
     # best-effort publisher on the reliable /motor/command subscription.
-    live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
+    wrong_sub = live.peer.subscribe(Imu, "/chassis_imu", QoSProfile(
         depth=10, reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL))
-    live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
-    wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
-               "the QoS mismatch warnings", live.sim.log)
+    wrong_pub = live.peer.publisher(MotorCommand, "/motor/command", BEST_EFFORT)
+    try:
+        wait_until(lambda: live.sim.stderr().count("QoS mismatch on") >= 2, 10,
+                   "the QoS mismatch warnings", live.sim.log)
+    finally:
+        live.peer.unsubscribe(wrong_sub)
+        live.peer.node.destroy_publisher(wrong_pub)
     log = live.sim.stderr()
     assert "QoS mismatch on /chassis_imu: a subscription requests QoS this publisher " \
            "(reliable, volatile, depth 100) cannot offer" in log and "DURABILITY" in log
@@ -281,6 +286,12 @@ def test_qos_mismatches_are_logged_not_silent(live) -> None:
 
 
 def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path) -> None:
+    before = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    live.send(live.motor, MotorCommand(mode=MotorCommand.MODE_VOLTAGE, value=1.5))
+    live.send(live.motor, MotorCommand(mode=MotorCommand.MODE_VOLTAGE, value=math.nan))
+    wait_until(lambda: live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+               .rejected_inputs > before.rejected_inputs, 10, "the rejection", live.sim.log)
+    live.wait_sim(0.1)
     started = time.monotonic()
     live.sim.process.send_signal(signal.SIGTERM)
     assert live.sim.wait(5) == 143, live.sim.log()
@@ -289,10 +300,13 @@ def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path
         inputs = list(reader.external_inputs())
         outputs = sorted((o.device_id, o.episode, o.acquisition_tick, o.values.tobytes())
                          for o in reader.device_outputs())
-    live_inputs = [r for r in inputs if r.source_sequence > 0]
-    assert [r.accepted for r in live_inputs] == [True, True, False, False, False]
+    live_inputs = sorted((r for r in inputs if r.source_sequence > 0),  # ROS (0: scenario)
+                         key=lambda r: r.source_sequence)
+    assert live_inputs[-2].accepted and live_inputs[-2].payload_json == \
+        '{"mode":"voltage","value":1.5}'
+    assert not live_inputs[-1].accepted and "finite number" in live_inputs[-1].reject_reason
     assert all(r.commit_tick > 0 for r in live_inputs if r.accepted)
-    assert "finite number" in live_inputs[-1].reject_reason
+    assert all(r.commit_tick == -1 and r.reject_reason for r in live_inputs if not r.accepted)
     replay = tmp_path / "replay"
     assert cli.main(["run", str(MANIFEST), "--seed", "3", "--inputs-from-trace",
                      str(live.trace), "--trace", str(replay)]) == 0
@@ -302,7 +316,7 @@ def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path
         assert [(r.commit_tick, r.payload_json) for r in reader.external_inputs()
                 if r.source_sequence > 0] == [(r.commit_tick, r.payload_json)
                                                for r in live_inputs if r.accepted]
-    assert len(outputs) > 1000
+    assert len(outputs) > 200
     assert replayed == outputs
 
 
