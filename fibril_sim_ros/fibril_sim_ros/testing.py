@@ -16,8 +16,9 @@ are seconds of it. While the simulation is paused, ``wait_for`` and ``collect`` 
 themselves with ``~/step``; while it runs they follow it with ``~/get_state``. Wall-time limits
 guard every wait.
 
-Run ``python -m fibril_sim_ros.testing exec -- CMD...`` is the process launcher the harness
-uses (signal dispositions reset, killed with its parent); it is not meant to be called by hand.
+``python -m fibril_sim_ros.testing exec -- CMD...`` is the launcher the harness starts each
+process through (SIGINT / SIGTERM back to their defaults, a parent-death signal so a killed test
+run leaves nothing behind); it is not meant to be called by hand.
 """
 
 from __future__ import annotations
