@@ -163,6 +163,7 @@ def test_sil_demo_without_sync_runs_free(share: Path) -> None:
 
 
 def test_demo_gains_match_the_controller_defaults(share: Path) -> None:
+    pytest.importorskip('rclpy')
     from fibril_sim_ros.examples.wheel_speed_controller import ControllerSettings
 
     _, controller = _run(ROOT / 'launch' / 'sil_demo.launch.py', {})
