@@ -717,7 +717,34 @@ class SimHarness:
                              max(0.0, deadline - time.monotonic()),
                              f'no publisher on {topic} within {self.startup_timeout} s')
         if topics or wanted:
-            self._spin_for(0.3)  # the rest of the controllers' endpoints, and their discovery
+            self._wait_for_settled_graph(deadline)
+            self._spin_for(0.3)  # the endpoints' matching (discovery seen here is seen there)
+
+    def _wait_for_settled_graph(self, deadline: float, quiet: float = 0.3) -> None:
+        """Until the controllers' endpoints (publishers and subscriptions) stop changing for
+        ``quiet`` s: a node makes them in its constructor, so by then it is built (its /clock
+        subscription included), not just begun."""
+        graph = self.node
+
+        def endpoints() -> set[tuple[str, str, str]]:
+            found = set()
+            for name, namespace in self._commanding_nodes():
+                try:
+                    found |= {(name, 'pub', t) for t, _ in
+                              graph.get_publisher_names_and_types_by_node(name, namespace)}
+                    found |= {(name, 'sub', t) for t, _ in
+                              graph.get_subscriber_names_and_types_by_node(name, namespace)}
+                except Exception:  # noqa: BLE001, S112 - the node left the graph meanwhile
+                    continue
+            return found
+
+        last, since = endpoints(), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() < deadline:
+            self._executor.spin_once(timeout_sec=0.05)
+            self._check_alive()
+            now = endpoints()
+            if now != last:
+                last, since = now, time.monotonic()
 
     def _commanding_nodes(self) -> set[tuple[str, str]]:
         """Nodes (name, namespace) that publish on a topic the simulation node subscribes to

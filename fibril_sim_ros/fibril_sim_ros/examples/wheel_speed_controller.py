@@ -109,9 +109,10 @@ class WheelSpeedController(Node):
         self._velocity: float | None = None  # mean of the samples since the last update
         self._sum, self._count = 0.0, 0
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self._publisher = self.create_publisher(MotorCommand, s.command_topic, reliable)
         self.create_subscription(JointState, s.encoder_topic, self._on_encoder, reliable)
         self.create_timer(1.0 / s.rate, self._on_timer)
+        # last: once the command topic is seen, the rest of the node exists too
+        self._publisher = self.create_publisher(MotorCommand, s.command_topic, reliable)
         self.get_logger().info(
             f'wheel-speed PI: setpoint {s.setpoint} rad/s, kp {s.kp}, ki {s.ki}, '
             f'{s.rate} Hz, {s.encoder_topic} -> {s.command_topic}, '
