@@ -46,7 +46,7 @@ import rclpy  # noqa: E402
 from fibril_msgs.msg import MotorCommand  # noqa: E402
 from fibril_msgs.srv import GetState  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 
@@ -75,8 +75,8 @@ scenario:
        payload: {{mode: duty, value: 0.3}}}}
 """
 RELIABLE = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE)
-CLOCK_QOS = QoSProfile(depth=5000, reliability=ReliabilityPolicy.RELIABLE,
-                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# As rclpy's time source listens to /clock: best effort, the latest only.
+CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
 def ns(stamp) -> int:
@@ -198,7 +198,6 @@ def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: floa
         stop_node(node)
     with sub.lock:
         clock, encoder, imu = list(sub.clock), list(sub.encoder), list(sub.imu)
-    clock = clock[5:]  # the writer's history sample may come first
     rtf = (ns(clock[-1][0].clock) - ns(clock[0][0].clock)) / (clock[-1][2] - clock[0][2])
     with TraceReader(trace) as reader:
         commits = [r.commit_tick for r in reader.external_inputs()

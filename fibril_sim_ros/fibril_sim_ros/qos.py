@@ -15,9 +15,10 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfil
 from .bridge import Qos
 
 #: ``/clock``: reliable (a best-effort subscriber such as rclpy's time source still receives),
-#: keep the last value only, transient local so that a late joiner asking for it gets the
-#: current time at once.
-CLOCK_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
+#: transient local so that a late joiner asking for it gets the current time at once (a paused
+#: simulation publishes it once); depth 10 so that a reliable reader that stalls briefly still
+#: gets every tick.
+CLOCK_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
                        reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 

@@ -42,10 +42,11 @@ from typing import Any
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterException, ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
+from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from sensor_msgs.msg import JointState
 
@@ -285,7 +286,8 @@ class SyncDriver:
     def _period(self, ticks: int) -> dict[str, Any]:
         node = self.node
         state = node.connection.step(ticks)
-        node.outbox.flush()  # outputs and /clock of this period are published
+        if node.has_heavy_outputs:
+            node.outbox.flush()  # the images / scans of this period are published too
         target = self.generation
         deadline = time.monotonic() + self.timeout
         republish = time.monotonic() + 0.2
@@ -460,10 +462,11 @@ class SimNode(Node):
         self.connection.on_record(self.outbox.on_record)
         self.paced_frame_ticks = self._runtime.host.frame_ticks
         self._apply_mode()
+        # /clock at the start (so that nodes waiting for time do not deadlock when it starts
+        # paused), before the host runs: nothing is published before it.
+        self.outbox.clock(self._runtime.instance.session_time_ns)
         self._runtime.start()
         self.paused = start_paused
-        # Starting paused publishes /clock once, so nodes waiting for time do not deadlock.
-        self.outbox.clock(self.connection.state()["session_time_ns"])
         if self.sync is not None:
             self.sync.start(paused=start_paused)
         self.get_logger().info(
@@ -510,6 +513,8 @@ class SimNode(Node):
                 m.output_converter(entry, devices[entry.device], timestep_s),
                 [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
                 entry.qos.durability == "transient_local"))
+        self.has_heavy_outputs = any(r.heavy for routes in self._routes.values()
+                                     for r in routes)
         self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
         self._own_time_set = -math.inf
         own = self._time_source._clock_sub  # see publish_clock
@@ -582,12 +587,33 @@ class SimNode(Node):
         self._rejections[topic] = (now, 0)
 
     def _make_services(self) -> None:
-        group = MutuallyExclusiveCallbackGroup()
-        self.create_service(Step, "~/step", self._on_step, callback_group=group)
-        self.create_service(Reset, "~/reset", self._on_reset, callback_group=group)
-        self.create_service(SetPaused, "~/set_paused", self._on_set_paused,
-                            callback_group=group)
-        self.create_service(GetState, "~/get_state", self._on_get_state, callback_group=group)
+        for cls, name, handler in ((Step, "~/step", self._on_step),
+                                   (Reset, "~/reset", self._on_reset),
+                                   (SetPaused, "~/set_paused", self._on_set_paused),
+                                   (GetState, "~/get_state", self._on_get_state)):
+            self.create_service(cls, name, self._off_executor(handler))
+
+    def _off_executor(self, handler: Any) -> Any:
+        """A service callback that runs ``handler`` on a worker thread and awaits it, so that
+        the (single-threaded) executor keeps serving the command topics meanwhile: a sync-mode
+        ``~/step`` waits for the controllers' answers, which arrive through it."""
+
+        async def callback(request: Any, response: Any) -> Any:
+            future: Future = Future()
+
+            def work() -> None:
+                try:
+                    future.set_result(handler(request, response))
+                except BaseException as exc:  # noqa: BLE001 - handed to the service call
+                    future.set_exception(exc)
+                executor = self.executor
+                if executor is not None:
+                    executor.wake()
+
+            threading.Thread(target=work, name="fibril-sim-service", daemon=True).start()
+            return await future
+
+        return callback
 
     # ------------------------------------------------------------------ publishing
     def publish_output(self, output: DeviceOutput) -> None:
@@ -676,7 +702,8 @@ class SimNode(Node):
                     raise NodeConfigError("step: the simulation is running; pause it first "
                                           "(~/set_paused)")
                 state = self.connection.step(int(request.steps))
-                self.outbox.flush()
+                if self.has_heavy_outputs:
+                    self.outbox.flush()
             response.success = True
             response.message = f"stepped {request.steps} tick(s)"
             self._fill(response, state)
@@ -880,9 +907,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
         if received:
             node.stop_requested.set()
-        executor = MultiThreadedExecutor(num_threads=4)
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
-        # The main thread spins (signals are handled here between two spins) and, once asked
+        # One executor thread: services hand their blocking work to worker threads. The main
+        # thread spins (signals are handled here between two spins) and, once asked
         # to stop, tears down with nothing else inside rclpy.
         while not node.stop_requested.is_set():
             try:

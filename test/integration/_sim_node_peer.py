@@ -27,6 +27,8 @@ BEST_EFFORT = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
 CLOCK = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
                    reliability=ReliabilityPolicy.RELIABLE,
                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Live /clock only: no history sample arriving after a newer live one.
+LIVE_CLOCK = RELIABLE
 
 
 def ns(stamp: Any) -> int:

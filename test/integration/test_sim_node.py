@@ -17,8 +17,8 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from _sim_node_peer import (BEST_EFFORT, CLOCK, MANIFEST, Peer, SimProcess, ns,  # noqa: E402
-                       snapshot, wait_until)
+from _sim_node_peer import (BEST_EFFORT, CLOCK, LIVE_CLOCK, MANIFEST, Peer,  # noqa: E402
+                            SimProcess, ns, snapshot, wait_until)
 from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from fibril_msgs.srv import GetState, Reset, SetPaused, Step  # noqa: E402
@@ -67,7 +67,7 @@ class Live:
 
     def __init__(self, sim: SimProcess, peer: Peer, trace: Path) -> None:
         self.sim, self.peer, self.trace = sim, peer, trace
-        self.clock = peer.subscribe(Clock, "/clock", CLOCK)
+        self.clock = peer.subscribe(Clock, "/clock", LIVE_CLOCK)
         self.encoder = peer.subscribe(JointState, "/wheel_encoder")
         self.counts = peer.subscribe(DeviceSample, "/wheel_encoder/counts")
         self.imu = peer.subscribe(Imu, "/chassis_imu")
