@@ -66,6 +66,7 @@ setup(
     entry_points={
         'console_scripts': [
             'sim_node = fibril_sim_ros.sim_node:main',
+            'sil_controller = fibril_sim_ros.examples.wheel_speed_controller:main',
         ],
     },
 )

@@ -1,0 +1,135 @@
+"""SIL closed loop: control periods per second in sync mode against free running at rtf 1.
+
+The drivetrain example (1 kHz physics) with the example wheel-speed controller at 500 Hz
+(control period 2 ms), as two processes on a private ROS domain over shared memory:
+
+- sync: the node steps one control period, publishes its outputs and /clock, waits for the
+  controller's MotorCommand, steps on; as fast as that loop goes.
+- free: the node paces at real-time factor 1 and the controller answers when it can.
+
+Reported: control periods per second (simulated ticks / 2 per wall second) of each, their
+ratio, the controller's commands per period, and the round-trip latency per period: in sync mode
+the wall time between consecutive /clock messages at an observer (one period: step, publish,
+controller, answer); in free mode the wall time from a /clock to the next command seen by the
+observer (the controller's reaction). Target: sync >= 2x real time (1000 periods/s).
+
+    python bench/sil_loop.py [--seconds 5] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for package in ('fibril_sim_core', 'fibril_calibration', 'fibril_sim_ros'):
+    sys.path.insert(0, str(ROOT / package))
+os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
+os.environ['PYTHONPATH'] = os.pathsep.join(
+    [str(ROOT / p) for p in ('fibril_sim_core', 'fibril_calibration', 'fibril_sim_ros')]
+    + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+
+MANIFEST = ROOT / 'config' / 'examples' / 'drivetrain' / 'simulation.yaml'
+CONTROL_PERIOD_S = 0.002
+PERIOD_TICKS = 2  # 1 ms physics
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float('nan')
+
+
+def measure(sync: bool, seconds: float) -> dict[str, float]:
+    from fibril_sim_ros.testing import SimHarness, example_controller_command
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    from fibril_msgs.msg import MotorCommand
+
+    options = dict(sync_topics=['/motor/command'], control_period=CONTROL_PERIOD_S,
+                   sync_timeout=10.0) if sync else dict(real_time_factor=1.0)
+    with SimHarness(MANIFEST, controller=example_controller_command(), **options) as sim:
+        clocks: list[float] = []
+        commands: list[float] = []
+        latencies: list[float] = []
+
+        def on_clock(_: Clock) -> None:
+            clocks.append(time.perf_counter())
+
+        def on_command(_: MotorCommand) -> None:
+            now = time.perf_counter()
+            commands.append(now)
+            if clocks:
+                latencies.append(now - clocks[-1])
+
+        best_effort = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
+        sim.node.create_subscription(Clock, '/clock', on_clock, best_effort)
+        sim.node.create_subscription(MotorCommand, '/motor/command', on_command,
+                                     QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        sim.spin(0.3)
+        sim.set_paused(False)
+        sim.spin(0.5)  # warm-up
+        clocks.clear(), commands.clear(), latencies.clear()
+        before, wall0 = sim.get_state(), time.perf_counter()
+        sim.spin(seconds)
+        after, wall1 = sim.get_state(), time.perf_counter()
+        periods = (after.tick - before.tick) / PERIOD_TICKS
+        wall = wall1 - wall0
+        intervals = [b - a for a, b in itertools.pairwise(clocks)]
+        round_trip = intervals if sync else latencies
+        # sync: the period split at the observer into the controller's part (/clock -> its
+        # command) and the node's part (command -> next /clock: commit, step, publish)
+        node_part = []
+        index = 0
+        for command in commands:
+            while index + 1 < len(clocks) and clocks[index + 1] <= command:
+                index += 1
+            if index + 1 < len(clocks):
+                node_part.append(clocks[index + 1] - command)
+        return {
+            'controller_p50_ms': 1e3 * _percentile(latencies, 0.5),
+            'node_p50_ms': 1e3 * _percentile(node_part, 0.5),
+            'periods_per_s': periods / wall,
+            'real_time_factor': periods * CONTROL_PERIOD_S / wall,
+            'commands_per_period': len(commands) / periods if periods else 0.0,
+            'round_trip_p50_ms': 1e3 * _percentile(round_trip, 0.5),
+            'round_trip_p99_ms': 1e3 * _percentile(round_trip, 0.99),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--seconds', type=float, default=5.0, help='wall seconds per measurement')
+    parser.add_argument('--repeats', type=int, default=1)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, float]]] = {'sync': [], 'free': []}
+    for _ in range(args.repeats):  # interleaved
+        results['sync'].append(measure(True, args.seconds))
+        results['free'].append(measure(False, args.seconds))
+
+    def median(mode: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[mode])
+
+    for mode, what in (('sync', 'clock-to-clock (one period)'),
+                       ('free', 'clock-to-command (controller reaction)')):
+        print(f'{mode:4}: {median(mode, "periods_per_s"):7.0f} control periods/s '
+              f'(real-time factor {median(mode, "real_time_factor"):.2f}), '
+              f'{median(mode, "commands_per_period"):.2f} commands/period, round trip '
+              f'{what} p50 {median(mode, "round_trip_p50_ms"):.2f} ms, '
+              f'p99 {median(mode, "round_trip_p99_ms"):.2f} ms')
+    print(f'sync period split at the observer: controller (/clock -> command) p50 '
+          f'{median("sync", "controller_p50_ms"):.2f} ms, node (command -> next /clock) p50 '
+          f'{median("sync", "node_p50_ms"):.2f} ms')
+    ratio = median('sync', 'periods_per_s') / median('free', 'periods_per_s')
+    print(f'sync / free-running at rtf 1: {ratio:.2f}x (target >= 2x real time: '
+          f'{"met" if median("sync", "real_time_factor") >= 2 else "NOT met"})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
