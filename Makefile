@@ -8,7 +8,9 @@
 #                (requirements-distro.txt) over it, the oldest versions the packages declare
 #                (set up like .venv/, idempotent)
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
-#                wheel-damping experiment and the drivetrain calibration (results in .demo/)
+#                wheel-damping experiment and the drivetrain calibration (results in .demo/),
+#                then the SIL demo: the ROS 2 simulation node and the example controller as
+#                processes, 3 s of sim time in real time and in sync mode
 #   make clean   remove .venv/, .demo/ and build/test leftovers
 
 SHELL := /bin/bash
@@ -50,6 +52,7 @@ demo: setup
 	  --output .demo/experiment.json --traces .demo/experiment.traces
 	$(VENV)/bin/fibril_sim calibrate config/examples/drivetrain/calibration.yaml --quiet \
 	  --output .demo/calibration.json --output-overlay .demo/drivetrain-fit.json
+	$(PY) -m fibril_sim_ros.examples.sil_demo --duration 3
 
 clean:
 	rm -rf $(VENV) $(DISTRO_VENV) .demo .pytest_cache
