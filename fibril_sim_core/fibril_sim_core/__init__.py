@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
                      "OverlayParameter", "OverlayTarget", "ParameterOverlays",
                      "load_overlay_artifact", "overlay_document", "parse_target"), ".overlays"),
     "SimulationBuilder": ".plan", "SimulationPlan": ".plan",
-    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "ExternalInput", "FrameTiming",
-                     "IngressRecord", "StateSnapshot"), ".records"),
+    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "EpisodeStart", "ExternalInput",
+                     "FrameTiming", "IngressRecord", "StateSnapshot"), ".records"),
     **dict.fromkeys(("SimulationConnection", "SimulationHost", "SimulationRuntime"),
                     ".runtime"),
     **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
                            OverlayParameter, OverlayTarget, ParameterOverlays,
                            load_overlay_artifact, overlay_document, parse_target)
     from .plan import SimulationBuilder, SimulationPlan
-    from .records import (ActuatorApplication, DeviceOutput, ExternalInput, FrameTiming,
-                          IngressRecord, StateSnapshot)
+    from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
+                          FrameTiming, IngressRecord, StateSnapshot)
     from .runtime import SimulationConnection, SimulationHost, SimulationRuntime
     from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
     from .timebase import Timebase

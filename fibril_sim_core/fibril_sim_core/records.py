@@ -97,6 +97,20 @@ class StateSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class EpisodeStart:
+    """An episode began: its seed and keyframe, so any episode of a trace replays exactly.
+
+    Emitted when an instance is created (episode 0) and at every reset, before the episode's
+    first record; ``session_time_ns`` is the SessionTime at which its EpisodeTime is 0.
+    """
+
+    episode: int
+    seed: int
+    keyframe: str
+    session_time_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class FrameTiming:
     """Timing of one completed host frame."""
 

@@ -41,8 +41,8 @@ class SimulationConnection:
         """Advance exactly ``ticks`` ticks (while paused: lockstep) and return the state."""
         return self._host.request("step", ticks)
 
-    def reset(self, keyframe: str | None = None) -> dict[str, Any]:
-        return self._host.request("reset", keyframe)
+    def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
+        return self._host.request("reset", (keyframe, seed))
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
         if not factor > 0:

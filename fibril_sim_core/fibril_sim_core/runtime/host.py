@@ -157,7 +157,8 @@ class SimulationHost:
                     raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
                 self._frame(ticks)
             elif item.action == "reset":
-                instance.reset(keyframe=item.argument or None)
+                keyframe, seed = item.argument
+                instance.reset(keyframe=keyframe, seed=seed)
             elif item.action == "rtf":
                 self._rtf = float(item.argument)
             elif item.action == "mode":

@@ -32,7 +32,8 @@ from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
 from . import _msgtypes
 from ._cdr_device import DeviceTemplate, device_template, encode_device
 from ..errors import TraceError
-from ..records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord, StateSnapshot
+from ..records import (ActuatorApplication, DeviceOutput, EpisodeStart, FrameTiming,
+                       IngressRecord, StateSnapshot)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,11 +41,13 @@ if TYPE_CHECKING:
 
     from rosbags.interfaces import Connection
 
-    TraceRecord = IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot | FrameTiming
+    TraceRecord = (IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot
+                   | FrameTiming | EpisodeStart)
 
 __all__ = [
     "ACTUATOR_TOPIC_PREFIX",
     "DEVICE_TOPIC_PREFIX",
+    "EPISODES_TOPIC",
     "FRAME_TIMING_TOPIC",
     "INPUTS_TOPIC",
     "LAYOUT_KEY",
@@ -60,6 +63,8 @@ __all__ = [
 INPUTS_TOPIC: Final = "/fibril/external_inputs"
 STATE_TOPIC: Final = "/fibril/state"
 FRAME_TIMING_TOPIC: Final = "/fibril/frame_timing"
+#: One std_msgs/String per episode: JSON {episode, seed, keyframe, session_time_ns}.
+EPISODES_TOPIC: Final = "/fibril/episodes"
 DEVICE_TOPIC_PREFIX: Final = "/fibril/devices/"
 ACTUATOR_TOPIC_PREFIX: Final = "/fibril/actuators/"
 
@@ -193,12 +198,14 @@ class TraceWriter:
         self._ActuatorApplication = types[_msgtypes.ACTUATOR_APPLICATION]
         self._StateSnapshot = types[_msgtypes.STATE_SNAPSHOT]
         self._FrameTiming = types[_msgtypes.FRAME_TIMING]
+        self._String = types["std_msgs/msg/String"]
         self._encoders: dict[type, Callable[[Any], tuple[str, str, int, memoryview]]] = {
             IngressRecord: self._encode_ingress,
             DeviceOutput: self._encode_device,
             ActuatorApplication: self._encode_actuator,
             StateSnapshot: self._encode_state,
             FrameTiming: self._encode_frame_timing,
+            EpisodeStart: self._encode_episode,
         }
         self._device_topics: dict[str, str] = {}
         self._device_templates: dict[tuple, DeviceTemplate] = {}
@@ -420,3 +427,9 @@ class TraceWriter:
         )
         data = self._serialize(msg, _msgtypes.FRAME_TIMING)
         return FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, r.session_time_ns, data
+
+    def _encode_episode(self, r: EpisodeStart) -> tuple[str, str, int, memoryview]:
+        text = json.dumps({"episode": r.episode, "seed": r.seed, "keyframe": r.keyframe,
+                           "session_time_ns": r.session_time_ns}, sort_keys=True)
+        data = self._serialize(self._String(data=text), "std_msgs/msg/String")
+        return EPISODES_TOPIC, "std_msgs/msg/String", r.session_time_ns, data
