@@ -120,3 +120,20 @@ class FrameTiming:
     session_time_ns: int
     wall_step_time: float
     real_time_factor: float
+
+
+@dataclass(frozen=True, slots=True)
+class RenderFrame:
+    """One render observation: an image of a MuJoCo camera (or the free camera) taken by the
+    host at a frame boundary, for the viewer / GUI channel (not a sensor: no noise, no latency).
+
+    ``rgb`` is (height, width, 3) uint8; ``depth`` (height, width) float32 metres or None.
+    """
+
+    stream: int
+    camera: str  # the MJCF camera name, or "" for the free camera
+    episode: int
+    tick: int
+    session_time_ns: int
+    rgb: np.ndarray
+    depth: np.ndarray | None = None
