@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mujoco
+import numpy as np
 
 from ..errors import InstanceError
 from ..records import RenderFrame
 
 RenderSink = Callable[[RenderFrame], None]
+_SCENE_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
 FREE_CAMERA = ""
 
 
@@ -76,6 +78,8 @@ class RenderStreams:
     streams: dict[int, _Stream] = field(default_factory=dict)
     _renderers: dict[tuple[int, int], Any] = field(default_factory=dict)
     _next_id: int = 1
+    _data: mujoco.MjData | None = None
+    _state: np.ndarray | None = None
 
     @property
     def active(self) -> bool:
@@ -105,13 +109,16 @@ class RenderStreams:
 
     def render_due(self, episode: int, tick: int, session_tick: int,
                    data: mujoco.MjData) -> None:
+        scene = None
         for stream in list(self.streams.values()):
             if stream.due > session_tick:
                 continue
+            if scene is None:
+                scene = self._scene(data)
             request = stream.request
             renderer = self._renderer(request.width, request.height)
             camera = request.camera or -1
-            renderer.update_scene(data, camera=camera)
+            renderer.update_scene(scene, camera=camera)
             rgb = renderer.render()
             depth = None
             if request.depth:
@@ -123,6 +130,18 @@ class RenderStreams:
             stream.due = session_tick + stream.period_ticks
             stream.sink(RenderFrame(stream.id, request.camera or FREE_CAMERA, episode, tick,
                                     session_tick * self.timestep_ns, rgb.copy(), depth))
+
+    def _scene(self, data: mujoco.MjData) -> mujoco.MjData:
+        """A copy of the state x(t) with its kinematics, for drawing: the instance's MjData
+        is left alone (its derived quantities belong to x(t-1), see instance.py)."""
+        model = self.model
+        if self._data is None:
+            self._data = mujoco.MjData(model)
+            self._state = np.empty(mujoco.mj_stateSize(model, _SCENE_STATE))
+        mujoco.mj_getState(model, data, self._state, _SCENE_STATE)
+        mujoco.mj_setState(model, self._data, self._state, _SCENE_STATE)
+        mujoco.mj_forward(model, self._data)
+        return self._data
 
     def close(self) -> None:
         """Free the GL contexts (host thread)."""
@@ -138,9 +157,17 @@ class RenderStreams:
         key = (width, height)
         renderer = self._renderers.get(key)
         if renderer is None:
+            # Shared with the camera device: MuJoCo aborts the process when a GL context is
+            # requested again after one failed, so a failure is remembered, never retried.
+            from ..components.camera import _GL_FAILURE
+
             try:
+                if _GL_FAILURE:
+                    raise RuntimeError(_GL_FAILURE[0])
                 renderer = mujoco.Renderer(self.model, height, width)
             except Exception as exc:  # noqa: BLE001 - no GL: refuse the request, keep running
+                if not _GL_FAILURE:
+                    _GL_FAILURE.append(str(exc))
                 platform = os.environ.get("MUJOCO_GL") or "unset"
                 raise InstanceError(
                     f"render: no offscreen OpenGL context (MUJOCO_GL={platform}): "
