@@ -57,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "--output")
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
+    from fibril_sim_core._signals import ShutdownSignals
+
     progress = None if args.quiet else _progress
-    result = run_calibration(args.request, progress=progress)
+    # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
+    with ShutdownSignals():
+        result = run_calibration(args.request, progress=progress)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
     if args.output_overlay is not None:

@@ -27,6 +27,7 @@ from typing import Any
 import mujoco
 
 from .._schema import Where
+from .._signals import raise_on_termination
 from ..errors import FibrilError
 from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
 from ..manifest import load_manifest, load_scenario
@@ -115,16 +116,37 @@ def _run_all(jobs: list[RunJob], workers: int,
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     results: dict[int, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            i = futures[future]
-            try:
-                results[i] = future.result()
-            except BrokenProcessPool as exc:
-                results[i] = _failed(jobs[i], RUNTIME_FAILURE, f"worker process died: {exc}")
-            report(len(results), results[i])
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
+                             initializer=raise_on_termination) as pool:
+        try:
+            futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except BrokenProcessPool as exc:
+                    results[i] = _failed(jobs[i], RUNTIME_FAILURE,
+                                         f"worker process died: {exc}")
+                report(len(results), results[i])
+        except KeyboardInterrupt:  # SIGINT / SIGTERM: stop the workers, their traces close
+            _stop_workers(pool)
+            raise
     return [results[i] for i in range(len(jobs))]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and SIGTERM the workers (each closes its run's trace and
+    exits); one that does not exit in time is killed."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + 1.5
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
 
 
 def execute_run(job: RunJob) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import socket as socket_module
 import stat
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from .subscription import RECORD_KINDS, RecordFilter
 log = logging.getLogger("fibril_sim.server")
 
 _BATCH = 256  # records per message at most
+_BLOCKED_S = 0.02  # a client whose queue is full is retried after this long
 _UNIX_PATH_MAX = 107
 
 
@@ -79,6 +81,7 @@ class _Client:
     seq: int = 0  # stream messages sent or dropped
     delivered: int = -1  # the last stream message queued for sending
     drops: int = 0  # records dropped
+    blocked_until: float = 0.0  # after a full queue: drop without encoding until then
     owner: object = field(default_factory=object)  # owns this client's render streams
 
     @property
@@ -324,8 +327,16 @@ class SimulationServer:
         while records:
             batch.append(records.popleft())
         encoded: dict[int, bytes] = {}
+        now = time.monotonic()
         for client in list(self._clients.values()):
             if client.stream is None or not client.filters:
+                continue
+            if client.blocked_until > now:  # its queue was full a moment ago: count only
+                dropped = sum(1 for item in batch if self._for(client, item))
+                if dropped:
+                    client.drops += dropped
+                    self.dropped_total += dropped
+                    client.seq += 1
                 continue
             frames: list[bytes] = []
             for n, item in enumerate(batch):
@@ -347,6 +358,12 @@ class SimulationServer:
             if frames:
                 self._send_records(client, frames)
 
+    @staticmethod
+    def _for(client: _Client, item: Any) -> bool:
+        if type(item) is _Targeted:
+            return item.client == client.id and client.wants(item.record)
+        return client.wants(item)
+
     def _send_records(self, client: _Client, frames: list[bytes]) -> None:
         header = protocol.message("records", seq=client.seq, n=len(frames))
         try:
@@ -355,6 +372,7 @@ class SimulationServer:
         except zmq.Again:
             client.drops += len(frames)
             self.dropped_total += len(frames)
+            client.blocked_until = time.monotonic() + _BLOCKED_S
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 self._disconnect(client, "its stream is gone")
