@@ -15,6 +15,7 @@ same command as the ROS 2 executable ``ros2 run fibril_calibration calibrate cal
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,12 +58,20 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "--output")
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
-    from fibril_sim_core._signals import ShutdownSignals
+    from fibril_sim_core._signals import Interrupted, ShutdownSignals
 
     progress = None if args.quiet else _progress
     # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
-    with ShutdownSignals():
-        result = run_calibration(args.request, progress=progress)
+    try:
+        with ShutdownSignals():
+            result = run_calibration(args.request, progress=progress)
+    except Interrupted as exc:
+        # Nothing is open for writing; candidates still evaluating on worker threads are
+        # abandoned rather than awaited (that could take longer than a stop may).
+        print(f"fibril_sim: {'interrupted' if exc.exit_code == 130 else 'terminated'}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(exc.exit_code)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
     if args.output_overlay is not None:

@@ -38,6 +38,9 @@ class Interrupted(KeyboardInterrupt):
     def exit_code(self) -> int:
         return exit_code(self.signum)
 
+    def __reduce__(self) -> tuple[type, tuple[int]]:  # crosses process pools
+        return (type(self), (self.signum,))
+
 
 class ShutdownSignals:
     """Install the shutdown handlers for the duration of a ``with`` block (main thread only).
@@ -89,11 +92,22 @@ class ShutdownSignals:
             raise Interrupted(signum)
 
 
+_TERMINATING: list[int] = []
+
+
+def terminating() -> int | None:
+    """In a worker process: the termination signal received, if any (start no new work)."""
+    return _TERMINATING[0] if _TERMINATING else None
+
+
 def raise_on_termination() -> None:
     """In a worker process: SIGTERM raises ``Interrupted`` so the work's ``finally`` blocks
     (trace close) run before the worker exits."""
     def handle(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signum, signal.SIG_DFL)  # a second one ends the worker
+        # Later ones are ignored so the clean-up runs to its end (the parent kills a worker
+        # that takes too long); work handed out afterwards refuses to start (terminating()).
+        signal.signal(signum, signal.SIG_IGN)
+        _TERMINATING.append(signum)
         raise Interrupted(signum)
 
     if threading.current_thread() is threading.main_thread():
