@@ -84,6 +84,11 @@ class SimulationHost:
             self._state_providers = (*self._state_providers, provider)
 
     @property
+    def paced(self) -> bool:
+        """Stepping in real time (not paused, not as fast as possible)."""
+        return self._mode == "realtime" and not self._paused
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
