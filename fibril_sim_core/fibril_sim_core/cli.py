@@ -269,31 +269,22 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """``fibril_sim serve``: a runtime with a server, headless, until SIGINT/SIGTERM."""
-    import logging
-
-    from ._signals import ShutdownSignals
-
-    # Connections and refused clients are logged on stderr.
-    logging.basicConfig(level=logging.INFO, format="fibril_sim serve: %(message)s",
-                        stream=sys.stderr)
-    with ShutdownSignals(raise_interrupt=False) as signals:
-        return _serve_until_signal(args, signals)
-
-
-def _serve_until_signal(args: argparse.Namespace, signals: Any) -> int:
     import dataclasses
+    import logging
 
     from .plan import SimulationBuilder
     from .runtime import ServerOptions, SimulationRuntime
     from .trace import TraceWriter
 
+    # Connections and refused clients are logged on stderr.
+    logging.basicConfig(level=logging.INFO, format="fibril_sim serve: %(message)s",
+                        stream=sys.stderr)
     if args.rtf is not None and not args.rtf > 0:
         raise FibrilError(f"--rtf must be > 0, got {args.rtf}")
     token = _read_token(args.token_file) if args.token_file is not None else None
     if args.tcp is not None and token is None:
         raise FibrilError("--tcp needs --token-file: TCP clients must prove a shared token")
     plan = SimulationBuilder().build(args.manifest)
-    options = plan.manifest.runtime
     changes: dict[str, Any] = {}
     if args.rtf is not None:
         changes["real_time_factor"] = args.rtf
@@ -301,34 +292,26 @@ def _serve_until_signal(args: argparse.Namespace, signals: Any) -> int:
         changes["mode"] = args.mode
     if args.paused:
         changes["start_paused"] = True
-    options = dataclasses.replace(options, **changes)
+    options = dataclasses.replace(plan.manifest.runtime, **changes)
     server = ServerOptions(socket=args.socket, unix=args.tcp is None, tcp=args.tcp,
                            token=token)
     trace = None
     if args.trace is not None:
         trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
                             layout=dict(plan.layout))
-    runtime = None
     try:
         runtime = SimulationRuntime(plan, seed=args.seed, trace=trace, options=options,
                                     server=server)
-        runtime.start()
-        print(f"serving {runtime.address}", flush=True)
-        while signals.wait(0.2) is None:
-            failure = runtime.host.failure
-            if failure is not None:
-                raise FibrilError(f"the simulation host stopped after an error: "
-                                  f"{type(failure).__name__}: {failure}")
+        code = runtime.run_until_signal(
+            on_started=lambda r: print(f"serving {r.address}", flush=True))
     finally:
-        if runtime is not None:
-            runtime.stop()
         if trace is not None:
             trace.close()
-    at = runtime.instance.tick if runtime is not None else 0
-    verb = "interrupted" if signals.received == 2 else "terminated"
-    print(f"fibril_sim: {verb} at episode {runtime.instance.episode} tick {at}"
-          + (f"; trace closed: {args.trace}" if trace is not None else ""), file=sys.stderr)
-    return signals.exit_code
+    verb = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    print(f"fibril_sim: {verb} at episode {runtime.instance.episode} tick "
+          f"{runtime.instance.tick}" + (f"; trace closed: {args.trace}" if trace else ""),
+          file=sys.stderr)
+    return code
 
 
 def _read_token(path: Path) -> bytes:

@@ -58,6 +58,28 @@ class SimulationRuntime:
         if self.server is not None:
             self.server.stop()
 
+    def run_until_signal(self, *, on_started: Any = None) -> int:
+        """Start (if needed), run until SIGINT or SIGTERM, stop at a tick boundary; returns
+        the exit status (130 / 143). Call from the main thread; a second signal exits at
+        once. Raises InstanceError when the host stops after an error instead."""
+        from .._signals import ShutdownSignals
+        from ..errors import InstanceError
+
+        with ShutdownSignals(raise_interrupt=False) as signals:
+            try:
+                if not self.host.running:
+                    self.start()
+                if on_started is not None:
+                    on_started(self)
+                while signals.wait(0.2) is None:
+                    failure = self.host.failure
+                    if failure is not None:
+                        raise InstanceError(f"the simulation host stopped after an error: "
+                                            f"{type(failure).__name__}: {failure}")
+            finally:
+                self.stop()
+        return signals.exit_code
+
     def __enter__(self) -> SimulationRuntime:
         return self.start()
 

@@ -124,6 +124,7 @@ class SimulationServer:
         self._by_identity: dict[bytes, _Client] = {}
         self._challenges: dict[bytes, tuple[bytes, str]] = {}
         self._wanted: dict[str, frozenset[str] | None] = {}
+        self._eager = False  # some subscribed client is receiving (its queue is not full)
         self._next_client = 1
         self._stopping = False
         self._socket_path: Path | None = None
@@ -258,7 +259,7 @@ class SimulationServer:
             if record_source(record) not in devices:
                 return
         self._records.append(record)
-        if self._wake() and self.host.paced:
+        if self._wake() and self._eager and self.host.paced:
             # Let the server thread forward it now rather than after the rest of this frame
             # (the GIL is released here only): what keeps delivery latency low in real time.
             time.sleep(0)
@@ -364,6 +365,8 @@ class SimulationServer:
                     frames = []
             if frames:
                 self._send_records(client, frames)
+        self._eager = any(c.filters and c.stream is not None and c.blocked_until <= now
+                          for c in self._clients.values())
 
     @staticmethod
     def _for(client: _Client, item: Any) -> bool:
