@@ -174,10 +174,11 @@ class RemoteConnection:
         self._control.send(protocol.request("hello", name=name))
         reply = self._expect(self._control, ("welcome", "challenge"), "connecting")
         if reply["t"] == "challenge":
-            if not token:
+            nonce = secrets.token_bytes(32)
+            if not token:  # say so, so that the server logs the refusal
+                self._control.send(protocol.request("auth", nonce=nonce, mac=b""))
                 raise ServerError(f"connect: {self.url}: the server requires a token")
             secret = token.encode() if isinstance(token, str) else token
-            nonce = secrets.token_bytes(32)
             self._control.send(protocol.request(
                 "auth", nonce=nonce, mac=protocol.auth_mac(secret, reply["nonce"], nonce)))
             reply = self._expect(self._control, ("welcome",), "authenticating")

@@ -478,6 +478,9 @@ class SimulationServer:
             self._refuse(identity, frame, "authentication out of order")
             return
         nonce, name = pending
+        if not mac:
+            self._refuse(identity, frame, "no token given")
+            return
         expected = protocol.auth_mac(self.options.token or b"", nonce, client_nonce)
         if not secrets.compare_digest(expected, mac):
             self._refuse(identity, frame, "wrong token")
