@@ -191,9 +191,13 @@ class SimulationServer:
             path = self._private_dir / "fibril.sock"
         else:
             path = Path(self.options.socket).absolute()
-            if not path.parent.exists():
-                path.parent.mkdir(mode=0o700, parents=True)
-            _clear_stale_socket(path)
+            try:
+                if not path.parent.exists():
+                    path.parent.mkdir(mode=0o700, parents=True)
+                _clear_stale_socket(path)
+            except OSError as exc:
+                raise ServerError(f"server: cannot listen on {path}: "
+                                  f"{exc.strerror or exc}") from None
         if len(os.fsencode(path)) > _UNIX_PATH_MAX:
             raise ServerError(f"server: socket path {path} is too long for a Unix socket "
                               f"({len(os.fsencode(path))} > {_UNIX_PATH_MAX} bytes)")
