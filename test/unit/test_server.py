@@ -96,6 +96,7 @@ def test_remote_equals_in_process_bit_for_bit_in_lockstep(drivetrain, start) -> 
             # When step returns, every record of those ticks has reached the callback.
             assert len(remote_records) == len(local)
         assert state["tick"] == 200 and state["seed"] == 5
+        assert remote.describe() == runtime.connect().describe() == drivetrain.inspect()
         with pytest.raises(IngressError, match="source_sequence 3 does not increase"):
             remote.submit(external_input("motor/command", 3, DUTY, {"mode": "duty", "value": 0}))
         remote.reset(seed=9)

@@ -46,6 +46,12 @@ class SimulationConnection:
     def plan(self) -> SimulationPlan:
         return self._host.instance.plan
 
+    def describe(self) -> dict[str, Any]:
+        """The plan as ``fibril_sim inspect --json`` shows it: components, endpoints, devices
+        and their sample types, timestep. The same document a remote connection gets (use it
+        rather than ``plan`` in code that runs with either)."""
+        return self._host.instance.plan.inspect()
+
     def submit(self, item: ExternalInput) -> int:
         """Thread-safe ingress; returns the acceptance sequence or raises IngressError."""
         return self._host.instance.enqueue(item)

@@ -45,6 +45,8 @@ class SimulationHost:
         self.options = options
         timebase = instance.plan.timebase
         self.frame_ticks = max(1, timebase.ticks_ceil(options.frame_duration_s))
+        # A long step(n) advances in pieces this long, checking for stop between them.
+        self._piece = max(self.frame_ticks, 1000)
         # "paused" starts paused and runs in real time once resumed; "lockstep" only steps.
         self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
@@ -231,8 +233,8 @@ class SimulationHost:
         return item.action in ("resume", "reset", "rtf", "mode", "step")
 
     def _frame(self, ticks: int) -> None:
-        """Advance ``ticks`` (in pieces of at most one frame, so a stop request or a render
-        due in the middle of a long ``step(n)`` is served at a tick boundary)."""
+        """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
+        long ``step(n)`` is served at a tick boundary."""
         instance = self.instance
         start_sim = instance.session_time_ns
         start = time.perf_counter()
@@ -244,7 +246,7 @@ class SimulationHost:
                                    instance.data)
             if done >= ticks or (self._stopping and done):
                 break
-            chunk = min(ticks - done, self.frame_ticks)
+            chunk = min(ticks - done, self._piece)
             if renders.active:
                 chunk = max(1, min(chunk, renders.ticks_until_due(self._session_tick())))
             instance.advance(chunk)
