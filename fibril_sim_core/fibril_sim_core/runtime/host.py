@@ -54,6 +54,7 @@ class SimulationHost:
         self._requests: queue.Queue[_Request] = queue.Queue()
         self._callbacks: tuple[tuple[RecordCallback, RecordFilter | None], ...] = ()
         self._state_providers: tuple[StateProvider, ...] = ()
+        self._frame_listeners: tuple[Callable[[], None], ...] = ()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -79,6 +80,11 @@ class SimulationHost:
     def remove_callback(self, handle: object) -> None:
         with self._lock:
             self._callbacks = tuple(c for c in self._callbacks if c is not handle)
+
+    def add_frame_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` runs on the host thread after every frame (the server flushes)."""
+        with self._lock:
+            self._frame_listeners = (*self._frame_listeners, listener)
 
     def add_state_provider(self, provider: StateProvider) -> None:
         """``provider()`` adds keys to every state() answer (the server adds its clients)."""
@@ -259,6 +265,8 @@ class SimulationHost:
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
         self._dispatch(frame)
+        for listener in self._frame_listeners:
+            listener()
 
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns

@@ -43,11 +43,13 @@ from ..ingress import external_input
 from . import protocol
 from .host import SimulationHost
 from .render import RenderRequest
-from .subscription import RECORD_KINDS, RecordFilter
+from .subscription import RECORD_KINDS, RecordFilter, record_source
 
 log = logging.getLogger("fibril_sim.server")
 
 _BATCH = 256  # records per message at most
+_UNWANTED = object()
+_EAGER_BACKLOG = 2048  # records kept before the server is woken mid-frame when not paced
 _BLOCKED_S = 0.02  # a client whose queue is full is retried after this long
 _UNIX_PATH_MAX = 107
 
@@ -83,6 +85,11 @@ class _Client:
     drops: int = 0  # records dropped
     blocked_until: float = 0.0  # after a full queue: drop without encoding until then
     owner: object = field(default_factory=object)  # owns this client's render streams
+
+    @property
+    def takes_all(self) -> bool:
+        """Subscribed to every record (render frames are only its own: never mind)."""
+        return any(f.kinds is None and f.devices is None for f in self.filters)
 
     @property
     def label(self) -> str:
@@ -125,6 +132,8 @@ class SimulationServer:
         self._challenges: dict[bytes, tuple[bytes, str]] = {}
         self._wanted: dict[str, frozenset[str] | None] = {}
         self._eager = False  # some subscribed client is receiving (its queue is not full)
+        self._wanted_types: dict[type, frozenset[str] | None] = {}  # _wanted by record type
+        self._host_signalled = [False]  # the host thread's wake-up flag, once it has one
         self._next_client = 1
         self._stopping = False
         self._socket_path: Path | None = None
@@ -155,6 +164,7 @@ class SimulationServer:
         self._wake_pull = context.socket(zmq.PULL)
         self._wake_pull.bind(self._wake_url)
         self.host.add_callback(self._on_record)
+        self.host.add_frame_listener(self._on_frame)
         self.host.add_state_provider(self._state)
         self._thread = threading.Thread(target=self._serve, name="fibril-sim-server",
                                         daemon=True)
@@ -249,24 +259,32 @@ class SimulationServer:
 
     # ------------------------------------------------------------------ host thread
     def _on_record(self, record: Any) -> None:
-        """Host thread: keep a record some client wants (a dict lookup and an append)."""
-        wanted = self._wanted
-        if not wanted:
+        """Host thread: keep a record some client wants (two dict lookups and an append)."""
+        devices = self._wanted_types.get(type(record), _UNWANTED)
+        if devices is _UNWANTED:
             return
-        kind = RECORD_KINDS.get(type(record))
-        if kind not in wanted:
+        if devices is not None and record_source(record) not in devices:
             return
-        devices = wanted[kind]
-        if devices is not None:
-            from .subscription import record_source
-
-            if record_source(record) not in devices:
-                return
-        self._records.append(record)
-        if self._wake() and self._eager and self.host.paced:
+        records = self._records
+        records.append(record)
+        if self._host_signalled[0]:
+            return  # the server thread is awake already
+        if not self.host.paced and len(records) < _EAGER_BACKLOG:
+            return  # not in real time: woken once per frame (_on_frame), not per record
+        woke = self._wake()
+        self._host_signalled = self._signals.get(threading.get_ident(),
+                                                 (None, self._host_signalled))[1]
+        if woke and self._eager and self.host.paced:
             # Let the server thread forward it now rather than after the rest of this frame
             # (the GIL is released here only): what keeps delivery latency low in real time.
             time.sleep(0)
+
+    def _on_frame(self) -> None:
+        """Host thread, after each frame: wake the server for what the frame emitted."""
+        if self._records and not self._host_signalled[0]:
+            self._wake()
+            self._host_signalled = self._signals.get(threading.get_ident(),
+                                                     (None, self._host_signalled))[1]
 
     def _wake(self) -> bool:
         """Wake the server thread (any thread; one inproc socket per thread); True when this
@@ -344,7 +362,8 @@ class SimulationServer:
             if client.stream is None or not client.filters:
                 continue
             if client.blocked_until > now:  # its queue was full a moment ago: count only
-                dropped = sum(1 for item in batch if self._for(client, item))
+                dropped = len(batch) if client.takes_all else \
+                    sum(1 for item in batch if self._for(client, item))
                 if dropped:
                     client.drops += dropped
                     self.dropped_total += dropped
@@ -367,6 +386,11 @@ class SimulationServer:
                 if len(frames) == _BATCH:
                     self._send_records(client, frames)
                     frames = []
+                    if client.blocked_until > now:  # full: the rest is dropped uncoded
+                        rest = [item for item in batch[n + 1:] if self._for(client, item)]
+                        client.drops += len(rest)
+                        self.dropped_total += len(rest)
+                        break
             if frames:
                 self._send_records(client, frames)
         self._eager = any(c.filters and c.stream is not None and c.blocked_until <= now
@@ -549,6 +573,8 @@ class SimulationServer:
                         wanted.setdefault(kind, set()).update(  # type: ignore[union-attr]
                             record_filter.devices)
         self._wanted = {k: (None if v is None else frozenset(v)) for k, v in wanted.items()}
+        kinds = {kind: cls for cls, kind in RECORD_KINDS.items()}
+        self._wanted_types = {kinds[k]: v for k, v in self._wanted.items()}
 
     # ------------------------------------------------------------------ worker thread
     def _work_loop(self) -> None:
