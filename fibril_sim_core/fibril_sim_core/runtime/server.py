@@ -281,7 +281,10 @@ class SimulationServer:
 
     def _on_frame(self) -> None:
         """Host thread, after each frame: wake the server for what the frame emitted."""
-        if self._records and not self._host_signalled[0]:
+        records = self._records
+        if records and not self._host_signalled[0]:
+            if not self._eager and len(records) < _EAGER_BACKLOG:
+                return  # every client that wants them is full: counted when it is retried
             self._wake()
             self._host_signalled = self._signals.get(threading.get_ident(),
                                                      (None, self._host_signalled))[1]
@@ -323,8 +326,13 @@ class SimulationServer:
         poller.register(router, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
         while not self._stopping:
+            timeout = 500
+            if self._records and not self._eager:  # retry full clients when they are due
+                due = min((c.blocked_until for c in self._clients.values()
+                           if c.blocked_until), default=0.0)
+                timeout = max(1, min(500, int((due - time.monotonic()) * 1000) + 1))
             try:
-                events = dict(poller.poll(500))
+                events = dict(poller.poll(timeout))
             except zmq.ZMQError:
                 break
             if wake in events:
@@ -573,6 +581,7 @@ class SimulationServer:
                         wanted.setdefault(kind, set()).update(  # type: ignore[union-attr]
                             record_filter.devices)
         self._wanted = {k: (None if v is None else frozenset(v)) for k, v in wanted.items()}
+        self._eager = bool(self._wanted)
         kinds = {kind: cls for cls, kind in RECORD_KINDS.items()}
         self._wanted_types = {kinds[k]: v for k, v in self._wanted.items()}
 
