@@ -3,11 +3,27 @@
 ROS 2 tests use Fast DDS over shared memory only (no network traffic), in a ROS domain of
 their own per test session, so concurrent sessions on one machine do not see each other.
 Both are set before any test imports rclpy, and child processes inherit them.
+
+Rendering (the camera device, render observations) uses an offscreen OpenGL context: unless
+MUJOCO_GL is set already, EGL is chosen when libEGL is installed, else OSMesa when libOSMesa
+is (CI installs one); with neither, the rendering tests skip and say why.
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 
 os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
 os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+
+
+def _offscreen_gl() -> str | None:
+    for platform, library in (("egl", "EGL"), ("osmesa", "OSMesa")):
+        if ctypes.util.find_library(library):
+            return platform
+    return None
+
+
+if "MUJOCO_GL" not in os.environ and _offscreen_gl():
+    os.environ["MUJOCO_GL"] = _offscreen_gl()  # type: ignore[assignment]

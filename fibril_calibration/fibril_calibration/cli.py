@@ -90,12 +90,24 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "--output")
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
+    from fibril_sim_core._signals import Interrupted, ShutdownSignals
+
     name = getattr(args, "command_name", "fibril_sim calibrate")
     progress = None if args.quiet else (lambda message: _progress(name, message))
     _metrics_folder(args)
-    if getattr(args, "evaluate", None):
-        return _evaluate(args, progress)
-    result = run_calibration(args.request, progress=progress)
+    # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
+    try:
+        with ShutdownSignals():
+            if getattr(args, "evaluate", None):
+                return _evaluate(args, progress)
+            result = run_calibration(args.request, progress=progress)
+    except Interrupted as exc:
+        # Nothing is open for writing; candidates still evaluating on worker threads are
+        # abandoned rather than awaited (that could take longer than a stop may).
+        print(f"{name.split()[0]}: {'interrupted' if exc.exit_code == 130 else 'terminated'}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(exc.exit_code)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
     written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ComponentRegistry", "ComponentType", "Field"), ".components"),
     **dict.fromkeys(("ComponentError", "FibrilError", "IngressError", "InstanceError",
-                     "ManifestError", "PlanError", "TraceError"), ".errors"),
+                     "ManifestError", "PlanError", "ServerError", "TraceError"), ".errors"),
     "external_input": ".ingress",
     "SimulationInstance": ".instance",
     "SimulationManifest": ".manifest", "load_manifest": ".manifest",
@@ -23,10 +23,12 @@ _EXPORTS: dict[str, str] = {
                      "OverlayParameter", "OverlayTarget", "ParameterOverlays",
                      "load_overlay_artifact", "overlay_document", "parse_target"), ".overlays"),
     "SimulationBuilder": ".plan", "SimulationPlan": ".plan",
-    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "ExternalInput", "FrameTiming",
-                     "IngressRecord", "StateSnapshot"), ".records"),
-    **dict.fromkeys(("SimulationConnection", "SimulationHost", "SimulationRuntime"),
-                    ".runtime"),
+    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "EpisodeStart", "ExternalInput",
+                     "FrameTiming", "IngressRecord", "RenderFrame", "StateSnapshot"),
+                    ".records"),
+    **dict.fromkeys(("RecordFilter", "RemoteConnection", "RenderRequest", "ServerOptions",
+                     "SimulationConnection", "SimulationHost", "SimulationRuntime",
+                     "SimulationServer"), ".runtime"),
     **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
     "Timebase": ".timebase",
 }
@@ -50,7 +52,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .components import ComponentRegistry, ComponentType, Field
     from .errors import (ComponentError, FibrilError, IngressError, InstanceError,
-                         ManifestError, PlanError, TraceError)
+                         ManifestError, PlanError, ServerError, TraceError)
     from .ingress import external_input
     from .instance import SimulationInstance
     from .manifest import SimulationManifest, load_manifest
@@ -58,8 +60,10 @@ if TYPE_CHECKING:
                            OverlayParameter, OverlayTarget, ParameterOverlays,
                            load_overlay_artifact, overlay_document, parse_target)
     from .plan import SimulationBuilder, SimulationPlan
-    from .records import (ActuatorApplication, DeviceOutput, ExternalInput, FrameTiming,
-                          IngressRecord, StateSnapshot)
-    from .runtime import SimulationConnection, SimulationHost, SimulationRuntime
+    from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
+                          FrameTiming, IngressRecord, RenderFrame, StateSnapshot)
+    from .runtime import (RecordFilter, RemoteConnection, RenderRequest, ServerOptions,
+                          SimulationConnection, SimulationHost, SimulationRuntime,
+                          SimulationServer)
     from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
     from .timebase import Timebase

@@ -36,9 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FibrilError as exc:
         print(f"fibril_sim: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("fibril_sim: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through _signals.Interrupted
+        code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
+        print(f"fibril_sim: {'interrupted' if code == EXIT_INTERRUPTED else 'terminated'}",
+              file=sys.stderr)
+        return code
     except BrokenPipeError:  # e.g. `fibril_sim trace query ... | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -79,6 +81,25 @@ def _parser() -> argparse.ArgumentParser:
                           "sim_node session) at their commit ticks; without --steps or "
                           "--duration, runs as long as that episode")
     run.set_defaults(handler=_run)
+
+    serve = commands.add_parser(
+        "serve", help="run a simulation headless for remote clients until SIGINT/SIGTERM")
+    serve.add_argument("manifest", type=Path)
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument("--socket", type=Path, metavar="PATH",
+                       help="Unix socket to listen on (created 0600; default: fibril.sock in "
+                            "a new private directory)")
+    where.add_argument("--tcp", metavar="HOST:PORT",
+                       help="listen on TCP instead (needs --token-file; port 0: any free port)")
+    serve.add_argument("--token-file", type=Path, metavar="FILE",
+                       help="shared token clients must prove (required with --tcp; mode 0600)")
+    serve.add_argument("--rtf", type=float, help="real-time factor (default: the manifest's)")
+    serve.add_argument("--mode", choices=("realtime", "fast", "lockstep"),
+                       help="pacing (default: the manifest's runtime.mode)")
+    serve.add_argument("--paused", action="store_true", help="start paused")
+    serve.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    serve.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
+    serve.set_defaults(handler=_serve)
 
     trace = commands.add_parser("trace", help="read traces")
     trace_commands = trace.add_subparsers(title="trace commands", metavar="COMMAND")
@@ -127,11 +148,15 @@ def _register_plugins(commands: Any) -> None:
 
 
 def _experiment_run(args: argparse.Namespace) -> int:
+    from ._signals import ShutdownSignals
     from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
-    document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
-                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+    # SIGINT/SIGTERM raise Interrupted: runs stop, their traces close, no result is written.
+    with ShutdownSignals():
+        document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
+                                  progress=lambda line: print(line, file=sys.stderr,
+                                                              flush=True))
     write_json_atomically(args.output, document)
     summary = document["summary"]
     print(f"{summary['succeeded']}/{summary['runs']} run(s) succeeded: "
@@ -217,6 +242,14 @@ def _target_key(target: dict[str, Any]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ._signals import ShutdownSignals
+
+    # The first SIGINT/SIGTERM stops the run at the next chunk boundary; the trace is closed.
+    with ShutdownSignals(raise_interrupt=False) as signals:
+        return _run_until_signal(args, signals)
+
+
+def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     from .inputs_file import load_inputs
     from .plan import SimulationBuilder
     from .records import DeviceOutput, FrameTiming
@@ -253,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
     counts: Counter[str] = Counter()
     instance = None
     started = time.perf_counter()
+    stopped_by: int | None = None
     try:
         instance = plan.create_instance(args.seed, trace=trace, collect=False)
         instance.subscribe(lambda r: counts.update(
@@ -262,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
         # Offline runs advance in chunks of ten runtime frames; each chunk is one FrameTiming.
         frame = max(1, timebase.ticks_ceil(plan.manifest.runtime.frame_duration_s) * 10)
         remaining = ticks
-        while remaining > 0:
+        while remaining > 0 and signals.received is None:
             chunk = min(frame, remaining)
             start_sim, start = instance.session_time_ns, time.perf_counter()
             instance.advance(chunk)
@@ -273,14 +307,18 @@ def _run(args: argparse.Namespace) -> int:
                 trace.write(FrameTiming(instance.episode, instance.tick,
                                         instance.episode_time_ns, instance.session_time_ns,
                                         wall, sim / wall if wall > 0 else 0.0))
-    except KeyboardInterrupt:
-        at = instance.tick if instance is not None else 0
-        print(f"fibril_sim: interrupted at tick {at}"
-              + (f"; trace closed: {args.trace}" if trace is not None else ""), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        stopped_by = signals.received
+    except KeyboardInterrupt as exc:  # a handler installed by an embedding program
+        stopped_by = getattr(exc, "signum", 2)
     finally:
         if trace is not None:
             trace.close()
+    if stopped_by is not None:
+        at = instance.tick if instance is not None else 0
+        verb = "interrupted" if stopped_by == 2 else "terminated"
+        print(f"fibril_sim: {verb} at tick {at}"
+              + (f"; trace closed: {args.trace}" if trace is not None else ""), file=sys.stderr)
+        return 128 + stopped_by
     wall = time.perf_counter() - started
     sim_s = ticks * timebase.timestep_s
     print(f"ran {ticks} ticks ({sim_s:g} s simulated) in {wall:.3f} s wall "
@@ -292,6 +330,67 @@ def _run(args: argparse.Namespace) -> int:
     if trace is not None:
         print(f"trace: {args.trace}")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``fibril_sim serve``: a runtime with a server, headless, until SIGINT/SIGTERM."""
+    import dataclasses
+    import logging
+
+    from .plan import SimulationBuilder
+    from .runtime import ServerOptions, SimulationRuntime
+    from .trace import TraceWriter
+
+    # Connections and refused clients are logged on stderr.
+    logging.basicConfig(level=logging.INFO, format="fibril_sim serve: %(message)s",
+                        stream=sys.stderr)
+    if args.rtf is not None and not args.rtf > 0:
+        raise FibrilError(f"--rtf must be > 0, got {args.rtf}")
+    token = _read_token(args.token_file) if args.token_file is not None else None
+    if args.tcp is not None and token is None:
+        raise FibrilError("--tcp needs --token-file: TCP clients must prove a shared token")
+    plan = SimulationBuilder().build(args.manifest)
+    changes: dict[str, Any] = {}
+    if args.rtf is not None:
+        changes["real_time_factor"] = args.rtf
+    if args.mode is not None:
+        changes["mode"] = args.mode
+    if args.paused:
+        changes["start_paused"] = True
+    options = dataclasses.replace(plan.manifest.runtime, **changes)
+    server = ServerOptions(socket=args.socket, unix=args.tcp is None, tcp=args.tcp,
+                           token=token)
+    trace = None
+    if args.trace is not None:
+        trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
+                            layout=dict(plan.layout))
+    try:
+        runtime = SimulationRuntime(plan, seed=args.seed, trace=trace, options=options,
+                                    server=server)
+        code = runtime.run_until_signal(
+            on_started=lambda r: print(f"serving {r.address}", flush=True))
+    finally:
+        if trace is not None:
+            trace.close()
+    verb = "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    print(f"fibril_sim: {verb} at episode {runtime.instance.episode} tick "
+          f"{runtime.instance.tick}" + (f"; trace closed: {args.trace}" if trace else ""),
+          file=sys.stderr)
+    return code
+
+
+def _read_token(path: Path) -> bytes:
+    try:
+        mode = path.stat().st_mode
+        token = path.read_bytes().strip()
+    except OSError as exc:
+        raise FibrilError(f"--token-file {path}: cannot read: {exc.strerror}") from None
+    if mode & 0o077:
+        raise FibrilError(f"--token-file {path}: readable by others (mode "
+                          f"{mode & 0o777:04o}); chmod 600 {path}")
+    if len(token) < 16:
+        raise FibrilError(f"--token-file {path}: the token must be at least 16 bytes")
+    return token
 
 
 def _trace_inputs(path: Path, plan: Any) -> tuple[list[Any], int]:

@@ -33,3 +33,7 @@ class InstanceError(FibrilError):
 
 class TraceError(FibrilError):
     """A trace cannot be written, read or queried."""
+
+
+class ServerError(FibrilError):
+    """A simulation server cannot be started or reached, or refused a client."""

@@ -3,14 +3,20 @@
 Any thread may enqueue; nothing here touches MjData. Accepted inputs wait until the owner thread
 commits them at a tick boundary in acceptance order. A rejected input raises IngressError to the
 sender and is also recorded (counted and traced) — never silently dropped.
+
+Acceptance order is unique and strictly increasing within an episode, in commit order (exact
+replay sorts by commit tick and acceptance sequence): the scenario's initial inputs take
+0..n-1, a live input takes the next number when it is enqueued (``enqueue`` returns it), and a
+replayed recorded input keeps its recorded number unless that is already used, in which case it
+takes the next one when it is committed (after the live inputs committed at that tick).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from .components import ActuatorDescriptor, Command, Endpoint
 from .errors import IngressError
@@ -107,13 +113,40 @@ class Ingress:
         """Whether anything was accepted or rejected since the last ``take`` (lock-free peek)."""
         return bool(self._pending or self._rejected)
 
-    def take(self) -> tuple[list[AcceptedInput], list[IngressRecord]]:
-        """Everything accepted or rejected since the last call (owner thread)."""
-        if not self._pending and not self._rejected:
+    def start_episode(self, initial: Sequence[AcceptedInput]) -> None:
+        """A new episode (owner thread): acceptance numbers restart at 0 with the scenario's
+        ``initial`` inputs (numbered 0..n-1, committed first); live inputs still waiting are
+        renumbered after them."""
+        with self._lock:
+            waiting = [replace(item, acceptance_sequence=len(initial) + n)
+                       for n, item in enumerate(self._pending)]
+            self._pending = [*initial, *waiting]
+            self._next_acceptance = len(self._pending)
+
+    def skip_past(self, acceptance_sequence: int) -> None:
+        """Recorded inputs up to ``acceptance_sequence`` were committed without ``take`` (a
+        replay block): later inputs are numbered after them."""
+        with self._lock:
+            if acceptance_sequence >= self._next_acceptance:
+                self._next_acceptance = acceptance_sequence + 1
+
+    def take(self, recorded: Sequence[AcceptedInput] = ()
+             ) -> tuple[list[AcceptedInput], list[IngressRecord]]:
+        """Everything to commit now in commit order, and everything rejected since the last
+        call (owner thread). ``recorded`` are the replayed inputs due now: they commit after
+        the live ones, keeping their recorded acceptance number unless it is already used."""
+        if not self._pending and not self._rejected and not recorded:
             return [], []
         with self._lock:
             pending, self._pending = self._pending, []
             rejected, self._rejected = self._rejected, []
+            following = self._next_acceptance
+            for item in recorded:
+                if item.acceptance_sequence < following:
+                    item = replace(item, acceptance_sequence=following)
+                following = item.acceptance_sequence + 1
+                pending.append(item)
+            self._next_acceptance = following
         return pending, rejected
 
 

@@ -32,8 +32,8 @@ from mujoco import rollout
 from .errors import IngressError, InstanceError
 from .ingress import AcceptedInput, Ingress, external_input
 from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
-from .records import (ActuatorApplication, DeviceOutput, ExternalInput, IngressRecord,
-                      StateSnapshot)
+from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
+                      IngressRecord, StateSnapshot)
 
 if TYPE_CHECKING:
     from .components import Device, Endpoint
@@ -289,13 +289,17 @@ class SimulationInstance:
         self._order = 0
         self._snapshot_pre: tuple[int, tuple[np.ndarray, ...]] | None = None
         self._endpoints[:] = [a.create() for a in self.plan.actuators]
-        if self.scenario.initial_inputs:
-            self.enqueue_recorded_trace_inputs([
-                IngressRecord(self._episode, i.source_id, i.source_sequence, i.payload_type,
-                              external_input(i.source_id, i.source_sequence, i.payload_type,
-                                             i.payload).payload_json,
-                              True, 0, n, "", 0)
-                for n, i in enumerate(self.scenario.initial_inputs)])
+        # The scenario's initial inputs take acceptance 0..n-1 and commit first, at tick 0.
+        initial = []
+        for n, spec in enumerate(self.scenario.initial_inputs):
+            item = external_input(spec.source_id, spec.source_sequence, spec.payload_type,
+                                  spec.payload)
+            initial.append(AcceptedInput(n, item, *self._ingress.parse(item)))
+        self._ingress.start_episode(initial)
+        start = EpisodeStart(self._episode, self._seed, self.scenario.keyframe or "",
+                             self._session_offset)
+        for callback in self._subscribers:  # not collected: poll() stays the run's records
+            callback(start)
 
     @property
     def _keyframe_id(self) -> int:
@@ -618,6 +622,8 @@ class SimulationInstance:
                 self._order += 1
                 heapq.heappush(self._releases, (release_tick, self._order, records.entries[n]))
             if consumed:
+                self._ingress.skip_past(max(
+                    e.acceptance_sequence for e in records.entries[first:first + consumed]))
                 del self._recorded[len(self._recorded) - consumed:]
         elif waiting:
             table = _block_controls(data.ctrl, t, end, waiting, None, None, 0)[0]
@@ -700,9 +706,11 @@ class SimulationInstance:
     def _commit(self, t: int) -> None:
         """Commit recorded and live inputs due at ``t``; apply commands released at ``t``."""
         recorded = self._recorded
+        due = []
         while recorded and recorded[-1][0] <= t:
-            self._accept(t, recorded.pop()[2])
-        pending, rejected = self._ingress.take()
+            due.append(recorded.pop()[2])
+        # Commit order: live inputs, then the replayed ones due (numbered after them).
+        pending, rejected = self._ingress.take(due)
         for record in rejected:
             self._emit(record)
         for item in pending:

@@ -97,6 +97,20 @@ class StateSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class EpisodeStart:
+    """An episode began: its seed and keyframe, so any episode of a trace replays exactly.
+
+    Emitted when an instance is created (episode 0) and at every reset, before the episode's
+    first record; ``session_time_ns`` is the SessionTime at which its EpisodeTime is 0.
+    """
+
+    episode: int
+    seed: int
+    keyframe: str
+    session_time_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class FrameTiming:
     """Timing of one completed host frame."""
 
@@ -106,3 +120,20 @@ class FrameTiming:
     session_time_ns: int
     wall_step_time: float
     real_time_factor: float
+
+
+@dataclass(frozen=True, slots=True)
+class RenderFrame:
+    """One render observation: an image of a MuJoCo camera (or the free camera) taken by the
+    host at a frame boundary, for the viewer / GUI channel (not a sensor: no noise, no latency).
+
+    ``rgb`` is (height, width, 3) uint8; ``depth`` (height, width) float32 metres or None.
+    """
+
+    stream: int
+    camera: str  # the MJCF camera name, or "" for the free camera
+    episode: int
+    tick: int
+    session_time_ns: int
+    rgb: np.ndarray
+    depth: np.ndarray | None = None

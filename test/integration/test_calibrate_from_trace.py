@@ -248,7 +248,7 @@ def test_recording_episode_selects_inputs_and_samples(two_episodes: dict[str, An
     request = load_calibration_request(_write(tmp_path, doc))
     episode = request.training[0]
     assert episode.recording_episode == 1
-    assert _inputs(request) == [(3, 0.9, 0, 2)]
+    assert _inputs(request) == [(3, 0.9, 0, 0)]  # acceptance order restarts per episode
     rows = [row for row in query(two_episodes["trace"], VELOCITY).rows if row[1] == 1]
     np.testing.assert_array_equal(episode.signal("wheel_velocity").values,
                                   [[row[2]] for row in rows])
@@ -273,9 +273,9 @@ def test_samples_from_another_recording(bench: dict[str, Path], two_episodes: di
 
 def test_scenario_initial_inputs_are_restored_by_the_lifecycle_not_replayed(
         tmp_path: Path) -> None:
-    """A scenario input is traced at tick 0 with acceptance 0, as is the first input of
-    ``--inputs``; calibration restores it through create_instance, so it is not replayed from
-    the trace (twice applied, and an acceptance_sequence used twice at one tick)."""
+    """A scenario input is traced at tick 0 with acceptance 0 and the inputs of ``--inputs``
+    after it (acceptance order is unique); calibration restores the scenario input through
+    create_instance, so it is not replayed from the trace (it would be applied twice)."""
     scenario = {"initial_inputs": [{"source_id": "motor/command", "source_sequence": 0,
                                     "payload_type": PAYLOAD,
                                     "payload": {"mode": "duty", "value": 0.3}}]}
@@ -288,7 +288,7 @@ def test_scenario_initial_inputs_are_restored_by_the_lifecycle_not_replayed(
     with TraceReader(trace) as reader:
         traced = [(r.source_sequence, r.commit_tick, r.acceptance_sequence)
                   for r in reader.external_inputs()]
-    assert sorted(traced) == [(0, 0, 0), (1, 0, 0), (2, 200, 1), (3, 350, 2)]
+    assert traced == [(0, 0, 0), (1, 0, 1), (2, 200, 2), (3, 350, 3)]
     doc = request_doc(trace)
     doc["manifest"] = str(_bench_copy(tmp_path, "scenario.yaml", scenario=scenario))
     request = load_calibration_request(_write(tmp_path, doc))

@@ -242,7 +242,9 @@ def test_sigint_during_run_leaves_a_readable_trace(tmp_path: Path) -> None:
     child = subprocess.Popen(
         [sys.executable, "-m", "fibril_sim_core.cli", "run", str(MANIFEST), "--duration", "3600",
          "--trace", str(trace)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # The suite may run with SIGINT ignored (a background job), which a child inherits.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 20
         while not list(trace.glob("*.mcap")):  # the run has started once the bag exists

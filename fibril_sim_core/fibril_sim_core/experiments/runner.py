@@ -15,6 +15,8 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +30,7 @@ from typing import Any
 import mujoco
 
 from .._schema import Where
+from .._signals import Interrupted, raise_on_termination, terminating
 from ..errors import FibrilError
 from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
 from ..manifest import load_manifest, load_scenario
@@ -141,20 +144,69 @@ def _run_all(jobs: list[RunJob], workers: int,
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     results: dict[int, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            i = futures[future]
-            try:
-                results[i] = future.result()
-            except BrokenProcessPool as exc:
-                results[i] = _failed(jobs[i], RUNTIME_FAILURE, f"worker process died: {exc}")
-            report(len(results), results[i])
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
+                             initializer=raise_on_termination) as pool:
+        try:
+            futures = {pool.submit(execute_run, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except BrokenProcessPool as exc:
+                    results[i] = _failed(jobs[i], RUNTIME_FAILURE,
+                                         f"worker process died: {exc}")
+                report(len(results), results[i])
+        except KeyboardInterrupt:  # SIGINT / SIGTERM: stop the workers, their traces close
+            _stop_workers(pool)
+            raise
     return [results[i] for i in range(len(jobs))]
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and SIGTERM the workers (each closes its run's trace and
+    exits); one that does not exit in time is killed."""
+    # The executor keeps no public list of its processes, and shutdown() forgets them.
+    pids = [p.pid for p in (getattr(pool, "_processes", None) or {}).values() if p.pid]
+    pool.shutdown(wait=False, cancel_futures=True)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 1.7
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _signal(pid, 0)]
+        time.sleep(0.02)
+    for pid in pids:
+        if _signal(pid, signal.SIGKILL):
+            print(f"fibril_sim: experiment worker {pid} did not stop in time: killed (its "
+                  f"run's trace may be incomplete)", file=sys.stderr, flush=True)
+
+
+def _signal(pid: int, signum: int) -> bool:
+    """Send ``signum`` (0: only check); False when the process is gone."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def execute_run(job: RunJob) -> dict[str, Any]:
-    """One run, start to finish; every failure becomes a result class, never an exception."""
+    """One run, start to finish; every failure becomes a result class, never an exception.
+
+    SIGINT / SIGTERM stop it (its trace closes); a pool worker then exits at once, so the
+    parent does not wait for it."""
+    worker = multiprocessing.parent_process() is not None
+    try:
+        stopping = terminating()
+        if stopping is not None:  # a worker told to stop takes no new run
+            raise Interrupted(stopping)
+        return _execute_run(job)
+    except KeyboardInterrupt as exc:
+        if worker:  # its run's trace is closed (finally); exit without joining queue threads
+            os._exit(getattr(exc, "exit_code", 130))
+        raise
+
+
+def _execute_run(job: RunJob) -> dict[str, Any]:
     started = _now()
     clock = time.perf_counter()
     record: dict[str, Any] = {"id": job.run_id, "role": job.role, "started_at": started}
@@ -238,10 +290,11 @@ def _simulate(plan: Any, scenario: Any, execution: Any, trace_path: Path,
               observers: Mapping[str, ContactObserver]) -> tuple[str, str | None, float]:
     """Step the run; returns (status, reason, wall seconds spent stepping)."""
     warnings = [getattr(mujoco.mjtWarning, name) for name in _NUMERICAL_WARNINGS]
-    trace = TraceWriter(trace_path, provenance=dict(plan.provenance, seed=execution.seed),
-                        layout=dict(plan.layout))
+    trace = None
     wall = 0.0
     try:
+        trace = TraceWriter(trace_path, provenance=dict(plan.provenance, seed=execution.seed),
+                            layout=dict(plan.layout))
         instance = plan.create_instance(execution.seed, scenario=scenario, trace=trace,
                                         collect=False)
         model, data = instance.model, instance.data
@@ -275,7 +328,8 @@ def _simulate(plan: Any, scenario: Any, execution: Any, trace_path: Path,
     except Exception as exc:  # noqa: BLE001 - a variant's failure never stops its siblings
         return RUNTIME_FAILURE, f"{type(exc).__name__}: {exc}", wall
     finally:
-        trace.close()
+        if trace is not None:
+            trace.close()
     return SUCCEEDED, None, wall
 
 

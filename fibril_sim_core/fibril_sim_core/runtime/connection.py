@@ -1,35 +1,74 @@
 """SimulationConnection: what a client (a ROS node, a test, a GUI) may do with a running
 simulation. It never exposes MjData: inputs go through the ingress, records come back through
-callbacks, control goes through host requests served between frames."""
+callbacks, control goes through host requests served between frames.
+
+The in-process connection and the remote one (``SimulationConnection.connect(url)``, see
+``remote.py``) have the same methods, so a ROS node or a test harness works with either.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InstanceError
 from ..plan import SimulationPlan
-from ..records import ExternalInput
+from ..records import ExternalInput, RenderFrame
 from .host import RecordCallback, SimulationHost
+from .render import RenderRequest
+from .subscription import RecordFilter
+
+if TYPE_CHECKING:
+    from .remote import RemoteConnection
 
 
 class SimulationConnection:
-    """What a client (a ROS node, a test, a GUI) may do with a running simulation."""
+    """An in-process client of a running simulation (callbacks run on the host thread)."""
 
     def __init__(self, host: SimulationHost) -> None:
         self._host = host
+        self._callbacks: list[tuple[RecordCallback, RecordFilter]] = []
+        self._handles: list[object] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @staticmethod
+    def connect(url: str, *, token: str | bytes | None = None, name: str = "",
+                timeout: float = 10.0) -> RemoteConnection:
+        """A connection to a SimulationServer in another process: ``unix:///path/to.sock``
+        or ``tcp://127.0.0.1:PORT`` (TCP needs the server's shared ``token``)."""
+        from .remote import RemoteConnection
+
+        return RemoteConnection(url, token=token, name=name, timeout=timeout)
 
     @property
     def plan(self) -> SimulationPlan:
         return self._host.instance.plan
 
+    def describe(self) -> dict[str, Any]:
+        """The plan as ``fibril_sim inspect --json`` shows it: components, endpoints, devices
+        and their sample types, timestep. The same document a remote connection gets (use it
+        rather than ``plan`` in code that runs with either)."""
+        return self._host.instance.plan.inspect()
+
     def submit(self, item: ExternalInput) -> int:
         """Thread-safe ingress; returns the acceptance sequence or raises IngressError."""
         return self._host.instance.enqueue(item)
 
-    def on_record(self, callback: RecordCallback) -> None:
-        """Receive every DeviceOutput, ActuatorApplication, IngressRecord, StateSnapshot and
-        FrameTiming, on the host thread, as the simulation emits them."""
-        self._host.add_callback(callback)
+    def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
+                  devices: Iterable[str] | str | None = None) -> None:
+        """Receive records, on the host thread, as the simulation emits them: every kind
+        (``device_output``, ``actuator_application``, ``ingress_record``, ``state_snapshot``,
+        ``frame_timing``, ``episode_start``; ``render_frame`` of this connection's render
+        streams) or only ``kinds``, of every device or only ``devices`` (device ids,
+        endpoints, input sources, cameras)."""
+        record_filter = RecordFilter.of(kinds, devices)
+        self._check_open()
+        with self._lock:
+            self._callbacks.append((callback, record_filter))
+            self._handles.append(self._host.add_callback(callback,
+                                                         _without_renders(record_filter)))
 
     def pause(self) -> dict[str, Any]:
         return self._host.request("pause")
@@ -42,11 +81,12 @@ class SimulationConnection:
         return self._host.request("step", ticks)
 
     def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        """Start a new episode (SessionTime goes on); ``seed`` replaces the episode seed."""
+        """Start a new episode (EpisodeTime restarts, SessionTime goes on); ``seed`` replaces
+        the episode seed, ``keyframe`` the scenario keyframe."""
         return self._host.request("reset", (keyframe, seed))
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        if not factor > 0:
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
         return self._host.request("rtf", factor)
 
@@ -56,4 +96,56 @@ class SimulationConnection:
         return self._host.request("mode", mode)
 
     def state(self) -> dict[str, Any]:
+        """tick, episode, episode_time_ns, session_time_ns, paused, seed, mode,
+        real_time_factor (measured over the last second), target_real_time_factor,
+        accepted_inputs, rejected_inputs, drops (per remote client), clients, qpos, qvel."""
         return self._host.request("state")
+
+    def render(self, camera: str | None, width: int, height: int, rate_hz: float,
+               depth: bool = False) -> int:
+        """Start a render stream: frames of ``camera`` ("" or None: the free camera) every
+        1/rate_hz of simulated time, as ``render_frame`` records to this connection's
+        callbacks. Returns the stream id; raises InstanceError without a GL context."""
+        self._check_open()
+        return self._host.request("render", (RenderRequest(camera, width, height, rate_hz,
+                                                           depth), self._deliver_frame, self))
+
+    def stop_render(self, stream: int) -> None:
+        self._host.request("stop_render", (stream, self))
+
+    def close(self) -> None:
+        """Drop this connection's callbacks and render streams; the simulation goes on."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._callbacks = []
+            handles, self._handles = self._handles, []
+        for handle in handles:
+            self._host.remove_callback(handle)
+        if self._host.running:
+            self._host.request("stop_render", (None, self))
+
+    def __enter__(self) -> SimulationConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _deliver_frame(self, frame: RenderFrame) -> None:
+        for callback, record_filter in self._callbacks:
+            if record_filter.matches(frame):
+                callback(frame)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InstanceError("the connection is closed")
+
+
+def _without_renders(record_filter: RecordFilter) -> RecordFilter:
+    """Render frames go only to the connection that asked for them (``_deliver_frame``)."""
+    from .subscription import KIND_NAMES
+
+    kinds = (KIND_NAMES if record_filter.kinds is None else record_filter.kinds)
+    return RecordFilter(frozenset(kinds - {"render_frame"}), record_filter.devices)

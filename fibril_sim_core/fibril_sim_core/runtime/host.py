@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,12 @@ from ..errors import FibrilError, InstanceError
 from ..instance import Record, SimulationInstance
 from ..manifest import RuntimeOptions
 from ..records import FrameTiming
+from .render import RenderRequest, RenderSink, RenderStreams
+from .subscription import RecordFilter
 
 RecordCallback = Callable[[Any], None]
+StateProvider = Callable[[], dict[str, Any]]
+_RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
 
 
 @dataclass
@@ -40,23 +45,60 @@ class SimulationHost:
         self.options = options
         timebase = instance.plan.timebase
         self.frame_ticks = max(1, timebase.ticks_ceil(options.frame_duration_s))
+        # A long step(n) advances in pieces this long, checking for stop between them.
+        self._piece = max(self.frame_ticks, 1000)
         # "paused" starts paused and runs in real time once resumed; "lockstep" only steps.
         self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
         self._requests: queue.Queue[_Request] = queue.Queue()
-        self._callbacks: tuple[RecordCallback, ...] = ()
+        self._callbacks: tuple[tuple[RecordCallback, RecordFilter | None], ...] = ()
+        self._state_providers: tuple[StateProvider, ...] = ()
+        self._frame_listeners: tuple[Callable[[], None], ...] = ()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
+        self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
+        self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
         instance.subscribe(self._dispatch)
 
     # -------------------------------------------------------------- client side
-    def add_callback(self, callback: RecordCallback) -> None:
+    def add_callback(self, callback: RecordCallback,
+                     record_filter: RecordFilter | None = None) -> object:
+        """Call ``callback`` on the host thread with every record ``record_filter`` passes
+        (all when None); returns the handle ``remove_callback`` takes."""
+        if record_filter is not None and record_filter.kinds is None \
+                and record_filter.devices is None:
+            record_filter = None
+        entry = (callback, record_filter)
         with self._lock:
-            self._callbacks = (*self._callbacks, callback)
+            self._callbacks = (*self._callbacks, entry)
+        return entry
+
+    def remove_callback(self, handle: object) -> None:
+        with self._lock:
+            self._callbacks = tuple(c for c in self._callbacks if c is not handle)
+
+    def add_frame_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` runs on the host thread after every frame (the server flushes)."""
+        with self._lock:
+            self._frame_listeners = (*self._frame_listeners, listener)
+
+    def add_state_provider(self, provider: StateProvider) -> None:
+        """``provider()`` adds keys to every state() answer (the server adds its clients)."""
+        with self._lock:
+            self._state_providers = (*self._state_providers, provider)
+
+    @property
+    def paced(self) -> bool:
+        """Stepping in real time (not paused, not as fast as possible)."""
+        return self._mode == "realtime" and not self._paused
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -96,18 +138,22 @@ class SimulationHost:
 
     # -------------------------------------------------------------- host thread
     def _dispatch(self, record: Record) -> None:
-        for callback in self._callbacks:
-            callback(record)
+        for callback, record_filter in self._callbacks:
+            if record_filter is None or record_filter.matches(record):
+                callback(record)
 
     def _run(self) -> None:
         try:
             self._loop()
         except BaseException as exc:  # noqa: BLE001 - kept and reported to clients
             self.failure = exc
+        finally:
+            self._renders.close()
+            reason = (f"the simulation host stopped after an error: {_describe(self.failure)}"
+                      if self.failure is not None else "the simulation host stopped")
             while not self._requests.empty():
                 item = self._requests.get_nowait()
-                item.error = InstanceError(f"the simulation host stopped after an error: "
-                                           f"{_describe(exc)}")
+                item.error = InstanceError(reason)
                 item.done.set()
 
     def _loop(self) -> None:
@@ -157,9 +203,22 @@ class SimulationHost:
                     raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
                 self._frame(ticks)
             elif item.action == "reset":
-                keyframe, seed = item.argument if isinstance(item.argument, tuple) \
-                    else (item.argument, None)
+                keyframe, seed = item.argument
+                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                         or not 0 <= seed < 1 << 64):
+                    raise InstanceError(f"reset: seed must be an integer in [0, 2**64), got "
+                                        f"{seed!r}")
                 instance.reset(keyframe=keyframe or None, seed=seed)
+            elif item.action == "render":
+                request, sink, owner = item.argument
+                item.result = self._renders.add(request, sink, self._session_tick(), owner)
+                return False
+            elif item.action == "stop_render":
+                stream_id, owner = item.argument
+                if owner is not None and stream_id is None:
+                    self._renders.remove_owned_by(owner)
+                elif not self._renders.remove(stream_id):
+                    raise InstanceError(f"stop_render: no render stream {stream_id!r}")
             elif item.action == "rtf":
                 self._rtf = float(item.argument)
             elif item.action == "mode":
@@ -168,7 +227,7 @@ class SimulationHost:
                 pass
             elif item.action != "wake":
                 raise InstanceError(f"unknown host request {item.action!r}")
-            item.result = dict(instance.state(), paused=self._paused, seed=instance.seed)
+            item.result = self._state()
         except FibrilError as exc:
             item.error = exc
         except BaseException as exc:  # the host stops; the request that hit it learns why
@@ -180,16 +239,63 @@ class SimulationHost:
         return item.action in ("resume", "reset", "rtf", "mode", "step")
 
     def _frame(self, ticks: int) -> None:
+        """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
+        long ``step(n)`` is served at a tick boundary."""
         instance = self.instance
         start_sim = instance.session_time_ns
         start = time.perf_counter()
-        instance.advance(ticks)
-        wall = time.perf_counter() - start
+        renders = self._renders
+        done = 0
+        while True:
+            if renders.active:
+                renders.render_due(instance.episode, instance.tick, self._session_tick(),
+                                   instance.data)
+            if done >= ticks or (self._stopping and done):
+                break
+            chunk = min(ticks - done, self._piece)
+            if renders.active:
+                chunk = max(1, min(chunk, renders.ticks_until_due(self._session_tick())))
+            instance.advance(chunk)
+            done += chunk
+        end = time.perf_counter()
+        wall = end - start
         sim = (instance.session_time_ns - start_sim) / 1e9
+        self._frames.append((end, instance.session_time_ns))
         frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
         self._dispatch(frame)
+        for listener in self._frame_listeners:
+            listener()
+
+    def _session_tick(self) -> int:
+        return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
+
+    def _measured_rtf(self) -> float:
+        """Simulated over wall time across the frames of the last second (0 when still)."""
+        frames = self._frames
+        if self._paused or len(frames) < 2:
+            return 0.0
+        now = time.perf_counter()
+        last_wall, last_sim = frames[-1]
+        first_wall, first_sim = last_wall, last_sim
+        for wall, sim in reversed(frames):
+            if now - wall > _RTF_WINDOW_S:
+                break
+            first_wall, first_sim = wall, sim
+        span = now - first_wall
+        return (last_sim - first_sim) / 1e9 / span if span > 0 else 0.0
+
+    def _state(self) -> dict[str, Any]:
+        instance = self.instance
+        state = dict(instance.state(), paused=self._paused, seed=instance.seed,
+                     mode="lockstep" if self._mode == "lockstep" else self._mode,
+                     target_real_time_factor=self._rtf,
+                     real_time_factor=self._measured_rtf(),
+                     render_streams=len(self._renders.streams), drops={})
+        for provider in self._state_providers:
+            state.update(provider())
+        return state
 
 
 def _describe(exc: BaseException | None) -> str:

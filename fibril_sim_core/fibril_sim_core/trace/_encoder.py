@@ -7,6 +7,7 @@ block of rows of its ``_cdr.Layout``, the MCAP message record header included.
 
 from __future__ import annotations
 
+import json
 import operator
 import struct
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import numpy as np
 from ..records import (
     ActuatorApplication,
     DeviceOutput,
+    EpisodeStart,
     FrameTiming,
     IngressRecord,
     StateSnapshot,
@@ -25,6 +27,7 @@ from . import _msgtypes
 from ._cdr import Layout
 from ._mcap import MESSAGE_HEADER
 from ._topics import (
+    EPISODES_TOPIC,
     FRAME_TIMING_TOPIC,
     INPUTS_TOPIC,
     STATE_TOPIC,
@@ -104,6 +107,17 @@ def _timing_columns(recs: list[FrameTiming]) -> dict[str, Any]:
     return cols
 
 
+def _episode_text(record: EpisodeStart) -> bytes:
+    """An episode start as the JSON text of a std_msgs/String (rare: one per episode)."""
+    return json.dumps({"episode": record.episode, "seed": record.seed,
+                       "keyframe": record.keyframe, "session_time_ns": record.session_time_ns},
+                      sort_keys=True).encode()
+
+
+def _episode_columns(recs: list[EpisodeStart]) -> dict[str, Any]:
+    return {"log": [r.session_time_ns for r in recs], "data": [_episode_text(r) for r in recs]}
+
+
 def _shape_key(record: Any) -> tuple:
     """What fixes a record's message layout (strings, array lengths) and channel."""
     kind = type(record)
@@ -120,6 +134,8 @@ def _shape_key(record: Any) -> tuple:
     if kind is IngressRecord:
         return (kind, record.source_id, record.payload_type, len(record.payload_json.encode()),
                 record.reject_reason)
+    if kind is EpisodeStart:
+        return (kind, len(_episode_text(record)))
     return (kind,)
 
 
@@ -131,6 +147,9 @@ def _new_layout() -> Layout:
 
 def _make_shape(key: tuple) -> _Shape:
     kind = key[0]
+    if kind is EpisodeStart:  # std_msgs/String: no stamp
+        layout = _new_layout().text("data", key[1])
+        return _Shape(layout, EPISODES_TOPIC, "std_msgs/msg/String", _episode_columns)
     layout = _new_layout().time("stamp")
     if kind is DeviceOutput:
         _, device_id, frame_id, sample_type, names, count = key

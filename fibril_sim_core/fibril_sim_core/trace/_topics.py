@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["ACTUATOR_TOPIC_PREFIX", "DEVICE_TOPIC_PREFIX", "FRAME_TIMING_TOPIC", "INPUTS_TOPIC",
-           "STATE_TOPIC", "actuator_topic", "device_topic"]
+__all__ = ["ACTUATOR_TOPIC_PREFIX", "DEVICE_TOPIC_PREFIX", "EPISODES_TOPIC", "FRAME_TIMING_TOPIC",
+           "INPUTS_TOPIC", "STATE_TOPIC", "actuator_topic", "device_topic"]
 
 INPUTS_TOPIC: Final = "/fibril/external_inputs"
 STATE_TOPIC: Final = "/fibril/state"
 FRAME_TIMING_TOPIC: Final = "/fibril/frame_timing"
+#: One std_msgs/String per episode: JSON {episode, seed, keyframe, session_time_ns}.
+EPISODES_TOPIC: Final = "/fibril/episodes"
 DEVICE_TOPIC_PREFIX: Final = "/fibril/devices/"
 ACTUATOR_TOPIC_PREFIX: Final = "/fibril/actuators/"
 

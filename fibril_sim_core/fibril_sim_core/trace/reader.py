@@ -27,6 +27,7 @@ from rosbags.serde import SerdeError
 from ..records import (
     ActuatorApplication,
     DeviceOutput,
+    EpisodeStart,
     FrameTiming,
     IngressRecord,
     StateSnapshot,
@@ -36,6 +37,7 @@ from ._mcap import ChannelInfo, ChunkInfo, McapDamage, McapIndex, chunk_messages
 from .writer import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
+    EPISODES_TOPIC,
     FRAME_TIMING_TOPIC,
     INPUTS_TOPIC,
     LAYOUT_KEY,
@@ -261,6 +263,20 @@ class TraceReader:
                 wall_step_time=msg.wall_step_time,
                 real_time_factor=msg.real_time_factor,
             )
+
+    def episodes(self) -> list[EpisodeStart]:
+        """The seed and keyframe of every episode in the trace, in order (empty for traces
+        written before episodes were recorded: then ``provenance["seed"]`` is episode 0's)."""
+        out = []
+        for msg, _ in self._messages(self._connections_on(EPISODES_TOPIC)):
+            try:
+                item = json.loads(msg.data)
+                out.append(EpisodeStart(int(item["episode"]), int(item["seed"]),
+                                        str(item["keyframe"]), int(item["session_time_ns"])))
+            except (TypeError, ValueError, KeyError) as exc:
+                text = f"{self.path}: corrupt {EPISODES_TOPIC} record: {exc}"
+                raise TraceError(text) from exc
+        return out
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from ..errors import TraceError
 from ..records import (
     ActuatorApplication,
     DeviceOutput,
+    EpisodeStart,
     FrameTiming,
     IngressRecord,
     StateSnapshot,
@@ -49,6 +50,7 @@ from ._mcap import McapFile
 from ._topics import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
+    EPISODES_TOPIC,
     FRAME_TIMING_TOPIC,
     INPUTS_TOPIC,
     STATE_TOPIC,
@@ -59,11 +61,13 @@ from ._topics import (
 if TYPE_CHECKING:
     from types import TracebackType
 
-    TraceRecord = IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot | FrameTiming
+    TraceRecord = (IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot
+                   | FrameTiming | EpisodeStart)
 
 __all__ = [
     "ACTUATOR_TOPIC_PREFIX",
     "DEVICE_TOPIC_PREFIX",
+    "EPISODES_TOPIC",
     "FRAME_TIMING_TOPIC",
     "INPUTS_TOPIC",
     "LAYOUT_KEY",
@@ -93,7 +97,8 @@ _POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger b
 _BATCH: Final = 32768  # records serialized at once
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
-_KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming)
+_KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming,
+                 EpisodeStart)
 _KIND_SET: Final = frozenset(_KINDS)
 
 

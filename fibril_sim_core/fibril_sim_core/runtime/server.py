@@ -1,0 +1,674 @@
+"""SimulationServer: remote clients of a SimulationHost, over ZeroMQ.
+
+Transport: one ZeroMQ ROUTER socket (pyzmq), on a Unix domain socket by default (mode 0600, in
+a private 0700 directory) and on TCP only when asked (loopback unless told otherwise; then a
+shared token is required, checked with an HMAC challenge). Messages are msgpack (protocol.py);
+nothing is pickled.
+
+Threads. The host thread only appends the records some client wants to a deque (no encoding,
+no I/O, nothing that can block); the server thread owns the socket: it encodes each record once
+and sends it to every client whose subscription matches, without blocking. Each client has a
+bounded send queue (ZeroMQ's high-water mark); when it is full the batch is dropped and counted
+for that client (``state()["drops"]``), so a slow or dead client never stalls stepping. Control
+requests that wait for the host (step, reset, state, ...) run on a worker thread; their replies
+go out only after every record emitted before them, so a client that steps in lockstep has
+received every record of those ticks when ``step`` returns.
+
+Each client opens two sockets: control (requests and replies) and stream (records). A client
+that disconnects or says ``bye`` loses its subscriptions and render streams, nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import secrets
+import socket as socket_module
+import stat
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from ..errors import FibrilError, InstanceError, ServerError
+from ..ingress import external_input
+from . import protocol
+from .host import SimulationHost
+from .render import RenderRequest
+from .subscription import RECORD_KINDS, RecordFilter, record_source
+
+log = logging.getLogger("fibril_sim.server")
+
+_BATCH = 256  # records per message at most
+_UNWANTED = object()
+_EAGER_BACKLOG = 2048  # records kept before the server is woken mid-frame when not paced
+_BLOCKED_S = 0.02  # a client whose queue is full is retried after this long
+_UNIX_PATH_MAX = 107
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where a SimulationServer listens.
+
+    ``socket``: the Unix socket path (None: ``fibril.sock`` in a new private directory under
+    ``$XDG_RUNTIME_DIR`` or the temp dir); ``unix=False`` opens none. ``tcp``: ``HOST:PORT``
+    (port 0: any free port), None: no TCP listener. ``token``: the shared secret; required
+    with TCP, optional on the Unix socket. ``send_queue``: messages queued per client before
+    its records are dropped.
+    """
+
+    socket: str | Path | None = None
+    unix: bool = True
+    tcp: str | None = None
+    token: bytes | None = None
+    send_queue: int = 256
+
+
+@dataclass
+class _Client:
+    id: int
+    name: str
+    control: bytes
+    key: bytes
+    stream: bytes | None = None
+    filters: tuple[RecordFilter, ...] = ()
+    seq: int = 0  # stream messages sent or dropped
+    delivered: int = -1  # the last stream message queued for sending
+    drops: int = 0  # records dropped
+    blocked_until: float = 0.0  # after a full queue: drop without encoding until then
+    owner: object = field(default_factory=object)  # owns this client's render streams
+
+    @property
+    def takes_all(self) -> bool:
+        """Subscribed to every record (render frames are only its own: never mind)."""
+        return any(f.kinds is None and f.devices is None for f in self.filters)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name or 'client'}#{self.id}"
+
+    def wants(self, record: Any) -> bool:
+        return any(f.matches(record) for f in self.filters)
+
+
+@dataclass(frozen=True, slots=True)
+class _Targeted:
+    """A record for one client only (its render frames)."""
+
+    client: int
+    record: Any
+
+
+class SimulationServer:
+    """Serve remote SimulationConnections of one host (see the module docstring)."""
+
+    def __init__(self, host: SimulationHost, options: ServerOptions | None = None) -> None:
+        self.host = host
+        self.options = options or ServerOptions()
+        if self.options.tcp is not None and not self.options.token:
+            raise ServerError("server: a TCP listener needs a shared token (--token-file)")
+        self.addresses: list[str] = []
+        self._context: zmq.Context | None = None
+        self._router: zmq.Socket | None = None
+        self._wake_pull: zmq.Socket | None = None
+        self._wake_url = f"inproc://fibril-sim-wake-{id(self)}"
+        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
+        self._work: queue.Queue[Any] = queue.Queue()
+        self._records: deque[Any] = deque()
+        self._replies: deque[tuple[bytes, bytes | Callable[[], bytes]]] = deque()
+        self._signals: dict[int, tuple[zmq.Socket, list[bool]]] = {}
+        self._signal_lock = threading.Lock()
+        self._clients: dict[int, _Client] = {}
+        self._by_identity: dict[bytes, _Client] = {}
+        self._challenges: dict[bytes, tuple[bytes, str]] = {}
+        self._wanted: dict[str, frozenset[str] | None] = {}
+        self._eager = False  # some subscribed client is receiving (its queue is not full)
+        self._wanted_types: dict[type, frozenset[str] | None] = {}  # _wanted by record type
+        self._host_signalled = [False]  # the host thread's wake-up flag, once it has one
+        self._next_client = 1
+        self._stopping = False
+        self._socket_path: Path | None = None
+        self._private_dir: Path | None = None
+        self.refused = 0
+        self.dropped_total = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> SimulationServer:
+        context = zmq.Context()
+        self._context = context
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.setsockopt(zmq.SNDHWM, self.options.send_queue)
+        router.setsockopt(zmq.RCVHWM, 10_000)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        router.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        self._router = router
+        try:
+            if self.options.unix:
+                self._bind_unix(router)
+            if self.options.tcp is not None:
+                self._bind_tcp(router)
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._wake_pull = context.socket(zmq.PULL)
+        self._wake_pull.bind(self._wake_url)
+        self.host.add_callback(self._on_record)
+        self.host.add_frame_listener(self._on_frame)
+        self.host.add_state_provider(self._state)
+        self._thread = threading.Thread(target=self._serve, name="fibril-sim-server",
+                                        daemon=True)
+        self._worker = threading.Thread(target=self._work_loop, name="fibril-sim-server-worker",
+                                        daemon=True)
+        self._thread.start()
+        self._worker.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; remote clients see no more answers. Removes the socket it made."""
+        if self._thread is None:
+            return
+        self._stopping = True
+        self._work.put(None)
+        self._wake()
+        self._thread.join(5)
+        self._worker.join(5)  # type: ignore[union-attr]
+        self._thread = None
+        self._close_sockets()
+
+    @property
+    def address(self) -> str:
+        """The first address clients connect to (``unix://...`` or ``tcp://...``)."""
+        return self.addresses[0] if self.addresses else ""
+
+    # ------------------------------------------------------------------ binding
+    def _bind_unix(self, router: zmq.Socket) -> None:
+        if self.options.socket is None:
+            base = os.environ.get("XDG_RUNTIME_DIR")
+            if not base or not _private_dir(Path(base)):
+                base = tempfile.gettempdir()
+            self._private_dir = Path(tempfile.mkdtemp(prefix="fibril-sim-", dir=base))
+            path = self._private_dir / "fibril.sock"
+        else:
+            path = Path(self.options.socket).absolute()
+            try:
+                if not path.parent.exists():
+                    path.parent.mkdir(mode=0o700, parents=True)
+                _clear_stale_socket(path)
+            except OSError as exc:
+                raise ServerError(f"server: cannot listen on {path}: "
+                                  f"{exc.strerror or exc}") from None
+        if len(os.fsencode(path)) > _UNIX_PATH_MAX:
+            raise ServerError(f"server: socket path {path} is too long for a Unix socket "
+                              f"({len(os.fsencode(path))} > {_UNIX_PATH_MAX} bytes)")
+        # The socket file is created 0600 (umask) before anyone can connect.
+        previous = os.umask(0o177)
+        try:
+            router.bind(f"ipc://{path}")
+        except zmq.ZMQError as exc:
+            raise ServerError(f"server: cannot listen on {path}: {exc}") from None
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+        self._socket_path = path
+        self.addresses.append(f"unix://{path}")
+
+    def _bind_tcp(self, router: zmq.Socket) -> None:
+        host, sep, port = str(self.options.tcp).rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ServerError(f"server: --tcp expects HOST:PORT, got {self.options.tcp!r}")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            router.bind(f"tcp://{host}:{port if int(port) else '*'}")
+        except zmq.ZMQError as exc:
+            raise ServerError(f"server: cannot listen on tcp {host}:{port}: {exc}") from None
+        endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.addresses.append(endpoint)
+
+    def _close_sockets(self) -> None:
+        for sock, _ in self._signals.values():
+            sock.close(0)
+        self._signals.clear()
+        for sock in (self._router, self._wake_pull):
+            if sock is not None:
+                sock.close(0)
+        self._router = self._wake_pull = None
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+        if self._socket_path is not None:
+            try:
+                self._socket_path.unlink()
+            except OSError:
+                pass
+        if self._private_dir is not None:
+            try:
+                self._private_dir.rmdir()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ host thread
+    def _on_record(self, record: Any) -> None:
+        """Host thread: keep a record some client wants (two dict lookups and an append)."""
+        devices = self._wanted_types.get(type(record), _UNWANTED)
+        if devices is _UNWANTED:
+            return
+        if devices is not None and record_source(record) not in devices:
+            return
+        records = self._records
+        records.append(record)
+        if self._host_signalled[0]:
+            return  # the server thread is awake already
+        if not self.host.paced and len(records) < _EAGER_BACKLOG:
+            return  # not in real time: woken once per frame (_on_frame), not per record
+        woke = self._wake()
+        self._host_signalled = self._signals.get(threading.get_ident(),
+                                                 (None, self._host_signalled))[1]
+        if woke and self._eager and self.host.paced:
+            # Let the server thread forward it now rather than after the rest of this frame
+            # (the GIL is released here only): what keeps delivery latency low in real time.
+            time.sleep(0)
+
+    def _on_frame(self) -> None:
+        """Host thread, after each frame: wake the server for what the frame emitted."""
+        records = self._records
+        if records and not self._host_signalled[0]:
+            if not self._eager and len(records) < _EAGER_BACKLOG:
+                return  # every client that wants them is full: counted when it is retried
+            self._wake()
+            self._host_signalled = self._signals.get(threading.get_ident(),
+                                                     (None, self._host_signalled))[1]
+
+    def _wake(self) -> bool:
+        """Wake the server thread (any thread; one inproc socket per thread); True when this
+        call sent the wake-up."""
+        ident = threading.get_ident()
+        entry = self._signals.get(ident)
+        if entry is None:
+            if self._context is None:
+                return False
+            with self._signal_lock:
+                sock = self._context.socket(zmq.PUSH)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(self._wake_url)
+                entry = self._signals[ident] = (sock, [False])
+        sock, signalled = entry
+        if signalled[0]:
+            return False
+        signalled[0] = True
+        try:
+            sock.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            signalled[0] = False
+            return False
+        return True
+
+    def _state(self) -> dict[str, Any]:
+        clients = list(self._clients.values())
+        return {"clients": len(clients), "drops": {c.label: c.drops for c in clients},
+                "dropped_records": self.dropped_total, "refused_clients": self.refused,
+                "server": list(self.addresses)}
+
+    # ------------------------------------------------------------------ server thread
+    def _serve(self) -> None:
+        router, wake = self._router, self._wake_pull
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        while not self._stopping:
+            timeout = 500
+            if self._records and not self._eager:  # retry full clients when they are due
+                due = min((c.blocked_until for c in self._clients.values()
+                           if c.blocked_until), default=0.0)
+                timeout = max(1, min(500, int((due - time.monotonic()) * 1000) + 1))
+            try:
+                events = dict(poller.poll(timeout))
+            except zmq.ZMQError:
+                break
+            if wake in events:
+                while True:
+                    try:
+                        wake.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+            for _, signalled in list(self._signals.values()):
+                signalled[0] = False
+            replies = []
+            while self._replies:
+                replies.append(self._replies.popleft())
+            self._flush_records()
+            for identity, reply in replies:
+                self._send(identity, reply() if callable(reply) else reply)
+            if router in events:
+                for _ in range(1000):
+                    try:
+                        frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._handle(frames)
+
+    def _flush_records(self) -> None:
+        records = self._records
+        if not records:
+            return
+        batch = []
+        while records:
+            batch.append(records.popleft())
+        encoded: dict[int, bytes] = {}
+        now = time.monotonic()
+        for client in list(self._clients.values()):
+            if client.stream is None or not client.filters:
+                continue
+            if client.blocked_until > now:  # its queue was full a moment ago: count only
+                dropped = len(batch) if client.takes_all else \
+                    sum(1 for item in batch if self._for(client, item))
+                if dropped:
+                    client.drops += dropped
+                    self.dropped_total += dropped
+                    client.seq += 1
+                continue
+            frames: list[bytes] = []
+            for n, item in enumerate(batch):
+                if type(item) is _Targeted:
+                    if item.client != client.id:
+                        continue
+                    record = item.record
+                else:
+                    record = item
+                if not client.wants(record):
+                    continue
+                data = encoded.get(n)
+                if data is None:
+                    data = encoded[n] = protocol.record_to_wire(record)
+                frames.append(data)
+                if len(frames) == _BATCH:
+                    self._send_records(client, frames)
+                    frames = []
+                    if client.blocked_until > now:  # full: the rest is dropped uncoded
+                        rest = [item for item in batch[n + 1:] if self._for(client, item)]
+                        client.drops += len(rest)
+                        self.dropped_total += len(rest)
+                        break
+            if frames:
+                self._send_records(client, frames)
+        self._eager = any(c.filters and c.stream is not None and c.blocked_until <= now
+                          for c in self._clients.values())
+
+    @staticmethod
+    def _for(client: _Client, item: Any) -> bool:
+        if type(item) is _Targeted:
+            return item.client == client.id and client.wants(item.record)
+        return client.wants(item)
+
+    def _send_records(self, client: _Client, frames: list[bytes]) -> None:
+        header = protocol.message("records", seq=client.seq, n=len(frames))
+        try:
+            self._router.send_multipart([client.stream, header, *frames],  # type: ignore[union-attr]
+                                        zmq.NOBLOCK)
+        except zmq.Again:
+            client.drops += len(frames)
+            self.dropped_total += len(frames)
+            client.blocked_until = time.monotonic() + _BLOCKED_S
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:
+                self._disconnect(client, "its stream is gone")
+                return
+            raise
+        else:
+            client.delivered = client.seq
+        client.seq += 1
+
+    def _send(self, identity: bytes, data: bytes) -> None:
+        try:
+            self._router.send_multipart([identity, data], zmq.NOBLOCK)  # type: ignore[union-attr]
+        except zmq.ZMQError:
+            client = self._by_identity.get(identity)
+            if client is not None:
+                self._disconnect(client, "its control socket is gone")
+
+    def _handle(self, frames: list[Any]) -> None:
+        identity = frames[0].bytes
+        try:
+            document = protocol.check_version(protocol.unpack(frames[-1].bytes))
+            op = document.get("op")
+            rid = document.get("id")
+        except Exception as exc:  # noqa: BLE001 - garbage from a peer is refused, not fatal
+            self._refuse(identity, frames[-1], f"not a fibril_sim message ({exc})")
+            return
+        client = self._by_identity.get(identity)
+        if op == "hello":
+            self._hello(identity, frames[-1], document)
+            return
+        if op == "auth":
+            self._auth(identity, frames[-1], document)
+            return
+        if op == "attach":
+            self._attach(identity, frames[-1], document)
+            return
+        if client is None or identity != client.control:
+            self._refuse(identity, frames[-1], f"request {op!r} before authentication")
+            return
+        try:
+            if op == "submit":
+                source, sequence, payload_type, payload = document["input"]
+                result = self.host.instance.enqueue(
+                    external_input(source, sequence, payload_type, payload))
+            elif op == "subscribe":
+                client.filters = tuple(RecordFilter.of(f.get("kinds"), f.get("devices"))
+                                       for f in document.get("filters", ()))
+                self._update_wanted()
+                result = None
+            elif op == "bye":
+                self._reply(client, rid, True, None)
+                self._disconnect(client, "it said bye")
+                return
+            elif op in _HOST_OPS:
+                self._work.put((client, rid, op, document))
+                return
+            else:
+                raise ServerError(f"unknown request {op!r}")
+        except (FibrilError, KeyError, TypeError, ValueError) as exc:
+            self._reply(client, rid, False, exc)
+            return
+        self._reply(client, rid, True, result)
+
+    def _reply(self, client: _Client, rid: Any, ok: bool, result: Any) -> None:
+        self._send(client.control, self._reply_bytes(client, rid, ok, result))
+
+    @staticmethod
+    def _reply_bytes(client: _Client, rid: Any, ok: bool, result: Any) -> bytes:
+        if ok:
+            return protocol.message("reply", id=rid, ok=True, result=result,
+                                    delivered=client.delivered)
+        error = result if isinstance(result, FibrilError) else ServerError(
+            f"bad request: {type(result).__name__}: {result}")
+        return protocol.message("reply", id=rid, ok=False, delivered=client.delivered,
+                                **protocol.error_to_wire(error))
+
+    # ------------------------------------------------------------------ authentication
+    def _hello(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
+        name = str(document.get("name", ""))[:64]
+        if self.options.token:
+            nonce = secrets.token_bytes(32)
+            self._challenges[identity] = (nonce, name)
+            if len(self._challenges) > 1000:  # never-answered challenges do not pile up
+                self._challenges.pop(next(iter(self._challenges)))
+            self._send(identity, protocol.message("challenge", nonce=nonce))
+            return
+        self._welcome(identity, name)
+
+    def _auth(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
+        pending = self._challenges.pop(identity, None)
+        mac, client_nonce = document.get("mac"), document.get("nonce")
+        if pending is None or not isinstance(mac, bytes) or not isinstance(client_nonce, bytes):
+            self._refuse(identity, frame, "authentication out of order")
+            return
+        nonce, name = pending
+        if not mac:
+            self._refuse(identity, frame, "no token given")
+            return
+        expected = protocol.auth_mac(self.options.token or b"", nonce, client_nonce)
+        if not secrets.compare_digest(expected, mac):
+            self._refuse(identity, frame, "wrong token")
+            return
+        self._welcome(identity, name)
+
+    def _welcome(self, identity: bytes, name: str) -> None:
+        old = self._by_identity.get(identity)
+        if old is not None:
+            self._disconnect(old, "it said hello again")
+        client = _Client(self._next_client, name, identity, secrets.token_bytes(16))
+        self._next_client += 1
+        self._clients[client.id] = client
+        self._by_identity[identity] = client
+        plan = self.host.instance.plan
+        self._send(identity, protocol.message(
+            "welcome", client=client.id, key=client.key, plan=plan.inspect()))
+        log.info("client %s connected", client.label)
+
+    def _attach(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
+        client = self._clients.get(document.get("client"))  # type: ignore[arg-type]
+        key = document.get("key")
+        if client is None or not isinstance(key, bytes) or \
+                not secrets.compare_digest(key, client.key):
+            self._refuse(identity, frame, "stream attach with an unknown client key")
+            return
+        client.stream = identity
+        self._by_identity[identity] = client
+        self._send(identity, protocol.message("attached"))
+
+    def _refuse(self, identity: bytes, frame: Any, reason: str) -> None:
+        self.refused += 1
+        try:
+            peer = frame.get("Peer-Address")
+        except (zmq.ZMQError, AttributeError, TypeError):
+            peer = None
+        log.warning("refused a client%s: %s", f" from {peer}" if peer else "", reason)
+        self._send(identity, protocol.message("refused", reason=reason))
+
+    def _disconnect(self, client: _Client, why: str) -> None:
+        if self._clients.pop(client.id, None) is None:
+            return
+        self._by_identity.pop(client.control, None)
+        if client.stream is not None:
+            self._by_identity.pop(client.stream, None)
+        client.filters = ()
+        self._update_wanted()
+        self._work.put((client, None, "forget", {}))
+        log.info("client %s disconnected: %s", client.label, why)
+
+    def _update_wanted(self) -> None:
+        """The kinds (and devices) any client wants, for the host thread's quick check."""
+        wanted: dict[str, set[str] | None] = {}
+        for client in self._clients.values():
+            for record_filter in client.filters:
+                kinds = record_filter.kinds if record_filter.kinds is not None else \
+                    frozenset(RECORD_KINDS.values())
+                for kind in kinds - {"render_frame"}:
+                    if record_filter.devices is None:
+                        wanted[kind] = None
+                    elif kind not in wanted or wanted[kind] is not None:
+                        wanted.setdefault(kind, set()).update(  # type: ignore[union-attr]
+                            record_filter.devices)
+        self._wanted = {k: (None if v is None else frozenset(v)) for k, v in wanted.items()}
+        self._eager = bool(self._wanted)
+        kinds = {kind: cls for cls, kind in RECORD_KINDS.items()}
+        self._wanted_types = {kinds[k]: v for k, v in self._wanted.items()}
+
+    # ------------------------------------------------------------------ worker thread
+    def _work_loop(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None or self._stopping:
+                return
+            client, rid, op, document = item
+            try:
+                result = self._run_host_op(client, op, document)
+                ok = True
+            except FibrilError as exc:
+                result, ok = exc, False
+            except Exception as exc:  # noqa: BLE001 - a bad request is answered, not fatal
+                result, ok = ServerError(f"{op}: {type(exc).__name__}: {exc}"), False
+            if op == "forget":
+                continue
+            self._replies.append((client.control, lambda c=client, r=rid, o=ok, v=result:
+                                  self._reply_bytes(c, r, o, v)))
+            self._wake()
+
+    def _run_host_op(self, client: _Client, op: str, document: dict[str, Any]) -> Any:
+        host = self.host
+        if op == "forget":
+            if host.running:
+                host.request("stop_render", (None, client.owner))
+            return None
+        if op == "step":
+            return host.request("step", int(document["ticks"]))
+        if op == "reset":
+            return host.request("reset", (document.get("keyframe"), document.get("seed")))
+        if op == "rtf":
+            factor = document.get("factor")
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                    not factor > 0:
+                raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+            return host.request("rtf", factor)
+        if op == "mode":
+            mode = document.get("mode")
+            if mode not in ("realtime", "fast"):
+                raise InstanceError(f"mode must be 'realtime' or 'fast', got "
+                                    f"{mode!r}")
+            return host.request("mode", mode)
+        if op == "render":
+            request = RenderRequest(document.get("camera"), document.get("width"),
+                                    document.get("height"), document.get("rate_hz"),
+                                    bool(document.get("depth", False)))
+
+            def sink(frame: Any, client_id: int = client.id) -> None:
+                self._records.append(_Targeted(client_id, frame))
+                self._wake()
+
+            return host.request("render", (request, sink, client.owner))
+        if op == "stop_render":
+            return host.request("stop_render", (document.get("stream"), client.owner))
+        return host.request(op)  # pause, resume, state
+
+
+_HOST_OPS = frozenset({"pause", "resume", "step", "reset", "rtf", "mode", "state", "render",
+                       "stop_render"})
+
+
+def _private_dir(path: Path) -> bool:
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and \
+        not info.st_mode & 0o077
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """A socket file nobody listens on is left over from a killed server: remove it."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if not stat.S_ISSOCK(path.lstat().st_mode):
+        raise ServerError(f"server: {path} exists and is not a socket")
+    probe = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    try:
+        probe.connect(os.fspath(path))
+    except ConnectionRefusedError:
+        path.unlink()
+        return
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise ServerError(f"server: {path} is in use by another server")

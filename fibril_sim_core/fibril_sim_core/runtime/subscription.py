@@ -1,0 +1,79 @@
+"""Which records a client receives: filters by record kind and by device id.
+
+A client that wants one IMU subscribes with ``kinds=("device_output",), devices=("imu",)`` and
+never receives a camera stream. The same filter serves in-process callbacks (checked on the
+host thread) and remote clients (checked by the server before anything is encoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InstanceError
+from ..records import (ActuatorApplication, DeviceOutput, EpisodeStart, FrameTiming,
+                       IngressRecord, RenderFrame, StateSnapshot)
+
+#: Record kind name per record type (the names clients subscribe with).
+RECORD_KINDS: dict[type, str] = {
+    DeviceOutput: "device_output",
+    ActuatorApplication: "actuator_application",
+    IngressRecord: "ingress_record",
+    StateSnapshot: "state_snapshot",
+    FrameTiming: "frame_timing",
+    EpisodeStart: "episode_start",
+    RenderFrame: "render_frame",
+}
+KIND_NAMES = frozenset(RECORD_KINDS.values())
+
+
+def record_source(record: Any) -> str:
+    """The id a ``devices`` filter matches: a device id, an endpoint, an input source or a
+    camera; "" for records that belong to no device (frame timing, state, episode start)."""
+    kind = type(record)
+    if kind is DeviceOutput:
+        return record.device_id
+    if kind is ActuatorApplication:
+        return record.endpoint
+    if kind is IngressRecord:
+        return record.source_id
+    if kind is RenderFrame:
+        return record.camera
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFilter:
+    """``kinds``: record kind names (None: every kind); ``devices``: ids of devices, endpoints,
+    input sources or cameras (None: all; when given, records of no device are left out)."""
+
+    kinds: frozenset[str] | None = None
+    devices: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, kinds: Iterable[str] | str | None = None,
+           devices: Iterable[str] | str | None = None) -> RecordFilter:
+        """A checked filter; a single string counts as a one-element list."""
+        kind_set = None if kinds is None else frozenset([kinds] if isinstance(kinds, str)
+                                                       else kinds)
+        if kind_set is not None:
+            unknown = sorted(kind_set - KIND_NAMES)
+            if unknown:
+                raise InstanceError(f"on_record: unknown record kind(s) "
+                                    f"{', '.join(map(repr, unknown))}; kinds: "
+                                    f"{', '.join(sorted(KIND_NAMES))}")
+        device_set = None if devices is None else frozenset(
+            [devices] if isinstance(devices, str) else devices)
+        if device_set is not None and not all(isinstance(d, str) for d in device_set):
+            raise InstanceError("on_record: devices must be strings (device ids)")
+        return cls(kind_set, device_set)
+
+    def matches(self, record: Any) -> bool:
+        if self.kinds is not None and RECORD_KINDS.get(type(record)) not in self.kinds:
+            return False
+        return self.devices is None or record_source(record) in self.devices
+
+    def document(self) -> dict[str, list[str] | None]:
+        return {"kinds": None if self.kinds is None else sorted(self.kinds),
+                "devices": None if self.devices is None else sorted(self.devices)}
