@@ -57,7 +57,7 @@ setup(
     python_requires='>=3.10',
     # rclpy, launch, launch_ros and the message packages come from ROS (package.xml) or, in a
     # plain venv, from PyPI's ROS 2 wheels pinned in the repository's requirements.txt.
-    install_requires=['fibril_sim_core', 'fibril_calibration'],
+    install_requires=['fibril_sim_core', 'fibril_calibration', 'numpy>=1.26.4'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

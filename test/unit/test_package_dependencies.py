@@ -28,17 +28,20 @@ THIRD_PARTY = {
     "mujoco": ("python3-mujoco-pip", "mujoco"),
     "rosbags": ("python3-rosbags-pip", "rosbags"),
     "zstandard": ("python3-zstandard", "zstandard"),
+    "zmq": ("python3-zmq", "pyzmq"),
+    "msgpack": ("python3-msgpack", "msgpack"),
     "fibril_sim_core": ("fibril_sim_core", "fibril_sim_core"),
     "fibril_calibration": ("fibril_calibration", "fibril_calibration"),
 }
 #: Imported only where present, for an optional feature, and so not declared: lz4 reads the
-#: lz4-compressed MCAP chunks of bags other tools wrote (Fibril writes zstd; rosbags brings lz4).
-OPTIONAL = {"lz4"}
+#: lz4-compressed MCAP chunks of bags other tools wrote (Fibril writes zstd; rosbags brings lz4);
+#: pytest is imported by fibril_sim_ros.testing_pytest, a plugin only pytest itself loads.
+OPTIONAL = {"lz4", "pytest"}
 #: ROS packages whose Python module has the package's name (rosdep key = name), from ROS only.
 ROS_MODULES = {
     "rclpy", "fibril_msgs", "std_msgs", "sensor_msgs", "geometry_msgs", "nav_msgs",
     "rosgraph_msgs", "std_srvs", "builtin_interfaces", "rcl_interfaces", "launch", "launch_ros",
-    "ament_index_python", "rosidl_runtime_py", "rosbag2_py",
+    "ament_index_python", "rosidl_runtime_py", "rosbag2_py", "launch_testing",
 }
 
 
