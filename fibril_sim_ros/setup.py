@@ -4,7 +4,8 @@ launch/ and config/ live at the repository root (beside this package, not in it)
 installed into this package's share/ directory. Paths in data_files are relative to this
 file's directory, which is where both colcon and pip run setup.py.
 
-config/ is installed through the symlink fibril_sim_ros/config -> ../config, so every source
+config/ and launch/ are installed through the symlinks fibril_sim_ros/config -> ../config and
+fibril_sim_ros/launch -> ../launch, so every source
 lies inside this package: ``colcon build --symlink-install`` mirrors each data_files source to
 build/fibril_sim_ros/<source>, and a ``../config/...`` source would land in build/config/,
 outside the package's build folder (shared by every package of the workspace).
@@ -43,7 +44,7 @@ data_files = [
     ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
     (f'share/{package_name}', ['package.xml']),
 ]
-launch_files = _files(os.path.join('..', 'launch', '*.launch.py'))
+launch_files = _files(os.path.join('launch', '*.launch.py'))  # launch -> ../launch
 if launch_files:
     data_files.append((f'share/{package_name}/launch', launch_files))
 data_files += _tree('config', f'share/{package_name}/config')
@@ -54,7 +55,7 @@ setup(
     packages=find_packages(include=[package_name, f'{package_name}.*']),
     package_data={package_name: ['py.typed']},
     data_files=data_files,
-    python_requires='>=3.10',
+    python_requires='>=3.11',
     # rclpy, launch, launch_ros and the message packages come from ROS (package.xml) or, in a
     # plain venv, from PyPI's ROS 2 wheels pinned in the repository's requirements.txt.
     install_requires=['fibril_sim_core', 'fibril_calibration', 'numpy>=1.26.4'],
