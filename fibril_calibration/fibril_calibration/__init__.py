@@ -12,82 +12,97 @@ command's parser through this package without importing SciPy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fibril_sim_core._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(('ALIGNMENTS', 'align', 'quat_error', 'quat_slerp'), '.alignment'),
-    **dict.fromkeys(('InformationMatrix', 'LocalAnalysis'), '.analysis'),
-    **dict.fromkeys(('CalibrationParameterValues', 'CandidatePlanBuilder', 'CandidatePlanBuilderProtocol'), '.candidate_plan'),
-    **dict.fromkeys(('STANDARD_DECODERS', 'CalibrationDeviceOutputDecoder', 'CalibrationDeviceOutputDecoderRegistry'), '.decoders'),
-    **dict.fromkeys(('CalibrationResult', 'run_calibration', 'solver_options', 'summary_text'), '.engine'),
-    **dict.fromkeys(('CalibrationError', 'CalibrationRequestError', 'EvaluationError'), '.errors'),
-    **dict.fromkeys(('Evaluation', 'ResidualBlock', 'ResidualModel'), '.evaluation'),
-    **dict.fromkeys(('LOSS_TYPES', 'LossSpec'), '.losses'),
-    **dict.fromkeys(('ObservationSpec',), '.observations'),
-    **dict.fromkeys(('Tolerances',), '.optimizer'),
-    **dict.fromkeys(('CalibrationOutcome', 'EvaluationCounts'), '.outcome'),
-    **dict.fromkeys(('PARAMETERIZATIONS', 'CalibrationParameter', 'CoordinateMap', 'Parameterization', 'Prior', 'parameter_problems', 'physical_scale', 'validate_parameter', 'validate_parameters'), '.parameters'),
-    **dict.fromkeys(('CalibrationProblem', 'ProblemStatistics'), '.problem'),
-    **dict.fromkeys(('ParameterProfile', 'ProfileLikelihood', 'ProfilePoint'), '.profile_likelihood'),
-    **dict.fromkeys(('AnalysisSpec', 'CalibrationRequest', 'EpisodeSpec', 'ExecutionSpec', 'FitSpec', 'ObjectiveSpec', 'OptimizerSpec', 'ProfileLikelihoodSpec', 'SignalSpec', 'load_calibration_request', 'parse_calibration_request'), '.request'),
-    **dict.fromkeys(('RESULT_FORMAT', 'build_result_document', 'write_atomic'), '.result'),
-    **dict.fromkeys(('SolverOptions', 'calibrate', 'likelihood_interpretation_valid'), '.solver'),
-    **dict.fromkeys(('StartingPoint', 'starting_point'), '.starting_point'),
-    **dict.fromkeys(('EpisodeSummary', 'ResidualSummary', 'SignalSummary'), '.summaries'),
-    **dict.fromkeys(('FitCriteria', 'FitVerdict'), '.verdict'),
-    **dict.fromkeys(('BagSource', 'CsvSource', 'SOURCE_FORMATS', 'Source', 'SourceError', 'Stream', 'open_source'), '.sources'),
-    **dict.fromkeys(('FrankaSource',), '.franka'),
-    **dict.fromkeys(('COMMIT_POLICIES', 'SourceSet', 'source_episodes'), '.mapping'),
-    **dict.fromkeys(('Window', 'parse_windows'), '.windows'),
-    **dict.fromkeys(('EVALUATION_FORMAT', 'evaluate_parameter_sets', 'overlay_values', 'score', 'score_sets', 'scores_text'), '.scores'),
-    **dict.fromkeys(('metrics_documents', 'write_metrics'), '.metrics_json'),
-    **dict.fromkeys(('sidecar_gains_overlay', 'sysid_overlay'), '.sysid_import'),
-    **dict.fromkeys(('OffsetAwareBuilder', 'OffsetPlan', 'TimeOffsetTarget'), '.time_offsets'),
+    **dict.fromkeys(("ALIGNMENTS", "align", "quat_error", "quat_slerp"), ".alignment"),
+    **dict.fromkeys(("InformationMatrix", "LocalAnalysis"), ".analysis"),
+    **dict.fromkeys(("CalibrationParameterValues", "CandidatePlanBuilder",
+                     "CandidatePlanBuilderProtocol"),
+                    ".candidate_plan"),
+    **dict.fromkeys(("STANDARD_DECODERS", "CalibrationDeviceOutputDecoder",
+                     "CalibrationDeviceOutputDecoderRegistry"),
+                    ".decoders"),
+    **dict.fromkeys(("CalibrationResult", "run_calibration", "solver_options", "summary_text"),
+                    ".engine"),
+    **dict.fromkeys(("CalibrationError", "CalibrationRequestError", "EvaluationError"), ".errors"),
+    **dict.fromkeys(("Evaluation", "ResidualBlock", "ResidualModel"), ".evaluation"),
+    **dict.fromkeys(("LOSS_TYPES", "LossSpec"), ".losses"),
+    **dict.fromkeys(("ObservationSpec",), ".observations"),
+    **dict.fromkeys(("Tolerances",), ".optimizer"),
+    **dict.fromkeys(("CalibrationOutcome", "EvaluationCounts"), ".outcome"),
+    **dict.fromkeys(("PARAMETERIZATIONS", "CalibrationParameter", "CoordinateMap",
+                     "Parameterization", "Prior", "parameter_problems", "physical_scale",
+                     "validate_parameter", "validate_parameters"),
+                    ".parameters"),
+    **dict.fromkeys(("CalibrationProblem", "ProblemStatistics"), ".problem"),
+    **dict.fromkeys(("ParameterProfile", "ProfileLikelihood", "ProfilePoint"),
+                    ".profile_likelihood"),
+    **dict.fromkeys(("AnalysisSpec", "CalibrationRequest", "EpisodeSpec", "ExecutionSpec",
+                     "FitSpec", "ObjectiveSpec", "OptimizerSpec", "ProfileLikelihoodSpec",
+                     "SignalSpec", "load_calibration_request", "parse_calibration_request"),
+                    ".request"),
+    **dict.fromkeys(("RESULT_FORMAT", "build_result_document", "write_atomic"), ".result"),
+    **dict.fromkeys(("SolverOptions", "calibrate", "likelihood_interpretation_valid"), ".solver"),
+    **dict.fromkeys(("StartingPoint", "starting_point"), ".starting_point"),
+    **dict.fromkeys(("EpisodeSummary", "ResidualSummary", "SignalSummary"), ".summaries"),
+    **dict.fromkeys(("FitCriteria", "FitVerdict"), ".verdict"),
+    **dict.fromkeys(("BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError", "Stream",
+                     "open_source"),
+                    ".sources"),
+    **dict.fromkeys(("FrankaSource",), ".franka"),
+    **dict.fromkeys(("COMMIT_POLICIES", "SourceSet", "source_episodes"), ".mapping"),
+    **dict.fromkeys(("Window", "parse_windows"), ".windows"),
+    **dict.fromkeys(("EVALUATION_FORMAT", "evaluate_parameter_sets", "overlay_values", "score",
+                     "score_sets", "scores_text"),
+                    ".scores"),
+    **dict.fromkeys(("metrics_documents", "write_metrics"), ".metrics_json"),
+    **dict.fromkeys(("sidecar_gains_overlay", "sysid_overlay"), ".sysid_import"),
+    **dict.fromkeys(("OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget"), ".time_offsets"),
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from .alignment import (ALIGNMENTS, align, quat_error, quat_slerp)
-    from .analysis import (InformationMatrix, LocalAnalysis)
-    from .candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder, CandidatePlanBuilderProtocol)
-    from .decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder, CalibrationDeviceOutputDecoderRegistry)
-    from .engine import (CalibrationResult, run_calibration, solver_options, summary_text)
-    from .errors import (CalibrationError, CalibrationRequestError, EvaluationError)
-    from .evaluation import (Evaluation, ResidualBlock, ResidualModel)
-    from .losses import (LOSS_TYPES, LossSpec)
-    from .observations import (ObservationSpec)
-    from .optimizer import (Tolerances)
-    from .outcome import (CalibrationOutcome, EvaluationCounts)
-    from .parameters import (PARAMETERIZATIONS, CalibrationParameter, CoordinateMap, Parameterization, Prior, parameter_problems, physical_scale, validate_parameter, validate_parameters)
-    from .problem import (CalibrationProblem, ProblemStatistics)
-    from .profile_likelihood import (ParameterProfile, ProfileLikelihood, ProfilePoint)
-    from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec, ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec, load_calibration_request, parse_calibration_request)
-    from .result import (RESULT_FORMAT, build_result_document, write_atomic)
-    from .solver import (SolverOptions, calibrate, likelihood_interpretation_valid)
-    from .starting_point import (StartingPoint, starting_point)
-    from .summaries import (EpisodeSummary, ResidualSummary, SignalSummary)
-    from .verdict import (FitCriteria, FitVerdict)
-    from .sources import (BagSource, CsvSource, SOURCE_FORMATS, Source, SourceError, Stream, open_source)
-    from .franka import (FrankaSource,)
-    from .mapping import (COMMIT_POLICIES, SourceSet, source_episodes)
-    from .windows import (Window, parse_windows)
-    from .scores import (EVALUATION_FORMAT, evaluate_parameter_sets, overlay_values, score, score_sets, scores_text)
-    from .metrics_json import (metrics_documents, write_metrics)
-    from .sysid_import import (sidecar_gains_overlay, sysid_overlay)
-    from .time_offsets import (OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget)
+    from .alignment import ALIGNMENTS, align, quat_error, quat_slerp
+    from .analysis import InformationMatrix, LocalAnalysis
+    from .candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder,
+                                 CandidatePlanBuilderProtocol)
+    from .decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder,
+                           CalibrationDeviceOutputDecoderRegistry)
+    from .engine import CalibrationResult, run_calibration, solver_options, summary_text
+    from .errors import CalibrationError, CalibrationRequestError, EvaluationError
+    from .evaluation import Evaluation, ResidualBlock, ResidualModel
+    from .losses import LOSS_TYPES, LossSpec
+    from .observations import ObservationSpec
+    from .optimizer import Tolerances
+    from .outcome import CalibrationOutcome, EvaluationCounts
+    from .parameters import (PARAMETERIZATIONS, CalibrationParameter, CoordinateMap,
+                             Parameterization, Prior, parameter_problems, physical_scale,
+                             validate_parameter, validate_parameters)
+    from .problem import CalibrationProblem, ProblemStatistics
+    from .profile_likelihood import ParameterProfile, ProfileLikelihood, ProfilePoint
+    from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec,
+                          ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec,
+                          load_calibration_request, parse_calibration_request)
+    from .result import RESULT_FORMAT, build_result_document, write_atomic
+    from .solver import SolverOptions, calibrate, likelihood_interpretation_valid
+    from .starting_point import StartingPoint, starting_point
+    from .summaries import EpisodeSummary, ResidualSummary, SignalSummary
+    from .verdict import FitCriteria, FitVerdict
+    from .sources import (BagSource, CsvSource, SOURCE_FORMATS, Source, SourceError, Stream,
+                          open_source)
+    from .franka import FrankaSource
+    from .mapping import COMMIT_POLICIES, SourceSet, source_episodes
+    from .windows import Window, parse_windows
+    from .scores import (EVALUATION_FORMAT, evaluate_parameter_sets, overlay_values, score,
+                         score_sets, scores_text)
+    from .metrics_json import metrics_documents, write_metrics
+    from .sysid_import import sidecar_gains_overlay, sysid_overlay
+    from .time_offsets import OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget
