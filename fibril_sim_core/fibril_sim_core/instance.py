@@ -16,6 +16,7 @@ Threads. ``enqueue`` may be called from any thread; everything else belongs to t
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import weakref
@@ -175,8 +176,9 @@ def _block_controls(ctrl: np.ndarray, t: int, end: int,
 _MAX_CYCLE = 1 << 16
 
 
-def _read_schedule(periods: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...],
-                                                     tuple[int, ...]] | None:
+@functools.lru_cache(maxsize=64)  # one per device-period set: many instances share it
+def _read_schedule(periods: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...],
+                                                      tuple[int, ...]] | None:
     """Which devices read at each phase of their common cycle, and the gap to the next read.
 
     Device ``i`` samples ticks 0, p_i, 2·p_i, ... (read at the boundary after), so the reads
@@ -224,7 +226,7 @@ class SimulationInstance:
                                     f" in the plan; devices: {', '.join(sorted(known)) or 'none'}")
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
-        self._schedule = _read_schedule([d.period_ticks for d in self._device_specs])
+        self._schedule = _read_schedule(tuple(d.period_ticks for d in self._device_specs))
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "

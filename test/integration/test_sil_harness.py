@@ -152,6 +152,15 @@ def _run_user_test(tmp_path: Path, hang: bool) -> tuple[subprocess.Popen[str], P
     return child, pids
 
 
+def _kill_group(child: subprocess.Popen[str]) -> None:
+    """End the user test's session (its pytest and whatever it started), whatever happened."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait(timeout=30)
+
+
 def _assert_all_gone(pids: list[int], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
@@ -166,7 +175,10 @@ def _assert_all_gone(pids: list[int], timeout: float = 10.0) -> None:
 @pytest.mark.slow
 def test_fixture_kills_every_process_group_after_a_failing_test(tmp_path: Path) -> None:
     child, pids_file = _run_user_test(tmp_path, hang=False)
-    output, _ = child.communicate(timeout=120)
+    try:
+        output, _ = child.communicate(timeout=120)
+    finally:
+        _kill_group(child)
     assert child.returncode == 1, output
     assert 'deliberate failure' in output
     pids = json.loads(pids_file.read_text())
@@ -181,8 +193,10 @@ def test_children_die_with_a_killed_test_process(tmp_path: Path) -> None:
     deadline = time.monotonic() + 90
     while not pids_file.exists() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pids_file.exists(), child.communicate(timeout=10)[0] if child.poll() is not None \
-        else 'no pids within 90 s'
+    if not pids_file.exists():
+        _kill_group(child)  # the hanging user test must not outlive this one
+        pytest.fail(child.communicate(timeout=10)[0] if child.returncode is not None
+                    else 'no pids within 90 s')
     time.sleep(0.2)
     node, controller, spawner, _grandchild = json.loads(pids_file.read_text())
     os.killpg(child.pid, signal.SIGKILL)  # no teardown runs at all

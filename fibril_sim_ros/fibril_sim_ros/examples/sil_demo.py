@@ -16,6 +16,7 @@ answer every period tracks worse; sync mode does not depend on it.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.1 <= args.duration <= 60:
         parser.error(f'--duration must be within 0.1 .. 60 s of sim time, got {args.duration}')
+    if not (math.isfinite(args.setpoint) and args.setpoint > 0):
+        parser.error(f'--setpoint must be a speed > 0 rad/s, got {args.setpoint}')
     args.manifest = args.manifest or default_manifest()
     if not args.manifest.is_file():
         parser.error(f'--manifest {args.manifest}: no such file')
