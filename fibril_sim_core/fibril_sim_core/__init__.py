@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
                      "SimulationServer"), ".runtime"),
     **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
     "Timebase": ".timebase",
+    "ShutdownSignals": "._signals",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -57,4 +58,5 @@ if TYPE_CHECKING:
                           SimulationConnection, SimulationHost, SimulationRuntime,
                           SimulationServer)
     from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
+    from ._signals import ShutdownSignals
     from .timebase import Timebase

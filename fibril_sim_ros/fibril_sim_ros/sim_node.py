@@ -29,7 +29,6 @@ import gc
 import itertools
 import math
 import os
-import signal
 import sys
 import threading
 import time
@@ -51,6 +50,7 @@ from sensor_msgs.msg import JointState
 
 from fibril_msgs.msg import FrameTiming as FrameTimingMsg
 from fibril_msgs.srv import GetState, Reset, SetPaused, Step
+from fibril_sim_core import ShutdownSignals
 from fibril_sim_core.errors import FibrilError, IngressError
 from fibril_sim_core.ingress import external_input
 from fibril_sim_core.records import DeviceOutput, FrameTiming
@@ -638,54 +638,45 @@ def run(argv: Sequence[str] | None = None) -> int:
     # The host thread waking for its next frame waits for the GIL at most this long while
     # another thread (trace writer, executor) runs Python (default 5 ms: publish jitter).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    received: list[int] = []
     node: SimNode | None = None
-
-    def on_signal(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if node is not None:
-            node.stop_requested.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    executor = None
-    try:
+    # The first SIGINT / SIGTERM asks the node to stop at a tick boundary (trace closed), a
+    # second one exits at once; SIGINT stays ignored when the node was started with it ignored.
+    with ShutdownSignals(raise_interrupt=False) as signals:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        executor = None
         try:
-            node = SimNode()
-        except (FibrilError, ParameterException) as exc:
-            print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
-            return EXIT_CONFIG
-        if received:
-            node.stop_requested.set()
-        # Everything built so far lives as long as the node: keep it out of the collector's
-        # full passes (long pauses of the host thread are publish jitter).
-        gc.collect()
-        gc.freeze()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        # One executor thread: services hand their blocking work to worker threads. The main
-        # thread spins (signals are handled here between two spins) and, once asked
-        # to stop, tears down with nothing else inside rclpy.
-        while not node.stop_requested.is_set():
             try:
-                executor.spin_once(timeout_sec=0.05)
-            except (ExternalShutdownException, KeyboardInterrupt):
-                break
-            node.check_host()
-        node.close()
-        if received:
-            return 128 + received[0]
-        return node.exit_code or 0
-    finally:
-        if node is not None:
+                node = SimNode()
+            except (FibrilError, ParameterException) as exc:
+                print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
+                return EXIT_CONFIG
+            # Everything built so far lives as long as the node: keep it out of the
+            # collector's full passes (long pauses of the host thread are publish jitter).
+            gc.collect()
+            gc.freeze()
+            executor = SingleThreadedExecutor()
+            executor.add_node(node)
+            # One executor thread: services hand their blocking work to worker threads. The
+            # main thread spins (signals are handled here between two spins) and, once asked
+            # to stop, tears down with nothing else inside rclpy.
+            while not node.stop_requested.is_set() and signals.received is None:
+                try:
+                    executor.spin_once(timeout_sec=0.05)
+                except (ExternalShutdownException, KeyboardInterrupt):
+                    break
+                node.check_host()
             node.close()
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if signals.received is not None:
+                return signals.exit_code
+            return node.exit_code or 0
+        finally:
+            if node is not None:
+                node.close()
+            if executor is not None:
+                executor.shutdown(timeout_sec=1.0)
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
 
 
 if __name__ == "__main__":
