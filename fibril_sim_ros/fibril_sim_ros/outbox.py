@@ -30,6 +30,15 @@ class _Flush:
         self.done = threading.Event()
 
 
+class _Clock:
+    """A frame's /clock queued behind the large messages of that frame (see on_record)."""
+
+    __slots__ = ("session_time_ns",)
+
+    def __init__(self, session_time_ns: int) -> None:
+        self.session_time_ns = session_time_ns
+
+
 class Outbox:
     """Publishes what the host delivers, in emission order.
 
@@ -45,6 +54,8 @@ class Outbox:
     def __init__(self, node: SimNode) -> None:
         self._node = node
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._handed_off = 0  # large messages queued so far, and of those published
+        self._published = 0
         self.blocking = False
         self.drops: dict[str, int] = {}
         self.frames: deque[tuple[float, int]] = deque()
@@ -79,7 +90,12 @@ class Outbox:
                 while len(window) > 2 and wall - window[1][0] > 1.0:
                     window.popleft()
                 self._node.publish_frame(record)
-                self.clock(record.session_time_ns)
+                if self._handed_off != self._published:
+                    # Images / scans of this frame are still with the publisher thread: /clock
+                    # goes after them, so a controller woken by it has its inputs (sync mode).
+                    self._queue.put(_Clock(record.session_time_ns))
+                else:
+                    self.clock(record.session_time_ns)
         except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
             if not self._stopping:
                 self._node.get_logger().error(
@@ -94,6 +110,7 @@ class Outbox:
                 return
             while self._queue.qsize() > MAX_BACKLOG and not self._stopping:
                 time.sleep(0.0005)
+        self._handed_off += 1  # written by the host thread only; _published by the other
         self._queue.put((convert, output))
 
     # any thread ---------------------------------------------------------------------------
@@ -128,6 +145,9 @@ class Outbox:
             if type(item) is _Flush:
                 item.done.set()
                 continue
+            if type(item) is _Clock:
+                self.clock(item.session_time_ns)
+                continue
             try:
                 convert, output = item
                 node.publish_converted(convert, output)
@@ -135,6 +155,8 @@ class Outbox:
                 if not self._stopping:
                     node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
                                             throttle_duration_sec=1.0)
+            finally:
+                self._published += 1
 
     def measured_rtf(self) -> float:
         window = list(self.frames)

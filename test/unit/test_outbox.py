@@ -1,0 +1,82 @@
+"""The sim node's outbox publishes a frame's /clock after that frame's large messages.
+
+In sync mode a controller wakes on /clock and answers from its inputs: an image or scan still
+queued for the publisher thread when /clock goes out would make its answer depend on thread
+timing (issue 13's reproducible lockstep).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from fibril_sim_core.records import DeviceOutput, FrameTiming
+from fibril_sim_ros.outbox import Outbox
+
+
+class _Node:
+    """What the outbox calls on the node: publishing, recorded in order."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self.release = threading.Event()
+
+    def publish_converted(self, convert: object, output: DeviceOutput) -> None:
+        self.release.wait(5.0)  # a slow conversion of a large message
+        self.published.append(f"scan {output.acquisition_tick}")
+
+    def publish_frame(self, record: FrameTiming) -> None:
+        self.published.append("frame")
+
+    def publish_clock(self, session_time_ns: int) -> None:
+        self.published.append(f"clock {session_time_ns}")
+
+    def get_logger(self) -> object:  # pragma: no cover - only on a failure
+        raise AssertionError("no publish should fail here")
+
+
+def _scan(tick: int) -> DeviceOutput:
+    return DeviceOutput(0, "lidar", "fibril_sim/planar_lidar_scan/v1", tick, tick, tick, tick,
+                        tick, np.zeros(3), ("a", "b", "c"))
+
+
+def _frame(ns: int) -> FrameTiming:
+    return FrameTiming(0, ns, ns, ns, 0.001, 1.0)
+
+
+def _wait(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def test_clock_waits_for_the_frames_large_messages() -> None:
+    node = _Node()
+    outbox = Outbox(node)  # type: ignore[arg-type]
+    outbox.start()
+    try:
+        outbox.hand_off(None, _scan(1), ["/scan"])
+        outbox.on_record(_frame(2_000_000))
+        time.sleep(0.05)
+        assert node.published == ["frame"]  # the scan is still converting: no /clock yet
+        node.release.set()
+        _wait(lambda: len(node.published) == 3)
+        assert node.published == ["frame", "scan 1", "clock 2000000"]
+    finally:
+        outbox.stop()
+
+
+def test_clock_goes_out_at_once_when_nothing_large_waits() -> None:
+    node = _Node()
+    node.release.set()
+    outbox = Outbox(node)  # type: ignore[arg-type]
+    outbox.start()
+    try:
+        outbox.hand_off(None, _scan(1), ["/scan"])
+        _wait(lambda: node.published == ["scan 1"])
+        outbox.on_record(_frame(2_000_000))  # published on this (the host) thread
+        assert node.published == ["scan 1", "frame", "clock 2000000"]
+    finally:
+        outbox.stop()
