@@ -116,7 +116,8 @@ class Ingress:
     def start_episode(self, initial: Sequence[AcceptedInput]) -> None:
         """A new episode (owner thread): acceptance numbers restart at 0 with the scenario's
         ``initial`` inputs (numbered 0..n-1, committed first); live inputs still waiting are
-        renumbered after them."""
+        renumbered after them (they are committed in the new episode, so the number ``enqueue``
+        returned no longer holds: the trace records the one they were committed under)."""
         with self._lock:
             waiting = [replace(item, acceptance_sequence=len(initial) + n)
                        for n, item in enumerate(self._pending)]
