@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         with ShutdownSignals():
             if getattr(args, "evaluate", None):
                 return _evaluate(args, progress)
-            result = run_calibration(args.request, progress=progress)
+            result = run_calibration(args.request, progress=progress,
+                                     metrics=getattr(args, "metrics", None) is not None)
     except Interrupted as exc:
         # Nothing is open for writing; candidates still evaluating on worker threads are
         # abandoned rather than awaited (that could take longer than a stop may).
@@ -128,9 +129,32 @@ def run(args: argparse.Namespace) -> int:
 def _metrics_folder(args: argparse.Namespace) -> None:
     from .errors import CalibrationError
 
+    evaluate = getattr(args, "evaluate", None) or []
+    seen: set[str] = set()
+    for name in evaluate:
+        if name in seen:
+            raise CalibrationError(f"--evaluate {name!r} is given twice")
+        seen.add(name)
     folder = getattr(args, "metrics", None)
-    if folder is not None and folder.exists() and not folder.is_dir():
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
         raise CalibrationError(f"--metrics {str(folder)!r} is not a folder")
+    folders: dict[str, str] = {}
+    for name in evaluate:  # DIR/<set>/: two sets may not share a folder
+        key = _set_folder(name).lower()
+        if key in folders:
+            shared = str(folder / _set_folder(name))
+            raise CalibrationError(f"--metrics {str(folder)!r}: --evaluate {folders[key]!r} and "
+                                   f"{name!r} would both write to {shared!r}")
+        folders[key] = name
+
+
+def _set_folder(name: str) -> str:
+    """The folder under --metrics of one --evaluate parameter set (its file stem)."""
+    from .metrics_json import safe_name
+
+    return safe_name(Path(name).stem or name)
 
 
 def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
@@ -143,7 +167,7 @@ def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
         return []
     written: list[Path] = []
     for name, episodes in documents.items():
-        target = folder if single else folder / Path(name).stem
+        target = folder if single else folder / _set_folder(name)
         written.extend(write_metrics(target, episodes))
     return written
 

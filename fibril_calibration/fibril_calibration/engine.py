@@ -101,12 +101,13 @@ def solver_options(request: CalibrationRequest,
 def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                     progress: Progress | None = None,
                     candidate_builder: CandidateBuilderArgument = None,
-                    decoders: CalibrationDeviceOutputDecoderRegistry | None = None
-                    ) -> CalibrationResult:
+                    decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+                    metrics: bool = False) -> CalibrationResult:
     """Load (if needed) and validate the request, fit, analyse and build the result document.
 
     ``candidate_builder`` is a CandidatePlanBuilder-like object (``build(values) -> plan``) or
-    a factory ``(manifest, parameters) -> builder``; ``decoders`` adds custom device decoders.
+    a factory ``(manifest, parameters) -> builder``; ``decoders`` adds custom device decoders;
+    ``metrics`` also builds the metrics.json documents (``CalibrationResult.metrics``).
     Raises CalibrationRequestError for an invalid request and EvaluationError when a rollout
     cannot be evaluated (e.g. at the initial values).
     """
@@ -121,8 +122,12 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                                            candidate_builder=factory)
     from .time_offsets import candidate_builder as offset_aware
 
-    builder = instance or offset_aware(factory or CandidatePlanBuilder, request.manifest,
-                                       request.parameters)
+    if instance is not None:  # a ready builder still gets its time offsets attached
+        builder = offset_aware(lambda manifest, parameters: instance, request.manifest,
+                               request.parameters)
+    else:
+        builder = offset_aware(factory or CandidatePlanBuilder, request.manifest,
+                               request.parameters)
     if progress is not None:
         sizes = [sum(s.count for s in e.signals) for e in request.training]
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
@@ -136,10 +141,12 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                          for s in problem.schedules(scope)}  # type: ignore[arg-type]
         values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
         # The nominal (initial) set beside the fitted one, in physical units (``scores``).
-        metrics: dict[str, Any] = {}
+        # A set or scope that cannot be evaluated is recorded as {"error": ...}: the finished
+        # fit is never lost to its scores.
+        documents: dict[str, Any] | None = {} if metrics else None
         scores = score_sets(problem, [nominal_set(request),
                                       ("fitted", values, {"from": "this calibration"})],
-                            metrics)
+                            documents)
         statistics = problem.statistics
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
@@ -148,7 +155,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     document["input_timing"] = strict(input_timing(request))
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
-    return CalibrationResult(request, outcome, fitted_plan, document, metrics)
+    return CalibrationResult(request, outcome, fitted_plan, document, documents or {})
 
 
 def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
@@ -163,11 +170,14 @@ def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
 def _overlay_parameters(request: CalibrationRequest, builder: Any,
                         values: dict[str, float]) -> tuple[OverlayParameter, ...]:
     """The fitted values bound to their typed targets; provenance names the calibration."""
-    if hasattr(builder, "overlay_parameters"):
-        parameters = tuple(builder.overlay_parameters(values))
-    else:
-        parameters = CandidatePlanBuilder(request.manifest,
-                                          request.parameters).overlay_parameters(values)
+    from .time_offsets import OffsetAwareBuilder, is_time_offset
+
+    inner = builder.inner if isinstance(builder, OffsetAwareBuilder) else builder
+    if hasattr(inner, "overlay_parameters"):
+        parameters = tuple(inner.overlay_parameters(values))
+    else:  # time offsets are not overlays
+        overlay = [p for p in request.parameters if not is_time_offset(p)]
+        parameters = CandidatePlanBuilder(request.manifest, overlay).overlay_parameters(values)
     origin = f"fibril_sim calibrate {request.path.name} (request sha256 {request.sha256[:16]})"
     return tuple(OverlayParameter(p.id, p.value, p.targets, p.unit,
                                   origin + (f"; prior provenance: {p.provenance}"

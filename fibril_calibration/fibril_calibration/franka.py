@@ -40,6 +40,14 @@ _JOINT_GROUPS = ("q", "dq", "tau", "tau_J")
 _ROTVEC = ("rotvec_des_x", "rotvec_des_y", "rotvec_des_z")
 
 
+def _frame(value: Any, where: str) -> int:
+    """A sidecar frame number: an integer (or an integral, finite float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (np.isfinite(value) and value == round(value))):
+        raise SourceError(f"{where}: expected a frame number (an integer), got {value!r}")
+    return int(value)
+
+
 class FrankaSource(CsvSource):
     """A Franka sysid run: its CSV and sidecar."""
 
@@ -64,10 +72,16 @@ class FrankaSource(CsvSource):
         ring = self.sidecar.get("ring_log") or {}
         self.seq_first: int | None = None
         if "seq" in self._index:
-            seq = np.array([int(float(r[self._index["seq"]])) for r in self._rows],
-                           dtype=np.int64)
+            raw = self.column("seq")  # SourceError for text that is not a number
+            bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)))
+            if bad.size:
+                n = int(bad[0])
+                raise SourceError(f"{label} column 'seq' line {n + 2}: "
+                                  f"{self._rows[n][self._index['seq']]!r} is not a frame number")
+            seq = raw.astype(np.int64)
             first = ring.get("seq_first")
-            self.seq_first = int(first) if isinstance(first, (int, float)) else int(seq[0])
+            where = f"sidecar {str(self.sidecar_path)!r} ring_log.seq_first"
+            self.seq_first = _frame(first, where) if first is not None else int(seq[0])
             self.times_ns = (seq - self.seq_first) * 1_000_000
             self.time_column = "seq"
             check_times(self.times_ns, f"{label} column 'seq'", lines=True)
@@ -84,18 +98,20 @@ class FrankaSource(CsvSource):
                                   f"{gap!r}")
             if first is None:
                 raise SourceError(f"{where}.gaps: the CSV has no seq column to place them")
-            a, b = (int(gap[0]) - first) * 1_000_000, (int(gap[1]) - first) * 1_000_000
-            out.append((a, b, f"ring log gap of frames {int(gap[0])}..{int(gap[1])}"))
+            g0, g1 = _frame(gap[0], f"{where}.gaps"), _frame(gap[1], f"{where}.gaps")
+            a, b = (g0 - first) * 1_000_000, (g1 - first) * 1_000_000
+            out.append((a, b, f"ring log gap of frames {g0}..{g1}"))
         resets = ring.get("resets")
         if isinstance(resets, (list, tuple)):
             for seq in resets:
                 if first is None:
                     raise SourceError(f"{where}.resets: the CSV has no seq column to place "
                                       f"them")
-                t = (int(seq) - first) * 1_000_000
-                out.append((t, t, f"controller reset at frame {int(seq)}"))
+                frame = _frame(seq, f"{where}.resets")
+                t = (frame - first) * 1_000_000
+                out.append((t, t, f"controller reset at frame {frame}"))
         elif isinstance(resets, (int, float)) and resets > 0:
-            reason = f"{int(resets)} controller reset(s) at unrecorded times"
+            reason = f"{resets:g} controller reset(s) at unrecorded times"
             out.append((-2 ** 62, 2 ** 62, reason))
         return out
 

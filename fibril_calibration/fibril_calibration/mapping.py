@@ -26,9 +26,9 @@ reported in the result. An endpoint with a command latency applies that held com
 its latency, like any other: the first ticks of the window run without it (reported as
 ``held_latency_ticks``; an actuator's command state is not part of an initial state).
 Reference samples in ``[start, end]`` keep their exact recorded time; the signal's alignment
-policy compares them with the simulation. ``*_from`` initial-state
-values are the stream linearly interpolated at the window start (its first sample when the
-window starts before the stream).
+policy compares them with the simulation. ``*_from`` initial-state values are the stream
+linearly interpolated (a quaternion by shortest-path SLERP) at the window start (its first
+sample when the window starts before the stream).
 
 Everything a window needs is checked when the request loads: an empty window, a gap larger
 than ``max_gap`` (the source's, or the stream's own), repeated reference times, and whatever
@@ -136,6 +136,10 @@ class SourceSet:
                                      sidecar=spec.sidecar)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
+            except (OSError, ValueError) as exc:  # a reader's own error: still one line
+                raise spec.where.key("path").fail(
+                    f"cannot read recording {str(spec.path)!r}: "
+                    f"{getattr(exc, 'strerror', None) or exc}") from None
             self._open[key] = source
         return source
 
@@ -443,7 +447,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     if origin is None:
         origin = min(int(m.stream.times_ns[0]) for m in used)
     last = max(int(m.stream.times_ns[-1]) for m in used)
-    windows, listed = parse_windows(body.get("windows"), where.key("windows"), last - origin)
+    windows, listed = parse_windows(body.get("windows"), where.key("windows"), last - origin,
+                                    dt)
     if "windows" in body and scope == "validation" and any(w.validation for w in windows):
         raise where.key("windows").key("validation_every").fail(
             "validation_every splits training entries; every window of a validation entry "
@@ -627,12 +632,15 @@ def _state_values(entries: Sequence[tuple[dict[str, Any], list[tuple[str, _Mappe
                                  f"the window start for the initial {key}")
             if times[after] == start or after == 0:
                 row = values[after]
+            elif key == "quat":  # shortest-path SLERP (q and -q are one orientation)
+                from .alignment import align
+
+                row = align(np.array([start], dtype=np.int64), times[after - 1:after + 1],
+                            values[after - 1:after + 1], "linear", quaternion=True)[0]
             else:
                 t0, t1 = times[after - 1], times[after]
                 w = (start - t0) / (t1 - t0)
                 row = (1 - w) * values[after - 1] + w * values[after]
-                if key == "quat":
-                    row = row / np.linalg.norm(row)
             entry[key] = [float(v) for v in row]
         out.append(entry)
     return out

@@ -23,7 +23,8 @@ the Cartesian targets) needs the target signals of a closed-loop replay and is n
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .evaluation import Evaluation
     from .request import CalibrationRequest
 
-__all__ = ["metrics_documents", "write_metrics"]
+__all__ = ["metrics_documents", "safe_name", "unique_names", "write_metrics"]
 
 _JOINT_POSITION = ("joint_position", "qpos")
 _JOINT_VELOCITY = ("joint_velocity", "qvel")
@@ -131,15 +132,47 @@ def _rms(values: np.ndarray) -> float:
     return math.sqrt(float(np.mean(np.square(values)))) if values.size else 0.0
 
 
+def safe_name(text: str) -> str:
+    """A file name made from an episode id or a parameter set name: '/' → '-', anything but
+    letters, digits, '.', '_' and '-' → '_', never empty, '.', '..' or hidden (it cannot leave
+    the folder it is written in)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", text.replace("/", "-").replace("\\", "-"))
+    if not name or name.startswith("."):
+        name = "_" + name
+    return name
+
+
+def unique_names(names: Sequence[str]) -> dict[str, str]:
+    """``safe_name`` of each name, made distinct (a later clash gets ``-2``, ``-3``, ...)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for text in names:
+        base = candidate = safe_name(text)
+        n = 1
+        while candidate.lower() in taken:  # case-insensitive file systems too
+            n += 1
+            candidate = f"{base}-{n}"
+        taken.add(candidate.lower())
+        out[text] = candidate
+    return out
+
+
 def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> list[Path]:
-    """``folder/<episode>/metrics.json`` for each document (episode ids: '/' → '-'); each file
-    written atomically."""
+    """``folder/<episode>/metrics.json`` for each document (episode ids made safe file names
+    by ``unique_names``); each file written atomically. A folder that cannot be made or written
+    is a CalibrationError naming it."""
+    from .errors import CalibrationError
     from .result import strict, to_json, write_atomic
 
     paths = []
+    names = unique_names(list(documents))
     for episode, document in documents.items():
-        target = folder / episode.replace("/", "-") / "metrics.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target = folder / names[episode] / "metrics.json"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CalibrationError(f"--metrics: cannot create the folder "
+                                   f"{str(target.parent)!r}: {exc.strerror or exc}") from None
         body = dict(document)
         body["out_dir"] = str(target.parent)
         body["metrics_path"] = str(target)

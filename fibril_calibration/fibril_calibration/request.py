@@ -445,6 +445,8 @@ def _time_offsets(parameters: Sequence[CalibrationParameter],
                     raise at.fail(f"time_offset names unknown observation "
                                   f"{target.observation!r}; declared: "
                                   f"{', '.join(observations)}")
+                # Two offsets on one observation never get here: ``_parameters`` refuses a
+                # second parameter bound to the same target key (time_offset:<observation>).
                 bounds[target.observation] = (parameter.lower * 1e9, parameter.upper * 1e9)
     if not bounds:
         return training, validation

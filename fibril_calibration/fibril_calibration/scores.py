@@ -118,7 +118,11 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
                metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """``{name: {values, provenance, training, validation}}`` for each parameter set;
     ``metrics`` (if given) receives ``{name: {episode: metrics.json document}}`` of the
-    validation episodes (the training ones when the request has no validation)."""
+    validation episodes (the training ones when the request has no validation).
+
+    A scope the set cannot be evaluated on (an ``EvaluationError``: a rollout failure, a
+    missing sample) scores as ``{"error": message}``; the other sets and scopes still score."""
+    from .errors import EvaluationError
     from .metrics_json import metrics_documents
 
     request = problem.request
@@ -126,15 +130,22 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
     for name, values, provenance in sets:
         vector = np.array([values[pid] for pid in request.parameter_ids], dtype=np.float64)
         entry: dict[str, Any] = {"values": dict(values), "provenance": provenance}
-        training = problem.evaluate(vector, "training")
-        entry["training"] = score(request, training, "training")
-        validation = problem.evaluate(vector, "validation") if request.validation else None
-        entry["validation"] = (score(request, validation, "validation")
-                               if validation is not None else None)
+        evaluated: dict[str, Any] = {}
+        for scope in ("training", "validation"):
+            if scope == "validation" and not request.validation:
+                entry[scope] = None
+                continue
+            try:
+                evaluated[scope] = problem.evaluate(vector, scope)
+            except EvaluationError as exc:
+                entry[scope] = {"error": str(exc)}
+                continue
+            entry[scope] = score(request, evaluated[scope], scope)
         if metrics is not None:
-            scope = "validation" if validation is not None else "training"
-            metrics[name] = metrics_documents(request, validation or training, scope, name,
-                                              provenance)
+            scope = "validation" if request.validation else "training"
+            if scope in evaluated:
+                metrics[name] = metrics_documents(request, evaluated[scope], scope, name,
+                                                  provenance)
         out[name] = entry
     return out
 
@@ -252,7 +263,12 @@ def scores_text(scores: Mapping[str, Any]) -> list[str]:
     names = list(scores)
     lines: list[str] = []
     for scope in ("training", "validation"):
-        entries = {n: scores[n][scope] for n in names if scores[n].get(scope)}
+        entries = {n: scores[n][scope] for n in names
+                   if scores[n].get(scope) and "error" not in scores[n][scope]}
+        for n in names:
+            failed = scores[n].get(scope) or {}
+            if "error" in failed:
+                lines.append(f"{scope} scores  {n}: not evaluated: {failed['error']}")
         if not entries:
             continue
         head = "  ".join(f"{n}: {_g(e['standardized_rms'])}" for n, e in entries.items())

@@ -161,8 +161,8 @@ class BagSource(Source):
         self.path = path
         self.format = format
         self.time = time
-        self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
         try:
+            self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
             self._reader.open()
         except _READ_ERRORS as exc:
             raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
@@ -644,8 +644,10 @@ class CsvSource(Source):
             raise SourceError(f"{label} column {time_column!r}: line {int(bad[0]) + 2} has no "
                               f"time ({self._rows[int(bad[0])][self._index[time_column]]!r})")
         if unit == "ns":
-            self.times_ns = np.array([int(r[self._index[time_column]]) for r in rows]
-                                     if raw.max(initial=0) > 2 ** 52 else raw, dtype=np.int64)
+            self.times_ns = (_integer_ns(rows, self._index[time_column], f"{label} column "
+                                         f"{time_column!r}")
+                             if np.abs(raw).max(initial=0) > 2 ** 52 else
+                             np.rint(raw).astype(np.int64))
         else:
             self.times_ns = np.rint(raw * TIME_UNITS[unit]).astype(np.int64)
         check_times(self.times_ns, f"{label} column {time_column!r}", lines=True)
@@ -683,6 +685,29 @@ class CsvSource(Source):
         stream = Stream(label, self.times_ns, values, tuple(columns))
         check_stream(stream)
         return stream
+
+
+def _integer_ns(rows: Sequence[Sequence[str]], index: int, label: str) -> np.ndarray:
+    """Nanosecond times too large for float64 read exactly from their text (``1700000000123``,
+    ``1.7e18``: decimal, rounded to the nearest ns)."""
+    from decimal import Decimal, InvalidOperation
+
+    out = []
+    for n, row in enumerate(rows):
+        text = row[index].strip()
+        try:
+            out.append(int(text))
+            continue
+        except ValueError:
+            pass
+        try:
+            out.append(int(Decimal(text).to_integral_value()))
+        except (InvalidOperation, ValueError, OverflowError):
+            raise SourceError(f"{label}: line {n + 2} has no time in ns ({text!r})") from None
+    try:
+        return np.array(out, dtype=np.int64)
+    except OverflowError:
+        raise SourceError(f"{label}: a time does not fit in 64-bit nanoseconds") from None
 
 
 # --------------------------------------------------------------------------- checks

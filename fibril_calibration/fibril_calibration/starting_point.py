@@ -36,7 +36,6 @@ class StartingPoint:
     """The physical start of the fit and the warnings about parameters at a bound."""
 
     physical: np.ndarray
-    moved: tuple[str, ...]
     warnings: tuple[dict[str, Any], ...]
 
 
@@ -45,7 +44,6 @@ def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
     """The declared initial values, with parameters at a bound moved inside by
     ``interior_fraction`` of their range when that is given."""
     start = cmap.initial.copy()
-    moved: list[str] = []
     warnings: list[dict[str, Any]] = []
     for i, pid in enumerate(cmap.ids):
         lower, upper, initial = cmap.lower[i], cmap.upper[i], cmap.initial[i]
@@ -60,7 +58,6 @@ def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
             "value": value}
         if interior_fraction is not None:
             start[i] = initial + inward * interior_fraction * (upper - lower)
-            moved.append(pid)
             warning["start"] = float(start[i])
             warning["message"] = (
                 f"parameter {pid!r}: initial value {value:g} equals its {bound} bound; the "
@@ -73,4 +70,4 @@ def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
                 f"trust-region solver may crawl or stop at the bound; start inside, or set "
                 f"optimizer.interior_start: {{fraction: 0.01}}")
         warnings.append(warning)
-    return StartingPoint(start, tuple(moved), tuple(warnings))
+    return StartingPoint(start, tuple(warnings))

@@ -33,8 +33,8 @@ import numpy as np
 from .alignment import quat_slerp
 from .errors import EvaluationError
 
-__all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "is_time_offset",
-           "shifted_linear"]
+__all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_builder",
+           "is_time_offset", "offset_ticks", "offsets_of", "shifted_linear"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,13 @@ class OffsetAwareBuilder:
 
     def overlay_parameters(self, values: Mapping[str, float]) -> Any:
         return self.inner.overlay_parameters(values)
+
+    def release(self, plan: Any) -> None:
+        """Hand a finished candidate plan (the inner builder's, unwrapped) back to the inner
+        builder, when it takes plans back (its model may be reused)."""
+        release = getattr(self.inner, "release", None)
+        if release is not None:
+            release(plan._plan if isinstance(plan, OffsetPlan) else plan)
 
 
 def candidate_builder(factory: Any, manifest: Any, parameters: Sequence[Any]) -> Any:

@@ -5,6 +5,8 @@
 cuts consecutive windows ``[start + k·every, start + k·every + length]`` (a last window that
 would run past ``end`` is left out), and every ``validation_every``-th of them (the 4th, 8th,
 ...) becomes a validation episode. Without ``windows`` the whole recording is one episode.
+``every`` and ``length`` are at least one physics timestep (after rounding to nanoseconds), and
+one entry cuts at most ``MAX_WINDOWS`` windows.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 
 from fibril_sim_core import _schema as s
 
-__all__ = ["Window", "parse_windows"]
+__all__ = ["MAX_WINDOWS", "Window", "parse_windows"]
 
 _NS = 1_000_000_000
+MAX_WINDOWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,11 @@ class Window:
         return [self.start_ns / _NS, self.end_ns / _NS]
 
 
-def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Window, ...], bool]:
+def parse_windows(value: Any, where: s.Where, span_ns: int, timestep_ns: int = 1
+                  ) -> tuple[tuple[Window, ...], bool]:
     """The windows (and whether they were listed explicitly); ``span_ns`` is the recording's
-    length after its origin (the default end)."""
+    length after its origin (the default end), ``timestep_ns`` the plan's physics timestep
+    (the shortest ``every`` / ``length``)."""
     if value is None:
         return (Window(0, 0, span_ns),), False
     if isinstance(value, (list, tuple)):
@@ -53,12 +58,14 @@ def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Windo
             out.append(Window(i, start, end))
         if not out:
             raise where.fail("expected at least one [start, end] window")
+        if len(out) > MAX_WINDOWS:
+            raise where.fail(f"{len(out)} windows; at most {MAX_WINDOWS} per entry")
         return tuple(out), True
     body = s.mapping(value, where)
     s.keys(body, where, required=("every",),
            optional=("length", "start", "end", "validation_every"))
-    every = _ns(s.number(body["every"], where.key("every"), positive=True))
-    length = _ns(s.number(body["length"], where.key("length"), positive=True)) \
+    every = _at_least_a_step(body["every"], where.key("every"), timestep_ns)
+    length = _at_least_a_step(body["length"], where.key("length"), timestep_ns) \
         if "length" in body else every
     start = _ns(s.number(body.get("start", 0.0), where.key("start"), minimum=0.0))
     end = _ns(s.number(body["end"], where.key("end"))) if "end" in body else span_ns
@@ -68,6 +75,13 @@ def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Windo
         raise where.fail(f"no window of {length / _NS:g} s fits between {start / _NS:g} s and "
                          f"{end / _NS:g} s (the recording spans {span_ns / _NS:g} s after its "
                          f"origin)")
+    count = (end - start - length) // every + 1
+    if count > MAX_WINDOWS:
+        nearest = -(-(end - start - length) // (MAX_WINDOWS - 1))
+        raise where.key("every").fail(
+            f"every {every / _NS:g} s cuts {count} windows of {length / _NS:g} s between "
+            f"{start / _NS:g} s and {end / _NS:g} s; at most {MAX_WINDOWS} per entry (for "
+            f"this length the nearest valid every is {nearest / _NS:.9g} s)")
     out = []
     k = 0
     while start + k * every + length <= end:
@@ -80,3 +94,13 @@ def parse_windows(value: Any, where: s.Where, span_ns: int) -> tuple[tuple[Windo
 
 def _ns(seconds: float) -> int:
     return round(seconds * _NS)
+
+
+def _at_least_a_step(value: Any, where: s.Where, timestep_ns: int) -> int:
+    """A positive duration in seconds, in ns, no shorter than one physics timestep."""
+    ns = _ns(s.number(value, where, positive=True))
+    step = max(int(timestep_ns), 1)
+    if ns < step:
+        raise where.fail(f"{float(value):g} s is shorter than one physics timestep "
+                         f"({step} ns); the nearest valid value is {step / _NS:.9g} s")
+    return ns

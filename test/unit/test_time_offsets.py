@@ -84,3 +84,76 @@ def test_time_offset_misuse_is_a_request_error(delayed: dict[str, Any]) -> None:
     bad["parameters"][-1]["targets"].append("mujoco:joint_damping:j1")
     with pytest.raises(CalibrationRequestError, match="cannot share a parameter"):
         _load(folder, bad)
+
+
+def test_two_offsets_on_one_observation_are_a_request_error(delayed: dict[str, Any]) -> None:
+    bad = copy.deepcopy(delayed["doc"])
+    bad["parameters"].append({"id": "delay_again", "unit": "s", "lower": -0.004,
+                              "upper": 0.006, "initial": 0.0,
+                              "target": {"type": "time_offset", "observation": "q_j2"}})
+    with pytest.raises(CalibrationRequestError) as info:
+        _load(delayed["folder"], bad)
+    text = str(info.value)
+    assert "\n" not in text
+    assert "parameters[3].target" in text  # delay_again
+    assert "time_offset:q_j2 is already bound by parameter 'delay'" in text
+    bad = copy.deepcopy(delayed["doc"])
+    bad["parameters"][-1]["targets"].append({"type": "time_offset", "observation": "q_j1"})
+    with pytest.raises(CalibrationRequestError, match="the same target is listed twice"):
+        _load(delayed["folder"], bad)
+
+
+class _Recording:
+    """A ready candidate builder (the standard one) that records the plans handed back."""
+
+    def __init__(self, manifest: Any, parameters: Any) -> None:
+        from fibril_calibration.candidate_plan import CandidatePlanBuilder
+
+        self.inner = CandidatePlanBuilder(manifest, parameters)
+        self.released: list[Any] = []
+
+    def build(self, values: Any) -> Any:
+        return self.inner.build(values)
+
+    def release(self, plan: Any) -> None:
+        self.released.append(plan)
+        self.inner.release(plan)
+
+
+def test_a_ready_builder_object_gets_the_offsets_and_plans_back(
+        delayed: dict[str, Any]) -> None:
+    from fibril_calibration.time_offsets import is_time_offset
+
+    request = _load(delayed["folder"], delayed["doc"])
+    ready = _Recording(request.manifest,
+                       [p for p in request.parameters if not is_time_offset(p)])
+    result = run_calibration(request, candidate_builder=ready)
+    assert result.fitted_values["delay"] == pytest.approx(DELAY_S, abs=2e-6)
+    overlay_ids = [p["id"] for p in result.parameter_overlay["parameters"]]
+    assert overlay_ids == ["d_j1", "d_j2"]
+    assert ready.released  # OffsetAwareBuilder.release forwards to the ready builder
+    from fibril_calibration.time_offsets import OffsetPlan
+
+    assert not any(isinstance(plan, OffsetPlan) for plan in ready.released)
+
+
+def test_offset_aware_builder_release_unwraps_the_plan() -> None:
+    from fibril_calibration.time_offsets import OffsetAwareBuilder, OffsetPlan
+
+    class Inner:
+        def __init__(self) -> None:
+            self.released: list[Any] = []
+
+        def build(self, values: Any) -> Any:
+            return object()
+
+        def release(self, plan: Any) -> None:
+            self.released.append(plan)
+
+    inner = Inner()
+    builder = OffsetAwareBuilder(inner, [])
+    plan = builder.build({})
+    assert isinstance(plan, OffsetPlan)
+    builder.release(plan)
+    assert inner.released == [plan._plan]
+    OffsetAwareBuilder(object(), []).release(plan)  # an inner builder without release
