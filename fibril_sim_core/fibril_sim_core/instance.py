@@ -624,8 +624,7 @@ class SimulationInstance:
                 self._order += 1
                 heapq.heappush(self._releases, (release_tick, self._order, records.entries[n]))
             if consumed:
-                self._ingress.skip_past(max(
-                    e.acceptance_sequence for e in records.entries[first:first + consumed]))
+                self._ingress.skip_past(int(records.acceptance_reached[first + consumed - 1]))
                 del self._recorded[len(self._recorded) - consumed:]
         elif waiting:
             table = _block_controls(data.ctrl, t, end, waiting, None, None, 0)[0]

@@ -66,6 +66,14 @@ class RecordedInputs:
         return np.fromiter((e.commit_tick for e in self.entries), dtype=np.int64,
                            count=len(self.entries))
 
+    @cached_property
+    def acceptance_reached(self) -> np.ndarray:
+        """Entry ``i``: the highest acceptance sequence among entries 0..i (what a replay
+        block that committed them has used up), computed once for every replay."""
+        sequences = np.fromiter((e.acceptance_sequence for e in self.entries), dtype=np.int64,
+                                count=len(self.entries))
+        return np.maximum.accumulate(sequences) if sequences.size else sequences
+
     def controls(self, actuators: Sequence[ActuatorDescriptor], endpoints: Sequence[Any]
                  ) -> ControlTrajectory | None:
         """The control trajectory for these endpoints (None if one cannot say its ctrl)."""
