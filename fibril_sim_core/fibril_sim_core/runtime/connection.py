@@ -67,8 +67,9 @@ class SimulationConnection:
         self._check_open()
         with self._lock:
             self._callbacks.append((callback, record_filter))
-            self._handles.append(self._host.add_callback(callback,
-                                                         _without_renders(record_filter)))
+            # Render frames never pass through the host's dispatch (they go to the stream's
+            # sink, _deliver_frame), so the filter goes as it is: None stays the fast path.
+            self._handles.append(self._host.add_callback(callback, record_filter))
 
     def pause(self) -> dict[str, Any]:
         return self._host.request("pause")
@@ -142,10 +143,3 @@ class SimulationConnection:
         if self._closed:
             raise InstanceError("the connection is closed")
 
-
-def _without_renders(record_filter: RecordFilter) -> RecordFilter:
-    """Render frames go only to the connection that asked for them (``_deliver_frame``)."""
-    from .subscription import KIND_NAMES
-
-    kinds = (KIND_NAMES if record_filter.kinds is None else record_filter.kinds)
-    return RecordFilter(frozenset(kinds - {"render_frame"}), record_filter.devices)

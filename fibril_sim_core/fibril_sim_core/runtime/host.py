@@ -8,6 +8,8 @@ thread), and control the host through requests that the host serves between fram
 
 from __future__ import annotations
 
+import math
+import operator
 import queue
 import threading
 import time
@@ -108,16 +110,21 @@ class SimulationHost:
 
     def request(self, action: str, argument: Any = None, timeout: float | None = 60.0) -> Any:
         """Ask the host thread to do something between frames; wait for the result."""
+        thread = self._thread
+        if thread is not None and threading.current_thread() is thread:
+            # The host would wait on its own queue (until the timeout) and stall stepping.
+            raise InstanceError(f"{action}: the connection cannot be called from a record "
+                                f"callback (it runs on the host thread)")
         if self.failure is not None:
             raise InstanceError(f"the simulation host stopped after an error: "
                                 f"{_describe(self.failure)}")
-        if self._thread is None or not self._thread.is_alive():
+        if thread is None or not thread.is_alive():
             raise InstanceError("the simulation host is not running")
         item = _Request(action, argument)
         self._requests.put(item)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
-            if self.failure is not None or not self._thread.is_alive():
+            if self.failure is not None or not thread.is_alive():
                 raise InstanceError(f"the simulation host stopped after an error: "
                                     f"{_describe(self.failure)}")
             if deadline is not None and time.monotonic() > deadline:
@@ -128,12 +135,20 @@ class SimulationHost:
         return item.result
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop at a tick boundary and join the host thread; raises InstanceError (and keeps
+        the thread, so ``running`` stays true) when it does not end within ``timeout``."""
         thread = self._thread
         if thread is None:
             return
+        if threading.current_thread() is thread:
+            raise InstanceError("stop: cannot be called from a record callback (it runs on the "
+                                "host thread)")
         self._stopping = True
         self._requests.put(_Request("wake"))
         thread.join(timeout)
+        if thread.is_alive():
+            raise InstanceError(f"stop: the simulation host did not stop within {timeout} s "
+                                f"(a record callback or a long frame is still running)")
         self._thread = None
 
     # -------------------------------------------------------------- host thread
@@ -187,8 +202,13 @@ class SimulationHost:
                 self._frame(self.frame_ticks)
 
     def _serve(self, item: _Request) -> bool:
-        """Run one request; return True when real-time pacing must restart from now."""
+        """Run one request; return True when real-time pacing must restart from now.
+
+        Arguments come from clients (in process or remote): each is checked here and a bad one
+        is answered with InstanceError. Only an error while stepping or resetting (the
+        instance or a record callback failing) stops the host."""
         instance = self.instance
+        advancing = False
         try:
             if item.action == "pause":
                 self._paused = True
@@ -198,31 +218,49 @@ class SimulationHost:
                                         "set_mode('realtime') or set_mode('fast') first")
                 self._paused = False
             elif item.action == "step":
-                ticks = int(item.argument)
-                if ticks < 0:
-                    raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
+                ticks = _ticks(item.argument)
+                advancing = True
                 self._frame(ticks)
             elif item.action == "reset":
-                keyframe, seed = item.argument
+                keyframe, seed = _pair(item.action, item.argument)
+                if keyframe is not None and not isinstance(keyframe, str):
+                    raise InstanceError(f"reset: keyframe must be a keyframe name or None, got "
+                                        f"{keyframe!r}")
                 if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                          or not 0 <= seed < 1 << 64):
                     raise InstanceError(f"reset: seed must be an integer in [0, 2**64), got "
                                         f"{seed!r}")
+                advancing = True
                 instance.reset(keyframe=keyframe or None, seed=seed)
             elif item.action == "render":
                 request, sink, owner = item.argument
+                if not isinstance(request, RenderRequest):
+                    raise InstanceError(f"render: not a render request: {request!r}")
+                if request.camera is not None and not isinstance(request.camera, str):
+                    raise InstanceError(f"render: camera must be a camera name, '' or None, "
+                                        f"got {request.camera!r}")
                 item.result = self._renders.add(request, sink, self._session_tick(), owner)
                 return False
             elif item.action == "stop_render":
-                stream_id, owner = item.argument
+                stream_id, owner = _pair(item.action, item.argument)
                 if owner is not None and stream_id is None:
                     self._renders.remove_owned_by(owner)
+                elif isinstance(stream_id, bool) or not isinstance(stream_id, int):
+                    raise InstanceError(f"stop_render: stream must be a stream id (an integer), "
+                                        f"got {stream_id!r}")
                 elif not self._renders.remove(stream_id):
                     raise InstanceError(f"stop_render: no render stream {stream_id!r}")
             elif item.action == "rtf":
-                self._rtf = float(item.argument)
+                factor = item.argument
+                if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                        not 0 < factor < math.inf:
+                    raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+                self._rtf = float(factor)
             elif item.action == "mode":
-                self._mode = str(item.argument)
+                if item.argument not in ("realtime", "fast"):
+                    raise InstanceError(f"mode must be 'realtime' or 'fast', got "
+                                        f"{item.argument!r}")
+                self._mode = item.argument
             elif item.action == "state":
                 pass
             elif item.action != "wake":
@@ -230,10 +268,14 @@ class SimulationHost:
             item.result = self._state()
         except FibrilError as exc:
             item.error = exc
-        except BaseException as exc:  # the host stops; the request that hit it learns why
-            item.error = InstanceError(f"the simulation host stopped after an error: "
-                                       f"{_describe(exc)}")
-            raise
+        except BaseException as exc:
+            if advancing or not isinstance(exc, Exception):  # the host stops; the request
+                # that hit it learns why
+                item.error = InstanceError(f"the simulation host stopped after an error: "
+                                           f"{_describe(exc)}")
+                raise
+            # A request the checks above let through still must not stop the simulation.
+            item.error = InstanceError(f"{item.action}: {_describe(exc)}")
         finally:
             item.done.set()
         return item.action in ("resume", "reset", "rtf", "mode", "step")
@@ -289,13 +331,32 @@ class SimulationHost:
     def _state(self) -> dict[str, Any]:
         instance = self.instance
         state = dict(instance.state(), paused=self._paused, seed=instance.seed,
-                     mode="lockstep" if self._mode == "lockstep" else self._mode,
+                     mode=self._mode,
                      target_real_time_factor=self._rtf,
                      real_time_factor=self._measured_rtf(),
                      render_streams=len(self._renders.streams), drops={})
         for provider in self._state_providers:
             state.update(provider())
         return state
+
+
+def _ticks(value: Any) -> int:
+    """``step``'s tick count: a non-negative integer (not a bool; numpy integers pass)."""
+    try:
+        ticks = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        ticks = None
+    if ticks is None:
+        raise InstanceError(f"step: ticks must be an integer >= 0, got {value!r}")
+    if ticks < 0:
+        raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
+    return ticks
+
+
+def _pair(action: str, argument: Any) -> tuple[Any, Any]:
+    if not isinstance(argument, tuple) or len(argument) != 2:
+        raise InstanceError(f"{action}: bad request argument {argument!r}")
+    return argument[0], argument[1]
 
 
 def _describe(exc: BaseException | None) -> str:

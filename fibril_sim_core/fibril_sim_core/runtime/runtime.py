@@ -54,9 +54,11 @@ class SimulationRuntime:
 
     def stop(self) -> None:
         """Stop at a tick boundary: the host finishes its frame, then the server closes."""
-        self.host.stop()
-        if self.server is not None:
-            self.server.stop()
+        try:
+            self.host.stop()
+        finally:
+            if self.server is not None:
+                self.server.stop()
 
     def run_until_signal(self, *, on_started: Any = None) -> int:
         """Start (if needed), run until SIGINT or SIGTERM, stop at a tick boundary; returns

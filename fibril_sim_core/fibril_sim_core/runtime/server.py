@@ -211,16 +211,19 @@ class SimulationServer:
         if len(os.fsencode(path)) > _UNIX_PATH_MAX:
             raise ServerError(f"server: socket path {path} is too long for a Unix socket "
                               f"({len(os.fsencode(path))} > {_UNIX_PATH_MAX} bytes)")
-        # The socket file is created 0600 (umask) before anyone can connect.
-        previous = os.umask(0o177)
+        # No process-wide umask change (other threads may create files meanwhile): the default
+        # socket is bound inside the private 0700 directory, so nobody else can reach it before
+        # the chmod; a --socket path's directory is the user's choice. Either way 0600 at once.
         try:
             router.bind(f"ipc://{path}")
         except zmq.ZMQError as exc:
             raise ServerError(f"server: cannot listen on {path}: {exc}") from None
-        finally:
-            os.umask(previous)
-        os.chmod(path, 0o600)
-        self._socket_path = path
+        self._socket_path = path  # removed by _close_sockets, also when the chmod fails
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise ServerError(f"server: cannot make {path} private: "
+                              f"{exc.strerror or exc}") from None
         self.addresses.append(f"unix://{path}")
 
     def _bind_tcp(self, router: zmq.Socket) -> None:
@@ -346,7 +349,10 @@ class SimulationServer:
             replies = []
             while self._replies:
                 replies.append(self._replies.popleft())
-            self._flush_records()
+            try:
+                self._flush_records()
+            except Exception:  # one bad batch must not stop serving
+                log.exception("server: forwarding records failed; that batch is lost")
             for identity, reply in replies:
                 self._send(identity, reply() if callable(reply) else reply)
             if router in events:
@@ -355,7 +361,12 @@ class SimulationServer:
                         frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
-                    self._handle(frames)
+                    try:
+                        self._handle(frames)
+                    except Exception as exc:  # a peer never stops the server
+                        log.exception("server: a message could not be handled")
+                        self._refuse_safely(frames, f"the server could not handle the "
+                                            f"message ({type(exc).__name__}: {exc})")
 
     def _flush_records(self) -> None:
         records = self._records
@@ -422,8 +433,10 @@ class SimulationServer:
         except zmq.ZMQError as exc:
             if exc.errno == errno.EHOSTUNREACH:
                 self._disconnect(client, "its stream is gone")
-                return
-            raise
+            else:
+                log.warning("server: sending records to %s failed: %s", client.label, exc)
+                self._disconnect(client, f"sending its records failed ({exc})")
+            return
         else:
             client.delivered = client.seq
         client.seq += 1
@@ -464,8 +477,13 @@ class SimulationServer:
                 result = self.host.instance.enqueue(
                     external_input(source, sequence, payload_type, payload))
             elif op == "subscribe":
+                filters = document.get("filters", ())
+                if not isinstance(filters, (list, tuple)) or \
+                        not all(isinstance(f, dict) for f in filters):
+                    raise ServerError("subscribe: filters must be a list of "
+                                      "{kinds, devices} maps")
                 client.filters = tuple(RecordFilter.of(f.get("kinds"), f.get("devices"))
-                                       for f in document.get("filters", ()))
+                                       for f in filters)
                 self._update_wanted()
                 result = None
             elif op == "bye":
@@ -537,7 +555,9 @@ class SimulationServer:
         log.info("client %s connected", client.label)
 
     def _attach(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
-        client = self._clients.get(document.get("client"))  # type: ignore[arg-type]
+        client_id = document.get("client")
+        client = None if isinstance(client_id, bool) or not isinstance(client_id, int) \
+            else self._clients.get(client_id)
         key = document.get("key")
         if client is None or not isinstance(key, bytes) or \
                 not secrets.compare_digest(key, client.key):
@@ -546,6 +566,12 @@ class SimulationServer:
         client.stream = identity
         self._by_identity[identity] = client
         self._send(identity, protocol.message("attached"))
+
+    def _refuse_safely(self, frames: list[Any], reason: str) -> None:
+        try:
+            self._refuse(frames[0].bytes, frames[-1], reason)
+        except Exception:  # the refusal itself is best effort
+            log.exception("server: refusing a message failed")
 
     def _refuse(self, identity: bytes, frame: Any, reason: str) -> None:
         self.refused += 1
@@ -612,7 +638,7 @@ class SimulationServer:
                 host.request("stop_render", (None, client.owner))
             return None
         if op == "step":
-            return host.request("step", int(document["ticks"]))
+            return host.request("step", document.get("ticks"))  # the host checks it
         if op == "reset":
             return host.request("reset", (document.get("keyframe"), document.get("seed")))
         if op == "rtf":
