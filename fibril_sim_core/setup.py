@@ -17,7 +17,7 @@ setup(
     # Lowest supported versions (numpy, PyYAML: Ubuntu 24.04's; tested by `make test-distro`);
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
     install_requires=['numpy>=1.26.4', 'PyYAML>=6.0.1', 'mujoco>=4.0.0', 'rosbags>=0.11.9',
-                      'zstandard>=0.22.0', 'pyzmq>=25.1.1', 'msgpack>=1.0.6'],
+                      'zstandard>=0.23.0', 'pyzmq>=25.1.1', 'msgpack>=1.0.6'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',
