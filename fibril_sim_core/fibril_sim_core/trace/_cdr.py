@@ -150,7 +150,9 @@ class Layout:
 def _column(values: Any, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         if not isinstance(values, np.ndarray):
-            return np.array(values, dtype=dtype)  # numpy 2 raises OverflowError out of range
+            # Python ints: numpy 2 raises OverflowError out of range, numpy 1 wraps them around
+            # (a deprecation warning), so the range is checked here as for arrays.
+            values = np.array(values, dtype=object if dtype.itemsize == 8 else np.int64)
         info = np.iinfo(dtype)
         if values.size and (values.min() < info.min or values.max() > info.max):
             msg = f"integer out of range for {dtype.name}"
