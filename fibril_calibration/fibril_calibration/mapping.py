@@ -410,13 +410,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     inputs = _inputs(body.get("inputs", []), where.key("inputs"), source, spec, plan)
 
     sw = where.key("signals")
-    raw_signals = s.mapping(body["signals"], sw)
-    if not raw_signals:
-        raise sw.fail("expected at least one signal (observation id → recorded data)")
-    unknown = [str(k) for k in raw_signals if k not in observations]
-    if unknown:
-        raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
-                                      f"observations: {', '.join(observations)}")
+    raw_signals = r.signal_entries(body, sw, observations, "recorded data")
     signals: list[tuple[ObservationSpec, Mapping[str, Any], s.Where, _Mapped]] = []
     for observation_id, observation in observations.items():
         if observation_id not in raw_signals:

@@ -655,13 +655,7 @@ def _episode(value: Any, where: s.Where, scope: str,
                                   plan)
 
     sw = where.key("signals")
-    raw_signals = s.mapping(body["signals"], sw)
-    if not raw_signals:
-        raise sw.fail("expected at least one signal (observation id → reference samples)")
-    unknown = [str(k) for k in raw_signals if k not in observations]
-    if unknown:
-        raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
-                                      f"observations: {', '.join(observations)}")
+    raw_signals = signal_entries(body, sw, observations, "reference samples")
     if explicit is not None and recording is None and not any(
             isinstance(raw, Mapping) and "samples_from" in raw for raw in raw_signals.values()):
         raise where.key("recording_episode").fail(
@@ -852,6 +846,20 @@ def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
              "payload_type": r.payload_type, "payload_json": r.payload_json,
              "commit_tick": r.commit_tick, "acceptance_sequence": r.acceptance_sequence}
             for r in records]
+
+
+
+def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, Any],
+                   what: str) -> Mapping[str, Any]:
+    """An episode's ``signals`` mapping: at least one, each keyed by a declared observation."""
+    raw_signals = s.mapping(body["signals"], sw)
+    if not raw_signals:
+        raise sw.fail(f"expected at least one signal (observation id → {what})")
+    unknown = [str(k) for k in raw_signals if k not in observations]
+    if unknown:
+        raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
+                                      f"observations: {', '.join(observations)}")
+    return raw_signals
 
 
 def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
