@@ -47,13 +47,22 @@ class CandidatePlanBuilder:
 
     def __init__(self, manifest: SimulationManifest | str | Path,
                  parameters: Sequence[CalibrationParameter], *,
-                 builder: SimulationBuilder | None = None) -> None:
+                 builder: SimulationBuilder | None = None,
+                 fixed_overlays: Sequence[OverlayParameter] = ()) -> None:
         if not isinstance(manifest, SimulationManifest):
             manifest = load_manifest(manifest)
         self.manifest = manifest
         self.parameters = tuple(parameters)
         self.builder = builder or SimulationBuilder()
+        # Overlays held at fixed values in every candidate (e.g. the parameters of an
+        # evaluated artifact that the request does not fit); the fitted ones come first.
+        self.fixed_overlays = tuple(fixed_overlays)
         self._template: ParameterOverlays | None = None
+
+    def with_fixed_overlays(self, fixed: Sequence[OverlayParameter]) -> CandidatePlanBuilder:
+        """The same builder with ``fixed`` overlays added to every candidate."""
+        return CandidatePlanBuilder(self.manifest, self.parameters, builder=self.builder,
+                                    fixed_overlays=self.fixed_overlays + tuple(fixed))
 
     def overlay_parameters(self, values: CalibrationParameterValues
                            ) -> tuple[OverlayParameter, ...]:
@@ -67,7 +76,8 @@ class CandidatePlanBuilder:
     def build(self, values: CalibrationParameterValues) -> SimulationPlan:
         template = self._template
         if template is None:
-            template = self._template = ParameterOverlays(self.overlay_parameters(values))
+            template = self._template = ParameterOverlays(self.overlay_parameters(values)
+                                                          + self.fixed_overlays)
             overlays = template
         else:  # same targets, new values: only the values are checked again
             missing = [p.id for p in self.parameters if p.id not in values]

@@ -64,8 +64,8 @@ MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
                 "sidecar")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
-_EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state", "inputs",
-                 "windows", "description")
+_EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
+                 "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
 
 
@@ -477,6 +477,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                                    loaded=(relative, values)))
         initial = _state_values(state, start, origin, label, ww)
         initial_state = r._initial_state(initial, where.key("initial_state"), plan)
+        state_fit = r.initial_state_fit(body, where, initial_state, plan)
         last_time = max(int(sig.times_ns[-1]) for sig in built)
         needed = -(-last_time // dt)
         if horizon is not None and horizon < needed:
@@ -484,7 +485,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                 f"{label}: horizon_steps {horizon} ends before the last reference sample at "
                 f"{last_time} ns; it needs at least {needed} step(s)")
         content = _content_hash(r._episode_hash(wid, seed, weight, horizon, initial_state, (),
-                                                built), records)
+                                                built, state_fit), records)
         # Not parsed here (``prepare_recorded_inputs``): every endpoint and mode was checked
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
@@ -495,7 +496,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
-            recording=spec.path, source=info))
+            recording=spec.path, source=info, initial_state_fit=state_fit))
     return out
 
 

@@ -1,8 +1,9 @@
 """The Panda example (config/examples/panda/): the mesh-free model keeps the full model's
 kinematics and inertials, the committed seed-002 logs replay at the truth to the noise level,
 and a reduced fit (the seven dampings, armature and friction held at the truth by a manifest
-overlay) recovers the truth on windows. The full 21-parameter request takes about a minute and
-is not run here (README figures).
+overlay) recovers the truth on windows. The full 21-parameter request (about 30 s on two cores)
+is the slow-marked test at the end: with the windows' initial states fitted as nuisance
+(``initial_state_fit``) its residuals are the noise alone and its 95 % intervals hold the truth.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def test_logs_replay_at_the_truth_to_the_noise_level(tmp_path: Path) -> None:
     scored = evaluate_parameter_sets(request, ["nominal", str(_truth_overlay(tmp_path))])
     truth = scored["scores"][str(tmp_path / "truth.json")]
     nominal = scored["scores"]["nominal"]
-    assert truth["training"]["standardized_rms"] < 4.0  # the noise, and noisy window starts
+    # The noise alone: the windows' initial states are fitted (initial_state_fit).
+    assert 0.95 < truth["training"]["standardized_rms"] < 1.05
     assert nominal["training"]["standardized_rms"] > 100 * truth["training"]["standardized_rms"]
     first = truth["validation"]["signals"][0]
     assert first["signal"] == "q1" and first["unit"] == "rad" and first["rms"][0] < 1e-3
@@ -86,7 +88,39 @@ def test_reduced_fit_recovers_the_dampings(tmp_path: Path) -> None:
     (tmp_path / "calibration.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     result = run_calibration(tmp_path / "calibration.yaml")
     fitted = [result.fitted_values[f"damping_joint{n}"] for n in range(1, 8)]
-    np.testing.assert_allclose(fitted, generate.TRUTH["damping"], rtol=0.05)
+    np.testing.assert_allclose(fitted, generate.TRUTH["damping"], rtol=0.01)
+    assert result.document["likelihood_interpretation_valid"] is True
+    per = {p["id"]: p for p in result.document["local_identifiability"]["parameters"]}
+    for n, truth in enumerate(generate.TRUTH["damping"], 1):
+        sd = per[f"damping_joint{n}"]["standard_deviation"]
+        assert abs(result.fitted_values[f"damping_joint{n}"] - truth) < 4 * sd
+
+
+@pytest.mark.slow
+def test_full_example_recovers_the_truth_inside_its_intervals(tmp_path: Path) -> None:
+    """The shipped request as a user runs it: 21 parameters on 0.5 s windows with the
+    windows' initial states as nuisance. 95 % intervals miss a true value about once in 20, so
+    the test asks for all 21 within 3 standard deviations and at least 19 inside the 95 %
+    intervals (this data: 20; armature_joint4 lies 2.1 standard deviations off)."""
+    result = run_calibration(EXAMPLE / "calibration.yaml")
+    document = result.document
+    assert document["likelihood_interpretation_valid"] is True
+    assert document["fit"]["verdict"] == "plausible_fit"
+    assert 0.95 < result.outcome.training_summary.rms < 1.05
+    inside = 0
+    per = {p["id"]: p for p in document["local_identifiability"]["parameters"]}
+    for kind, values in generate.TRUTH.items():
+        for n, truth in enumerate(values, 1):
+            entry = per[f"{kind}_joint{n}"]
+            fitted = result.fitted_values[f"{kind}_joint{n}"]
+            assert abs(fitted - truth) < 3 * entry["standard_deviation"], (kind, n)
+            low, high = entry["interval_95"]
+            inside += low <= truth <= high
+    assert inside >= 19
+    nuisance = document["initial_state_fit"]
+    assert len(nuisance["episodes"]) == 12  # 8 training and 4 validation windows
+    assert nuisance["degrees_of_freedom_removed"] == {"training": 112, "validation": 56}
+    assert not any("." in pid for pid in result.fitted_values)  # nuisance not in the result
 
 
 def test_closed_loop_replay_through_the_impedance_recovers_the_dampings(tmp_path: Path) -> None:
