@@ -120,3 +120,103 @@ def test_windows_crossing_ring_log_gaps_or_resets_are_refused(tmp_path: Path) ->
     (tmp_path / "reset.json").unlink()
     with pytest.raises(CalibrationRequestError, match="sidecar .* does not exist"):
         _load(tmp_path, _request(tmp_path, run))
+
+
+# --------------------------------------------------------------------------- ring-log targets
+
+def _write_targets(run: Path, rows: list[list[Any]] | None = None,
+                   header: list[str] | None = None, num_targets: int | None = None) -> Path:
+    """``<stem>_targets.csv``: a setpoint every 20 frames, effective one frame after its head."""
+    header = header or ["target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
+                        "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w"]
+    if rows is None:
+        rows = [[k, SEQ_FIRST + 20 * k, SEQ_FIRST + 20 * k + 1, 0.1 * k, 0.2, 0.3 + 0.01 * k,
+                 0.0, 0.0, 0.6, 0.8] for k in range(30)]
+    path = run.with_name(f"{run.stem}_targets.csv")
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    sidecar = json.loads(run.with_suffix(".json").read_text())
+    sidecar["q_anchor_xyzw"] = [0.0, 0.0, 0.0, 1.0]
+    sidecar["ring_log"]["num_targets"] = len(rows) if num_targets is None else num_targets
+    run.with_suffix(".json").write_text(json.dumps(sidecar))
+    return path
+
+
+def test_ring_log_targets_are_columns_at_their_effective_times(tmp_path: Path) -> None:
+    run = _write_run(tmp_path)
+    _write_targets(run)
+    source = open_source(run, "franka_sysid")
+    stream = source.stream(columns=["targets.x_des"])
+    assert stream.components == ("targets.x_des_x", "targets.x_des_y", "targets.x_des_z")
+    assert stream.times_ns[:3].tolist() == [1_000_000, 21_000_000, 41_000_000]
+    np.testing.assert_allclose(stream.values[2], [0.2, 0.2, 0.32])
+    assert "_targets.csv" in stream.label
+    quat = source.stream(columns=["targets.quat_des"])
+    assert quat.components[0] == "targets.quat_des_w"
+    np.testing.assert_array_equal(quat.values[0], [0.8, 0.0, 0.0, 0.6])
+    rotvec = source.stream(columns=["targets.rotvec_des"]).values[0]
+    np.testing.assert_allclose(rotvec, [0.0, 0.0, 2 * np.arctan2(0.6, 0.8)])
+    assert source.stream(columns=["targets.head"]).values[1, 0] == SEQ_FIRST + 20
+    with pytest.raises(SourceError, match="mix the run's rows and its targets file's"):
+        source.stream(columns=["q1", "targets.x_des_x"])
+    with pytest.raises(SourceError, match=r"_targets.csv' has no column 'x_des_w'"):
+        source.stream(columns=["targets.x_des_w"])
+
+
+def test_ring_log_targets_drive_windowed_inputs(tmp_path: Path) -> None:
+    """Targets as recorded inputs (here, for the torque arm, two setpoint columns as torques):
+    each window gets the setpoint in force at its start and the changes inside it."""
+    run = _write_run(tmp_path)
+    _write_targets(run)
+    doc = _request(tmp_path, run)
+    doc["training"][0]["inputs"] = [{"endpoints": {"targets.x_des_y": "j1/command",
+                                                   "targets.x_des_z": "j2/command"},
+                                     "mode": "torque", "commit": "next_tick"}]
+    request = _load(tmp_path, doc)
+    second = request.training[1]  # [0.2 s, 0.4 s]
+    j2 = [r for r in second.recorded_inputs if r.source_id == "j2/command"]
+    values = [json.loads(r.payload_json)["value"] for r in j2]
+    ticks = [r.commit_tick for r in j2]
+    assert values[:2] == pytest.approx([0.3 + 0.01 * 9, 0.3 + 0.01 * 10])  # held, then 201 ms
+    assert ticks[:2] == [0, 1]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ("missing", r"its ring-log targets file '.*run_targets.csv' does not exist"),
+    ("column", r"run_targets.csv' \(ring-log targets of .*\) has no column\(s\) quat_des_w"),
+    ("order", r"run_targets.csv' column 'target_idx' line 4: expected 2 .*got 5"),
+    ("integer", r"run_targets.csv' column 'seq_effective' line 3: '5021.5' is not an integer"),
+    ("backwards", r"run_targets.csv' column 'seq_effective': time goes backwards at line 4"),
+    ("count", r"has 30 target row\(s\), the sidecar .* ring_log.num_targets says 31"),
+    ("short", r"run.csv' column 'target_idx' line 202: target 10 is not in .*\(10 row\(s\)\)"),
+    ("nan", r"run_targets.csv' column 'x_des_x' line 2: 'oops' is not a number"),
+])
+def test_bad_targets_files_name_file_column_and_row(tmp_path: Path, edit: str,
+                                                    message: str) -> None:
+    run = _write_run(tmp_path)
+    rows = [[k, SEQ_FIRST + 20 * k, SEQ_FIRST + 20 * k + 1, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 1.0]
+            for k in range(30)]
+    header = None
+    count = None
+    if edit == "column":
+        header = ["target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
+                  "quat_des_x", "quat_des_y", "quat_des_z", "w"]
+    elif edit == "order":
+        rows[2][0] = 5
+    elif edit == "integer":
+        rows[1][2] = "5021.5"
+    elif edit == "backwards":
+        rows[2][2] = SEQ_FIRST
+    elif edit == "count":
+        count = 31
+    elif edit == "short":
+        rows = rows[:10]
+    elif edit == "nan":
+        rows[0][3] = "oops"
+    if edit != "missing":
+        _write_targets(run, rows, header, count)
+    source = open_source(run, "franka_sysid")
+    with pytest.raises(SourceError, match=message):
+        source.stream(columns=["targets.x_des_x"])
