@@ -490,7 +490,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
-                "window_s": window.describe(), "origin_ns": origin,
+                "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
+                "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}
         out.append(r.EpisodeSpec(
             id=wid, scope="validation" if window.validation else scope, seed=seed,
