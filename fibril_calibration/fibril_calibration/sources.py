@@ -424,15 +424,31 @@ def _short(msgtype: str) -> str:
 
 
 def _bag_typestore(connections: Sequence[Any]) -> Any:
-    """A typestore with the ROS 2 base types, fibril_msgs and every definition the bag embeds
-    (those win: they describe the recorded bytes)."""
-    from fibril_sim_core.trace._msgtypes import MSG_DEFINITIONS, _base_store
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg, get_typestore
+    """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
+    reused) when every definition the bag embeds matches it; otherwise a private copy with
+    the embedded definitions registered over it (those win: they describe the recorded
+    bytes). The shared store is never changed."""
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.typesys.store import Typestore
 
-    store = get_typestore(_base_store())
+    shared = typestore()
+    embedded = _embedded_types(connections)
+    differing = {name: d for name, d in embedded.items() if shared.fielddefs.get(name) != d}
+    if not differing:
+        return shared
+    store = Typestore()
+    store.fielddefs.update({k: v for k, v in shared.fielddefs.items() if k not in differing})
+    store.types.update({k: v for k, v in shared.types.items() if k not in differing})
+    store.register(differing)
+    return store
+
+
+def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
+    """The message definitions a bag's connections embed (MSG or IDL), parsed; an
+    unparsable one is skipped (the known types still decode)."""
+    from rosbags.typesys import get_types_from_idl, get_types_from_msg
+
     types: dict[str, Any] = {}
-    for name, text in MSG_DEFINITIONS.items():
-        types.update(get_types_from_msg(text, name))
     for connection in connections:
         definition = connection.msgdef
         fmt = getattr(definition.format, "name", str(definition.format))
@@ -446,10 +462,9 @@ def _bag_typestore(connections: Sequence[Any]) -> Any:
                         types.update(get_types_from_idl(part.split("\n", 1)[1]))
                 else:
                     types.update(get_types_from_idl(definition.data))
-        except _TYPE_ERRORS:  # an unparsable embedded definition: the known types decode
+        except _TYPE_ERRORS:
             pass
-    store.register(types)
-    return store
+    return types
 
 
 class _FieldError(Exception):

@@ -495,3 +495,31 @@ def test_held_command_behind_an_endpoint_latency_is_reported(arm: dict[str, Any]
     result = run_calibration(_load(tmp_path, rig.request(slow, {"path": str(arm["mcap"])},
                                                          windows=[[0.2, 0.4]])))
     assert "after the endpoint latency of 2 tick(s)" in result.summary()
+
+
+def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict[str, Any]
+                                                                      ) -> None:
+    """Bags of known types decode with the core's shared typestore (its generated decoders
+    reused); an embedded definition that differs gets a private store, the shared one is left
+    unchanged."""
+    from types import SimpleNamespace
+
+    from fibril_calibration.sources import _bag_typestore
+    from fibril_sim_core.trace._msgtypes import typestore
+
+    source = open_source(arm["mcap"])
+    try:
+        assert _bag_typestore(source._reader.connections) is typestore()
+    finally:
+        source.close()
+    custom = SimpleNamespace(msgtype="my_msgs/msg/Reading", msgdef=SimpleNamespace(
+        format=SimpleNamespace(name="MSG"), data="float64 value\nint32 count\n"))
+    store = _bag_typestore([custom])
+    assert store is not typestore() and "my_msgs/msg/Reading" not in typestore().fielddefs
+    raw = store.serialize_cdr(store.types["my_msgs/msg/Reading"](value=1.5, count=3),
+                              "my_msgs/msg/Reading")
+    decoded = store.deserialize_cdr(raw, "my_msgs/msg/Reading")
+    assert (decoded.value, decoded.count) == (1.5, 3)
+    assert store.deserialize_cdr(typestore().serialize_cdr(
+        typestore().types["std_msgs/msg/Float64"](data=2.0), "std_msgs/msg/Float64"),
+        "std_msgs/msg/Float64").data == 2.0
