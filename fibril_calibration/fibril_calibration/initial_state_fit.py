@@ -99,7 +99,7 @@ def perturbed(episode: Any, coordinate: Coordinate, step: float) -> Any:
 
 
 @dataclass(frozen=True)
-class Projection:
+class InitialStateProjection:
     """The linearised nuisance elimination of one episode."""
 
     coordinates: tuple[Coordinate, ...]
@@ -109,7 +109,7 @@ class Projection:
 
     @classmethod
     def from_sensitivity(cls, coords: tuple[Coordinate, ...],
-                         sensitivity: np.ndarray) -> Projection:
+                         sensitivity: np.ndarray) -> InitialStateProjection:
         u, singular, _ = np.linalg.svd(sensitivity, full_matrices=False)
         tolerance = (singular[0] if singular.size else 0.0) * max(sensitivity.shape) * 1e-12
         rank = int(np.sum(singular > tolerance))
@@ -124,7 +124,7 @@ class Projection:
         return -np.linalg.lstsq(self.sensitivity, residuals, rcond=None)[0]
 
 
-def describe(episode: Any, projection: Projection, raw: np.ndarray) -> dict[str, Any]:
+def describe(episode: Any, projection: InitialStateProjection, raw: np.ndarray) -> dict[str, Any]:
     """The nuisance estimates of one episode (result document)."""
     delta = projection.offsets(raw)
     estimates = {}

@@ -62,7 +62,7 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
-                "sidecar")
+                "sidecar", "reader")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
@@ -82,6 +82,7 @@ class _SourceSpec:
     max_gap_ns: int | None
     origin_ns: int | None
     sidecar: Path | None = None
+    reader: str | None = None  # a bag's library (bag_readers): None is rosbags
 
 
 class SourceSet:
@@ -110,6 +111,13 @@ class SourceSet:
         if time not in ("log", "header"):
             raise where.key("time").fail(f"expected log (the bag's receive time) or header "
                                          f"(header.stamp), got {time!r}")
+        if "reader" in body:
+            from .bag_readers import choose_reader
+
+            try:
+                choose_reader(s.string(body["reader"], where.key("reader")), "reader")
+            except ValueError as exc:
+                raise where.key("reader").fail(str(exc).removeprefix("reader: ")) from None
         origin = None
         if "origin" in body:
             origin = round(s.number(body["origin"], where.key("origin")) * _NS)
@@ -123,17 +131,18 @@ class SourceSet:
                        if "time_unit" in body else None),
             max_gap_ns=_gap(body, where), origin_ns=origin,
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
-                     if "sidecar" in body else None))
+                     if "sidecar" in body else None),
+            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None)
 
     def open(self, spec: _SourceSpec) -> Source:
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar)
+               spec.sidecar, spec.reader)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar)
+                                     sidecar=spec.sidecar, reader=spec.reader)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -490,6 +499,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
+                "reader": getattr(source, "reader", None),
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}

@@ -34,7 +34,7 @@ from .decoders import CalibrationDeviceOutputDecoderRegistry
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
 from .errors import EvaluationError
 from .evaluation import Evaluation, ResidualBlock, Scope
-from .initial_state_fit import STEPS, Projection, coordinates, describe, perturbed
+from .initial_state_fit import STEPS, InitialStateProjection, coordinates, describe, perturbed
 from .request import CalibrationRequest
 
 Progress = Callable[[str], None]
@@ -114,9 +114,9 @@ class CalibrationProblem:
         self._rollout_turn = _TurnReleased(self._turn)
         self._pool: ThreadPoolExecutor | None = None
         self._last_report = 0.0
-        # initial_state_fit: per scope, one Projection (or None) per schedule, and where the
+        # initial_state_fit: per scope, one projection (or None) per schedule, and where the
         # sensitivities were computed (``refresh_initial_state_fit``).
-        self._projections: dict[str, tuple[Projection | None, ...]] = {}
+        self._projections: dict[str, tuple[InitialStateProjection | None, ...]] = {}
         self.initial_state_fit_points: list[dict[str, float]] = []
 
     # ----------------------------------------------------------------- ResidualModel
@@ -211,7 +211,8 @@ class CalibrationProblem:
             self._release(plan)
         return out
 
-    def _projection_set(self, scope: str, plan: SimulationPlan) -> tuple[Projection | None, ...]:
+    def _projection_set(self, scope: str, plan: SimulationPlan
+                        ) -> tuple[InitialStateProjection | None, ...]:
         projections = self._projections.get(scope)
         if projections is None:
             projections = self._projections[scope] = self._sensitivities(
@@ -221,7 +222,7 @@ class CalibrationProblem:
         return projections
 
     def _sensitivities(self, plan: SimulationPlan, schedules: Sequence[EpisodeSchedule]
-                       ) -> tuple[Projection | None, ...]:
+                       ) -> tuple[InitialStateProjection | None, ...]:
         """Forward differences of each fitted episode's residuals in its initial state."""
         tasks: list[tuple[SimulationPlan, EpisodeSchedule]] = []
         layout: list[tuple[int, tuple, int]] = []
@@ -238,12 +239,13 @@ class CalibrationProblem:
         if not tasks:
             return tuple(None for _ in schedules)
         outcomes = self._map(self._rollout, tasks)
-        projections: list[Projection | None] = [None] * len(schedules)
+        projections: list[InitialStateProjection | None] = [None] * len(schedules)
         for index, coords, first in layout:
             base = outcomes[first]
             columns = [(outcomes[first + 1 + k] - base) / STEPS[c.part]
                        for k, c in enumerate(coords)]
-            projections[index] = Projection.from_sensitivity(coords, np.column_stack(columns))
+            projections[index] = InitialStateProjection.from_sensitivity(
+                coords, np.column_stack(columns))
         return tuple(projections)
 
     def schedules(self, scope: Scope) -> tuple[EpisodeSchedule, ...]:

@@ -50,8 +50,8 @@ def _write_run(folder: Path, *, drop: range | None = None, ring: dict[str, Any] 
                   [*map(repr, pose[0][n].tolist()), *map(repr, pose[1][n].tolist())])
             extra = ([] if desired is None else
                      [*map(repr, desired[0][n].tolist()), *map(repr, desired[1][n].tolist())])
-            writer.writerow([f"{n / 1000:.3f}", "1.0", *map(repr, q[n].tolist()), *map(repr, dq[n].tolist()),
-                             *ee, *map(repr, torques[n].tolist()), "nan", "nan", SEQ_FIRST + n,
+            writer.writerow([f"{n / 1000:.3f}", "1.0", *map(repr, q[n].tolist()),
+                             *map(repr, dq[n].tolist()), *ee, *map(repr, torques[n].tolist()), "nan", "nan", SEQ_FIRST + n,
                              n // 20, *extra])
     sidecar = {"schema_version": 2, "controller": "synthetic", "control_rate_hz": 50.0,
                "q_init": q[0].tolist(), "args": {"kp_pos": 500, "kd_pos": 44.7},

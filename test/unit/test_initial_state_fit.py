@@ -9,15 +9,13 @@ than the logged ones. Bad declarations are one-line request errors."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
+import _recording_rig as rig
 import numpy as np
 import pytest
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request
-
-import _recording_rig as rig
 
 Q_SD, DQ_SD = 2e-4, 4e-3
 
