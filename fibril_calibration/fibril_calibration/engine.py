@@ -279,6 +279,13 @@ def summary_text(document: dict[str, Any]) -> str:
                      + (f" (acting only after the endpoint latency of "
                         f"{stats['held_latency_ticks']} tick(s))"
                         if stats.get("held_latency_ticks") else ""))
+    state_fit = document.get("initial_state_fit")
+    if state_fit:
+        removed = state_fit["degrees_of_freedom_removed"]
+        lines.append(f"initial states  fitted as nuisance in {len(state_fit['episodes'])} "
+                     f"episode(s) ({removed['training']} training / {removed['validation']} "
+                     f"validation degree(s) of freedom; second pass from the first fit; "
+                     f"estimates: initial_state_fit in the result)")
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
