@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
-from fibril_sim_core.overlays import OverlayParameter, ParameterOverlays, overlay_document
+from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterOverlays,
+                                      overlay_document)
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
 from .parameters import CalibrationParameter
@@ -59,11 +60,6 @@ class CandidatePlanBuilder:
         self.fixed_overlays = tuple(fixed_overlays)
         self._template: ParameterOverlays | None = None
 
-    def with_fixed_overlays(self, fixed: Sequence[OverlayParameter]) -> CandidatePlanBuilder:
-        """The same builder with ``fixed`` overlays added to every candidate."""
-        return CandidatePlanBuilder(self.manifest, self.parameters, builder=self.builder,
-                                    fixed_overlays=self.fixed_overlays + tuple(fixed))
-
     def overlay_parameters(self, values: CalibrationParameterValues
                            ) -> tuple[OverlayParameter, ...]:
         """The typed overlay parameters of ``values`` (every declared parameter, in order)."""
@@ -76,9 +72,15 @@ class CandidatePlanBuilder:
     def build(self, values: CalibrationParameterValues) -> SimulationPlan:
         template = self._template
         if template is None:
-            template = self._template = ParameterOverlays(self.overlay_parameters(values)
-                                                          + self.fixed_overlays)
-            overlays = template
+            try:
+                template = ParameterOverlays(self.overlay_parameters(values)
+                                             + self.fixed_overlays)
+            except OverlayError as exc:
+                if not self.fixed_overlays:
+                    raise
+                ids = ", ".join(p.id for p in self.fixed_overlays)
+                raise OverlayError(f"with the fixed overlays {ids}: {exc}") from None
+            self._template = overlays = template
         else:  # same targets, new values: only the values are checked again
             missing = [p.id for p in self.parameters if p.id not in values]
             if missing:

@@ -28,7 +28,9 @@ its latency, like any other: the first ticks of the window run without it (repor
 Reference samples in ``[start, end]`` keep their exact recorded time; the signal's alignment
 policy compares them with the simulation. ``*_from`` initial-state values are the stream
 linearly interpolated (a quaternion by shortest-path SLERP) at the window start (its first
-sample when the window starts before the stream).
+sample when the window starts before the stream). ``initial_state_fit: [qpos, qvel]`` fits
+those logged values per window as nuisance parameters (``initial_state_fit``); a bag source's
+``reader: rosbags | rosbag2_py | auto`` picks the library that reads it (``bag_readers``).
 
 Everything a window needs is checked when the request loads: an empty window, a gap larger
 than ``max_gap`` (the source's, or the stream's own), repeated reference times, and whatever

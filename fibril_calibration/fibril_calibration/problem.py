@@ -117,7 +117,7 @@ class CalibrationProblem:
         # initial_state_fit: per scope, one projection (or None) per schedule, and where the
         # sensitivities were computed (``refresh_initial_state_fit``).
         self._projections: dict[str, tuple[InitialStateProjection | None, ...]] = {}
-        self.initial_state_fit_points: list[dict[str, float]] = []
+        self.initial_state_fit_points: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------- ResidualModel
     def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation:
@@ -217,8 +217,7 @@ class CalibrationProblem:
         if projections is None:
             projections = self._projections[scope] = self._sensitivities(
                 plan, self._schedules[scope])
-            self.initial_state_fit_points.append(
-                {"scope": scope, "at": "first evaluation"})  # type: ignore[dict-item]
+            self.initial_state_fit_points.append({"scope": scope, "at": "first evaluation"})
         return projections
 
     def _sensitivities(self, plan: SimulationPlan, schedules: Sequence[EpisodeSchedule]

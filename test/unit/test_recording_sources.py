@@ -523,3 +523,25 @@ def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict
     assert store.deserialize_cdr(typestore().serialize_cdr(
         typestore().types["std_msgs/msg/Float64"](data=2.0), "std_msgs/msg/Float64"),
         "std_msgs/msg/Float64").data == 2.0
+
+
+def test_candidate_builder_fixed_overlays(arm: dict[str, Any]) -> None:
+    """``CandidatePlanBuilder(fixed_overlays=...)``: the --evaluate path's held parameters are
+    in every candidate; one that binds a fitted target again is an error naming it."""
+    from fibril_calibration.candidate_plan import CandidatePlanBuilder
+    from fibril_calibration.parameters import CalibrationParameter
+    from fibril_sim_core.errors import FibrilError
+    from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+    fitted = [CalibrationParameter("d_j1", 0.01, 2.0, 0.1, targets=(
+        MujocoTarget("joint_damping", "j1"),))]
+    held = OverlayParameter("held_j2", 0.7, (MujocoTarget("joint_damping", "j2"),))
+    builder = CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(held,))
+    for value in (0.3, 0.4):  # the first build makes the template, the second reuses it
+        plan = builder.build({"d_j1": value})
+        assert plan.model.dof_damping.tolist() == pytest.approx([value, 0.7])
+        builder.release(plan)
+    clash = OverlayParameter("other_j1", 0.5, (MujocoTarget("joint_damping", "j1"),))
+    with pytest.raises(FibrilError, match="with the fixed overlays other_j1: "):
+        CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(clash,)).build(
+            {"d_j1": 0.2})
