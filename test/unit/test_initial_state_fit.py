@@ -9,6 +9,7 @@ than the logged ones. Bad declarations are one-line request errors."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import _recording_rig as rig
 import numpy as np
@@ -122,3 +123,32 @@ def test_nothing_to_fit_is_a_request_error(noisy: dict) -> None:
     with pytest.raises(CalibrationRequestError, match="initial_state has no joint entry "
                                                       "setting qpos: nothing to fit"):
         load_calibration_request(path)
+
+
+def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
+    """An inline episode whose declared initial velocity is off: with ``initial_state_fit:
+    [qvel]`` the damping is exact and the reported nuisance estimate is the true velocity; the
+    nuisance is not a fitted parameter. A free joint cannot be fitted."""
+    import _calibration_rig as crig
+
+    manifest = crig.write_rig(tmp_path)
+    doc = crig.request_doc(manifest)
+    episode = doc["training"][0]
+    episode["initial_state"] = [{"type": "joint", "joint": "shaft", "qvel": [3.0]}]
+    episode["signals"]["speed"]["samples"] = crig.samples([5 * k for k in range(1, 41)])
+    truth = crig.synthesize(tmp_path, doc, {"damping": 0.05})
+    truth["training"][0]["initial_state"][0]["qvel"] = [3.2]  # the "logged" value is off
+    truth["training"][0]["initial_state_fit"] = ["qvel"]
+    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"))
+    assert result.fitted_values == {"damping": pytest.approx(0.05, rel=1e-5)}
+    estimate = result.document["initial_state_fit"]["episodes"]["ep1"]["coordinates"]
+    assert estimate["shaft.qvel"]["logged"] == 3.2
+    assert estimate["shaft.qvel"]["estimate"] == pytest.approx(3.0, abs=1e-4)
+    assert "initial states  fitted as nuisance in 1 episode(s)" in result.summary()
+    bad = copy.deepcopy(truth)
+    bad["training"][0]["initial_state"] = [
+        {"type": "joint", "joint": "puck_free", "qvel": [0.0] * 6}]
+    with pytest.raises(CalibrationRequestError, match=r"training\[0\]\.initial_state_fit: "
+                                                      r"joint 'puck_free' of initial_state is "
+                                                      r"not a hinge or slide joint"):
+        load_calibration_request(crig.write_request(tmp_path, bad, "bad.yaml"))
