@@ -10,7 +10,7 @@ CandidatePlanBuilder plug in here without changing the calibration core.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +171,9 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
     """Two passes (``initial_state_fit``): the initial-state sensitivities at the initial
     values, a fit, the sensitivities again at that fit, a second fit from there; the nuisance
     initial states at the final fit are reported, never in the physical result."""
+    import time
+
+    started = time.perf_counter()
     initial = np.array([p.initial for p in request.parameters], dtype=float)
     problem.refresh_initial_state_fit(initial)
     first = calibrate(problem, request.parameters, solver_options(request, progress))
@@ -179,8 +182,13 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
     problem.refresh_initial_state_fit(first.fitted)
     restarted = [replace(p, initial=float(v)) for p, v in zip(request.parameters, first.fitted)]
     outcome = calibrate(problem, restarted, solver_options(request, progress))
-    # The result names the request's initial values; the restart point is first_pass_fitted.
-    outcome = replace(outcome, parameters=tuple(request.parameters))
+    # The result names the request's initial values (the restart point is first_pass.fitted)
+    # and counts both passes' evaluations and time (sensitivity rollouts included).
+    counts = {f.name: getattr(first.evaluations, f.name) + getattr(outcome.evaluations, f.name)
+              for f in fields(outcome.evaluations)}
+    outcome = replace(outcome, parameters=tuple(request.parameters),
+                      evaluations=replace(outcome.evaluations, **counts),
+                      wall_time_s=time.perf_counter() - started)
     estimates = problem.initial_state_estimates(outcome.fitted)
     removed = {scope: sum(e["rank"] for e in estimates.values() if e["scope"] == scope)
                for scope in ("training", "validation")}
@@ -188,8 +196,10 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
         "role": "nuisance: estimated per episode, not part of the fitted parameter set",
         "method": "linearised variable projection (initial_state_fit module)",
         "passes": [{"sensitivity_at": point} for point in problem.initial_state_fit_points],
-        "first_pass_fitted": dict(zip(request.parameter_ids,
-                                      (float(v) for v in first.fitted))),
+        "first_pass": {"fitted": dict(zip(request.parameter_ids,
+                                          (float(v) for v in first.fitted))),
+                       "iterations": first.iterations, "termination": first.termination,
+                       "training_rms": first.training_summary.rms},
         "degrees_of_freedom_removed": removed,
         "episodes": estimates}
 
@@ -284,8 +294,9 @@ def summary_text(document: dict[str, Any]) -> str:
         removed = state_fit["degrees_of_freedom_removed"]
         lines.append(f"initial states  fitted as nuisance in {len(state_fit['episodes'])} "
                      f"episode(s) ({removed['training']} training / {removed['validation']} "
-                     f"validation degree(s) of freedom; second pass from the first fit; "
-                     f"estimates: initial_state_fit in the result)")
+                     f"validation degree(s) of freedom; the iterations above are the second "
+                     f"pass, from a first fit of {state_fit['first_pass']['iterations']} "
+                     f"iteration(s); estimates: initial_state_fit in the result)")
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")
