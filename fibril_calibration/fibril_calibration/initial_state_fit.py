@@ -18,7 +18,9 @@ physical intervals account for the unknown initial states (the Schur complement 
 information matrix). ``S`` depends weakly on the parameters; ``run_calibration`` computes it at
 the initial values, fits, recomputes it at the fit and fits again from there (the result's
 ``initial_state_fit.passes``), so the final analysis uses the sensitivity at the fitted point.
-The projection removes ``rank(S)`` degrees of freedom per episode (reported).
+The projection removes ``rank(S)`` degrees of freedom per episode (reported). A
+``CalibrationProblem`` driven directly (not through ``run_calibration``) takes ``S`` at its first
+evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
 """
 
 from __future__ import annotations
