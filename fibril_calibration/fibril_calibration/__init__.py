@@ -52,7 +52,9 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError", "Stream",
                      "open_source"),
                     ".sources"),
-    **dict.fromkeys(("FrankaSource",), ".franka"),
+    **dict.fromkeys(("FrankaSource", "RingTargets"), ".franka"),
+    **dict.fromkeys(("BAG_READERS", "Rosbag2PyReader", "choose_reader"), ".bag_readers"),
+    **dict.fromkeys(("InitialStateProjection",), ".initial_state_fit"),
     **dict.fromkeys(("COMMIT_POLICIES", "SourceSet", "source_episodes"), ".mapping"),
     **dict.fromkeys(("Window", "parse_windows"), ".windows"),
     **dict.fromkeys(("EVALUATION_FORMAT", "evaluate_parameter_sets", "overlay_values", "score",
@@ -98,7 +100,9 @@ if TYPE_CHECKING:
     from .verdict import FitCriteria, FitVerdict
     from .sources import (BagSource, CsvSource, SOURCE_FORMATS, Source, SourceError, Stream,
                           open_source)
-    from .franka import FrankaSource
+    from .franka import FrankaSource, RingTargets
+    from .bag_readers import BAG_READERS, Rosbag2PyReader, choose_reader
+    from .initial_state_fit import InitialStateProjection
     from .mapping import COMMIT_POLICIES, SourceSet, source_episodes
     from .windows import Window, parse_windows
     from .scores import (EVALUATION_FORMAT, evaluate_parameter_sets, overlay_values, score,

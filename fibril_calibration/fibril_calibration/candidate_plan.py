@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
-from fibril_sim_core.overlays import OverlayParameter, ParameterOverlays, overlay_document
+from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterOverlays,
+                                      overlay_document)
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
 from .parameters import CalibrationParameter
@@ -47,12 +48,16 @@ class CandidatePlanBuilder:
 
     def __init__(self, manifest: SimulationManifest | str | Path,
                  parameters: Sequence[CalibrationParameter], *,
-                 builder: SimulationBuilder | None = None) -> None:
+                 builder: SimulationBuilder | None = None,
+                 fixed_overlays: Sequence[OverlayParameter] = ()) -> None:
         if not isinstance(manifest, SimulationManifest):
             manifest = load_manifest(manifest)
         self.manifest = manifest
         self.parameters = tuple(parameters)
         self.builder = builder or SimulationBuilder()
+        # Overlays held at fixed values in every candidate (e.g. the parameters of an
+        # evaluated artifact that the request does not fit); the fitted ones come first.
+        self.fixed_overlays = tuple(fixed_overlays)
         self._template: ParameterOverlays | None = None
 
     def overlay_parameters(self, values: CalibrationParameterValues
@@ -67,8 +72,15 @@ class CandidatePlanBuilder:
     def build(self, values: CalibrationParameterValues) -> SimulationPlan:
         template = self._template
         if template is None:
-            template = self._template = ParameterOverlays(self.overlay_parameters(values))
-            overlays = template
+            try:
+                template = ParameterOverlays(self.overlay_parameters(values)
+                                             + self.fixed_overlays)
+            except OverlayError as exc:
+                if not self.fixed_overlays:
+                    raise
+                ids = ", ".join(p.id for p in self.fixed_overlays)
+                raise OverlayError(f"with the fixed overlays {ids}: {exc}") from None
+            self._template = overlays = template
         else:  # same targets, new values: only the values are checked again
             missing = [p.id for p in self.parameters if p.id not in values]
             if missing:

@@ -62,23 +62,11 @@ def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``ros2 run fibril_calibration calibrate REQUEST [options]``: ``fibril_sim calibrate``
     (same options and exit codes) under its own name, in usage, errors and progress lines."""
-    from fibril_sim_core.cli import EXIT_INTERRUPTED, EXIT_USAGE
-    from fibril_sim_core.errors import FibrilError
+    from fibril_sim_core.cli import run_handler
 
     parser = argparse.ArgumentParser(prog="calibrate", description=_DESCRIPTION)
     _add_arguments(parser, "calibrate")
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except FibrilError as exc:
-        print(f"calibrate: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("calibrate: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # `calibrate ... --json | head`: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_handler("calibrate", run, parser.parse_args(argv))
 
 
 def run(args: argparse.Namespace) -> int:

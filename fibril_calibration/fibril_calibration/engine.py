@@ -10,9 +10,11 @@ CandidatePlanBuilder plug in here without changing the calibration core.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
@@ -135,7 +137,11 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                  f"reference sample(s); max_parallelism {request.execution.max_parallelism}")
     with CalibrationProblem(request, candidate_builder=builder, decoders=decoders,
                             progress=progress) as problem:
-        outcome = calibrate(problem, request.parameters, solver_options(request, progress))
+        state_fit: dict[str, Any] | None = None
+        if problem.fits_initial_states:
+            outcome, state_fit = _fit_with_initial_states(problem, request, progress)
+        else:
+            outcome = calibrate(problem, request.parameters, solver_options(request, progress))
         fitted_plan = problem.candidate_plan(outcome.fitted)
         rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
                          for s in problem.schedules(scope)}  # type: ignore[arg-type]
@@ -152,10 +158,50 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
                                      statistics, rollout_ticks)
     document["scores"] = strict(scores)
+    if state_fit is not None:
+        document["initial_state_fit"] = strict(state_fit)
     document["input_timing"] = strict(input_timing(request))
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
     return CalibrationResult(request, outcome, fitted_plan, document, documents or {})
+
+
+def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRequest,
+                             progress: Progress | None) -> tuple[Any, dict[str, Any]]:
+    """Two passes (``initial_state_fit``): the initial-state sensitivities at the initial
+    values, a fit, the sensitivities again at that fit, a second fit from there; the nuisance
+    initial states at the final fit are reported, never in the physical result."""
+    import time
+
+    started = time.perf_counter()
+    initial = np.array([p.initial for p in request.parameters], dtype=float)
+    problem.refresh_initial_state_fit(initial)
+    first = calibrate(problem, request.parameters, solver_options(request, progress))
+    if progress is not None:
+        progress("initial_state_fit: sensitivities again at the first fit, second pass")
+    problem.refresh_initial_state_fit(first.fitted)
+    restarted = [replace(p, initial=float(v)) for p, v in zip(request.parameters, first.fitted)]
+    outcome = calibrate(problem, restarted, solver_options(request, progress))
+    # The result names the request's initial values (the restart point is first_pass.fitted)
+    # and counts both passes' evaluations and time (sensitivity rollouts included).
+    counts = {f.name: getattr(first.evaluations, f.name) + getattr(outcome.evaluations, f.name)
+              for f in fields(outcome.evaluations)}
+    outcome = replace(outcome, parameters=tuple(request.parameters),
+                      evaluations=replace(outcome.evaluations, **counts),
+                      wall_time_s=time.perf_counter() - started)
+    estimates = problem.initial_state_estimates(outcome.fitted)
+    removed = {scope: sum(e["rank"] for e in estimates.values() if e["scope"] == scope)
+               for scope in ("training", "validation")}
+    return outcome, {
+        "role": "nuisance: estimated per episode, not part of the fitted parameter set",
+        "method": "linearised variable projection (initial_state_fit module)",
+        "passes": [{"sensitivity_at": point} for point in problem.initial_state_fit_points],
+        "first_pass": {"fitted": dict(zip(request.parameter_ids,
+                                          (float(v) for v in first.fitted))),
+                       "iterations": first.iterations, "termination": first.termination,
+                       "training_rms": first.training_summary.rms},
+        "degrees_of_freedom_removed": removed,
+        "episodes": estimates}
 
 
 def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
@@ -243,6 +289,14 @@ def summary_text(document: dict[str, Any]) -> str:
                      + (f" (acting only after the endpoint latency of "
                         f"{stats['held_latency_ticks']} tick(s))"
                         if stats.get("held_latency_ticks") else ""))
+    state_fit = document.get("initial_state_fit")
+    if state_fit:
+        removed = state_fit["degrees_of_freedom_removed"]
+        lines.append(f"initial states  fitted as nuisance in {len(state_fit['episodes'])} "
+                     f"episode(s) ({removed['training']} training / {removed['validation']} "
+                     f"validation degree(s) of freedom; the iterations above are the second "
+                     f"pass, from a first fit of {state_fit['first_pass']['iterations']} "
+                     f"iteration(s); estimates: initial_state_fit in the result)")
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")

@@ -18,13 +18,21 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
   window that starts at the run's first row);
 * the ring log's ``gaps`` (frame ranges lost to the ring buffer) and ``resets`` (controller
   restarts) as spans no window may cross: such a window is a request error, never silently
-  stitched across the hole.
+  stitched across the hole;
+* the ring log's ``<stem>_targets.csv`` (one row per Cartesian setpoint: ``target_idx``,
+  ``head``, ``seq_effective``, ``x_des_*``, ``quat_des_*``) as the columns ``targets.NAME``
+  (groups ``targets.x_des``, ``targets.quat_des`` wxyz, ``targets.rotvec_des``), each row at
+  the time its setpoint took effect, ``(seq_effective - seq_first) / 1 kHz``: the exact
+  setpoint changes of a 1 kHz run, to replay with ``commit: next_tick`` (zero-order held).
+  The file is found beside the CSV, else at the sidecar's ``ring_log.targets_path`` (relative
+  to the CSV's folder when relative), and read only when a ``targets.`` column is named.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +40,15 @@ import numpy as np
 
 from .sources import CsvSource, SourceError, Stream, check_times
 
-__all__ = ["FrankaSource"]
+__all__ = ["FrankaSource", "RingTargets"]
 
 _VECTORS = {"x": "x_", "x_des": "x_des_", "dx_des": "dx_des_"}
 _QUATERNIONS = {"quat": "quat_", "quat_des": "quat_des_"}
 _JOINT_GROUPS = ("q", "dq", "tau", "tau_J")
 _ROTVEC = ("rotvec_des_x", "rotvec_des_y", "rotvec_des_z")
+TARGETS = "targets."
+_TARGET_COLUMNS = ("target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
+                   "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w")
 
 
 def _frame(value: Any, where: str) -> int:
@@ -146,38 +157,49 @@ class FrankaSource(CsvSource):
         return out
 
     def column(self, name: str) -> np.ndarray:
+        if name.startswith(TARGETS):
+            return self.targets.column(name[len(TARGETS):])
         if name in _ROTVEC and name not in self._index:
             cached = self._columns.get(name)
             if cached is None:
-                self._rotvec_columns()
+                rotvec = _rotvec(self, self.sidecar, self.sidecar_path,
+                                 super(FrankaSource, self).column)
+                self._columns.update(zip(_ROTVEC, rotvec))
                 cached = self._columns[name]
             return cached
         return super().column(name)
 
-    def _rotvec_columns(self) -> None:
-        from .alignment import quat_error
+    @property
+    def targets(self) -> RingTargets:
+        """The ring log's ``<stem>_targets.csv`` (read once, on first use)."""
+        loaded = getattr(self, "_targets", None)
+        if loaded is None:
+            loaded = self._targets = RingTargets(self._targets_path(), self)
+        return loaded
 
-        anchor = self.sidecar.get("q_anchor_xyzw")
-        if not (isinstance(anchor, list) and len(anchor) == 4):
-            raise SourceError(f"sidecar {str(self.sidecar_path)!r} has no q_anchor_xyzw (4 "
-                              f"numbers) for the rotvec_des columns")
-        x, y, z, w = (float(v) for v in anchor)
-        target = np.column_stack([super(FrankaSource, self).column(f"quat_des_{c}")
-                                  for c in "wxyz"])
-        bad = ~np.all(np.isfinite(target), axis=1)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
-            raise SourceError(f"recording {str(self.path)!r} columns quat_des_*: "
-                              f"{int(bad.sum())} row(s) with NaN, the first at "
-                              f"{self.times_ns[first] / 1e9:.9g} s")
-        rotvec = quat_error(target, np.tile([w, x, y, z], (target.shape[0], 1)))
-        for i, name in enumerate(_ROTVEC):
-            self._columns[name] = np.ascontiguousarray(rotvec[:, i])
+    def _targets_path(self) -> Path:
+        beside = self.path.with_name(f"{self.path.stem}_targets.csv")
+        if beside.is_file():
+            return beside
+        ring = self.sidecar.get("ring_log") or {}
+        named = ring.get("targets_path")
+        if isinstance(named, str) and named:
+            candidate = Path(named)
+            if not candidate.is_absolute():
+                candidate = self.path.parent / candidate
+            if candidate.is_file():
+                return candidate
+        raise SourceError(f"recording {str(self.path)!r}: its ring-log targets file "
+                          f"{str(beside)!r} does not exist (nor the sidecar's "
+                          f"ring_log.targets_path {named!r}); the targets.* columns come "
+                          f"from it")
 
     def expand(self, columns: Sequence[str]) -> list[str]:
         out: list[str] = []
         for name in columns:
-            if name in self._index or name in _ROTVEC:
+            if name.startswith(TARGETS):
+                out.extend(TARGETS + n for n in self.targets.expand([name[len(TARGETS):]]))
+            elif name in self._index or name in _ROTVEC:
                 out.append(name)
             elif name == "rotvec_des":
                 out.extend(_ROTVEC)
@@ -201,5 +223,105 @@ class FrankaSource(CsvSource):
                columns: Sequence[str] | None = None, time: str | None = None,
                message_type: str | None = None) -> Stream:
         expanded = self.expand(columns) if columns else columns
+        if expanded and any(c.startswith(TARGETS) for c in expanded):
+            if not all(c.startswith(TARGETS) for c in expanded):
+                raise SourceError(f"recording {str(self.path)!r}: columns {list(columns or [])} "
+                                  f"mix the run's rows and its targets file's (another time "
+                                  f"base); map the targets.* columns separately")
+            stream = self.targets.stream(columns=[c[len(TARGETS):] for c in expanded])
+            return replace(stream, components=tuple(expanded))
         return super().stream(topic=topic, field=field, columns=expanded, time=time,
                               message_type=message_type)
+
+
+class RingTargets(CsvSource):
+    """``<stem>_targets.csv`` of a 1 kHz ring log: one row per setpoint, at the time it took
+    effect (``seq_effective``, on the run's ``seq`` time base)."""
+
+    def __init__(self, path: Path, run: FrankaSource) -> None:
+        super().__init__(path, "seq_effective", "ms")
+        label = f"recording {str(path)!r}"
+        missing = [c for c in _TARGET_COLUMNS if c not in self._index]
+        if missing:
+            raise SourceError(f"{label} (ring-log targets of {str(run.path)!r}) has no "
+                              f"column(s) {', '.join(missing)}; its columns: "
+                              f"{', '.join(self.header)}")
+        if run.seq_first is None:
+            raise SourceError(f"{label}: the run {str(run.path)!r} has no seq column to place "
+                              f"its targets on (a 1 kHz ring log has one)")
+        for name in ("seq_effective", "target_idx", "head"):
+            raw = self.column(name)
+            bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)))
+            if bad.size:
+                n = int(bad[0])
+                raise SourceError(f"{label} column {name!r} line {n + 2}: "
+                                  f"{self._rows[n][self._index[name]]!r} is not an integer")
+        index = self.column("target_idx").astype(np.int64)
+        wrong = np.flatnonzero(index != np.arange(index.size))
+        if wrong.size:
+            n = int(wrong[0])
+            raise SourceError(f"{label} column 'target_idx' line {n + 2}: expected {n} (one row "
+                              f"per target, in order), got {int(index[n])}")
+        declared = (run.sidecar.get("ring_log") or {}).get("num_targets")
+        if isinstance(declared, int) and not isinstance(declared, bool) and declared and \
+                declared != index.size:
+            raise SourceError(f"{label} has {index.size} target row(s), the sidecar "
+                              f"{str(run.sidecar_path)!r} ring_log.num_targets says {declared}")
+        if "target_idx" in run._index:
+            used = run.column("target_idx")
+            beyond = np.flatnonzero(np.isfinite(used) & (used >= index.size))
+            if beyond.size:
+                n = int(beyond[0])
+                raise SourceError(f"recording {str(run.path)!r} column 'target_idx' line "
+                                  f"{n + 2}: target {int(used[n])} is not in {str(path)!r} "
+                                  f"({index.size} row(s))")
+        self.times_ns = self.times_ns - run.seq_first * 1_000_000
+        self.sidecar, self.sidecar_path = run.sidecar, run.sidecar_path
+
+    def column(self, name: str) -> np.ndarray:
+        if name in _ROTVEC:
+            cached = self._columns.get(name)
+            if cached is None:
+                rotvec = _rotvec(self, self.sidecar, self.sidecar_path, super().column)
+                self._columns.update(zip(_ROTVEC, rotvec))
+                cached = self._columns[name]
+            return cached
+        return super().column(name)
+
+    def expand(self, columns: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        for name in columns:
+            if name == "rotvec_des":
+                out.extend(_ROTVEC)
+            elif name == "quat_des":
+                out.extend(f"quat_des_{c}" for c in "wxyz")
+            elif name == "x_des":
+                out.extend(f"x_des_{c}" for c in "xyz")
+            elif name in self._index or name in _ROTVEC:
+                out.append(name)
+            else:
+                raise SourceError(f"recording {str(self.path)!r} has no column {name!r}; its "
+                                  f"columns: {', '.join(self.header)} (and the groups x_des, "
+                                  f"quat_des, rotvec_des)")
+        return out
+
+
+def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
+            column: Any) -> list[np.ndarray]:
+    """The rotvec_des columns of ``source``: ``log(conj(q_anchor) ⊗ q_des)``."""
+    from .alignment import quat_error
+
+    anchor = sidecar.get("q_anchor_xyzw")
+    if not (isinstance(anchor, list) and len(anchor) == 4):
+        raise SourceError(f"sidecar {str(sidecar_path)!r} has no q_anchor_xyzw (4 "
+                          f"numbers) for the rotvec_des columns")
+    x, y, z, w = (float(v) for v in anchor)
+    target = np.column_stack([column(f"quat_des_{c}") for c in "wxyz"])
+    bad = ~np.all(np.isfinite(target), axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise SourceError(f"recording {str(source.path)!r} columns quat_des_*: "
+                          f"{int(bad.sum())} row(s) with NaN, the first at "
+                          f"{source.times_ns[first] / 1e9:.9g} s")
+    rotvec = quat_error(target, np.tile([w, x, y, z], (target.shape[0], 1)))
+    return [np.ascontiguousarray(rotvec[:, i]) for i in range(3)]

@@ -28,7 +28,9 @@ its latency, like any other: the first ticks of the window run without it (repor
 Reference samples in ``[start, end]`` keep their exact recorded time; the signal's alignment
 policy compares them with the simulation. ``*_from`` initial-state values are the stream
 linearly interpolated (a quaternion by shortest-path SLERP) at the window start (its first
-sample when the window starts before the stream).
+sample when the window starts before the stream). ``initial_state_fit: [qpos, qvel]`` fits
+those logged values per window as nuisance parameters (``initial_state_fit``); a bag source's
+``reader: rosbags | rosbag2_py | auto`` picks the library that reads it (``bag_readers``).
 
 Everything a window needs is checked when the request loads: an empty window, a gap larger
 than ``max_gap`` (the source's, or the stream's own), repeated reference times, and whatever
@@ -62,10 +64,10 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
-                "sidecar")
+                "sidecar", "reader")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
-_EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state", "inputs",
-                 "windows", "description")
+_EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
+                 "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
 
 
@@ -82,6 +84,7 @@ class _SourceSpec:
     max_gap_ns: int | None
     origin_ns: int | None
     sidecar: Path | None = None
+    reader: str | None = None  # a bag's library (bag_readers): None is rosbags
 
 
 class SourceSet:
@@ -110,6 +113,13 @@ class SourceSet:
         if time not in ("log", "header"):
             raise where.key("time").fail(f"expected log (the bag's receive time) or header "
                                          f"(header.stamp), got {time!r}")
+        if "reader" in body:
+            from .bag_readers import choose_reader
+
+            try:
+                choose_reader(s.string(body["reader"], where.key("reader")), "reader")
+            except ValueError as exc:
+                raise where.key("reader").fail(str(exc).removeprefix("reader: ")) from None
         origin = None
         if "origin" in body:
             origin = round(s.number(body["origin"], where.key("origin")) * _NS)
@@ -123,17 +133,18 @@ class SourceSet:
                        if "time_unit" in body else None),
             max_gap_ns=_gap(body, where), origin_ns=origin,
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
-                     if "sidecar" in body else None))
+                     if "sidecar" in body else None),
+            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None)
 
     def open(self, spec: _SourceSpec) -> Source:
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar)
+               spec.sidecar, spec.reader)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar)
+                                     sidecar=spec.sidecar, reader=spec.reader)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -477,6 +488,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                                    loaded=(relative, values)))
         initial = _state_values(state, start, origin, label, ww)
         initial_state = r._initial_state(initial, where.key("initial_state"), plan)
+        state_fit = r.initial_state_fit(body, where, initial_state, plan)
         last_time = max(int(sig.times_ns[-1]) for sig in built)
         needed = -(-last_time // dt)
         if horizon is not None and horizon < needed:
@@ -484,18 +496,20 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                 f"{label}: horizon_steps {horizon} ends before the last reference sample at "
                 f"{last_time} ns; it needs at least {needed} step(s)")
         content = _content_hash(r._episode_hash(wid, seed, weight, horizon, initial_state, (),
-                                                built), records)
+                                                built, state_fit), records)
         # Not parsed here (``prepare_recorded_inputs``): every endpoint and mode was checked
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
-                "window_s": window.describe(), "origin_ns": origin,
+                "reader": getattr(source, "reader", None),
+                "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
+                "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}
         out.append(r.EpisodeSpec(
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
-            recording=spec.path, source=info))
+            recording=spec.path, source=info, initial_state_fit=state_fit))
     return out
 
 

@@ -15,9 +15,15 @@ lab's numbers and ours are compared on the same windows and with the same formul
   norm) from the first ``body_position`` signal, ``ori`` (``rmse_rad`` / ``max_rad`` of the
   shortest angle between sim and real) from the first ``body_quaternion`` signal.
 
+* ``tracking``: each side against the Cartesian targets, with the same fields as ``ee``:
+  ``real`` is ``x_des - x_real`` and the angle between the real and the target orientation,
+  ``sim`` the same for the simulation. The targets are the ``x_des_*`` / ``quat_des_*`` (xyzw)
+  columns of the episode's ``franka_sysid`` recording, the row in force at each real sample
+  (zero-order held, as the lab's logs define them); null for other sources, without EE
+  signals, or when the recording has no (finite) target columns at those times.
+
 The simulated values are compared at the real sample times through the signal's alignment
-(the lab interpolates the sim onto the real rows the same way). ``tracking`` (each side against
-the Cartesian targets) needs the target signals of a closed-loop replay and is null here.
+(the lab interpolates the sim onto the real rows the same way).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
                                                              signal.times_ns)
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out: dict[str, dict[str, Any]] = {}
+    recordings: dict[Any, Any] = {}
     for episode_id, signals in errors.items():
         episode = episodes[episode_id]
         order = [o for o in request.observations if o.id in signals]
@@ -69,9 +76,10 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
         times = first[2]
         source = episode.source or {}
         path = source.get("path") or (str(episode.recording) if episode.recording else None)
+        targets = _targets(episode, recordings)
         sidecar = None
         if source.get("format") == "franka_sysid" and path:
-            sidecar = str(Path(path).with_suffix(".json"))
+            sidecar = source.get("sidecar") or str(Path(path).with_suffix(".json"))
         out[episode_id] = {
             "schema_version": 1, "created_utc": created,
             "real_csv": path, "sim_csv": None, "real_sidecar": sidecar, "sim_sidecar": None,
@@ -82,9 +90,77 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,
             "ee": _ee(ee_pos, ee_ori),
             "joints": _joints(positions, velocities),
-            "tracking": None,
+            "tracking": _tracking(episode, ee_pos, ee_ori, targets),
         }
     return out
+
+
+def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
+    """The episode's franka_sysid recording (opened once per path), or None."""
+    from .sources import SourceError, open_source
+
+    source = episode.source or {}
+    if source.get("format") != "franka_sysid" or not source.get("path"):
+        return None
+    key = (source["path"], source.get("sidecar"))
+    if key not in cache:
+        sidecar = Path(source["sidecar"]) if source.get("sidecar") else None
+        try:
+            cache[key] = open_source(Path(source["path"]), "franka_sysid", sidecar=sidecar)
+        except SourceError:
+            cache[key] = None
+    return cache[key]
+
+
+def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
+              ) -> dict[str, Any] | None:
+    """``{"real": {pos, ori}, "sim": {pos, ori}}``: each side against the targets in force."""
+    from .alignment import quat_error, quat_multiply
+    from .sources import SourceError
+
+    if recording is None or (position is None and orientation is None):
+        return None
+    info = episode.source or {}
+    start = int(info.get("start_ns", info.get("origin_ns") or 0))
+    sides: dict[str, dict[str, Any]] = {"real": {}, "sim": {}}
+
+    def rows(times: np.ndarray) -> np.ndarray | None:
+        index = np.searchsorted(recording.times_ns, start + times, "right") - 1
+        return None if (index < 0).any() else index
+
+    def columns(names: list[str], index: np.ndarray) -> np.ndarray | None:
+        try:
+            values = np.column_stack([recording.column(n) for n in names])[index]
+        except SourceError:
+            return None
+        return values if np.all(np.isfinite(values)) else None
+
+    if position is not None:
+        error, real, times = position
+        index = rows(times)
+        desired = None if index is None else columns([f"x_des_{c}" for c in "xyz"], index)
+        if desired is not None:
+            for side, actual in (("real", real), ("sim", real + error)):
+                sides[side]["pos"] = _ee((desired - actual, None, None), None)["pos"]
+    if orientation is not None:
+        error, real, times = orientation
+        index = rows(times)
+        desired = None if index is None else columns([f"quat_des_{c}" for c in "wxyz"], index)
+        if desired is not None:
+            simulated = quat_multiply(real, _quat_exp(error))  # error = log(conj(real) ⊗ sim)
+            for side, actual in (("real", real), ("sim", simulated)):
+                sides[side]["ori"] = _ee(None, (quat_error(actual, desired), None, None))["ori"]
+    if not sides["real"]:
+        return None
+    return sides
+
+
+def _quat_exp(rotvec: np.ndarray) -> np.ndarray:
+    """The unit quaternion (wxyz) of rotation vectors."""
+    angle = np.linalg.norm(rotvec, axis=-1, keepdims=True)
+    half = 0.5 * angle
+    scale = np.where(angle > 1e-12, np.sin(half) / np.where(angle > 1e-12, angle, 1.0), 0.5)
+    return np.concatenate([np.cos(half), rotvec * scale], axis=-1)
 
 
 def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from .decoders import CalibrationDeviceOutputDecoderRegistry
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
 from .errors import EvaluationError
 from .evaluation import Evaluation, ResidualBlock, Scope
+from .initial_state_fit import STEPS, InitialStateProjection, coordinates, describe, perturbed
 from .request import CalibrationRequest
 
 Progress = Callable[[str], None]
@@ -113,6 +114,10 @@ class CalibrationProblem:
         self._rollout_turn = _TurnReleased(self._turn)
         self._pool: ThreadPoolExecutor | None = None
         self._last_report = 0.0
+        # initial_state_fit: per scope, one projection (or None) per schedule, and where the
+        # sensitivities were computed (``refresh_initial_state_fit``).
+        self._projections: dict[str, tuple[InitialStateProjection | None, ...]] = {}
+        self.initial_state_fit_points: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------- ResidualModel
     def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation:
@@ -165,6 +170,82 @@ class CalibrationProblem:
                                   f"({plan.timebase.timestep_ns} ns) differs from the nominal "
                                   f"plan's ({self._timestep} ns)")
         return plan
+
+    # ----------------------------------------------------------------- initial_state_fit
+    @property
+    def fits_initial_states(self) -> bool:
+        return any(s.episode.initial_state_fit for scope in ("training", "validation")
+                   for s in self._schedules[scope])
+
+    def refresh_initial_state_fit(self, physical: np.ndarray) -> None:
+        """(Re)compute the initial-state sensitivities of every episode with an
+        ``initial_state_fit`` at ``physical``; forgets the memoised evaluations."""
+        vector = self._vector(physical)
+        plan = self.candidate_plan(vector)
+        try:
+            for scope in ("training", "validation"):
+                self._projections[scope] = self._sensitivities(plan, self._schedules[scope])
+        finally:
+            self._release(plan)
+        with self._lock:
+            for cache in self._cache.values():
+                cache.clear()
+        self.initial_state_fit_points.append(self.values(vector))
+
+    def initial_state_estimates(self, physical: np.ndarray) -> dict[str, Any]:
+        """The nuisance initial states at ``physical``: per episode with an
+        ``initial_state_fit``, each coordinate's logged value, offset and estimate."""
+        vector = self._vector(physical)
+        out: dict[str, Any] = {}
+        plan = self.candidate_plan(vector)
+        try:
+            for scope in ("training", "validation"):
+                projections = self._projection_set(scope, plan)
+                for schedule, projection in zip(self._schedules[scope], projections):
+                    if projection is not None:
+                        raw = self._rollout((plan, schedule))
+                        out[schedule.episode.id] = {"scope": scope,
+                                                    **describe(schedule.episode, projection,
+                                                               raw)}
+        finally:
+            self._release(plan)
+        return out
+
+    def _projection_set(self, scope: str, plan: SimulationPlan
+                        ) -> tuple[InitialStateProjection | None, ...]:
+        projections = self._projections.get(scope)
+        if projections is None:
+            projections = self._projections[scope] = self._sensitivities(
+                plan, self._schedules[scope])
+            self.initial_state_fit_points.append({"scope": scope, "at": "first evaluation"})
+        return projections
+
+    def _sensitivities(self, plan: SimulationPlan, schedules: Sequence[EpisodeSchedule]
+                       ) -> tuple[InitialStateProjection | None, ...]:
+        """Forward differences of each fitted episode's residuals in its initial state."""
+        tasks: list[tuple[SimulationPlan, EpisodeSchedule]] = []
+        layout: list[tuple[int, tuple, int]] = []
+        for index, schedule in enumerate(schedules):
+            parts = schedule.episode.initial_state_fit
+            if not parts:
+                continue
+            coords = coordinates(schedule.episode.initial_state, parts)
+            layout.append((index, coords, len(tasks)))
+            tasks.append((plan, schedule))
+            for c in coords:
+                moved = perturbed(schedule.episode, c, STEPS[c.part])
+                tasks.append((plan, replace(schedule, episode=moved)))
+        if not tasks:
+            return tuple(None for _ in schedules)
+        outcomes = self._map(self._rollout, tasks)
+        projections: list[InitialStateProjection | None] = [None] * len(schedules)
+        for index, coords, first in layout:
+            base = outcomes[first]
+            columns = [(outcomes[first + 1 + k] - base) / STEPS[c.part]
+                       for k, c in enumerate(coords)]
+            projections[index] = InitialStateProjection.from_sensitivity(
+                coords, np.column_stack(columns))
+        return tuple(projections)
 
     def schedules(self, scope: Scope) -> tuple[EpisodeSchedule, ...]:
         return self._schedules[scope]
@@ -251,6 +332,18 @@ class CalibrationProblem:
             with self._lock:
                 self.statistics.failures += 1
             raise
+        if scope not in self._projections and any(s.episode.initial_state_fit
+                                                  for s in schedules):
+            plan = self.candidate_plan(vectors[0])
+            try:
+                self._projection_set(scope, plan)
+            finally:
+                self._release(plan)
+        projections = self._projections.get(scope)
+        if projections is not None:
+            per = len(schedules)
+            outcomes = [o if projections[k % per] is None else projections[k % per].apply(o)
+                        for k, o in enumerate(outcomes)]
         evaluations = []
         per = len(schedules)
         for i, vector in enumerate(vectors):

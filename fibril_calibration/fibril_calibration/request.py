@@ -117,6 +117,8 @@ class EpisodeSpec:
     # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
     # endpoints, replayed into every candidate whose endpoints parse the same way.
     prepared_inputs: Any = field(default=None, compare=False, repr=False)
+    # ``initial_state_fit``: the initial-state parts fitted as nuisance (``initial_state_fit``).
+    initial_state_fit: tuple[str, ...] = ()
 
     def signal(self, observation_id: str) -> SignalSpec:
         for signal in self.signals:
@@ -600,7 +602,7 @@ def _episode(value: Any, where: s.Where, scope: str,
     body = s.mapping(value, where)
     s.keys(body, where, required=("id", "signals"),
            optional=("episode_seed", "weight", "horizon_steps", "initial_state",
-                     "recorded_inputs", "recorded_inputs_file", "recording",
+                     "initial_state_fit", "recorded_inputs", "recorded_inputs_file", "recording",
                      "recording_episode", "description"))
     episode_id = s.string(body["id"], where.key("id"))
     if episode_id in RESERVED_EPISODE_IDS:
@@ -614,6 +616,7 @@ def _episode(value: Any, where: s.Where, scope: str,
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     initial_state = _initial_state(body.get("initial_state", []), where.key("initial_state"),
                                    plan)
+    state_fit = initial_state_fit(body, where, initial_state, plan)
     if "recorded_inputs" in body and "recorded_inputs_file" in body:
         raise where.fail("give 'recorded_inputs' or 'recorded_inputs_file', not both")
     explicit = None
@@ -679,7 +682,8 @@ def _episode(value: Any, where: s.Where, scope: str,
         raise where.key("horizon_steps").fail(
             f"horizon_steps {horizon} ends at {horizon * timestep} ns, before the last reference "
             f"sample at {last_time} ns; it needs at least {needed} step(s) of {timestep} ns")
-    content = _episode_hash(episode_id, seed, weight, horizon, initial_state, inputs, signals)
+    content = _episode_hash(episode_id, seed, weight, horizon, initial_state, inputs, signals,
+                            state_fit)
     try:
         prepared = (inputs, plan.prepare_recorded_inputs(inputs)) if inputs else None
     except FibrilError as exc:  # the checks above word the common cases with key paths
@@ -688,7 +692,21 @@ def _episode(value: Any, where: s.Where, scope: str,
                        horizon_steps=horizon, initial_state=initial_state,
                        recorded_inputs=inputs, signals=tuple(signals), content_sha256=content,
                        recording=None if recording is None else recording.path,
-                       recording_episode=recording_number, prepared_inputs=prepared)
+                       recording_episode=recording_number, prepared_inputs=prepared,
+                       initial_state_fit=state_fit)
+
+
+def initial_state_fit(body: Mapping[str, Any], where: s.Where,
+                      initial_state: Sequence[Mapping[str, Any]],
+                      plan: SimulationPlan) -> tuple[str, ...]:
+    """The episode's ``initial_state_fit`` (``()`` when absent), checked against its
+    initial_state."""
+    if "initial_state_fit" not in body:
+        return ()
+    from . import initial_state_fit as fit
+
+    return fit.parse(body["initial_state_fit"], where.key("initial_state_fit"), initial_state,
+                     plan.model)
 
 
 def _open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
@@ -1174,13 +1192,16 @@ def _check_standardized(doc: Mapping[str, Any], root: s.Where,
 
 def _episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
                   initial_state: Sequence[Mapping[str, Any]],
-                  inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec]) -> str:
+                  inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec],
+                  initial_state_fit: Sequence[str] = ()) -> str:
     digest = hashlib.sha256()
     header = {"id": episode_id, "episode_seed": seed, "weight": weight, "horizon_steps": horizon,
               "initial_state": list(initial_state),
               "recorded_inputs": [[r.source_id, r.source_sequence, r.payload_type,
                                    r.payload_json, r.accepted, r.commit_tick,
                                    r.acceptance_sequence] for r in inputs]}
+    if initial_state_fit:  # absent otherwise: the hashes of earlier requests are unchanged
+        header["initial_state_fit"] = list(initial_state_fit)
     digest.update(canonical_json(header).encode())
     for signal in signals:
         digest.update(canonical_json({

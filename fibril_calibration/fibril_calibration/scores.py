@@ -136,6 +136,9 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
                 entry[scope] = None
                 continue
             try:
+                if scope == "training" and problem.fits_initial_states:
+                    # The nuisance initial states are the best for THIS set (linearised).
+                    problem.refresh_initial_state_fit(vector)
                 evaluated[scope] = problem.evaluate(vector, scope)
             except EvaluationError as exc:
                 entry[scope] = {"error": str(exc)}
@@ -213,11 +216,9 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             chosen, fixed = overlay_values(request, Path(name))
         from .time_offsets import candidate_builder as offset_aware
 
-        if fixed:
-            builder = offset_aware(lambda m, p, f=fixed: _FixedOverlays(m, p, f),
-                                   request.manifest, request.parameters)
-        else:
-            builder = offset_aware(CandidatePlanBuilder, request.manifest, request.parameters)
+        builder = offset_aware(
+            lambda m, p, f=fixed: CandidatePlanBuilder(m, p, fixed_overlays=f),
+            request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
             scored.update(score_sets(problem, [chosen], metrics))
@@ -227,28 +228,6 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                                 for scope in ("training", "validation")},
                    "input_timing": input_timing(request),
                    "scores": scored})
-
-
-class _FixedOverlays:
-    """The standard candidate builder plus overlays held at fixed values (the parameters of an
-    evaluated artifact that the request does not fit)."""
-
-    def __init__(self, manifest: Any, parameters: Any, fixed: tuple[Any, ...]) -> None:
-        from .candidate_plan import CandidatePlanBuilder
-
-        self._inner = CandidatePlanBuilder(manifest, parameters)
-        self._fixed = fixed
-
-    def build(self, values: Mapping[str, float]) -> Any:
-        from fibril_sim_core.errors import FibrilError
-
-        inner = self._inner
-        overlays = inner.overlay_parameters(values) + self._fixed
-        try:
-            return inner.builder.build(inner.manifest, overlays=overlays)
-        except FibrilError as exc:
-            raise CalibrationError(f"--evaluate: the fixed overlays "
-                                   f"{', '.join(p.id for p in self._fixed)}: {exc}") from None
 
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:

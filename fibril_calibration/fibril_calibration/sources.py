@@ -108,9 +108,10 @@ class Source:
 
 def open_source(path: Path, format: str | None = None, *, time: str = "log",
                 time_column: str | None = None, time_unit: str | None = None,
-                sidecar: Path | None = None) -> Source:
+                sidecar: Path | None = None, reader: str | None = None) -> Source:
     """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
-    ``.db3``, ``.csv``). Raises SourceError when it is missing or unreadable."""
+    ``.db3``, ``.csv``); ``reader`` picks a bag's library (``bag_readers``: rosbags by
+    default). Raises SourceError when it is missing or unreadable."""
     if not path.exists():
         raise SourceError(f"recording {str(path)!r} does not exist")
     if format is None:
@@ -123,6 +124,9 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
     if format not in SOURCE_FORMATS:
         raise SourceError(f"unknown recording format {format!r}; expected one of "
                           f"{', '.join(SOURCE_FORMATS)}")
+    if format in ("csv", "franka_sysid") and reader is not None:
+        raise SourceError(f"recording {str(path)!r}: reader {reader!r} chooses how a bag is "
+                          f"read; a {format} log takes no reader")
     if format in ("csv", "franka_sysid"):
         if path.is_dir():
             raise SourceError(f"recording {str(path)!r} is a folder, not a CSV file")
@@ -140,7 +144,13 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
     if format in ("mcap", "sqlite3") and path.is_dir():
         raise SourceError(f"recording {str(path)!r} is a folder (format rosbag2), not a "
                           f"{format} file")
-    return BagSource(path, format, time)
+    from .bag_readers import choose_reader
+
+    try:
+        chosen = choose_reader(reader or "rosbags", f"recording {str(path)!r} reader")
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
+    return BagSource(path, format, time, reader=chosen)
 
 
 # --------------------------------------------------------------------------- bags
@@ -155,14 +165,21 @@ class BagSource(Source):
     bytes, the layout taken from the first message; any other topic goes through rosbags'
     deserializer message by message."""
 
-    def __init__(self, path: Path, format: str, time: str = "log") -> None:
+    def __init__(self, path: Path, format: str, time: str = "log", *,
+                 reader: str = "rosbags") -> None:
         from rosbags.rosbag2 import Reader
 
         self.path = path
         self.format = format
         self.time = time
+        self.reader = reader  # the library that reads the bytes: rosbags or rosbag2_py
         try:
-            self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
+            if reader == "rosbag2_py":
+                from .bag_readers import Rosbag2PyReader
+
+                self._reader = Rosbag2PyReader(path, format)
+            else:
+                self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
             self._reader.open()
         except _READ_ERRORS as exc:
             raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
@@ -424,15 +441,31 @@ def _short(msgtype: str) -> str:
 
 
 def _bag_typestore(connections: Sequence[Any]) -> Any:
-    """A typestore with the ROS 2 base types, fibril_msgs and every definition the bag embeds
-    (those win: they describe the recorded bytes)."""
-    from fibril_sim_core.trace._msgtypes import MSG_DEFINITIONS, _base_store
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg, get_typestore
+    """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
+    reused) when every definition the bag embeds matches it; otherwise a private copy with
+    the embedded definitions registered over it (those win: they describe the recorded
+    bytes). The shared store is never changed."""
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.typesys.store import Typestore
 
-    store = get_typestore(_base_store())
+    shared = typestore()
+    embedded = _embedded_types(connections)
+    differing = {name: d for name, d in embedded.items() if shared.fielddefs.get(name) != d}
+    if not differing:
+        return shared
+    store = Typestore()
+    store.fielddefs.update({k: v for k, v in shared.fielddefs.items() if k not in differing})
+    store.types.update({k: v for k, v in shared.types.items() if k not in differing})
+    store.register(differing)
+    return store
+
+
+def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
+    """The message definitions a bag's connections embed (MSG or IDL), parsed; an
+    unparsable one is skipped (the known types still decode)."""
+    from rosbags.typesys import get_types_from_idl, get_types_from_msg
+
     types: dict[str, Any] = {}
-    for name, text in MSG_DEFINITIONS.items():
-        types.update(get_types_from_msg(text, name))
     for connection in connections:
         definition = connection.msgdef
         fmt = getattr(definition.format, "name", str(definition.format))
@@ -446,10 +479,9 @@ def _bag_typestore(connections: Sequence[Any]) -> Any:
                         types.update(get_types_from_idl(part.split("\n", 1)[1]))
                 else:
                     types.update(get_types_from_idl(definition.data))
-        except _TYPE_ERRORS:  # an unparsable embedded definition: the known types decode
+        except _TYPE_ERRORS:
             pass
-    store.register(types)
-    return store
+    return types
 
 
 class _FieldError(Exception):

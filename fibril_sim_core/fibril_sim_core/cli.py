@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    return run_handler("fibril_sim", args.handler, args)
+
+
+def run_handler(prog: str, handler: Callable[[argparse.Namespace], int],
+                args: argparse.Namespace) -> int:
+    """Run a command handler under the command-line contract shared by ``fibril_sim`` and the
+    packages' own executables (``ros2 run fibril_calibration calibrate``): a FibrilError is one
+    line ``PROG: error: ...`` (exit 2, never a traceback), SIGINT / SIGTERM print
+    ``PROG: interrupted`` / ``terminated`` (130 / 143), a closed stdout pipe is not an error."""
     try:
-        return args.handler(args)
+        return handler(args)
     except FibrilError as exc:
-        print(f"fibril_sim: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through _signals.Interrupted
         code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
-        print(f"fibril_sim: {'interrupted' if code == EXIT_INTERRUPTED else 'terminated'}",
+        print(f"{prog}: {'interrupted' if code == EXIT_INTERRUPTED else 'terminated'}",
               file=sys.stderr)
         return code
     except BrokenPipeError:  # e.g. `fibril_sim trace query ... | head`: not an error

@@ -1,8 +1,9 @@
 """The Panda example (config/examples/panda/): the mesh-free model keeps the full model's
 kinematics and inertials, the committed seed-002 logs replay at the truth to the noise level,
 and a reduced fit (the seven dampings, armature and friction held at the truth by a manifest
-overlay) recovers the truth on windows. The full 21-parameter request takes about a minute and
-is not run here (README figures).
+overlay) recovers the truth on windows. The full 21-parameter request (about 30 s on two cores)
+is the slow-marked test at the end: with the windows' initial states fitted as nuisance
+(``initial_state_fit``) its residuals are the noise alone and its 95 % intervals hold the truth.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def test_logs_replay_at_the_truth_to_the_noise_level(tmp_path: Path) -> None:
     scored = evaluate_parameter_sets(request, ["nominal", str(_truth_overlay(tmp_path))])
     truth = scored["scores"][str(tmp_path / "truth.json")]
     nominal = scored["scores"]["nominal"]
-    assert truth["training"]["standardized_rms"] < 4.0  # the noise, and noisy window starts
+    # The noise alone: the windows' initial states are fitted (initial_state_fit).
+    assert 0.95 < truth["training"]["standardized_rms"] < 1.05
     assert nominal["training"]["standardized_rms"] > 100 * truth["training"]["standardized_rms"]
     first = truth["validation"]["signals"][0]
     assert first["signal"] == "q1" and first["unit"] == "rad" and first["rms"][0] < 1e-3
@@ -86,7 +88,39 @@ def test_reduced_fit_recovers_the_dampings(tmp_path: Path) -> None:
     (tmp_path / "calibration.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     result = run_calibration(tmp_path / "calibration.yaml")
     fitted = [result.fitted_values[f"damping_joint{n}"] for n in range(1, 8)]
-    np.testing.assert_allclose(fitted, generate.TRUTH["damping"], rtol=0.05)
+    np.testing.assert_allclose(fitted, generate.TRUTH["damping"], rtol=0.01)
+    assert result.document["likelihood_interpretation_valid"] is True
+    per = {p["id"]: p for p in result.document["local_identifiability"]["parameters"]}
+    for n, truth in enumerate(generate.TRUTH["damping"], 1):
+        sd = per[f"damping_joint{n}"]["standard_deviation"]
+        assert abs(result.fitted_values[f"damping_joint{n}"] - truth) < 4 * sd
+
+
+@pytest.mark.slow
+def test_full_example_recovers_the_truth_inside_its_intervals(tmp_path: Path) -> None:
+    """The shipped request as a user runs it: 21 parameters on 0.5 s windows with the
+    windows' initial states as nuisance. 95 % intervals miss a true value about once in 20, so
+    the test asks for all 21 within 3 standard deviations and at least 19 inside the 95 %
+    intervals (this data: 20; armature_joint4 lies 2.1 standard deviations off)."""
+    result = run_calibration(EXAMPLE / "calibration.yaml")
+    document = result.document
+    assert document["likelihood_interpretation_valid"] is True
+    assert document["fit"]["verdict"] == "plausible_fit"
+    assert 0.95 < result.outcome.training_summary.rms < 1.05
+    inside = 0
+    per = {p["id"]: p for p in document["local_identifiability"]["parameters"]}
+    for kind, values in generate.TRUTH.items():
+        for n, truth in enumerate(values, 1):
+            entry = per[f"{kind}_joint{n}"]
+            fitted = result.fitted_values[f"{kind}_joint{n}"]
+            assert abs(fitted - truth) < 3 * entry["standard_deviation"], (kind, n)
+            low, high = entry["interval_95"]
+            inside += low <= truth <= high
+    assert inside >= 19
+    nuisance = document["initial_state_fit"]
+    assert len(nuisance["episodes"]) == 12  # 8 training and 4 validation windows
+    assert nuisance["degrees_of_freedom_removed"] == {"training": 112, "validation": 56}
+    assert not any("." in pid for pid in result.fitted_values)  # nuisance not in the result
 
 
 def test_closed_loop_replay_through_the_impedance_recovers_the_dampings(tmp_path: Path) -> None:
@@ -161,3 +195,107 @@ def test_impedance_targets_are_live_external_inputs() -> None:
     moved = data.site_xpos[site] - start
     assert moved[0] == pytest.approx(0.05, abs=2e-3)
     assert abs(moved[1]) < 2e-3 and abs(moved[2]) < 2e-3
+
+
+def _ring_log_run(folder: Path, seconds: float = 1.5) -> Path:
+    """A closed-loop run of the impedance arm at the truth as a 1 kHz ring log: every tick a
+    row (``seq``, ``target_idx``, the setpoint in force, noisy q / dq) and ``<stem>_targets.csv``
+    with one row per 50 Hz Cartesian setpoint at the frame it took effect."""
+    import csv
+
+    import generate_closed_loop as loop
+    import mujoco
+    from fibril_calibration.alignment import quat_error
+
+    from fibril_sim_core import SimulationBuilder
+
+    plan = SimulationBuilder().build(EXAMPLE / "panda_impedance.yaml",
+                                     overlays=generate.truth_overlays())
+    model = plan.model
+    data = mujoco.MjData(model)
+    data.qpos[:] = generate.HOME
+    mujoco.mj_forward(model, data)
+    site = model.site("attachment_site").id
+    anchor_pos = data.site_xpos[site].copy()
+    anchor = np.empty(4)
+    mujoco.mju_mat2Quat(anchor, data.site_xmat[site])
+    rng = np.random.default_rng(5)
+    phases = rng.uniform(0, 2 * np.pi, (3, 6))
+    tones = np.array([1.0, 1.6, 2.7]) * 0.5
+    seq_first, ticks = 40_000, round(seconds * 1000)
+    rows, targets = [], []
+    for tick in range(ticks + 1):
+        if tick % 20 == 0:  # the client sends a target every 20 ms; it acts from this tick
+            t = tick / 1000
+            wave = sum(np.sin(2 * np.pi * f * t + phases[i]) for i, f in enumerate(tones)) / 3
+            ramp = min(1.0, t / 0.5)
+            x_des = anchor_pos + ramp * loop.AMP_POS * wave[:3]
+            q_des = np.empty(4)
+            mujoco.mju_mulQuat(q_des, anchor, loop._exp(ramp * loop.AMP_ROT * wave[3:]))
+            xyzw = [float(v) for v in q_des[[1, 2, 3, 0]]]
+            wxyz = np.array([xyzw[3], *xyzw[:3]])
+            data.ctrl[:3] = x_des
+            data.ctrl[3:] = quat_error(wxyz[None, :], anchor[None, :])[0]
+            targets.append([len(targets), seq_first + tick - 1, seq_first + tick,
+                            *map(float, x_des), *xyzw])
+        q = data.qpos + rng.normal(0, generate.Q_SD, 7)
+        dq = data.qvel + rng.normal(0, generate.DQ_SD, 7)
+        rows.append([f"{tick / 1000:.3f}", "1.000", *map(repr, q.tolist()),
+                     *map(repr, dq.tolist()), *targets[-1][3:6], *targets[-1][6:],
+                     seq_first + tick, len(targets) - 1])
+        mujoco.mj_step(model, data)
+    path = folder / "ring.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["t_s", "period_ms"] + [f"q{i}" for i in range(1, 8)]
+                        + [f"dq{i}" for i in range(1, 8)] + [f"x_des_{c}" for c in "xyz"]
+                        + [f"quat_des_{c}" for c in "xyzw"] + ["seq", "target_idx"])
+        writer.writerows(rows)
+    with (folder / "ring_targets.csv").open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["target_idx", "head", "seq_effective", "x_des_x", "x_des_y",
+                         "x_des_z", "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w"])
+        writer.writerows(targets)
+    sidecar = {"schema_version": 2, "controller": "synthetic_ring_log", "q_init":
+               generate.HOME.tolist(), "q_anchor_xyzw": anchor[[1, 2, 3, 0]].tolist(),
+               "ring_log": {"path": "ring.csv", "targets_path": "ring_targets.csv",
+                            "num_frames": ticks + 1, "seq_first": seq_first,
+                            "num_targets": len(targets), "gaps": [], "resets": 0}}
+    (folder / "ring.json").write_text(json.dumps(sidecar))
+    return path
+
+
+def test_closed_loop_replay_from_a_ring_log_and_its_targets_file(tmp_path: Path) -> None:
+    """The lab's closed-loop replay from a 1 kHz ring log: the setpoints come from
+    ``<stem>_targets.csv`` (``targets.*`` columns at their effective frames, zero-order held)
+    and drive the impedance; the dampings are recovered within their intervals."""
+    run = _ring_log_run(tmp_path)
+    overlay = _truth_overlay(tmp_path, ("armature", "frictionloss"))
+    manifest = yaml.safe_load((EXAMPLE / "panda_impedance.yaml").read_text())
+    manifest["model"] = str(EXAMPLE / manifest["model"])
+    manifest["parameter_overlays"] = [str(overlay)]
+    (tmp_path / "panda_impedance.yaml").write_text(yaml.safe_dump(manifest))
+    doc = yaml.safe_load((EXAMPLE / "calibration-closed-loop.yaml").read_text())
+    doc["manifest"] = "panda_impedance.yaml"
+    doc["parameters"] = [p for p in doc["parameters"] if p["id"].startswith("damping_")]
+    doc["sources"] = {"ring": {"path": str(run), "format": "franka_sysid"}}
+    episode = doc["training"][0]
+    episode["source"] = "ring"
+    episode["id"] = "ring"
+    episode["inputs"][0]["endpoints"] = {
+        f"targets.{name}": endpoint
+        for name, endpoint in episode["inputs"][0]["endpoints"].items()}
+    doc["training"] = [episode]
+    del doc["validation"]
+    doc.pop("fit")
+    doc["execution"] = {"max_parallelism": 1}
+    (tmp_path / "ring.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run_calibration(tmp_path / "ring.yaml")
+    inputs = result.request.training[0].recorded_inputs
+    assert len(inputs) == 6 * 75  # six setpoint endpoints, a target every 20 ms in [0, 1.5)
+    assert result.document["likelihood_interpretation_valid"] is True
+    assert 0.8 < result.outcome.training_summary.rms < 1.2
+    per = {p["id"]: p for p in result.document["local_identifiability"]["parameters"]}
+    for n, truth in enumerate(generate.TRUTH["damping"], 1):
+        fitted = result.fitted_values[f"damping_joint{n}"]
+        assert abs(fitted - truth) < 4 * per[f"damping_joint{n}"]["standard_deviation"]

@@ -495,3 +495,53 @@ def test_held_command_behind_an_endpoint_latency_is_reported(arm: dict[str, Any]
     result = run_calibration(_load(tmp_path, rig.request(slow, {"path": str(arm["mcap"])},
                                                          windows=[[0.2, 0.4]])))
     assert "after the endpoint latency of 2 tick(s)" in result.summary()
+
+
+def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict[str, Any]
+                                                                      ) -> None:
+    """Bags of known types decode with the core's shared typestore (its generated decoders
+    reused); an embedded definition that differs gets a private store, the shared one is left
+    unchanged."""
+    from types import SimpleNamespace
+
+    from fibril_calibration.sources import _bag_typestore
+    from fibril_sim_core.trace._msgtypes import typestore
+
+    source = open_source(arm["mcap"])
+    try:
+        assert _bag_typestore(source._reader.connections) is typestore()
+    finally:
+        source.close()
+    custom = SimpleNamespace(msgtype="my_msgs/msg/Reading", msgdef=SimpleNamespace(
+        format=SimpleNamespace(name="MSG"), data="float64 value\nint32 count\n"))
+    store = _bag_typestore([custom])
+    assert store is not typestore() and "my_msgs/msg/Reading" not in typestore().fielddefs
+    raw = store.serialize_cdr(store.types["my_msgs/msg/Reading"](value=1.5, count=3),
+                              "my_msgs/msg/Reading")
+    decoded = store.deserialize_cdr(raw, "my_msgs/msg/Reading")
+    assert (decoded.value, decoded.count) == (1.5, 3)
+    assert store.deserialize_cdr(typestore().serialize_cdr(
+        typestore().types["std_msgs/msg/Float64"](data=2.0), "std_msgs/msg/Float64"),
+        "std_msgs/msg/Float64").data == 2.0
+
+
+def test_candidate_builder_fixed_overlays(arm: dict[str, Any]) -> None:
+    """``CandidatePlanBuilder(fixed_overlays=...)``: the --evaluate path's held parameters are
+    in every candidate; one that binds a fitted target again is an error naming it."""
+    from fibril_calibration.candidate_plan import CandidatePlanBuilder
+    from fibril_calibration.parameters import CalibrationParameter
+    from fibril_sim_core.errors import FibrilError
+    from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+    fitted = [CalibrationParameter("d_j1", 0.01, 2.0, 0.1, targets=(
+        MujocoTarget("joint_damping", "j1"),))]
+    held = OverlayParameter("held_j2", 0.7, (MujocoTarget("joint_damping", "j2"),))
+    builder = CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(held,))
+    for value in (0.3, 0.4):  # the first build makes the template, the second reuses it
+        plan = builder.build({"d_j1": value})
+        assert plan.model.dof_damping.tolist() == pytest.approx([value, 0.7])
+        builder.release(plan)
+    clash = OverlayParameter("other_j1", 0.5, (MujocoTarget("joint_damping", "j1"),))
+    with pytest.raises(FibrilError, match="with the fixed overlays other_j1: "):
+        CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(clash,)).build(
+            {"d_j1": 0.2})

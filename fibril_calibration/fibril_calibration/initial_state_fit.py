@@ -1,0 +1,136 @@
+"""Initial states fitted as nuisance parameters (``initial_state_fit`` of an episode).
+
+A window cut from a recording starts from the LOGGED state, whose measurement noise the model
+does not carry: an open-loop rollout from a slightly wrong velocity drifts, and the residuals at
+the true parameters are then not the measurement noise alone (a standardized RMS of 2-4 instead
+of 1 on the Panda example), so Gaussian intervals would be wrong. ``initial_state_fit: [qpos,
+qvel]`` makes the listed parts of every hinge / slide joint entry of the episode's
+``initial_state`` nuisance parameters: estimated per episode, reported as nuisance, never part of
+the physical result or the fitted overlay.
+
+How (variable projection, linearised): the sensitivity ``S = d r / d x0`` of the episode's
+standardized residuals to its initial-state coordinates is computed by forward differences
+(one extra rollout per coordinate) at a reference parameter point; every evaluation then uses
+``r - S S⁺ r``, the residuals at the best initial state ``x0 + δ`` with ``δ = -S⁺ r`` to first
+order. Minimising those over the physical parameters is minimising over both, and their
+Jacobian is the physical Jacobian with the initial-state directions projected out, so the
+physical intervals account for the unknown initial states (the Schur complement of the joint
+information matrix). ``S`` depends weakly on the parameters; ``run_calibration`` computes it at
+the initial values, fits, recomputes it at the fit and fits again from there (the result's
+``initial_state_fit.passes``), so the final analysis uses the sensitivity at the fitted point.
+The projection removes ``rank(S)`` degrees of freedom per episode (reported). A
+``CalibrationProblem`` driven directly (not through ``run_calibration``) takes ``S`` at its first
+evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from fibril_sim_core import _schema as s
+
+PARTS = ("qpos", "qvel")
+# Forward-difference steps (rad or m, rad/s or m/s): far above a rollout's rounding, far below
+# any measurement noise worth fitting.
+STEPS = {"qpos": 1e-6, "qvel": 1e-5}
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """One nuisance coordinate: ``initial_state[entry][part]`` of a hinge or slide joint."""
+
+    entry: int
+    joint: str
+    part: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.joint}.{self.part}"
+
+
+def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
+          model: Any) -> tuple[str, ...]:
+    """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
+    initial_state that sets such a part must be a hinge or slide joint (one value)."""
+    import mujoco
+
+    parts = s.sequence(value, where)
+    out: list[str] = []
+    for i, item in enumerate(parts):
+        part = s.string(item, where.key(i))
+        if part not in PARTS:
+            raise where.key(i).fail(f"must be one of {', '.join(PARTS)}, got {part!r}")
+        if part in out:
+            raise where.key(i).fail(f"{part!r} is listed twice")
+        out.append(part)
+    if not out:
+        raise where.fail(f"list at least one of {', '.join(PARTS)}")
+    found = False
+    for entry in initial_state:
+        if entry.get("type") != "joint" or not any(p in entry for p in out):
+            continue
+        jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, entry["joint"])
+        if int(model.jnt_type[jid]) not in (2, 3):
+            raise where.fail(f"joint {entry['joint']!r} of initial_state is not a hinge or "
+                             f"slide joint; initial_state_fit fits one-valued joints only")
+        found = True
+    if not found:
+        raise where.fail(f"initial_state has no joint entry setting {' or '.join(out)}: "
+                         f"nothing to fit (add e.g. {{type: joint, joint: J, qpos_from: ..., "
+                         f"qvel_from: ...}})")
+    return tuple(out)
+
+
+def coordinates(initial_state: Sequence[Mapping[str, Any]],
+                parts: Sequence[str]) -> tuple[Coordinate, ...]:
+    return tuple(Coordinate(i, entry["joint"], part)
+                 for i, entry in enumerate(initial_state) if entry.get("type") == "joint"
+                 for part in PARTS if part in parts and part in entry)
+
+
+def perturbed(episode: Any, coordinate: Coordinate, step: float) -> Any:
+    """The episode with one initial-state coordinate moved by ``step``."""
+    state = [dict(entry) for entry in episode.initial_state]
+    entry = state[coordinate.entry]
+    entry[coordinate.part] = [float(entry[coordinate.part][0]) + step]
+    return replace(episode, initial_state=tuple(state))
+
+
+@dataclass(frozen=True)
+class InitialStateProjection:
+    """The linearised nuisance elimination of one episode."""
+
+    coordinates: tuple[Coordinate, ...]
+    sensitivity: np.ndarray  # (residuals, coordinates): d r / d x0
+    basis: np.ndarray  # orthonormal basis of the sensitivity's column space
+    rank: int
+
+    @classmethod
+    def from_sensitivity(cls, coords: tuple[Coordinate, ...],
+                         sensitivity: np.ndarray) -> InitialStateProjection:
+        u, singular, _ = np.linalg.svd(sensitivity, full_matrices=False)
+        tolerance = (singular[0] if singular.size else 0.0) * max(sensitivity.shape) * 1e-12
+        rank = int(np.sum(singular > tolerance))
+        return cls(coords, sensitivity, np.ascontiguousarray(u[:, :rank]), rank)
+
+    def apply(self, residuals: np.ndarray) -> np.ndarray:
+        """The residuals at the best initial state (to first order)."""
+        return residuals - self.basis @ (self.basis.T @ residuals)
+
+    def offsets(self, residuals: np.ndarray) -> np.ndarray:
+        """``δ = -S⁺ r``: the initial-state correction the projection applies."""
+        return -np.linalg.lstsq(self.sensitivity, residuals, rcond=None)[0]
+
+
+def describe(episode: Any, projection: InitialStateProjection, raw: np.ndarray) -> dict[str, Any]:
+    """The nuisance estimates of one episode (result document)."""
+    delta = projection.offsets(raw)
+    estimates = {}
+    for coordinate, d in zip(projection.coordinates, delta.tolist()):
+        logged = float(episode.initial_state[coordinate.entry][coordinate.part][0])
+        estimates[coordinate.label] = {"logged": logged, "offset": d, "estimate": logged + d}
+    return {"rank": projection.rank, "coordinates": estimates}
