@@ -180,13 +180,19 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
     if progress is not None:
         progress("initial_state_fit: sensitivities again at the first fit, second pass")
     problem.refresh_initial_state_fit(first.fitted)
-    restarted = [replace(p, initial=float(v)) for p, v in zip(request.parameters, first.fitted)]
-    outcome = calibrate(problem, restarted, solver_options(request, progress))
-    # The result names the request's initial values (the restart point is first_pass.fitted)
-    # and counts both passes' evaluations and time (sensitivity rollouts included).
+    # The second pass restarts at the first fit through an explicit start vector: the
+    # parameters (their initial values, and the coordinate origin of a normalized_linear one
+    # without a nominal) stay the request's, so value == origin + coordinate * scale holds.
+    outcome = calibrate(problem, request.parameters, solver_options(request, progress),
+                        start_values=first.fitted)
+    # The fit started at the request's initial values (the first pass): its start, initial
+    # objective and start warnings; both passes' evaluations and time (sensitivity rollouts
+    # included) are counted.
     counts = {f.name: getattr(first.evaluations, f.name) + getattr(outcome.evaluations, f.name)
               for f in fields(outcome.evaluations)}
-    outcome = replace(outcome, parameters=tuple(request.parameters),
+    outcome_initial = outcome.initial_objective
+    outcome = replace(outcome, start=first.start, initial_objective=first.initial_objective,
+                      warnings=first.warnings,
                       evaluations=replace(outcome.evaluations, **counts),
                       wall_time_s=time.perf_counter() - started)
     estimates = problem.initial_state_estimates(outcome.fitted)
@@ -199,7 +205,10 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
         "first_pass": {"fitted": dict(zip(request.parameter_ids,
                                           (float(v) for v in first.fitted))),
                        "iterations": first.iterations, "termination": first.termination,
-                       "training_rms": first.training_summary.rms},
+                       "training_rms": first.training_summary.rms,
+                       "final_objective": first.final_objective},
+        "second_pass": {"start": "first_pass.fitted",
+                        "initial_objective": float(outcome_initial)},
         "degrees_of_freedom_removed": removed,
         "episodes": estimates}
 

@@ -37,7 +37,7 @@ from .optimizer import Tolerances, minimize
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
 from .profile_likelihood import profile_likelihood
-from .starting_point import starting_point
+from .starting_point import StartingPoint, starting_point
 from .summaries import ResidualSummary, summarize
 from .verdict import FitCriteria, judge
 
@@ -99,7 +99,11 @@ def calibrate(
     model: ResidualModel,
     parameters: Sequence[CalibrationParameter],
     options: SolverOptions = SolverOptions(),
+    start_values: np.ndarray | None = None,
 ) -> CalibrationOutcome:
+    """``start_values`` (physical values) restarts the fit from a given point (initial_state_fit's
+    second pass) instead of the declared initial values: the parameters, their coordinate
+    origins and the contract stay the request's."""
     start = time.perf_counter()
     progress = options.progress
     cmap = CoordinateMap(parameters)
@@ -113,7 +117,11 @@ def calibrate(
     order = 1 if options.optimizer_differences == "forward" else 2
     objective = Objective(evaluator, fd, options.loss, order)
 
-    start_point = starting_point(cmap, options.interior_start_fraction)
+    if start_values is None:
+        start_point = starting_point(cmap, options.interior_start_fraction)
+    else:
+        start_point = StartingPoint(np.clip(np.asarray(start_values, dtype=float), cmap.lower,
+                                            cmap.upper), ())
     if progress is not None:
         for warning in start_point.warnings:
             progress(f"warning: {warning['message']}")

@@ -152,3 +152,34 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
                                                       r"joint 'puck_free' of initial_state is "
                                                       r"not a hinge or slide joint"):
         load_calibration_request(crig.write_request(tmp_path, bad, "bad.yaml"))
+
+
+def test_second_pass_keeps_the_request_start_and_coordinates(tmp_path: Path) -> None:
+    """The second pass restarts at the first fit without rewriting the parameters: a
+    normalized_linear parameter without nominal keeps the request's initial value as its
+    coordinate origin (value == initial + coordinate * scale), and optimizer.start /
+    initial_objective describe the request's initial values (the first pass)."""
+    import _calibration_rig as crig
+
+    manifest = crig.write_rig(tmp_path)
+    doc = crig.request_doc(manifest)
+    doc["parameters"][0].update(parameterization="normalized_linear", nominal=None,
+                                coordinate_scale=0.01)
+    del doc["parameters"][0]["nominal"]
+    episode = doc["training"][0]
+    episode["initial_state"] = [{"type": "joint", "joint": "shaft", "qvel": [3.0]}]
+    episode["signals"]["speed"]["samples"] = crig.samples([5 * k for k in range(1, 41)])
+    truth = crig.synthesize(tmp_path, doc, {"damping": 0.05})
+    truth["training"][0]["initial_state"][0]["qvel"] = [3.2]
+    truth["training"][0]["initial_state_fit"] = ["qvel"]
+    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"))
+    entry = result.document["parameters"][0]
+    assert entry["initial"] == 0.02
+    assert entry["value"] == pytest.approx(0.02 + entry["coordinate"] * 0.01, rel=1e-12)
+    assert entry["value"] == pytest.approx(0.05, rel=1e-5)
+    optimizer = result.document["optimizer"]
+    assert optimizer["start"] == {"damping": 0.02}
+    section = result.document["initial_state_fit"]
+    # the initial objective is the first pass's, at the request's initial values: far above
+    # the second pass's, which started at the first fit
+    assert optimizer["initial_objective"] > 100 * section["second_pass"]["initial_objective"]
