@@ -144,6 +144,10 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
     estimate = result.document["initial_state_fit"]["episodes"]["ep1"]["coordinates"]
     assert estimate["shaft.qvel"]["logged"] == 3.2
     assert estimate["shaft.qvel"]["estimate"] == pytest.approx(3.0, abs=1e-4)
+    assert estimate["shaft.qvel"]["identified"] is True
+    assert estimate["shaft.qvel"]["step"] == pytest.approx(1e-5 * 3.2)  # scaled to |x0|
+    health = result.document["initial_state_fit"]["episodes"]["ep1"]["sensitivity"]
+    assert health["condition_number"] == 1.0 and health["differences"] == "forward"
     assert "initial states  fitted as nuisance in 1 episode(s)" in result.summary()
     bad = copy.deepcopy(truth)
     bad["training"][0]["initial_state"] = [
@@ -183,3 +187,30 @@ def test_second_pass_keeps_the_request_start_and_coordinates(tmp_path: Path) -> 
     # the initial objective is the first pass's, at the request's initial values: far above
     # the second pass's, which started at the first fit
     assert optimizer["initial_objective"] > 100 * section["second_pass"]["initial_objective"]
+
+
+def test_offsets_use_the_projections_truncated_svd() -> None:
+    """The reported correction is the one the projection applied: r + S δ == apply(r) even
+    when S is numerically rank deficient (a singular value under the projection's cut-off but
+    above lstsq's default), and the coordinates loading on the null space are unidentified."""
+    from fibril_calibration.initial_state_fit import Coordinate, InitialStateProjection, step
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=200)
+    b = rng.normal(size=200)
+    u, _ = np.linalg.qr(np.column_stack([a, b, rng.normal(size=200)]))
+    # three coordinates: the first two act only through their sum (s_min ~ 1e-12 s0)
+    s = np.diag([5.0, 2.0, 5e-12])
+    v = np.linalg.qr(np.array([[1.0, 0.0, 1.0], [1.0, 0.0, -1.0], [0.0, 1.0, 0.0]]))[0]
+    sensitivity = u @ s @ v.T
+    coords = tuple(Coordinate(i, f"j{i}", "qvel") for i in range(3))
+    projection = InitialStateProjection.from_sensitivity(coords, sensitivity, [1e-5] * 3)
+    assert projection.rank == 2
+    r = rng.normal(size=200)
+    delta = projection.offsets(r)
+    np.testing.assert_allclose(r + sensitivity @ delta, projection.apply(r), atol=1e-9)
+    assert np.abs(delta).max() < 10  # lstsq(rcond=None) would divide by 5e-12
+    assert projection.identified.tolist() == [False, False, True]
+    assert projection.condition_number > 1e10
+    assert step("qpos", 0.5) == 1e-6 and step("qpos", -3.0) == pytest.approx(3e-6)
+    assert step("qvel", 20.0) == pytest.approx(2e-4)
