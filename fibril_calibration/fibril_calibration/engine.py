@@ -282,8 +282,13 @@ def summary_text(document: dict[str, Any]) -> str:
             continue
         aggregate = summary["aggregate"]
         episodes = ", ".join(f"{e['episode']} {_g(e['rms'])}" for e in summary["episodes"])
-        lines.append(f"{scope:<11}  rms {_g(aggregate['rms'])} over {aggregate['count']} "
-                     f"residual(s)  (per episode: {episodes})")
+        corrected = ""
+        if "rms_dof_corrected" in aggregate:
+            corrected = (f", {_g(aggregate['rms_dof_corrected'])} corrected for "
+                         f"{aggregate['nuisance_degrees_of_freedom']} nuisance degree(s) of "
+                         f"freedom")
+        lines.append(f"{scope:<11}  rms {_g(aggregate['rms'])}{corrected} over "
+                     f"{aggregate['count']} residual(s)  (per episode: {episodes})")
     rank = identifiability.get("numerical_rank")
     count = len(document.get("fitted_parameters", {}))
     condition = identifiability.get("condition_number")

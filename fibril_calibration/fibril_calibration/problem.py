@@ -192,6 +192,13 @@ class CalibrationProblem:
                 cache.clear()
         self.initial_state_fit_points.append(self.values(vector))
 
+    def nuisance_degrees_of_freedom(self, scope: str) -> dict[str, int]:
+        """Episode id → the rank of its initial-state sensitivity (the degrees of freedom the
+        projection removed) under the sensitivities in effect; empty without any."""
+        projections = self._projections.get(scope) or ()
+        return {s.episode.id: p.rank for s, p in zip(self._schedules[scope], projections)
+                if p is not None}
+
     def initial_state_estimates(self, physical: np.ndarray) -> dict[str, Any]:
         """The nuisance initial states at ``physical``: per episode with an
         ``initial_state_fit``, each coordinate's logged value, offset and estimate."""

@@ -148,11 +148,15 @@ def calibrate(
         np.concatenate([data_sq, prior_sq]),
         tuple(centre.blocks) + objective.prior_blocks(n_data),
     )
-    training_summary = summarize(centre.unweighted**2, centre.blocks)
+    # initial_state_fit: degrees of freedom the projected nuisance states took, per episode
+    nuisance = getattr(model, "nuisance_degrees_of_freedom", None)
+    training_summary = summarize(centre.unweighted**2, centre.blocks,
+                                 nuisance("training") if nuisance else None)
     validation_summary: ResidualSummary | None = None
     if model.has_validation:
         validation = evaluator.evaluate(u_hat, "validation")
-        validation_summary = summarize(validation.unweighted**2, validation.blocks)
+        validation_summary = summarize(validation.unweighted**2, validation.blocks,
+                                       nuisance("validation") if nuisance else None)
     if progress is not None:
         val = "" if validation_summary is None else f" validation_rms={_g(validation_summary.rms)}"
         progress(f"fit {fit.termination}: training_rms={_g(training_summary.rms)}{val}")
@@ -169,6 +173,7 @@ def calibrate(
         valid,
         source,
         bounds=(cmap.lower, cmap.upper),
+        nuisance_dof=training_summary.nuisance_dof,
     )
     information = information_matrix(analysis, J) if options.information_matrix else None
 

@@ -214,3 +214,58 @@ def test_offsets_use_the_projections_truncated_svd() -> None:
     assert projection.condition_number > 1e10
     assert step("qpos", 0.5) == 1e-6 and step("qpos", -3.0) == pytest.approx(3e-6)
     assert step("qvel", 20.0) == pytest.approx(2e-4)
+
+
+def test_degrees_of_freedom_are_corrected_for_the_nuisance_states(tmp_path: Path) -> None:
+    """50 Hz rows, 0.1 s windows: 12 residuals per window, 4 of whose degrees of freedom go to
+    the nuisance initial states. The plain RMS of the projected residuals is biased low
+    (~sqrt(8/12)); the dof-corrected one, used by the verdict, the residual variance and the
+    scores, is the noise's."""
+    import csv
+
+    manifest = rig.write_arm(tmp_path)
+    duration = 4.0
+    rng = np.random.default_rng(11)
+    times = np.arange(0, round(duration * 50)) * 20_000_000
+    torques = rng.uniform(-0.4, 0.4, (times.size, 2))
+    q, v = rig.truth(manifest, times, torques, duration)
+    path = tmp_path / "log50.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2"])
+        for n in range(times.size + 1):
+            tick = 20 * n
+            row = torques[min(n, times.size - 1)]
+            writer.writerow([f"{n * 0.02:.2f}", *map(repr, row.tolist()),
+                             *map(repr, (q[tick] + rng.normal(0, Q_SD, 2)).tolist()),
+                             *map(repr, (v[tick] + rng.normal(0, DQ_SD, 2)).tolist())])
+    doc = rig.request(manifest, {"path": str(path), "time_column": "t_s"},
+                      windows={"every": 0.1}, csv_log=True)
+    episode = doc["training"][0]
+    episode["signals"]["q"].update(residual_scale=Q_SD,
+                                   scale_semantics="measurement_standard_deviation")
+    episode["initial_state_fit"] = ["qpos", "qvel"]
+    doc["execution"] = {"max_parallelism": 1}
+    doc["objective"] = {"standardized_gaussian_residuals": True}
+    doc["fit"] = {"max_training_rms": 0.9}
+    result = run_calibration(rig.write_request(tmp_path, doc, "fit50.yaml"))
+    summary = result.document["training_summary"]["aggregate"]
+    m, removed = summary["count"], summary["nuisance_degrees_of_freedom"]
+    assert (m, removed) == (40 * 12, 40 * 4)
+    assert summary["rms"] < 0.88  # biased low: a third of the degrees of freedom are gone
+    assert summary["rms_dof_corrected"] == pytest.approx(summary["rms"] * np.sqrt(m / (m - removed)))
+    assert 0.88 < summary["rms_dof_corrected"] < 1.12
+    covariance = result.document["local_identifiability"]["covariance"]
+    assert covariance["residual_degrees_of_freedom"] == m - 2 - removed
+    assert covariance["residual_variance_estimate"] == pytest.approx(
+        summary["sse"] / (m - 2 - removed))
+    fit = result.document["fit"]
+    assert fit["measurements"]["training_rms"] == summary["rms_dof_corrected"]
+    assert fit["measurements"]["training_rms_uncorrected"] == summary["rms"]
+    assert "dof_corrected" in fit["measurements"]["rms_basis"]
+    assert fit["verdict"] == "no_plausible_fit" and "training_rms_exceeded" in fit["reasons"]
+    fitted = result.document["scores"]["fitted"]["training"]
+    assert fitted["nuisance_degrees_of_freedom"] == removed
+    assert fitted["standardized_rms_dof_corrected"] == pytest.approx(
+        fitted["standardized_rms"] * np.sqrt(m / (m - removed)))
+    assert "corrected for 160 nuisance degree(s) of freedom" in result.summary()
