@@ -139,8 +139,11 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
     truth = crig.synthesize(tmp_path, doc, {"damping": 0.05})
     truth["training"][0]["initial_state"][0]["qvel"] = [3.2]  # the "logged" value is off
     truth["training"][0]["initial_state_fit"] = ["qvel"]
-    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"))
+    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"), metrics=True)
     assert result.fitted_values == {"damping": pytest.approx(0.05, rel=1e-5)}
+    # metrics.json says its errors are projected residuals (not a replay from the log)
+    assert result.metrics["fitted"]["ep1"]["initial_state_fit"] is True
+    assert "not comparable" in result.metrics["fitted"]["ep1"]["initial_state_fit_note"]
     estimate = result.document["initial_state_fit"]["episodes"]["ep1"]["coordinates"]
     assert estimate["shaft.qvel"]["logged"] == 3.2
     assert estimate["shaft.qvel"]["estimate"] == pytest.approx(3.0, abs=1e-4)

@@ -420,6 +420,7 @@ def test_metrics_json_against_a_hand_computation(arm: dict[str, Any], tmp_path: 
     assert written["schema_version"] == 1 and written["ee"] is None
     assert written["num_samples"] == stamps.size
     assert written["metrics_path"].endswith("nominal/held/metrics.json")
+    assert "initial_state_fit" not in written  # a replay from the logged state
 
 
 def test_metrics_ee_fields() -> None:
