@@ -546,3 +546,8 @@ def test_candidate_builder_fixed_overlays(arm: dict[str, Any]) -> None:
     with pytest.raises(FibrilError, match="with the fixed overlays other_j1: "):
         CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(clash,)).build(
             {"d_j1": 0.2})
+    # a failure inside the plan build (a value the model refuses) names them too
+    bad = OverlayParameter("held_bad", 0.5, (MujocoTarget("joint_damping", "no_such_joint"),))
+    with pytest.raises(FibrilError, match="with the fixed overlays held_bad: "):
+        CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(bad,)).build(
+            {"d_j1": 0.2})
