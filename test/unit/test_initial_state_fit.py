@@ -272,3 +272,31 @@ def test_degrees_of_freedom_are_corrected_for_the_nuisance_states(tmp_path: Path
     assert fitted["standardized_rms_dof_corrected"] == pytest.approx(
         fitted["standardized_rms"] * np.sqrt(m / (m - removed)))
     assert "corrected for 160 nuisance degree(s) of freedom" in result.summary()
+
+
+def test_a_failing_sensitivity_rollout_counts_and_names_the_perturbed_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import _calibration_rig as crig
+    from fibril_calibration.errors import EvaluationError
+    from fibril_calibration.problem import CalibrationProblem
+
+    manifest = crig.write_rig(tmp_path)
+    doc = crig.request_doc(manifest)
+    doc["training"][0]["initial_state"] = [{"type": "joint", "joint": "shaft", "qvel": [3.0]}]
+    doc["training"][0]["initial_state_fit"] = ["qvel"]
+    request = load_calibration_request(crig.write_request(tmp_path, doc, "fail.yaml"))
+    rollout = CalibrationProblem._rollout
+
+    def failing(self: CalibrationProblem, task: tuple) -> np.ndarray:
+        if task[1].episode.initial_state[0]["qvel"] != [3.0]:
+            raise EvaluationError("rollout diverged")
+        return rollout(self, task)
+
+    monkeypatch.setattr(CalibrationProblem, "_rollout", failing)
+    with CalibrationProblem(request) as problem:
+        with pytest.raises(EvaluationError, match=r"initial_state_fit sensitivity of episode "
+                                                  r"'ep1': the rollout from the perturbed "
+                                                  r"initial state shaft.qvel \+ 3e-05 failed: "
+                                                  r"rollout diverged"):
+            problem.refresh_initial_state_fit(np.array([0.02]))
+        assert problem.statistics.failures == 1
