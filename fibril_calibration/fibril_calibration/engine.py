@@ -306,11 +306,18 @@ def summary_text(document: dict[str, Any]) -> str:
     state_fit = document.get("initial_state_fit")
     if state_fit:
         removed = state_fit["degrees_of_freedom_removed"]
+        episodes = state_fit["episodes"].values()
+        health = [e.get("sensitivity", {}) for e in episodes]
+        worst = ("infinite" if any(h.get("condition_number_infinite") for h in health) else
+                 _g(max((h.get("condition_number") or 0.0 for h in health), default=None)))
+        unidentified = sum(len(e.get("unidentified", ())) for e in episodes)
         lines.append(f"initial states  fitted as nuisance in {len(state_fit['episodes'])} "
                      f"episode(s) ({removed['training']} training / {removed['validation']} "
                      f"validation degree(s) of freedom; the iterations above are the second "
                      f"pass, from a first fit of {state_fit['first_pass']['iterations']} "
-                     f"iteration(s); estimates: initial_state_fit in the result)")
+                     f"iteration(s); sensitivity condition number up to {worst}, "
+                     f"{unidentified} unidentified coordinate(s); estimates: "
+                     f"initial_state_fit in the result)")
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")

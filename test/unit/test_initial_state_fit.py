@@ -152,6 +152,7 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
     health = result.document["initial_state_fit"]["episodes"]["ep1"]["sensitivity"]
     assert health["condition_number"] == 1.0 and health["differences"] == "forward"
     assert "initial states  fitted as nuisance in 1 episode(s)" in result.summary()
+    assert "sensitivity condition number up to 1, 0 unidentified" in result.summary()
     bad = copy.deepcopy(truth)
     bad["training"][0]["initial_state"] = [
         {"type": "joint", "joint": "puck_free", "qvel": [0.0] * 6}]
