@@ -18,8 +18,9 @@ unweighted training Jacobian; covariances are mapped to physical units at the en
   included: the SVD pseudo-inverse with the numerical null space dropped. Like Ceres it is in
   residual units: for standardized Gaussian residuals (``measurement_standard_deviation``
   scales) that is the parameter covariance; otherwise ``residual_variance_estimate`` (``SSE /
-  (m - rank)`` of the unweighted fit residuals) is reported beside it, to scale it by the
-  residuals' own spread. A parameter whose axis has a component above ``1e-6`` in the null
+  (m - rank)`` of the unweighted fit residuals; ``SSE / (m - rank - nuisance)`` when
+  ``initial_state_fit`` projected out nuisance initial states) is reported beside it, to scale
+  it by the residuals' own spread. A parameter whose axis has a component above ``1e-6`` in the null
   space is locally unidentifiable: the pseudo-inverse gives it a finite number, but its
   variance is really unbounded, so its standard deviation and interval are ``None``, its
   correlations are ``None`` and it is listed in ``unidentifiable_parameters``.
@@ -61,11 +62,12 @@ class LocalAnalysis:
     directions: np.ndarray  # rows: right-singular vectors, same order as singular_values
     identifiable: np.ndarray
     standardized: bool
-    residual_variance_estimate: float  # SSE / (m - rank); nan when m <= rank
+    residual_variance_estimate: float  # SSE / (m - rank - nuisance_dof); nan when <= 0
     covariance: np.ndarray  # dimensionless (J^T J)^+, null space dropped (finite everywhere)
     likelihood_interpretation_valid: bool
     lower: np.ndarray | None = None  # physical bounds, to flag intervals that cross them
     upper: np.ndarray | None = None
+    nuisance_dof: int = 0  # initial_state_fit: degrees of freedom of the projected nuisance
 
     @property
     def covariance_physical(self) -> np.ndarray:
@@ -154,6 +156,10 @@ class LocalAnalysis:
                 "units": ("standardized_residuals" if self.standardized else
                           "residual_units_scale_by_residual_variance_estimate"),
                 "residual_variance_estimate": finite_or_none(self.residual_variance_estimate),
+                **({"residual_degrees_of_freedom": self.residual_count
+                    - self.numerical_rank - self.nuisance_dof,
+                    "nuisance_degrees_of_freedom": self.nuisance_dof}
+                   if self.nuisance_dof else {}),
                 "dimensionless": matrix_or_none(self.covariance),
                 "physical": matrix_or_none(self.covariance_physical),
                 "correlation": matrix_or_none(self.correlation),
@@ -173,8 +179,11 @@ def analyze(
     jacobian_source: str,
     rank_relative_tolerance: float = RANK_RELATIVE_TOLERANCE,
     bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    nuisance_dof: int = 0,
 ) -> LocalAnalysis:
-    """SVD, rank, condition number and covariance of a dimensionless data-only Jacobian."""
+    """SVD, rank, condition number and covariance of a dimensionless data-only Jacobian.
+    ``nuisance_dof``: degrees of freedom the residuals already lost to nuisance parameters
+    eliminated by projection (``initial_state_fit``), taken off the residual variance's."""
     J = np.asarray(jacobian, dtype=float)
     m, n = J.shape
     padded = J if m >= n else np.vstack([J, np.zeros((n - m, n))])
@@ -188,7 +197,8 @@ def analyze(
     identifiable = loading <= NULL_LOADING_TOLERANCE
 
     r = np.asarray(unweighted_residuals, dtype=float)
-    variance = float(r @ r) / (m - rank) if m > rank else float("nan")
+    dof = m - rank - int(nuisance_dof)
+    variance = float(r @ r) / dof if dof > 0 else float("nan")
     inv = np.zeros(n)
     inv[:rank] = 1.0 / (s[:rank] * s[:rank])
     covariance = (vt.T * inv) @ vt
@@ -211,6 +221,7 @@ def analyze(
         likelihood_interpretation_valid=likelihood_valid,
         lower=None if bounds is None else np.asarray(bounds[0], dtype=float),
         upper=None if bounds is None else np.asarray(bounds[1], dtype=float),
+        nuisance_dof=int(nuisance_dof),
     )
 
 

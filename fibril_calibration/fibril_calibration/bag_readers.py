@@ -5,7 +5,11 @@ A bag source's ``reader`` (request ``sources: {name: {path: ..., reader: ...}}``
 * ``rosbags`` (default): the pure-Python reader; works everywhere, no ROS installation;
 * ``rosbag2_py``: ROS 2's reader (``SequentialReader``), for storage plugins or bag versions
   only a ROS installation reads; a request error when ``import rosbag2_py`` fails;
-* ``auto``: ``rosbag2_py`` when it imports, otherwise rosbags.
+* ``auto``: ``rosbag2_py`` when it imports, otherwise rosbags; and rosbags after all when
+  rosbag2_py cannot open the bag (e.g. a missing storage plugin) or cannot give a topic the
+  request reads (not CDR, or a message type outside the known ones: rosbag2_py gives no
+  embedded definitions). The episode's ``source.reader`` then says ``rosbags`` and
+  ``source.reader_fallback`` why.
 
 Both give ``BagSource`` the same thing: connections (topic, type) and the serialized CDR bytes
 of each message with its log time; decoding stays with the shared typestore, so a stream reads
@@ -74,6 +78,7 @@ class Connection:
     topic: str
     msgtype: str
     msgdef: _Definition = _Definition()
+    serialization_format: str = "cdr"
 
 
 class Rosbag2PyReader:
@@ -103,10 +108,10 @@ class Rosbag2PyReader:
         reader = self._reader()
         found = []
         for n, topic in enumerate(reader.get_all_topics_and_types()):
+            # the serialization is checked for the topics a request reads (BagSource), not here
             fmt = getattr(topic, "serialization_format", "cdr") or "cdr"
-            if fmt != "cdr":
-                raise ValueError(f"topic {topic.name!r} is serialized as {fmt!r}, not cdr")
-            found.append(Connection(n, str(topic.name), str(topic.type)))
+            found.append(Connection(n, str(topic.name), str(topic.type),
+                                    serialization_format=str(fmt)))
         self.connections = found
         _close(reader)
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
 from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterOverlays,
                                       overlay_document)
@@ -87,7 +88,17 @@ class CandidatePlanBuilder:
                 raise KeyError(f"no value for parameter(s) {', '.join(missing)}")
             overlays = template.with_values({p.id: float(values[p.id])
                                              for p in self.parameters})
-        return self.builder.build(self.manifest, overlays=overlays)
+        try:
+            return self.builder.build(self.manifest, overlays=overlays)
+        except FibrilError as exc:
+            if not self.fixed_overlays:
+                raise
+            ids = ", ".join(p.id for p in self.fixed_overlays)
+            try:  # the same error class, its message naming the fixed overlays
+                error = type(exc)(f"with the fixed overlays {ids}: {exc}")
+            except Exception:  # noqa: BLE001 - a subclass with another constructor
+                error = FibrilError(f"with the fixed overlays {ids}: {exc}")
+            raise error from None
 
     def release(self, plan: SimulationPlan) -> None:
         """The calibration is done with a candidate plan (no reference to it, its instances or

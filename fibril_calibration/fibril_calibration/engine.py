@@ -180,13 +180,19 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
     if progress is not None:
         progress("initial_state_fit: sensitivities again at the first fit, second pass")
     problem.refresh_initial_state_fit(first.fitted)
-    restarted = [replace(p, initial=float(v)) for p, v in zip(request.parameters, first.fitted)]
-    outcome = calibrate(problem, restarted, solver_options(request, progress))
-    # The result names the request's initial values (the restart point is first_pass.fitted)
-    # and counts both passes' evaluations and time (sensitivity rollouts included).
+    # The second pass restarts at the first fit through an explicit start vector: the
+    # parameters (their initial values, and the coordinate origin of a normalized_linear one
+    # without a nominal) stay the request's, so value == origin + coordinate * scale holds.
+    outcome = calibrate(problem, request.parameters, solver_options(request, progress),
+                        start_values=first.fitted)
+    # The fit started at the request's initial values (the first pass): its start, initial
+    # objective and start warnings; both passes' evaluations and time (sensitivity rollouts
+    # included) are counted.
     counts = {f.name: getattr(first.evaluations, f.name) + getattr(outcome.evaluations, f.name)
               for f in fields(outcome.evaluations)}
-    outcome = replace(outcome, parameters=tuple(request.parameters),
+    outcome_initial = outcome.initial_objective
+    outcome = replace(outcome, start=first.start, initial_objective=first.initial_objective,
+                      warnings=first.warnings,
                       evaluations=replace(outcome.evaluations, **counts),
                       wall_time_s=time.perf_counter() - started)
     estimates = problem.initial_state_estimates(outcome.fitted)
@@ -199,7 +205,10 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
         "first_pass": {"fitted": dict(zip(request.parameter_ids,
                                           (float(v) for v in first.fitted))),
                        "iterations": first.iterations, "termination": first.termination,
-                       "training_rms": first.training_summary.rms},
+                       "training_rms": first.training_summary.rms,
+                       "final_objective": first.final_objective},
+        "second_pass": {"start": "first_pass.fitted",
+                        "initial_objective": float(outcome_initial)},
         "degrees_of_freedom_removed": removed,
         "episodes": estimates}
 
@@ -273,8 +282,13 @@ def summary_text(document: dict[str, Any]) -> str:
             continue
         aggregate = summary["aggregate"]
         episodes = ", ".join(f"{e['episode']} {_g(e['rms'])}" for e in summary["episodes"])
-        lines.append(f"{scope:<11}  rms {_g(aggregate['rms'])} over {aggregate['count']} "
-                     f"residual(s)  (per episode: {episodes})")
+        corrected = ""
+        if "rms_dof_corrected" in aggregate:
+            corrected = (f", {_g(aggregate['rms_dof_corrected'])} corrected for "
+                         f"{aggregate['nuisance_degrees_of_freedom']} nuisance degree(s) of "
+                         f"freedom")
+        lines.append(f"{scope:<11}  rms {_g(aggregate['rms'])}{corrected} over "
+                     f"{aggregate['count']} residual(s)  (per episode: {episodes})")
     rank = identifiability.get("numerical_rank")
     count = len(document.get("fitted_parameters", {}))
     condition = identifiability.get("condition_number")
@@ -292,11 +306,18 @@ def summary_text(document: dict[str, Any]) -> str:
     state_fit = document.get("initial_state_fit")
     if state_fit:
         removed = state_fit["degrees_of_freedom_removed"]
+        episodes = state_fit["episodes"].values()
+        health = [e.get("sensitivity", {}) for e in episodes]
+        worst = ("infinite" if any(h.get("condition_number_infinite") for h in health) else
+                 _g(max((h.get("condition_number") or 0.0 for h in health), default=None)))
+        unidentified = sum(len(e.get("unidentified", ())) for e in episodes)
         lines.append(f"initial states  fitted as nuisance in {len(state_fit['episodes'])} "
                      f"episode(s) ({removed['training']} training / {removed['validation']} "
                      f"validation degree(s) of freedom; the iterations above are the second "
                      f"pass, from a first fit of {state_fit['first_pass']['iterations']} "
-                     f"iteration(s); estimates: initial_state_fit in the result)")
+                     f"iteration(s); sensitivity condition number up to {worst}, "
+                     f"{unidentified} unidentified coordinate(s); estimates: "
+                     f"initial_state_fit in the result)")
     if document.get("scores"):
         lines.extend(scores_text(document["scores"]))
     lines.append(f"identifiability  rank {rank}/{count}, condition number {condition_text}")

@@ -22,8 +22,10 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
 * the ring log's ``<stem>_targets.csv`` (one row per Cartesian setpoint: ``target_idx``,
   ``head``, ``seq_effective``, ``x_des_*``, ``quat_des_*``) as the columns ``targets.NAME``
   (groups ``targets.x_des``, ``targets.quat_des`` wxyz, ``targets.rotvec_des``), each row at
-  the time its setpoint took effect, ``(seq_effective - seq_first) / 1 kHz``: the exact
-  setpoint changes of a 1 kHz run, to replay with ``commit: next_tick`` (zero-order held).
+  the frame the data-format document says its setpoint is in force from, ``(head + 1 -
+  seq_first) / 1 kHz`` (``seq_effective`` is late by up to a poll period in files written by
+  ``scripts/shm_log.py``; the run's own ``target_idx`` is checked against it): the setpoint
+  changes of a 1 kHz run, to replay with ``commit: next_tick`` (zero-order held).
   The file is found beside the CSV, else at the sidecar's ``ring_log.targets_path`` (relative
   to the CSV's folder when relative), and read only when a ``targets.`` column is named.
 """
@@ -177,6 +179,12 @@ class FrankaSource(CsvSource):
             loaded = self._targets = RingTargets(self._targets_path(), self)
         return loaded
 
+    @property
+    def targets_report(self) -> dict[str, Any] | None:
+        """How the targets file was placed and checked (None until a targets. column is read)."""
+        loaded = getattr(self, "_targets", None)
+        return None if loaded is None else dict(loaded.report)
+
     def _targets_path(self) -> Path:
         beside = self.path.with_name(f"{self.path.stem}_targets.csv")
         if beside.is_file():
@@ -235,11 +243,18 @@ class FrankaSource(CsvSource):
 
 
 class RingTargets(CsvSource):
-    """``<stem>_targets.csv`` of a 1 kHz ring log: one row per setpoint, at the time it took
-    effect (``seq_effective``, on the run's ``seq`` time base)."""
+    """``<stem>_targets.csv`` of a 1 kHz ring log: one row per setpoint, placed where the
+    data-format document says setpoint k is in force, from the frame ``head_k + 1`` (on the
+    run's ``seq`` time base). ``seq_effective`` is not the time base: the document says
+    ``scripts/shm_log.py`` writes it late by up to one poll period; how late it is, is
+    reported (``report``). Where the run has a ``target_idx`` column (the setpoint in force at
+    each tick) the first tick of every setpoint must lie within the document's one tick of
+    uncertainty of ``head_k + 1``; a larger disagreement is refused, naming both files' lines."""
+
+    TOLERANCE_TICKS = 1  # the data-format document's "one tick of uncertainty"
 
     def __init__(self, path: Path, run: FrankaSource) -> None:
-        super().__init__(path, "seq_effective", "ms")
+        super().__init__(path, "head", "ms")
         label = f"recording {str(path)!r}"
         missing = [c for c in _TARGET_COLUMNS if c not in self._index]
         if missing:
@@ -249,7 +264,7 @@ class RingTargets(CsvSource):
         if run.seq_first is None:
             raise SourceError(f"{label}: the run {str(run.path)!r} has no seq column to place "
                               f"its targets on (a 1 kHz ring log has one)")
-        for name in ("seq_effective", "target_idx", "head"):
+        for name in ("head", "seq_effective", "target_idx"):
             raw = self.column(name)
             bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)))
             if bad.size:
@@ -267,16 +282,57 @@ class RingTargets(CsvSource):
                 declared != index.size:
             raise SourceError(f"{label} has {index.size} target row(s), the sidecar "
                               f"{str(run.sidecar_path)!r} ring_log.num_targets says {declared}")
+        head = self.column("head").astype(np.int64)
+        in_force = head + 1  # setpoint k is in force from seq = head_k + 1
+        late = self.column("seq_effective").astype(np.int64) - in_force
+        self.report: dict[str, Any] = {
+            "placed_at": "head + 1 (the data-format document's first frame in force)",
+            "targets": int(index.size),
+            "seq_effective_late_rows": int(np.count_nonzero(late)),
+            "seq_effective_late_max_ticks": int(late.max(initial=0)),
+            "seq_effective_early_max_ticks": int(max(0, -late.min(initial=0))),
+            "run_target_idx": None}
         if "target_idx" in run._index:
-            used = run.column("target_idx")
-            beyond = np.flatnonzero(np.isfinite(used) & (used >= index.size))
-            if beyond.size:
-                n = int(beyond[0])
-                raise SourceError(f"recording {str(run.path)!r} column 'target_idx' line "
-                                  f"{n + 2}: target {int(used[n])} is not in {str(path)!r} "
-                                  f"({index.size} row(s))")
-        self.times_ns = self.times_ns - run.seq_first * 1_000_000
+            self.report["run_target_idx"] = self._check_run(run, path, index.size, in_force)
+        self.times_ns = (in_force - run.seq_first) * 1_000_000
         self.sidecar, self.sidecar_path = run.sidecar, run.sidecar_path
+
+    def _check_run(self, run: FrankaSource, path: Path, count: int,
+                   in_force: np.ndarray) -> dict[str, int]:
+        """The run's ``target_idx`` against ``head + 1``: every setpoint's first tick in the
+        run within TOLERANCE_TICKS of its frame; the counts of exact and off-by-one ones."""
+        label = f"recording {str(run.path)!r} column 'target_idx'"
+        used = run.column("target_idx")
+        bad = np.flatnonzero(~np.isfinite(used) | (used != np.round(used)) | (used < -1))
+        if bad.size:
+            n = int(bad[0])
+            raise SourceError(f"{label} line {n + 2}: {run._rows[n][run._index['target_idx']]!r} "
+                              f"is not a target row (an integer, -1 before the first)")
+        used = used.astype(np.int64)
+        beyond = np.flatnonzero(used >= count)
+        if beyond.size:
+            n = int(beyond[0])
+            raise SourceError(f"{label} line {n + 2}: target {int(used[n])} is not in "
+                              f"{str(path)!r} ({count} row(s))")
+        seq = run.times_ns // 1_000_000 + run.seq_first
+        # first run row of every setpoint that appears after the previous one took over
+        # (a change right after a ring-log gap is not checked: it may have begun in the gap)
+        changes = np.flatnonzero((np.diff(used) != 0) & (np.diff(seq) == 1)) + 1
+        checked = exact = 0
+        for n in changes.tolist():
+            k = int(used[n])
+            if k < 0:
+                continue
+            shift = int(seq[n] - in_force[k])
+            checked += 1
+            exact += shift == 0
+            if abs(shift) > self.TOLERANCE_TICKS:
+                raise SourceError(
+                    f"{label} line {n + 2}: target {k} is first in force at seq {int(seq[n])}, "
+                    f"but {str(path)!r} line {k + 2} has head {int(in_force[k]) - 1} (in force "
+                    f"from seq {int(in_force[k])}: {shift:+d} tick(s), more than the data-format "
+                    f"document's one tick of uncertainty)")
+        return {"checked": checked, "exact": exact, "off_by_one": checked - exact}
 
     def column(self, name: str) -> np.ndarray:
         if name in _ROTVEC:

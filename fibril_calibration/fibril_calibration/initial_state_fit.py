@@ -18,7 +18,9 @@ physical intervals account for the unknown initial states (the Schur complement 
 information matrix). ``S`` depends weakly on the parameters; ``run_calibration`` computes it at
 the initial values, fits, recomputes it at the fit and fits again from there (the result's
 ``initial_state_fit.passes``), so the final analysis uses the sensitivity at the fitted point.
-The projection removes ``rank(S)`` degrees of freedom per episode (reported). A
+The projection removes ``rank(S)`` degrees of freedom per episode (reported, and taken off the
+residual degrees of freedom by the analysis and the fit verdict); a coordinate that loads on
+S's numerical null space is reported as not identified (its offset is the minimum-norm one). A
 ``CalibrationProblem`` driven directly (not through ``run_calibration``) takes ``S`` at its first
 evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
 """
@@ -34,9 +36,22 @@ import numpy as np
 from fibril_sim_core import _schema as s
 
 PARTS = ("qpos", "qvel")
-# Forward-difference steps (rad or m, rad/s or m/s): far above a rollout's rounding, far below
-# any measurement noise worth fitting.
-STEPS = {"qpos": 1e-6, "qvel": 1e-5}
+# Forward-difference steps: ``BASE_STEPS[part] * max(1, |x0|)`` (rad or m, rad/s or m/s):
+# far above a rollout's rounding (which grows with the value, hence the ``|x0|`` factor), far
+# below any measurement noise worth fitting. Forward differences (one rollout per coordinate,
+# not two): S enters only through its column space and the offsets; an O(h) relative error
+# in S moves the projected residuals by that fraction of their nuisance component, orders of
+# magnitude under the noise, and central differences would double the sensitivity rollouts.
+# The result reports the steps and the conditioning of S per episode (``describe``).
+BASE_STEPS = {"qpos": 1e-6, "qvel": 1e-5}
+# A coordinate whose axis has a component above this in S's numerical null space is not
+# identified by the episode (the analysis module's criterion for parameters).
+NULL_LOADING_TOLERANCE = 1e-6
+
+
+def step(part: str, value: float) -> float:
+    """The forward-difference step of one coordinate at its value ``value``."""
+    return BASE_STEPS[part] * max(1.0, abs(float(value)))
 
 
 @dataclass(frozen=True)
@@ -102,35 +117,76 @@ def perturbed(episode: Any, coordinate: Coordinate, step: float) -> Any:
 
 @dataclass(frozen=True)
 class InitialStateProjection:
-    """The linearised nuisance elimination of one episode."""
+    """The linearised nuisance elimination of one episode.
+
+    One truncated SVD of ``S`` serves both the projection (``apply``) and the offsets
+    (``offsets``), so the correction reported is exactly the one the residuals received;
+    singular values at or below ``1e-12 * max(shape) * s0`` are dropped."""
 
     coordinates: tuple[Coordinate, ...]
     sensitivity: np.ndarray  # (residuals, coordinates): d r / d x0
-    basis: np.ndarray  # orthonormal basis of the sensitivity's column space
+    basis: np.ndarray  # U_r: orthonormal basis of the sensitivity's column space
+    singular_values: np.ndarray  # all of them, descending
+    directions: np.ndarray  # V^T (coordinates, coordinates)
     rank: int
+    steps: tuple[float, ...] = ()
 
     @classmethod
-    def from_sensitivity(cls, coords: tuple[Coordinate, ...],
-                         sensitivity: np.ndarray) -> InitialStateProjection:
-        u, singular, _ = np.linalg.svd(sensitivity, full_matrices=False)
+    def from_sensitivity(cls, coords: tuple[Coordinate, ...], sensitivity: np.ndarray,
+                         steps: Sequence[float] = ()) -> InitialStateProjection:
+        u, singular, vt = np.linalg.svd(sensitivity, full_matrices=False)
         tolerance = (singular[0] if singular.size else 0.0) * max(sensitivity.shape) * 1e-12
         rank = int(np.sum(singular > tolerance))
-        return cls(coords, sensitivity, np.ascontiguousarray(u[:, :rank]), rank)
+        return cls(coords, sensitivity, np.ascontiguousarray(u[:, :rank]), singular, vt, rank,
+                   tuple(float(h) for h in steps))
 
     def apply(self, residuals: np.ndarray) -> np.ndarray:
         """The residuals at the best initial state (to first order)."""
         return residuals - self.basis @ (self.basis.T @ residuals)
 
     def offsets(self, residuals: np.ndarray) -> np.ndarray:
-        """``δ = -S⁺ r``: the initial-state correction the projection applies."""
-        return -np.linalg.lstsq(self.sensitivity, residuals, rcond=None)[0]
+        """``δ = -S⁺ r`` with the projection's truncated SVD (the minimum-norm correction)."""
+        r = self.rank
+        return -(self.directions[:r].T @ ((self.basis.T @ residuals) / self.singular_values[:r]))
+
+    @property
+    def identified(self) -> np.ndarray:
+        """Per coordinate: False when its axis loads on S's numerical null space."""
+        null = self.directions[self.rank:]
+        if not null.size:
+            return np.ones(len(self.coordinates), dtype=bool)
+        return np.linalg.norm(null, axis=0) <= NULL_LOADING_TOLERANCE
+
+    @property
+    def condition_number(self) -> float:
+        """``s_max / s_min`` of S with unit-norm columns (coordinates in different units
+        compare), infinite when a column or a combination has no effect."""
+        norms = np.linalg.norm(self.sensitivity, axis=0)
+        if not norms.size or not np.all(norms > 0.0):
+            return float("inf")
+        s = np.linalg.svd(self.sensitivity / norms, compute_uv=False)
+        return float(s[0] / s[-1]) if s[-1] > 0.0 else float("inf")
 
 
 def describe(episode: Any, projection: InitialStateProjection, raw: np.ndarray) -> dict[str, Any]:
     """The nuisance estimates of one episode (result document)."""
     delta = projection.offsets(raw)
+    identified = projection.identified
     estimates = {}
-    for coordinate, d in zip(projection.coordinates, delta.tolist()):
+    steps = projection.steps or (None,) * len(projection.coordinates)
+    for coordinate, d, ok, h in zip(projection.coordinates, delta.tolist(), identified.tolist(),
+                                    steps):
         logged = float(episode.initial_state[coordinate.entry][coordinate.part][0])
-        estimates[coordinate.label] = {"logged": logged, "offset": d, "estimate": logged + d}
-    return {"rank": projection.rank, "coordinates": estimates}
+        estimates[coordinate.label] = {"logged": logged, "offset": d, "estimate": logged + d,
+                                       "identified": bool(ok), "step": h}
+    condition = projection.condition_number
+    return {"rank": projection.rank,
+            "unidentified": [c.label for c, ok in zip(projection.coordinates, identified)
+                             if not ok],
+            "sensitivity": {
+                "singular_values": [float(v) for v in projection.singular_values],
+                "condition_number": condition if np.isfinite(condition) else None,
+                "condition_number_infinite": bool(not np.isfinite(condition)),
+                "columns": "unit-norm (coordinates in different units compare)",
+                "differences": "forward"},
+            "coordinates": estimates}

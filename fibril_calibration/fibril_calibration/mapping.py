@@ -505,6 +505,12 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}
+        fallback = getattr(source, "reader_fallback", None)
+        if fallback:  # reader: auto fell back from rosbag2_py to rosbags
+            info["reader_fallback"] = fallback
+        targets_report = getattr(source, "targets_report", None)
+        if targets_report is not None:  # franka_sysid: how <stem>_targets.csv was placed
+            info["ring_targets"] = targets_report
         out.append(r.EpisodeSpec(
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,

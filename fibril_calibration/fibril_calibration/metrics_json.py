@@ -22,6 +22,11 @@ lab's numbers and ours are compared on the same windows and with the same formul
   (zero-order held, as the lab's logs define them); null for other sources, without EE
   signals, or when the recording has no (finite) target columns at those times.
 
+With ``initial_state_fit`` on the episode the document has ``initial_state_fit: true``: its
+errors are the projected residuals, the simulation started from the fitted nuisance initial
+state (to first order), not the lab's replay from the logged ``q_init``; the two are not
+comparable as they are.
+
 The simulated values are compared at the real sample times through the signal's alignment
 (the lab interpolates the sim onto the real rows the same way).
 """
@@ -92,6 +97,11 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "joints": _joints(positions, velocities),
             "tracking": _tracking(episode, ee_pos, ee_ori, targets),
         }
+        if episode.initial_state_fit:
+            out[episode_id]["initial_state_fit"] = True
+            out[episode_id]["initial_state_fit_note"] = (
+                "sim from the fitted nuisance initial state (projected residuals), not a "
+                "replay from the logged state: not comparable with replay-from-q_init metrics")
     return out
 
 

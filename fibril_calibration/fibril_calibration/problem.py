@@ -34,7 +34,7 @@ from .decoders import CalibrationDeviceOutputDecoderRegistry
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
 from .errors import EvaluationError
 from .evaluation import Evaluation, ResidualBlock, Scope
-from .initial_state_fit import STEPS, InitialStateProjection, coordinates, describe, perturbed
+from .initial_state_fit import InitialStateProjection, coordinates, describe, perturbed, step
 from .request import CalibrationRequest
 
 Progress = Callable[[str], None]
@@ -192,6 +192,13 @@ class CalibrationProblem:
                 cache.clear()
         self.initial_state_fit_points.append(self.values(vector))
 
+    def nuisance_degrees_of_freedom(self, scope: str) -> dict[str, int]:
+        """Episode id → the rank of its initial-state sensitivity (the degrees of freedom the
+        projection removed) under the sensitivities in effect; empty without any."""
+        projections = self._projections.get(scope) or ()
+        return {s.episode.id: p.rank for s, p in zip(self._schedules[scope], projections)
+                if p is not None}
+
     def initial_state_estimates(self, physical: np.ndarray) -> dict[str, Any]:
         """The nuisance initial states at ``physical``: per episode with an
         ``initial_state_fit``, each coordinate's logged value, offset and estimate."""
@@ -223,29 +230,45 @@ class CalibrationProblem:
     def _sensitivities(self, plan: SimulationPlan, schedules: Sequence[EpisodeSchedule]
                        ) -> tuple[InitialStateProjection | None, ...]:
         """Forward differences of each fitted episode's residuals in its initial state."""
-        tasks: list[tuple[SimulationPlan, EpisodeSchedule]] = []
-        layout: list[tuple[int, tuple, int]] = []
+        tasks: list[tuple[SimulationPlan, EpisodeSchedule, str | None]] = []
+        layout: list[tuple[int, tuple, int, list[float]]] = []
         for index, schedule in enumerate(schedules):
             parts = schedule.episode.initial_state_fit
             if not parts:
                 continue
             coords = coordinates(schedule.episode.initial_state, parts)
-            layout.append((index, coords, len(tasks)))
-            tasks.append((plan, schedule))
-            for c in coords:
-                moved = perturbed(schedule.episode, c, STEPS[c.part])
-                tasks.append((plan, replace(schedule, episode=moved)))
+            steps = [step(c.part, schedule.episode.initial_state[c.entry][c.part][0])
+                     for c in coords]
+            layout.append((index, coords, len(tasks), steps))
+            tasks.append((plan, schedule, None))
+            for c, h in zip(coords, steps):
+                moved = perturbed(schedule.episode, c, h)
+                tasks.append((plan, replace(schedule, episode=moved), f"{c.label} + {h:g}"))
         if not tasks:
             return tuple(None for _ in schedules)
-        outcomes = self._map(self._rollout, tasks)
+        outcomes = self._map(self._sensitivity_rollout, tasks)
         projections: list[InitialStateProjection | None] = [None] * len(schedules)
-        for index, coords, first in layout:
+        for index, coords, first, steps in layout:
             base = outcomes[first]
-            columns = [(outcomes[first + 1 + k] - base) / STEPS[c.part]
-                       for k, c in enumerate(coords)]
+            columns = [(outcomes[first + 1 + k] - base) / h for k, h in enumerate(steps)]
             projections[index] = InitialStateProjection.from_sensitivity(
-                coords, np.column_stack(columns))
+                coords, np.column_stack(columns), steps)
         return tuple(projections)
+
+    def _sensitivity_rollout(self, task: tuple[SimulationPlan, EpisodeSchedule, str | None]
+                             ) -> np.ndarray:
+        """One rollout of the sensitivities; a failure counts in statistics.failures and
+        says it came from the initial-state sensitivities (a perturbed initial state)."""
+        plan, schedule, moved = task
+        try:
+            return self._rollout((plan, schedule))
+        except EvaluationError as exc:
+            with self._lock:
+                self.statistics.failures += 1
+            where = (f"the rollout from the perturbed initial state {moved}" if moved else
+                     "the rollout from the logged initial state")
+            raise EvaluationError(f"initial_state_fit sensitivity of episode "
+                                  f"{schedule.episode.id!r}: {where} failed: {exc}") from None
 
     def schedules(self, scope: Scope) -> tuple[EpisodeSchedule, ...]:
         return self._schedules[scope]

@@ -62,8 +62,11 @@ def _units(request: CalibrationRequest) -> dict[str, str]:
     return out
 
 
-def score(request: CalibrationRequest, evaluation: Evaluation, scope: str) -> dict[str, Any]:
-    """Standardized and physical-unit scores of one scope's evaluation."""
+def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
+          nuisance_dof: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Standardized and physical-unit scores of one scope's evaluation. ``nuisance_dof``
+    (initial_state_fit: episode → degrees of freedom its nuisance initial states took) adds
+    ``standardized_rms_dof_corrected``, ``sqrt(SSE / (count - nuisance dof))``."""
     episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
     units = _units(request)
     observations = {o.id: o for o in request.observations}
@@ -85,14 +88,25 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str) -> di
         sse[block.episode] = sse.get(block.episode, 0.0) + float(np.sum(standardized ** 2))
         counts[block.episode] = counts.get(block.episode, 0) + int(standardized.size)
     total = sum(counts.values())
+    removed = {e: int(n) for e, n in (nuisance_dof or {}).items() if n and e in counts}
+    corrected: dict[str, Any] = {}
+    if removed:
+        dof = sum(removed.values())
+        corrected = {"nuisance_degrees_of_freedom": dof,
+                     "standardized_rms_dof_corrected": _root(sum(sse.values()), total - dof)}
     return {
         "standardized_rms": _root(sum(sse.values()), total),
+        **corrected,
         "count": total,
         "signals": [_signal_score(name, observations[name].residual_components, units[name],
                                   np.concatenate(parts))
                     for name, parts in per_signal.items()],
         "episodes": [{"episode": episode, "standardized_rms": _root(sse[episode],
                                                                       counts[episode]),
+                      **({"nuisance_degrees_of_freedom": removed[episode],
+                          "standardized_rms_dof_corrected": _root(
+                              sse[episode], counts[episode] - removed[episode])}
+                         if episode in removed else {}),
                       "signals": signals}
                      for episode, signals in per_episode.items()],
     }
@@ -111,7 +125,7 @@ def _signal_score(name: str, components: Sequence[str], unit: str,
 
 
 def _root(sse: float, count: int) -> float | None:
-    return math.sqrt(sse / count) if count else None
+    return math.sqrt(sse / count) if count > 0 else None
 
 
 def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
@@ -143,7 +157,8 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
             except EvaluationError as exc:
                 entry[scope] = {"error": str(exc)}
                 continue
-            entry[scope] = score(request, evaluated[scope], scope)
+            entry[scope] = score(request, evaluated[scope], scope,
+                                 problem.nuisance_degrees_of_freedom(scope))
         if metrics is not None:
             scope = "validation" if request.validation else "training"
             if scope in evaluated:

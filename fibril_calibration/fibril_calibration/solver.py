@@ -37,7 +37,7 @@ from .optimizer import Tolerances, minimize
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
 from .profile_likelihood import profile_likelihood
-from .starting_point import starting_point
+from .starting_point import StartingPoint, starting_point
 from .summaries import ResidualSummary, summarize
 from .verdict import FitCriteria, judge
 
@@ -99,7 +99,11 @@ def calibrate(
     model: ResidualModel,
     parameters: Sequence[CalibrationParameter],
     options: SolverOptions = SolverOptions(),
+    start_values: np.ndarray | None = None,
 ) -> CalibrationOutcome:
+    """``start_values`` (physical values) restarts the fit from a given point (initial_state_fit's
+    second pass) instead of the declared initial values: the parameters, their coordinate
+    origins and the contract stay the request's."""
     start = time.perf_counter()
     progress = options.progress
     cmap = CoordinateMap(parameters)
@@ -113,7 +117,11 @@ def calibrate(
     order = 1 if options.optimizer_differences == "forward" else 2
     objective = Objective(evaluator, fd, options.loss, order)
 
-    start_point = starting_point(cmap, options.interior_start_fraction)
+    if start_values is None:
+        start_point = starting_point(cmap, options.interior_start_fraction)
+    else:
+        start_point = StartingPoint(np.clip(np.asarray(start_values, dtype=float), cmap.lower,
+                                            cmap.upper), ())
     if progress is not None:
         for warning in start_point.warnings:
             progress(f"warning: {warning['message']}")
@@ -140,11 +148,15 @@ def calibrate(
         np.concatenate([data_sq, prior_sq]),
         tuple(centre.blocks) + objective.prior_blocks(n_data),
     )
-    training_summary = summarize(centre.unweighted**2, centre.blocks)
+    # initial_state_fit: degrees of freedom the projected nuisance states took, per episode
+    nuisance = getattr(model, "nuisance_degrees_of_freedom", None)
+    training_summary = summarize(centre.unweighted**2, centre.blocks,
+                                 nuisance("training") if nuisance else None)
     validation_summary: ResidualSummary | None = None
     if model.has_validation:
         validation = evaluator.evaluate(u_hat, "validation")
-        validation_summary = summarize(validation.unweighted**2, validation.blocks)
+        validation_summary = summarize(validation.unweighted**2, validation.blocks,
+                                       nuisance("validation") if nuisance else None)
     if progress is not None:
         val = "" if validation_summary is None else f" validation_rms={_g(validation_summary.rms)}"
         progress(f"fit {fit.termination}: training_rms={_g(training_summary.rms)}{val}")
@@ -161,6 +173,7 @@ def calibrate(
         valid,
         source,
         bounds=(cmap.lower, cmap.upper),
+        nuisance_dof=training_summary.nuisance_dof,
     )
     information = information_matrix(analysis, J) if options.information_matrix else None
 

@@ -150,7 +150,7 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
         chosen = choose_reader(reader or "rosbags", f"recording {str(path)!r} reader")
     except ValueError as exc:
         raise SourceError(str(exc)) from None
-    return BagSource(path, format, time, reader=chosen)
+    return BagSource(path, format, time, reader=chosen, auto=reader == "auto")
 
 
 # --------------------------------------------------------------------------- bags
@@ -166,31 +166,77 @@ class BagSource(Source):
     deserializer message by message."""
 
     def __init__(self, path: Path, format: str, time: str = "log", *,
-                 reader: str = "rosbags") -> None:
-        from rosbags.rosbag2 import Reader
-
+                 reader: str = "rosbags", auto: bool = False) -> None:
         self.path = path
         self.format = format
         self.time = time
         self.reader = reader  # the library that reads the bytes: rosbags or rosbag2_py
+        # reader: auto chose rosbag2_py; it falls back to rosbags (and says why here) when
+        # rosbag2_py cannot open the bag or read / decode a topic the request maps.
+        self.auto = auto and reader == "rosbag2_py"
+        self.reader_fallback: str | None = None
         try:
             if reader == "rosbag2_py":
                 from .bag_readers import Rosbag2PyReader
 
                 self._reader = Rosbag2PyReader(path, format)
             else:
-                self._reader = Reader(path) if format == "rosbag2" else _storage_reader(path)
+                self._reader = self._rosbags_reader()
             self._reader.open()
         except _READ_ERRORS as exc:
-            raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
+            if not self.auto:
+                raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
+            self._fall_back(f"rosbag2_py could not open it ({exc})", opened=False)
         self._open = True
-        self._connections: dict[str, list[Any]] = {}
-        for connection in self._reader.connections:
-            self._connections.setdefault(connection.topic, []).append(connection)
+        self._index_connections()
         self._typestore: Any = None
         self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
         self._messages: dict[str, list[Any]] = {}
         self._joints: dict[str, _JointTable | None] = {}
+
+    def _rosbags_reader(self) -> Any:
+        from rosbags.rosbag2 import Reader
+
+        return Reader(self.path) if self.format == "rosbag2" else _storage_reader(self.path)
+
+    def _index_connections(self) -> None:
+        self._connections: dict[str, list[Any]] = {}
+        for connection in self._reader.connections:
+            self._connections.setdefault(connection.topic, []).append(connection)
+
+    def _fall_back(self, reason: str, *, opened: bool = True) -> None:
+        """reader: auto: read the bag with rosbags instead of rosbag2_py (bytes already read
+        stay: they are the same CDR either way)."""
+        if opened:
+            self._reader.close()
+        try:
+            self._reader = self._rosbags_reader()
+            self._reader.open()
+        except _READ_ERRORS as exc:
+            raise SourceError(f"cannot read recording {str(self.path)!r}: {reason}; rosbags "
+                              f"neither: {exc}") from None
+        self.reader = "rosbags"
+        self.reader_fallback = f"auto: {reason}; read with rosbags"
+        self._typestore = None
+        if opened:
+            self._index_connections()
+
+    def _rosbag2_py_problem(self, topics: Sequence[str]) -> str | None:
+        """Why rosbag2_py cannot give these topics: a serialization other than CDR, or a
+        message type outside the known types (its API gives no embedded definitions)."""
+        from fibril_sim_core.trace._msgtypes import typestore
+
+        known = typestore().fielddefs
+        for topic in topics:
+            for connection in self._connections[topic]:
+                fmt = getattr(connection, "serialization_format", "cdr") or "cdr"
+                if fmt != "cdr":
+                    return f"topic {topic!r} is serialized as {fmt!r}, not cdr"
+                if connection.msgtype not in known:
+                    return (f"topic {topic!r} carries {connection.msgtype}, which is not a known "
+                            f"type (ROS 2 base types, fibril_msgs) and rosbag2_py gives no "
+                            f"embedded definitions")
+        return None
 
     @property
     def topics(self) -> dict[str, str]:
@@ -220,6 +266,13 @@ class BagSource(Source):
             self.message_type(topic)  # one type per topic
         if not self._open:
             raise SourceError(f"recording {str(self.path)!r} is closed")
+        if self.reader == "rosbag2_py":  # checked for the topics read, not the whole bag
+            problem = self._rosbag2_py_problem(wanted)
+            if problem is not None and self.auto:
+                self._fall_back(f"rosbag2_py cannot read it: {problem}")
+            elif problem is not None:
+                raise SourceError(f"recording {str(self.path)!r} (reader rosbag2_py): "
+                                  f"{problem}; use reader: rosbags or auto")
         connections = [c for t in wanted for c in self._connections[t]]
         owner = {c.id: c.topic for c in connections}
         times: dict[str, list[int]] = {t: [] for t in wanted}

@@ -5,7 +5,10 @@ Separate from the optimizer's termination. With no criteria the verdict is ``ind
 residual summaries and the local analysis; any failure gives ``no_plausible_fit`` with reason
 codes, all passing gives ``plausible_fit``:
 
-- ``training_rms_exceeded``: aggregate training RMS > ``max_training_rms``.
+- ``training_rms_exceeded``: aggregate training RMS > ``max_training_rms``. With
+  ``initial_state_fit`` the RMS compared (here and for validation and the episode ratio) is
+  ``rms_dof_corrected``, ``sqrt(SSE / (count - nuisance degrees of freedom))``: the projected
+  residuals have that many fewer degrees of freedom (``measurements.rms_basis`` says so).
 - ``validation_rms_exceeded``: aggregate validation RMS > ``max_validation_rms``. Without
   validation data this criterion cannot be checked: reason ``validation_unavailable`` and, unless
   another criterion failed, the verdict is ``indeterminate``.
@@ -94,7 +97,7 @@ class FitVerdict:
 
 
 def episode_rms_ratio(training: ResidualSummary) -> float:
-    values = [e.rms for e in training.episodes if e.rms is not None]
+    values = [e.criterion_rms for e in training.episodes if e.criterion_rms is not None]
     if len(values) < 2:
         return 1.0
     hi, lo = max(values), min(values)
@@ -120,25 +123,35 @@ def judge(
 ) -> FitVerdict:
     ratio = episode_rms_ratio(training)
     fractions = bound_fractions(cmap, coordinate)
+    training_rms = training.criterion_rms
+    validation_rms = None if validation is None else validation.criterion_rms
     measurements: dict[str, Any] = {
-        "training_rms": training.rms,
-        "validation_rms": None if validation is None else validation.rms,
+        "training_rms": training_rms,
+        "validation_rms": validation_rms,
         "local_condition_number": finite_or_none(condition_number),
         "local_condition_number_infinite": not math.isfinite(condition_number),
         "episode_rms_ratio": finite_or_none(ratio),
         "episode_rms_ratio_infinite": not math.isfinite(ratio),
         "bound_distance_fraction": fractions,
     }
+    if training.nuisance_dof or (validation is not None and validation.nuisance_dof):
+        # initial_state_fit: the RMS figures above (and the episode ratio) are corrected for
+        # the degrees of freedom the nuisance initial states took.
+        measurements["rms_basis"] = ("dof_corrected: sqrt(SSE / (count - nuisance degrees of "
+                                     "freedom)), per scope and per episode")
+        measurements["training_rms_uncorrected"] = training.rms
+        measurements["validation_rms_uncorrected"] = (None if validation is None
+                                                      else validation.rms)
     if criteria is None or criteria.empty:
         return FitVerdict(INDETERMINATE, ("no_fit_criteria",), criteria, measurements)
     failures: list[str] = []
     unavailable: list[str] = []
-    if criteria.max_training_rms is not None and (training.rms or 0.0) > criteria.max_training_rms:
+    if criteria.max_training_rms is not None and (training_rms or 0.0) > criteria.max_training_rms:
         failures.append("training_rms_exceeded")
     if criteria.max_validation_rms is not None:
-        if validation is None or validation.rms is None:
+        if validation_rms is None:
             unavailable.append("validation_unavailable")
-        elif validation.rms > criteria.max_validation_rms:
+        elif validation_rms > criteria.max_validation_rms:
             failures.append("validation_rms_exceeded")
     if (
         criteria.max_local_condition_number is not None

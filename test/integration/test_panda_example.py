@@ -101,12 +101,17 @@ def test_full_example_recovers_the_truth_inside_its_intervals(tmp_path: Path) ->
     """The shipped request as a user runs it: 21 parameters on 0.5 s windows with the
     windows' initial states as nuisance. 95 % intervals miss a true value about once in 20, so
     the test asks for all 21 within 3 standard deviations and at least 19 inside the 95 %
-    intervals (this data: 20; armature_joint4 lies 2.1 standard deviations off)."""
+    intervals (this data: 19, before and after the review fixes of 2026-12; damping_joint5 lies
+    2.25 and armature_joint4 2.09 standard deviations off). With initial_state_fit the verdict
+    compares the dof-corrected RMS (112 of 56 112 training degrees of freedom are nuisance)."""
     result = run_calibration(EXAMPLE / "calibration.yaml")
     document = result.document
     assert document["likelihood_interpretation_valid"] is True
     assert document["fit"]["verdict"] == "plausible_fit"
     assert 0.95 < result.outcome.training_summary.rms < 1.05
+    aggregate = document["training_summary"]["aggregate"]
+    assert aggregate["nuisance_degrees_of_freedom"] == 112
+    assert document["fit"]["measurements"]["training_rms"] == aggregate["rms_dof_corrected"]
     inside = 0
     per = {p["id"]: p for p in document["local_identifiability"]["parameters"]}
     for kind, values in generate.TRUTH.items():

@@ -20,7 +20,10 @@ from fibril_calibration.request import load_calibration_request
 from fibril_calibration.sources import SourceError, open_source
 
 
-def _fake_module(calls: list[Any]) -> types.ModuleType:
+def _fake_module(calls: list[Any], *, fail_open: bool = False,
+                 metadata: dict[str, tuple[str, str]] | None = None) -> types.ModuleType:
+    """``fail_open``: every open fails as for a missing storage plugin; ``metadata``: topic →
+    (type, serialization format) reported instead of the bag's."""
     from rosbags.rosbag2 import Reader
 
     module = types.ModuleType("rosbag2_py")
@@ -48,6 +51,8 @@ def _fake_module(calls: list[Any]) -> types.ModuleType:
             calls.append(("open", storage.uri, storage.storage_id,
                           converter.input_serialization_format,
                           converter.output_serialization_format))
+            if fail_open:
+                raise RuntimeError("Could not load/open plugin with storage id 'mcap'")
             try:  # rosbag2_py raises RuntimeError for what it cannot open
                 self._bag = Reader(Path(storage.uri))
                 self._bag.open()
@@ -57,7 +62,8 @@ def _fake_module(calls: list[Any]) -> types.ModuleType:
             self._items: Any = None
 
         def get_all_topics_and_types(self) -> list[TopicMetadata]:
-            return [TopicMetadata(c.topic, c.msgtype, "cdr") for c in self._bag.connections]
+            return [TopicMetadata(c.topic, *(metadata or {}).get(c.topic, (c.msgtype, "cdr")))
+                    for c in self._bag.connections]
 
         def set_filter(self, storage_filter: StorageFilter) -> None:
             calls.append(("filter", tuple(storage_filter.topics)))
@@ -177,3 +183,60 @@ def test_request_reader_key(bags: dict[str, Any], fake: list[Any],
     doc["training"][0]["source"]["reader"] = "ros1"
     with pytest.raises(CalibrationRequestError, match=r"source\.reader: expected one of"):
         load_calibration_request(rig.write_request(bags["folder"], doc, "bad.yaml"))
+
+
+def test_auto_falls_back_to_rosbags_when_rosbag2_py_cannot_open_the_bag(
+        bags: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rosbag2_py that imports but lacks the storage plugin: reader: auto reads the bag with
+    rosbags and says so; reader: rosbag2_py is a one-line error."""
+    calls: list[Any] = []
+    monkeypatch.setitem(sys.modules, "rosbag2_py", _fake_module(calls, fail_open=True))
+    source = open_source(bags["mcap"], reader="auto")
+    try:
+        assert source.reader == "rosbags"
+        assert "rosbag2_py could not open it" in source.reader_fallback
+        assert source.stream(topic="/joint_states", field="position[j1]").values.shape[1] == 1
+    finally:
+        source.close()
+    with pytest.raises(SourceError, match="cannot read recording .*Could not load/open plugin"):
+        open_source(bags["mcap"], reader="rosbag2_py")
+    data = bags["data"]
+    doc = rig.request(data["manifest"], {"path": str(bags["mcap"]), "reader": "auto"},
+                      windows={"every": 0.2})
+    request = load_calibration_request(rig.write_request(bags["folder"], doc, "auto.yaml"))
+    assert request.training[0].source["reader"] == "rosbags"
+    assert "rosbag2_py could not open it" in request.training[0].source["reader_fallback"]
+
+
+def test_serialization_and_types_are_checked_for_the_topics_read(
+        bags: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A topic the request does not read may be in any serialization; a read topic rosbag2_py
+    cannot give (not CDR, or a custom type it has no definition for) is an error with
+    reader: rosbag2_py and a fallback to rosbags with reader: auto."""
+    calls: list[Any] = []
+    odd = {"/joint_commands": ("sensor_msgs/msg/JointState", "ros1_msgpack")}
+    monkeypatch.setitem(sys.modules, "rosbag2_py", _fake_module(calls, metadata=odd))
+    source = open_source(bags["mcap"], reader="rosbag2_py")
+    try:
+        source.stream(topic="/joint_states", field="position[j1]")  # not the odd topic: fine
+        with pytest.raises(SourceError, match=r"reader rosbag2_py\): topic '/joint_commands' "
+                                              r"is serialized as 'ros1_msgpack', not cdr"):
+            source.stream(topic="/joint_commands", field="effort")
+    finally:
+        source.close()
+    source = open_source(bags["mcap"], reader="auto")
+    try:
+        assert source.reader == "rosbag2_py"
+        source.stream(topic="/joint_commands", field="effort")
+        assert source.reader == "rosbags" and "ros1_msgpack" in source.reader_fallback
+    finally:
+        source.close()
+    custom = {"/joint_states": ("my_robot/msg/ArmState", "cdr")}
+    monkeypatch.setitem(sys.modules, "rosbag2_py", _fake_module(calls, metadata=custom))
+    source = open_source(bags["mcap"], reader="auto")
+    try:
+        stream = source.stream(topic="/joint_states", field="position[j1]")
+        assert stream.values.shape[1] == 1
+        assert "my_robot/msg/ArmState, which is not a known type" in source.reader_fallback
+    finally:
+        source.close()

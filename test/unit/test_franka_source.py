@@ -52,13 +52,20 @@ def _write_run(folder: Path, *, drop: range | None = None, ring: dict[str, Any] 
                      [*map(repr, desired[0][n].tolist()), *map(repr, desired[1][n].tolist())])
             writer.writerow([f"{n / 1000:.3f}", "1.0", *map(repr, q[n].tolist()),
                              *map(repr, dq[n].tolist()), *ee, *map(repr, torques[n].tolist()), "nan", "nan", SEQ_FIRST + n,
-                             n // 20, *extra])
+                             _in_force(n), *extra])
     sidecar = {"schema_version": 2, "controller": "synthetic", "control_rate_hz": 50.0,
                "q_init": q[0].tolist(), "args": {"kp_pos": 500, "kd_pos": 44.7},
                "ring_log": {"seq_first": SEQ_FIRST, "seq_last": SEQ_FIRST + ticks - 1,
                             "gaps": [], "resets": 0, **(ring or {})}}
     path.with_suffix(".json").write_text(json.dumps(sidecar))
     return path
+
+
+def _in_force(n: int) -> int:
+    """The run row's ``target_idx``: setpoint k (head ``SEQ_FIRST + 20 k``, see
+    ``_write_targets``) is in force from seq = head + 1 (the data-format document), so from row
+    ``20 k + 1``; row 0 is before the first (-1)."""
+    return (n - 1) // 20
 
 
 def _request(folder: Path, run: Path, **episode: Any) -> dict[str, Any]:
@@ -135,7 +142,8 @@ def test_windows_crossing_ring_log_gaps_or_resets_are_refused(tmp_path: Path) ->
 
 def _write_targets(run: Path, rows: list[list[Any]] | None = None,
                    header: list[str] | None = None, num_targets: int | None = None) -> Path:
-    """``<stem>_targets.csv``: a setpoint every 20 frames, effective one frame after its head."""
+    """``<stem>_targets.csv``: a setpoint every 20 frames, in force one frame after its head
+    (``seq_effective`` = head + 1, as the daemon writes it)."""
     header = header or ["target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
                         "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w"]
     if rows is None:
@@ -192,14 +200,60 @@ def test_ring_log_targets_drive_windowed_inputs(tmp_path: Path) -> None:
     assert ticks[:2] == [0, 1]
 
 
+def test_targets_are_placed_at_head_plus_one_not_at_a_late_seq_effective(
+        tmp_path: Path) -> None:
+    """The data-format document: setpoint k is in force from seq = head_k + 1; a file written
+    by scripts/shm_log.py has seq_effective late by up to one poll period (here 7 frames).
+    The rows go at head + 1, the lateness is reported, and the run's target_idx agrees."""
+    run = _write_run(tmp_path)
+    rows = [[k, SEQ_FIRST + 20 * k, SEQ_FIRST + 20 * k + 1 + (7 if k % 2 else 0), 0.1 * k, 0.2,
+             0.3, 0.0, 0.0, 0.0, 1.0] for k in range(30)]
+    _write_targets(run, rows)
+    source = open_source(run, "franka_sysid")
+    stream = source.stream(columns=["targets.x_des_x"])
+    assert stream.times_ns[:3].tolist() == [1_000_000, 21_000_000, 41_000_000]
+    report = source.targets_report
+    assert report["seq_effective_late_max_ticks"] == 7
+    assert report["seq_effective_late_rows"] == 15
+    # every setpoint change of the 599-row run (targets 0..29) checked, all exact
+    assert report["run_target_idx"] == {"checked": 30, "exact": 30, "off_by_one": 0}
+    doc = _request(tmp_path, run)
+    doc["training"][0]["inputs"] = [{"endpoints": {"targets.x_des_x": "j1/command"},
+                                     "mode": "torque", "commit": "next_tick"}]
+    request = _load(tmp_path, doc)
+    assert request.training[0].source["ring_targets"]["seq_effective_late_max_ticks"] == 7
+
+
+def test_run_target_idx_disagreeing_with_head_is_refused(tmp_path: Path) -> None:
+    """One tick of disagreement is the document's uncertainty (reported); two are refused,
+    naming the run's line and the targets file's line."""
+    run = _write_run(tmp_path)
+    rows = [[k, SEQ_FIRST + 20 * k, SEQ_FIRST + 20 * k + 1, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 1.0]
+            for k in range(30)]
+    rows[3][1] -= 1  # target 3 in force one frame earlier than the run says
+    _write_targets(run, rows)
+    source = open_source(run, "franka_sysid")
+    source.stream(columns=["targets.x_des_x"])
+    assert source.targets_report["run_target_idx"] == {"checked": 30, "exact": 29,
+                                                       "off_by_one": 1}
+    rows[3][1] -= 1
+    _write_targets(run, rows)
+    source = open_source(run, "franka_sysid")
+    with pytest.raises(SourceError, match=r"run.csv' column 'target_idx' line 63: target 3 is "
+                                          r"first in force at seq 5061, but .*run_targets.csv' "
+                                          r"line 5 has head 5058 \(in force from seq 5059: "
+                                          r"\+2 tick\(s\)"):
+        source.stream(columns=["targets.x_des_x"])
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     ("missing", r"its ring-log targets file '.*run_targets.csv' does not exist"),
     ("column", r"run_targets.csv' \(ring-log targets of .*\) has no column\(s\) quat_des_w"),
     ("order", r"run_targets.csv' column 'target_idx' line 4: expected 2 .*got 5"),
     ("integer", r"run_targets.csv' column 'seq_effective' line 3: '5021.5' is not an integer"),
-    ("backwards", r"run_targets.csv' column 'seq_effective': time goes backwards at line 4"),
+    ("backwards", r"run_targets.csv' column 'head': time goes backwards at line 4"),
     ("count", r"has 30 target row\(s\), the sidecar .* ring_log.num_targets says 31"),
-    ("short", r"run.csv' column 'target_idx' line 202: target 10 is not in .*\(10 row\(s\)\)"),
+    ("short", r"run.csv' column 'target_idx' line 203: target 10 is not in .*\(10 row\(s\)\)"),
     ("nan", r"run_targets.csv' column 'x_des_x' line 2: 'oops' is not a number"),
 ])
 def test_bad_targets_files_name_file_column_and_row(tmp_path: Path, edit: str,
@@ -217,7 +271,7 @@ def test_bad_targets_files_name_file_column_and_row(tmp_path: Path, edit: str,
     elif edit == "integer":
         rows[1][2] = "5021.5"
     elif edit == "backwards":
-        rows[2][2] = SEQ_FIRST
+        rows[2][1] = SEQ_FIRST
     elif edit == "count":
         count = 31
     elif edit == "short":

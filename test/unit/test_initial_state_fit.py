@@ -139,12 +139,20 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
     truth = crig.synthesize(tmp_path, doc, {"damping": 0.05})
     truth["training"][0]["initial_state"][0]["qvel"] = [3.2]  # the "logged" value is off
     truth["training"][0]["initial_state_fit"] = ["qvel"]
-    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"))
+    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"), metrics=True)
     assert result.fitted_values == {"damping": pytest.approx(0.05, rel=1e-5)}
+    # metrics.json says its errors are projected residuals (not a replay from the log)
+    assert result.metrics["fitted"]["ep1"]["initial_state_fit"] is True
+    assert "not comparable" in result.metrics["fitted"]["ep1"]["initial_state_fit_note"]
     estimate = result.document["initial_state_fit"]["episodes"]["ep1"]["coordinates"]
     assert estimate["shaft.qvel"]["logged"] == 3.2
     assert estimate["shaft.qvel"]["estimate"] == pytest.approx(3.0, abs=1e-4)
+    assert estimate["shaft.qvel"]["identified"] is True
+    assert estimate["shaft.qvel"]["step"] == pytest.approx(1e-5 * 3.2)  # scaled to |x0|
+    health = result.document["initial_state_fit"]["episodes"]["ep1"]["sensitivity"]
+    assert health["condition_number"] == 1.0 and health["differences"] == "forward"
     assert "initial states  fitted as nuisance in 1 episode(s)" in result.summary()
+    assert "sensitivity condition number up to 1, 0 unidentified" in result.summary()
     bad = copy.deepcopy(truth)
     bad["training"][0]["initial_state"] = [
         {"type": "joint", "joint": "puck_free", "qvel": [0.0] * 6}]
@@ -152,3 +160,144 @@ def test_inline_episode_recovers_its_initial_velocity(tmp_path: Path) -> None:
                                                       r"joint 'puck_free' of initial_state is "
                                                       r"not a hinge or slide joint"):
         load_calibration_request(crig.write_request(tmp_path, bad, "bad.yaml"))
+
+
+def test_second_pass_keeps_the_request_start_and_coordinates(tmp_path: Path) -> None:
+    """The second pass restarts at the first fit without rewriting the parameters: a
+    normalized_linear parameter without nominal keeps the request's initial value as its
+    coordinate origin (value == initial + coordinate * scale), and optimizer.start /
+    initial_objective describe the request's initial values (the first pass)."""
+    import _calibration_rig as crig
+
+    manifest = crig.write_rig(tmp_path)
+    doc = crig.request_doc(manifest)
+    doc["parameters"][0].update(parameterization="normalized_linear", nominal=None,
+                                coordinate_scale=0.01)
+    del doc["parameters"][0]["nominal"]
+    episode = doc["training"][0]
+    episode["initial_state"] = [{"type": "joint", "joint": "shaft", "qvel": [3.0]}]
+    episode["signals"]["speed"]["samples"] = crig.samples([5 * k for k in range(1, 41)])
+    truth = crig.synthesize(tmp_path, doc, {"damping": 0.05})
+    truth["training"][0]["initial_state"][0]["qvel"] = [3.2]
+    truth["training"][0]["initial_state_fit"] = ["qvel"]
+    result = run_calibration(crig.write_request(tmp_path, truth, "fit.yaml"))
+    entry = result.document["parameters"][0]
+    assert entry["initial"] == 0.02
+    assert entry["value"] == pytest.approx(0.02 + entry["coordinate"] * 0.01, rel=1e-12)
+    assert entry["value"] == pytest.approx(0.05, rel=1e-5)
+    optimizer = result.document["optimizer"]
+    assert optimizer["start"] == {"damping": 0.02}
+    section = result.document["initial_state_fit"]
+    # the initial objective is the first pass's, at the request's initial values: far above
+    # the second pass's, which started at the first fit
+    assert optimizer["initial_objective"] > 100 * section["second_pass"]["initial_objective"]
+
+
+def test_offsets_use_the_projections_truncated_svd() -> None:
+    """The reported correction is the one the projection applied: r + S δ == apply(r) even
+    when S is numerically rank deficient (a singular value under the projection's cut-off but
+    above lstsq's default), and the coordinates loading on the null space are unidentified."""
+    from fibril_calibration.initial_state_fit import Coordinate, InitialStateProjection, step
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=200)
+    b = rng.normal(size=200)
+    u, _ = np.linalg.qr(np.column_stack([a, b, rng.normal(size=200)]))
+    # three coordinates: the first two act only through their sum (s_min ~ 1e-12 s0)
+    s = np.diag([5.0, 2.0, 5e-12])
+    v = np.linalg.qr(np.array([[1.0, 0.0, 1.0], [1.0, 0.0, -1.0], [0.0, 1.0, 0.0]]))[0]
+    sensitivity = u @ s @ v.T
+    coords = tuple(Coordinate(i, f"j{i}", "qvel") for i in range(3))
+    projection = InitialStateProjection.from_sensitivity(coords, sensitivity, [1e-5] * 3)
+    assert projection.rank == 2
+    r = rng.normal(size=200)
+    delta = projection.offsets(r)
+    np.testing.assert_allclose(r + sensitivity @ delta, projection.apply(r), atol=1e-9)
+    assert np.abs(delta).max() < 10  # lstsq(rcond=None) would divide by 5e-12
+    assert projection.identified.tolist() == [False, False, True]
+    assert projection.condition_number > 1e10
+    assert step("qpos", 0.5) == 1e-6 and step("qpos", -3.0) == pytest.approx(3e-6)
+    assert step("qvel", 20.0) == pytest.approx(2e-4)
+
+
+def test_degrees_of_freedom_are_corrected_for_the_nuisance_states(tmp_path: Path) -> None:
+    """50 Hz rows, 0.1 s windows: 12 residuals per window, 4 of whose degrees of freedom go to
+    the nuisance initial states. The plain RMS of the projected residuals is biased low
+    (~sqrt(8/12)); the dof-corrected one, used by the verdict, the residual variance and the
+    scores, is the noise's."""
+    import csv
+
+    manifest = rig.write_arm(tmp_path)
+    duration = 4.0
+    rng = np.random.default_rng(11)
+    times = np.arange(0, round(duration * 50)) * 20_000_000
+    torques = rng.uniform(-0.4, 0.4, (times.size, 2))
+    q, v = rig.truth(manifest, times, torques, duration)
+    path = tmp_path / "log50.csv"
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2"])
+        for n in range(times.size + 1):
+            tick = 20 * n
+            row = torques[min(n, times.size - 1)]
+            writer.writerow([f"{n * 0.02:.2f}", *map(repr, row.tolist()),
+                             *map(repr, (q[tick] + rng.normal(0, Q_SD, 2)).tolist()),
+                             *map(repr, (v[tick] + rng.normal(0, DQ_SD, 2)).tolist())])
+    doc = rig.request(manifest, {"path": str(path), "time_column": "t_s"},
+                      windows={"every": 0.1}, csv_log=True)
+    episode = doc["training"][0]
+    episode["signals"]["q"].update(residual_scale=Q_SD,
+                                   scale_semantics="measurement_standard_deviation")
+    episode["initial_state_fit"] = ["qpos", "qvel"]
+    doc["execution"] = {"max_parallelism": 1}
+    doc["objective"] = {"standardized_gaussian_residuals": True}
+    doc["fit"] = {"max_training_rms": 0.9}
+    result = run_calibration(rig.write_request(tmp_path, doc, "fit50.yaml"))
+    summary = result.document["training_summary"]["aggregate"]
+    m, removed = summary["count"], summary["nuisance_degrees_of_freedom"]
+    assert (m, removed) == (40 * 12, 40 * 4)
+    assert summary["rms"] < 0.88  # biased low: a third of the degrees of freedom are gone
+    assert summary["rms_dof_corrected"] == pytest.approx(summary["rms"] * np.sqrt(m / (m - removed)))
+    assert 0.88 < summary["rms_dof_corrected"] < 1.12
+    covariance = result.document["local_identifiability"]["covariance"]
+    assert covariance["residual_degrees_of_freedom"] == m - 2 - removed
+    assert covariance["residual_variance_estimate"] == pytest.approx(
+        summary["sse"] / (m - 2 - removed))
+    fit = result.document["fit"]
+    assert fit["measurements"]["training_rms"] == summary["rms_dof_corrected"]
+    assert fit["measurements"]["training_rms_uncorrected"] == summary["rms"]
+    assert "dof_corrected" in fit["measurements"]["rms_basis"]
+    assert fit["verdict"] == "no_plausible_fit" and "training_rms_exceeded" in fit["reasons"]
+    fitted = result.document["scores"]["fitted"]["training"]
+    assert fitted["nuisance_degrees_of_freedom"] == removed
+    assert fitted["standardized_rms_dof_corrected"] == pytest.approx(
+        fitted["standardized_rms"] * np.sqrt(m / (m - removed)))
+    assert "corrected for 160 nuisance degree(s) of freedom" in result.summary()
+
+
+def test_a_failing_sensitivity_rollout_counts_and_names_the_perturbed_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import _calibration_rig as crig
+    from fibril_calibration.errors import EvaluationError
+    from fibril_calibration.problem import CalibrationProblem
+
+    manifest = crig.write_rig(tmp_path)
+    doc = crig.request_doc(manifest)
+    doc["training"][0]["initial_state"] = [{"type": "joint", "joint": "shaft", "qvel": [3.0]}]
+    doc["training"][0]["initial_state_fit"] = ["qvel"]
+    request = load_calibration_request(crig.write_request(tmp_path, doc, "fail.yaml"))
+    rollout = CalibrationProblem._rollout
+
+    def failing(self: CalibrationProblem, task: tuple) -> np.ndarray:
+        if task[1].episode.initial_state[0]["qvel"] != [3.0]:
+            raise EvaluationError("rollout diverged")
+        return rollout(self, task)
+
+    monkeypatch.setattr(CalibrationProblem, "_rollout", failing)
+    with CalibrationProblem(request) as problem:
+        with pytest.raises(EvaluationError, match=r"initial_state_fit sensitivity of episode "
+                                                  r"'ep1': the rollout from the perturbed "
+                                                  r"initial state shaft.qvel \+ 3e-05 failed: "
+                                                  r"rollout diverged"):
+            problem.refresh_initial_state_fit(np.array([0.02]))
+        assert problem.statistics.failures == 1

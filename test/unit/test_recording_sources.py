@@ -420,6 +420,7 @@ def test_metrics_json_against_a_hand_computation(arm: dict[str, Any], tmp_path: 
     assert written["schema_version"] == 1 and written["ee"] is None
     assert written["num_samples"] == stamps.size
     assert written["metrics_path"].endswith("nominal/held/metrics.json")
+    assert "initial_state_fit" not in written  # a replay from the logged state
 
 
 def test_metrics_ee_fields() -> None:
@@ -544,4 +545,9 @@ def test_candidate_builder_fixed_overlays(arm: dict[str, Any]) -> None:
     clash = OverlayParameter("other_j1", 0.5, (MujocoTarget("joint_damping", "j1"),))
     with pytest.raises(FibrilError, match="with the fixed overlays other_j1: "):
         CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(clash,)).build(
+            {"d_j1": 0.2})
+    # a failure inside the plan build (a value the model refuses) names them too
+    bad = OverlayParameter("held_bad", 0.5, (MujocoTarget("joint_damping", "no_such_joint"),))
+    with pytest.raises(FibrilError, match="with the fixed overlays held_bad: "):
+        CandidatePlanBuilder(arm["manifest"], fitted, fixed_overlays=(bad,)).build(
             {"d_j1": 0.2})
