@@ -75,7 +75,7 @@ def test_clock_goes_out_at_once_when_nothing_large_waits() -> None:
     outbox.start()
     try:
         outbox.hand_off(None, _scan(1), ["/scan"])
-        _wait(lambda: node.published == ["scan 1"])
+        _wait(lambda: node.published == ["scan 1"] and outbox.idle)
         outbox.on_record(_frame(2_000_000))  # published on this (the host) thread
         assert node.published == ["scan 1", "frame", "clock 2000000"]
     finally:
