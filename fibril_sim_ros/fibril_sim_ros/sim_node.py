@@ -210,7 +210,10 @@ class SimNode(Node):
             self._trace = TraceWriter(trace_dir, provenance=dict(
                 plan.provenance, seed=seed, live_session=True,
                 bridge=self.bridge.source), layout=dict(plan.layout))
-        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options)
+        # No SimulationServer: the node is the simulation's only client (its address would be
+        # known to nobody), and the server's hook would see every record on the host thread.
+        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options,
+                                          server=None)
         self.connection = self._runtime.connect()
         self._make_publishers()
         self._make_subscriptions()
