@@ -7,7 +7,7 @@ This thread waits on the command subscriptions alone (an rcl wait set, GIL relea
 waiting), takes every message that arrived and runs its callback: one thread, so the
 callbacks still run one at a time and per-source sequence numbers reach the ingress in order.
 The subscriptions stay the node's own (``ros2 node info`` shows them); their callback group
-keeps them out of the executor, which still serves their QoS events.
+keeps them (and their QoS event handlers, served here too) out of the executor.
 """
 
 from __future__ import annotations
@@ -26,33 +26,30 @@ WAIT_NS = 200_000_000  # re-check for stop at least this often
 
 
 class InputGroup(CallbackGroup):
-    """Subscriptions in this group are served by an InputThread, not by an executor; anything
-    else in it (their QoS event handlers) runs in the executor, one at a time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._active = False
+    """Entities in this group (the command subscriptions and their QoS event handlers) are
+    served by an InputThread, never by an executor: an executor that waits on a
+    subscription's events is woken by each of its messages too (the DDS listener is shared),
+    which made the node's executor spin through its whole wait set once per command."""
 
     def can_execute(self, entity: Any) -> bool:
-        return not isinstance(entity, Subscription) and not self._active
+        return False
 
     def beginning_execution(self, entity: Any) -> bool:
-        if isinstance(entity, Subscription) or self._active:
-            return False
-        self._active = True
-        return True
+        return False
 
     def ending_execution(self, entity: Any) -> None:
-        self._active = False
+        pass
 
 
 class InputThread:
-    """Serves ``subscriptions`` (created in an InputGroup) until ``stop``."""
+    """Serves ``subscriptions`` and ``events`` (their QoS event handlers, waitables of one
+    event each), created in an InputGroup, until ``stop``."""
 
-    def __init__(self, context: Any, subscriptions: list[Subscription],
+    def __init__(self, context: Any, subscriptions: list[Subscription], events: list[Any],
                  on_error: Callable[[BaseException], None]) -> None:
         self._context = context
         self._subscriptions = subscriptions
+        self._events = events
         self._on_error = on_error
         self._guard = GuardCondition(None, None, context=context)
         self._stopping = False
@@ -78,16 +75,24 @@ class InputThread:
                 for subscription in subscriptions:
                     handles.enter_context(subscription.handle)
                 handles.enter_context(self._guard.handle)
-                wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, 0,
+                events = self._events
+                for event in events:
+                    handles.enter_context(event)
+                wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, len(events),
                                           self._context.handle)
                 entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]
                 while not self._stopping:
                     wait_set.clear_entities()
                     indices = [wait_set.add_subscription(h) for h, _, _ in entries]
                     wait_set.add_guard_condition(self._guard.handle)
+                    for event in events:
+                        event.add_to_wait_set(wait_set)
                     wait_set.wait(WAIT_NS)
                     if self._stopping:
                         return
+                    for event in events:
+                        if event.is_ready(wait_set):
+                            _run(event.execute(event.take_data()))
                     for index, (handle, msg_type, callback) in zip(indices, entries):
                         if not wait_set.is_ready("subscription", index):
                             continue
@@ -99,3 +104,12 @@ class InputThread:
         except BaseException as exc:  # noqa: BLE001 - reported; the node decides
             if not self._stopping:
                 self._on_error(exc)
+
+
+def _run(coroutine: Any) -> None:
+    """Run a waitable's ``execute`` coroutine that never suspends (a QoS event callback)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()

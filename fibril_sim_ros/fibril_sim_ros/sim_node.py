@@ -217,8 +217,10 @@ class SimNode(Node):
         self.connection = self._runtime.connect()
         self._make_publishers()
         self._make_subscriptions()
-        self._inputs = InputThread(self.context, list(self._subscriptions_by_topic.values()),
-                                   self._input_failed)
+        self._inputs = InputThread(
+            self.context, list(self._subscriptions_by_topic.values()),
+            [w for w in self.waitables if w.callback_group is self._input_group],
+            self._input_failed)
         self._inputs.start()
         self._make_services()
         self.add_on_set_parameters_callback(self._on_parameters)
