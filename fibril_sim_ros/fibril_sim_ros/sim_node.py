@@ -280,8 +280,6 @@ class SimNode(Node):
                 [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
                 entry.qos.durability == "transient_local"))
         self._senders = {topic: raw_sender(p) for topic, p in self._outputs.items()}
-        self.has_heavy_outputs = any(r.heavy for routes in self._routes.values()
-                                     for r in routes)
         self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
         self._clock_send = raw_sender(self._clock_pub)
         self._own_time_set = -math.inf
