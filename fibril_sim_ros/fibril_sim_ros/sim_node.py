@@ -57,10 +57,10 @@ from fibril_sim_core.ingress import external_input
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import messages as m
+from ._rcl_publish import raw_sender
 from .bridge import Bridge, load_bridge
 from .inputs import InputGroup, InputThread
 from .outbox import Outbox
-from ._rcl_publish import raw_sender
 from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
 
