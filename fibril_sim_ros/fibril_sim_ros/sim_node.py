@@ -17,8 +17,9 @@ then ``/clock`` (SessionTime) once per frame. Services: ``~/step``, ``~/reset``,
 Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
 ``/clock``, then waits until every sync topic has answered (a message received after that
 ``/clock``) before the next period, so a controller's commands land on the same commit ticks on
-every run (the host waits at the end of each frame, see ``sync``). A topic that does not answer within ``sync_timeout`` wall seconds is an error naming
-it: the node exits with status 1 (free running) or the ``~/step`` call fails.
+every run (the host waits at the end of each frame, see ``sync``). A topic that does not answer
+within ``sync_timeout`` wall seconds is an error naming it: the node exits with status 1 (free
+running) or the ``~/step`` call fails.
 
 Exit status: 0 after a normal shutdown, 2 for a bad manifest / bridge / parameter (one line on
 stderr), 1 for a sync timeout or a host failure, 130 / 143 after SIGINT / SIGTERM (the host stops
