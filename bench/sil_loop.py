@@ -44,6 +44,15 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float('nan')
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    except OSError:
+        return float('nan')
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def measure(sync: bool, seconds: float) -> dict[str, float]:
     from fibril_sim_ros.testing import SimHarness, example_controller_command
     from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -75,10 +84,14 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
         sim.set_paused(False)
         sim.spin(0.5)  # warm-up
         clocks.clear(), commands.clear(), latencies.clear()
+        cpu0 = {p.name: _cpu_seconds(p.pid) for p in sim.processes}
         before, wall0 = sim.get_state(), time.perf_counter()
         sim.spin(seconds)
         after, wall1 = sim.get_state(), time.perf_counter()
+        cpu1 = {p.name: _cpu_seconds(p.pid) for p in sim.processes}
         periods = (after.tick - before.tick) / PERIOD_TICKS
+        cpu = {name: (cpu1[name] - cpu0[name]) / periods * 1e3 if periods else 0.0
+               for name in cpu0}
         wall = wall1 - wall0
         intervals = [b - a for a, b in itertools.pairwise(clocks)]
         round_trip = intervals if sync else latencies
@@ -99,6 +112,9 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
             'commands_per_period': len(commands) / periods if periods else 0.0,
             'round_trip_p50_ms': 1e3 * _percentile(round_trip, 0.5),
             'round_trip_p99_ms': 1e3 * _percentile(round_trip, 0.99),
+            # CPU time (all threads, user + system) per control period of each process
+            'node_cpu_ms': cpu.get('fibril_sim', float('nan')),
+            'controller_cpu_ms': sum(v for k, v in cpu.items() if k != 'fibril_sim'),
         }
 
 
@@ -125,6 +141,9 @@ def main() -> int:
     print(f'sync period split at the observer: controller (/clock -> command) p50 '
           f'{median("sync", "controller_p50_ms"):.2f} ms, node (command -> next /clock) p50 '
           f'{median("sync", "node_p50_ms"):.2f} ms')
+    print(f'sync CPU per period: node {median("sync", "node_cpu_ms"):.2f} ms, controller '
+          f'{median("sync", "controller_cpu_ms"):.2f} ms (all threads; a period cannot be '
+          f'shorter than the part of them on its critical path)')
     ratio = median('sync', 'periods_per_s') / median('free', 'periods_per_s')
     print(f'sync / free-running at rtf 1: {ratio:.2f}x (target >= 2x real time: '
           f'{"met" if median("sync", "real_time_factor") >= 2 else "NOT met"})')

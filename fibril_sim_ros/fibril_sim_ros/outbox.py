@@ -1,16 +1,15 @@
 """Outbox: how the records the host delivers reach their publishers, in emission order.
 
-Small messages are converted and written on the host thread as the records arrive; large ones
-(images, scans) go through a publisher thread. ``/clock`` is written here too, never backwards.
+Every write goes out in the order the host emitted it, either at once on the calling thread
+(direct) or through one writer thread. ``/clock`` is written here too, never backwards.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming
@@ -18,50 +17,48 @@ from fibril_sim_core.records import DeviceOutput, FrameTiming
 if TYPE_CHECKING:
     from .sim_node import SimNode
 
-# Messages waiting for the publisher thread before the host drops (real time) or waits (fast,
-# lockstep, sync) for it.
+# Writes waiting for the writer thread before a real-time host drops new ones (counted per
+# topic) rather than fall behind the clock.
 MAX_BACKLOG = 20_000
+# As fast as possible (and in sync mode) the host waits instead once this many are waiting:
+# the node runs as fast as the slower of stepping and writing, a few ms of writes behind.
+BLOCKING_BACKLOG = 2_000
+# The host wakes the writer at every frame's end and whenever this many writes wait.
+WAKE_BATCH = 64
 
-
-class _Flush:
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
-class _Clock:
-    """A frame's /clock queued behind the large messages of that frame (see on_record)."""
-
-    __slots__ = ("session_time_ns",)
-
-    def __init__(self, session_time_ns: int) -> None:
-        self.session_time_ns = session_time_ns
+Send = Callable[[Any], None]
 
 
 class Outbox:
     """Publishes what the host delivers, in emission order.
 
-    Small messages (encoder, IMU, range, odometry, samples, ``/clock``) are converted and
-    written on the host thread as the records arrive: a DDS write with keep-last history never
-    blocks, and a second Python thread would only fight the host for the GIL (measured: it cut
-    the stepping rate by more than half). Large ones (images, scans) are handed to a publisher
-    thread so that their conversion never holds up stepping; when that thread falls
-    ``MAX_BACKLOG`` messages behind, a real-time host drops them (counted per topic) rather
-    than fall behind the clock, otherwise it waits.
+    Direct (real time, sync): small messages (encoder, IMU, range, odometry, samples,
+    ``/clock``) are converted and written on the host thread as the records arrive; the DDS
+    write of pre-serialized bytes releases the GIL (``_rcl_publish``) and with keep-last
+    history never blocks. Large ones (images, scans) always go through the writer thread, so
+    that their conversion never holds up stepping; while anything waits there, later small
+    messages queue behind it (emission order is kept).
+
+    Queued (as fast as possible, ``queued = True``): the host only converts and queues; the
+    writer thread writes, GIL-free, while the host steps on (a DDS write to a subscriber in
+    another process costs more than a physics tick). The host wakes the writer once per frame
+    (or every ``WAKE_BATCH`` writes), not once per message.
     """
 
     def __init__(self, node: SimNode) -> None:
         self._node = node
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._handed_off = 0  # large messages queued so far, and of those published
-        self._published = 0
+        self._queue: deque[tuple[Send, Any]] = deque()
+        self._work = threading.Event()  # the writer has something to do
+        self._room = threading.Event()  # a blocked producer may go on
+        self._busy = False  # the writer is writing (an item may be in flight)
         self.blocking = False
+        self.queued = False
         self.drops: dict[str, int] = {}
         self.frames: deque[tuple[float, int]] = deque()
         self.last_clock_ns = -1
         self.clock_step_ns = 0
         self.interleave_clock = False
+        self.on_frame: Callable[[FrameTiming], None] | None = None  # sync mode, host thread
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
                                         daemon=True)
@@ -73,90 +70,135 @@ class Outbox:
     # host thread --------------------------------------------------------------------------
     def on_record(self, record: Any) -> None:
         cls = type(record)
-        try:
-            if cls is DeviceOutput:
+        if cls is DeviceOutput:
+            try:
                 if self.interleave_clock:
                     # /clock at the last clock period before this delivery: every message is
                     # published before the first /clock at or past its delivery time.
                     step = self.clock_step_ns
                     due = (record.session_delivery_time_ns - 1) // step * step
                     if due > self.last_clock_ns:
-                        self.clock(due)
+                        self.clock(due, kick=False)
                 self._node.publish_output(record)
-            elif cls is FrameTiming:
+            except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
+                self._failed(exc)
+        elif cls is FrameTiming:
+            try:
                 wall = time.perf_counter()
                 window = self.frames
                 window.append((wall, record.session_time_ns))
                 while len(window) > 2 and wall - window[1][0] > 1.0:
                     window.popleft()
                 self._node.publish_frame(record)
-                if self._handed_off != self._published:
-                    # Images / scans of this frame are still with the publisher thread: /clock
-                    # goes after them, so a controller woken by it has its inputs (sync mode).
-                    self._queue.put(_Clock(record.session_time_ns))
-                else:
-                    self.clock(record.session_time_ns)
-        except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
-            if not self._stopping:
-                self._node.get_logger().error(
-                    f"publishing failed: {type(exc).__name__}: {exc}", throttle_duration_sec=1.0)
+                # Behind this frame's queued messages, if any (a controller woken by /clock
+                # has its inputs).
+                self.clock(record.session_time_ns, kick=False)
+                if self._queue:
+                    self._work.set()
+            except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
+                self._failed(exc)
+            if self.on_frame is not None:
+                self.on_frame(record)  # sync mode: may raise SyncTimeout, which stops the host
+
+    def _failed(self, exc: Exception) -> None:
+        if not self._stopping:
+            self._node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
+                                          throttle_duration_sec=1.0)
+
+    def write(self, send: Send, payload: Any, topic: str) -> None:
+        """Write one small message: at once, or behind what waits for the writer thread."""
+        if not self.queued and not self._queue and not self._busy:
+            send(payload)
+            return
+        self._enqueue(send, payload, (topic,))
 
     def hand_off(self, convert: Any, output: DeviceOutput, topics: Sequence[str]) -> None:
-        """Queue a large message for the publisher thread."""
-        if self._queue.qsize() > MAX_BACKLOG:
+        """Queue a large message: converted and written on the writer thread."""
+        self._enqueue(self._convert, (convert, output), topics)
+        self._work.set()
+
+    def _enqueue(self, send: Send, payload: Any, topics: Sequence[str]) -> None:
+        queue = self._queue
+        if len(queue) >= BLOCKING_BACKLOG:
             if not self.blocking:
-                for topic in topics:
-                    self.drops[topic] = self.drops.get(topic, 0) + 1
-                return
-            while self._queue.qsize() > MAX_BACKLOG and not self._stopping:
-                time.sleep(0.0005)
-        self._handed_off += 1  # written by the host thread only; _published by the other
-        self._queue.put((convert, output))
+                if len(queue) >= MAX_BACKLOG:
+                    for topic in topics:
+                        self.drops[topic] = self.drops.get(topic, 0) + 1
+                    return
+            else:
+                while len(queue) >= BLOCKING_BACKLOG // 2 and not self._stopping:
+                    self._room.clear()
+                    self._work.set()
+                    self._room.wait(0.05)
+        queue.append((send, payload))
+        if len(queue) % WAKE_BATCH == 0:
+            self._work.set()
 
     # any thread ---------------------------------------------------------------------------
-    def clock(self, session_time_ns: int) -> None:
-        """Publish /clock (never backwards: SessionTime only grows)."""
+    def clock(self, session_time_ns: int, kick: bool = True) -> None:
+        """Publish /clock (never backwards: SessionTime only grows), after everything
+        emitted before it."""
         with self._clock_lock:
             if session_time_ns < self.last_clock_ns:
                 return
             self.last_clock_ns = session_time_ns
-            self._node.publish_clock(session_time_ns)
+            if not self.queued and not self._queue and not self._busy:
+                self._node.publish_clock(session_time_ns)
+                return
+            self._queue.append((self._node.publish_clock, session_time_ns))
+        if kick:
+            self._work.set()
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until everything handed off so far has been published."""
-        marker = _Flush()
-        self._queue.put(marker)
-        marker.done.wait(timeout)
+        """Wait until everything queued so far has been written."""
+        if not self._queue and not self._busy:
+            return
+        done = threading.Event()
+        self._queue.append((_set, done))
+        self._work.set()
+        done.wait(timeout)
 
-    def stop(self, timeout: float = 1.0) -> None:
+    @property
+    def idle(self) -> bool:
+        return not self._queue and not self._busy
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the writer; what still waits is not published (the node is closing)."""
         self._stopping = True
-        self._queue.put(None)
+        self._work.set()
+        self._room.set()
         if self._thread.ident is not None:
             self._thread.join(timeout)
 
-    # publisher thread ---------------------------------------------------------------------
+    # writer thread ------------------------------------------------------------------------
+    def _convert(self, item: tuple[Any, DeviceOutput]) -> None:
+        convert, output = item
+        self._node.publish_converted(convert, output)
+
     def _run(self) -> None:
-        node = self._node
-        get = self._queue.get
-        while True:
-            item = get()
-            if item is None:
-                return
-            if type(item) is _Flush:
-                item.done.set()
-                continue
-            if type(item) is _Clock:
-                self.clock(item.session_time_ns)
-                continue
-            try:
-                convert, output = item
-                node.publish_converted(convert, output)
-            except Exception as exc:  # noqa: BLE001 - a publish failure must not stop the rest
-                if not self._stopping:
-                    node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
-                                            throttle_duration_sec=1.0)
-            finally:
-                self._published += 1
+        queue, work, room = self._queue, self._work, self._room
+        popleft = queue.popleft
+        logger = None
+        while not self._stopping:
+            work.wait()
+            work.clear()
+            self._busy = True
+            while queue and not self._stopping:
+                send, payload = popleft()
+                try:
+                    send(payload)
+                except Exception as exc:  # noqa: BLE001 - one failed write must not stop the rest
+                    if logger is None:
+                        logger = self._node.get_logger()
+                    logger.error(f"publishing failed: {type(exc).__name__}: {exc}",
+                                 throttle_duration_sec=1.0)
+                if len(queue) < BLOCKING_BACKLOG // 2 and not room.is_set():
+                    room.set()
+            self._busy = False
+            if not room.is_set():
+                room.set()
+            if queue:  # queued between the last pop and clearing busy
+                work.set()
 
     def measured_rtf(self) -> float:
         window = list(self.frames)
@@ -164,3 +206,7 @@ class Outbox:
             return 0.0
         wall = window[-1][0] - window[0][0]
         return (window[-1][1] - window[0][1]) / 1e9 / wall if wall > 0 else 0.0
+
+
+def _set(event: threading.Event) -> None:
+    event.set()

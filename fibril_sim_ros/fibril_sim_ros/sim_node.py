@@ -7,16 +7,19 @@
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
 
 It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
-callbacks convert a message and call ``connection.submit`` (the ingress) and nothing else;
-records the host delivers are handed to a publisher thread (the host never waits on DDS) that
-publishes them on the bridge's topics, then ``/clock`` (SessionTime) once per frame. Services:
-``~/step``, ``~/reset``, ``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
+callbacks (on the node's input thread, see ``inputs``) convert a message and call
+``connection.submit`` (the ingress) and nothing else; the records the host delivers are
+converted and written on the bridge's topics in emission order (see ``outbox``: on the host
+thread, GIL-free, in real time and sync mode; through a writer thread as fast as possible),
+then ``/clock`` (SessionTime) once per frame. Services: ``~/step``, ``~/reset``,
+``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
 
 Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
 ``/clock``, then waits until every sync topic has answered (a message received after that
 ``/clock``) before the next period, so a controller's commands land on the same commit ticks on
-every run. A topic that does not answer within ``sync_timeout`` wall seconds is an error naming
-it: the node exits with status 1 (free running) or the ``~/step`` call fails.
+every run (the host waits at the end of each frame, see ``sync``). A topic that does not answer
+within ``sync_timeout`` wall seconds is an error naming it: the node exits with status 1 (free
+running) or the ``~/step`` call fails.
 
 Exit status: 0 after a normal shutdown, 2 for a bad manifest / bridge / parameter (one line on
 stderr), 1 for a sync timeout or a host failure, 130 / 143 after SIGINT / SIGTERM (the host stops
@@ -38,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import rclpy
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -56,7 +58,9 @@ from fibril_sim_core.ingress import external_input
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import messages as m
+from ._rcl_publish import raw_sender
 from .bridge import Bridge, load_bridge
+from .inputs import InputGroup, InputThread
 from .outbox import Outbox
 from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
@@ -100,6 +104,7 @@ class SimNode(Node):
         self.stop_requested = threading.Event()
         self._runtime = None
         self._trace = None
+        self._inputs: InputThread | None = None
         self.sync: SyncDriver | None = None
         self.outbox = Outbox(self)
         self._declare()
@@ -186,8 +191,12 @@ class SimNode(Node):
             if not timeout > 0:
                 raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
             self.sync = SyncDriver(self, sync_topics, timeout, control_ticks)
-            options = RuntimeOptions(mode="lockstep", real_time_factor=1.0,
-                                     frame_duration_s=frame_s, start_paused=True)
+            self.outbox.on_frame = self.sync.on_frame
+            # As fast as possible in frames of one control period, paused until resumed; the
+            # host waits for the answers at the end of each frame (SyncDriver.on_frame).
+            options = RuntimeOptions(mode="fast", real_time_factor=1.0,
+                                     frame_duration_s=control_ticks * timebase.timestep_s,
+                                     start_paused=True)
             self.mode = "sync"
         else:
             options = RuntimeOptions(mode="realtime" if rtf > 0 else "fast",
@@ -202,10 +211,18 @@ class SimNode(Node):
             self._trace = TraceWriter(trace_dir, provenance=dict(
                 plan.provenance, seed=seed, live_session=True,
                 bridge=self.bridge.source), layout=dict(plan.layout))
-        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options)
+        # No SimulationServer: the node is the simulation's only client (its address would be
+        # known to nobody), and the server's hook would see every record on the host thread.
+        self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options,
+                                          server=None)
         self.connection = self._runtime.connect()
         self._make_publishers()
         self._make_subscriptions()
+        self._inputs = InputThread(
+            self.context, list(self._subscriptions_by_topic.values()),
+            [w for w in self.waitables if w.callback_group is self._input_group],
+            self._input_failed)
+        self._inputs.start()
         self._make_services()
         self.add_on_set_parameters_callback(self._on_parameters)
         self.outbox.start()
@@ -263,9 +280,9 @@ class SimNode(Node):
                 m.output_converter(entry, devices[entry.device], timestep_s),
                 [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
                 entry.qos.durability == "transient_local"))
-        self.has_heavy_outputs = any(r.heavy for routes in self._routes.values()
-                                     for r in routes)
+        self._senders = {topic: raw_sender(p) for topic, p in self._outputs.items()}
         self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
+        self._clock_send = raw_sender(self._clock_pub)
         self._own_time_set = -math.inf
         own = self._time_source._clock_sub  # see publish_clock
         if own is not None:
@@ -285,8 +302,9 @@ class SimNode(Node):
 
     def _make_subscriptions(self) -> None:
         logger = self.get_logger()
-        # One callback at a time: per-source sequence numbers reach the ingress in order.
-        self._input_group = MutuallyExclusiveCallbackGroup()
+        # Served by the input thread, one callback at a time: per-source sequence numbers
+        # reach the ingress in order.
+        self._input_group = InputGroup()
         self._sequences: dict[str, itertools.count[int]] = {}
         self._rejections: dict[str, tuple[float, int]] = {}
         self.malformed = 0
@@ -367,7 +385,9 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------ publishing
     def publish_output(self, output: DeviceOutput) -> None:
-        """On the host thread: convert and publish, or hand a large message off."""
+        """On the host thread: convert and write (at once or queued), or hand a large
+        message off."""
+        write, senders = self.outbox.write, self._senders
         if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
             self._refresh_listeners()
         for route in self._routes.get(output.device_id, ()):
@@ -376,7 +396,8 @@ class SimNode(Node):
             if route.heavy:
                 self.outbox.hand_off(route.convert, output, route.topics)
             else:
-                self.publish_converted(route.convert, output)
+                for topic, msg in route.convert(output):
+                    write(senders[topic], msg, topic)
 
     def _refresh_listeners(self) -> None:
         """Which routes have subscribers (asked of DDS every LISTENERS_REFRESH_S at most)."""
@@ -388,9 +409,10 @@ class SimNode(Node):
         self._frame_listened = self._frame_pub.get_subscription_count() > 0
 
     def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
-        outputs = self._outputs
+        """On the writer thread: convert a large message and write it."""
+        senders = self._senders
         for topic, msg in convert(output):
-            outputs[topic].publish(msg)
+            senders[topic](msg)
 
     def publish_frame(self, frame: FrameTiming) -> None:
         if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
@@ -404,7 +426,7 @@ class SimNode(Node):
     def publish_clock(self, session_time_ns: int) -> None:
         if self.sync is not None:
             self.sync.next_generation()
-        self._clock_pub.publish(m.clock_message(session_time_ns))
+        self._clock_send(m.clock_message(session_time_ns))
         # This node is the source of /clock: it sets its own sim time directly (at most every
         # 5 ms of wall time) rather than receive each of its messages back through the executor.
         now = time.monotonic()
@@ -414,7 +436,7 @@ class SimNode(Node):
 
     def republish_clock(self, session_time_ns: int) -> None:
         """The same time again (no new period), for a peer that missed it."""
-        self._clock_pub.publish(m.clock_message(session_time_ns))
+        self._clock_send(m.clock_message(session_time_ns))
 
     def clock_subscribers(self) -> int:
         return self._clock_pub.get_subscription_count()
@@ -443,7 +465,7 @@ class SimNode(Node):
     def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
         try:
             if self.sync is not None:
-                if self.sync.running.is_set():
+                if self.sync.running:
                     raise NodeConfigError("step: the simulation is running; pause it first "
                                           "(~/set_paused)")
                 state = self.sync.run_ticks(int(request.steps))
@@ -452,8 +474,7 @@ class SimNode(Node):
                     raise NodeConfigError("step: the simulation is running; pause it first "
                                           "(~/set_paused)")
                 state = self.connection.step(int(request.steps))
-                if self.has_heavy_outputs:
-                    self.outbox.flush()
+                self.outbox.flush()  # its outputs are published before the reply
             response.success = True
             response.message = f"stepped {request.steps} tick(s)"
             self._fill(response, state)
@@ -485,14 +506,8 @@ class SimNode(Node):
     def _on_set_paused(self, request: SetPaused.Request,
                        response: SetPaused.Response) -> SetPaused.Response:
         try:
-            if self.sync is not None:
-                if request.paused:
-                    self.sync.running.clear()
-                    with self.sync.lock:  # the current period finishes first
-                        state = self.connection.state()
-                else:
-                    self.sync.running.set()
-                    state = self.connection.state()
+            if self.sync is not None:  # pausing: the current period finishes first
+                state = self.sync.set_running(not request.paused)
             else:
                 state = self.connection.pause() if request.paused else self.connection.resume()
             self.paused = bool(request.paused)
@@ -581,6 +596,7 @@ class SimNode(Node):
         """Fast mode: long frames, /clock interleaved with the outputs; else a frame a clock."""
         fast = self.mode == "fast"
         self.outbox.blocking = self.mode != "realtime"
+        self.outbox.queued = fast
         self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
         if self._runtime is not None:
             self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
@@ -597,12 +613,19 @@ class SimNode(Node):
 
     def check_host(self) -> None:
         runtime = self._runtime
-        if runtime is not None and runtime.host.failure is not None:
+        if runtime is not None and runtime.host.failure is not None and self.exit_code is None:
             self.fail(f"the simulation host stopped: {runtime.host.failure}")
+
+    def _input_failed(self, exc: BaseException) -> None:
+        self.fail(f"the command subscriptions stopped after an error: "
+                  f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         """Stop at a tick boundary, publish nothing more, close the trace complete."""
         self.stop_requested.set()
+        inputs, self._inputs = self._inputs, None
+        if inputs is not None:
+            inputs.stop()
         started = time.monotonic()
         if self.sync is not None:
             self.sync.stop()

@@ -3,6 +3,12 @@
 Step one control period, publish its outputs and ``/clock``, wait until every sync topic has
 answered (a message received after that ``/clock``), so that the answers are committed at the
 period's end tick on every run; a topic that does not answer within the timeout fails loudly.
+
+The host runs as fast as possible in frames of one control period and the wait happens on the
+host thread itself, at the end of each frame (``on_frame``, after the frame's ``/clock``): no
+request to the host and no thread hand-off per period. The answers reach the ingress from the
+subscription callbacks before ``answer`` wakes the host, so they are committed at the first
+tick of the next frame, whatever the timing.
 """
 
 from __future__ import annotations
@@ -13,12 +19,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.records import FrameTiming
 
 if TYPE_CHECKING:
     from .sim_node import SimNode
 
 # Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
 DISCOVERY_TIMEOUT_S = 10.0
+# While waiting for an answer, the current /clock is sent again this often (wall seconds).
+REPUBLISH_S = 0.2
 
 
 class SyncTimeout(FibrilError):
@@ -26,7 +35,7 @@ class SyncTimeout(FibrilError):
 
 
 class SyncDriver:
-    """Deterministic lockstep: step a control period, publish, wait for every sync topic."""
+    """Deterministic lockstep: after each control period, wait for every sync topic."""
 
     def __init__(self, node: SimNode, topics: Sequence[str], timeout: float,
                  period_ticks: int) -> None:
@@ -36,39 +45,75 @@ class SyncDriver:
         self.period_ticks = period_ticks
         self.generation = 0
         self.answered = dict.fromkeys(self.topics, -1)
-        self.running = threading.Event()
-        self.lock = threading.Lock()
+        self.running = False  # free running (resumed), as opposed to paused / stepping
+        self.lock = threading.Lock()  # one ~/step or resume at a time
         self.condition = threading.Condition()
         self.stopping = False
         self.failure: str | None = None
         self.ready = False
         self.periods = 0
-        self._thread = threading.Thread(target=self._run, name="fibril-sim-sync", daemon=True)
+        self._stepping_failure: str | None = None
 
     def start(self, paused: bool) -> None:
         if not paused:
-            self.running.set()
-        self._thread.start()
+            threading.Thread(target=self._start_running, name="fibril-sim-sync",
+                             daemon=True).start()
 
     def stop(self) -> None:
+        """Release a host thread waiting for an answer (the node is closing)."""
         self.stopping = True
-        self.running.set()
         with self.condition:
             self.condition.notify_all()
-        if self._thread.ident is not None and self._thread is not threading.current_thread():
-            self._thread.join(1.0)
 
-    # called before /clock of a period is published (publisher thread)
+    # called before /clock of a period is written
     def next_generation(self) -> None:
         with self.condition:
             self.generation += 1
 
-    # subscription callbacks
+    # subscription callbacks, after the message reached the ingress
     def answer(self, topic: str) -> None:
         if topic in self.answered:
             with self.condition:
                 self.answered[topic] = self.generation
                 self.condition.notify_all()
+
+    # ------------------------------------------------------------------ control
+    def set_running(self, running: bool) -> dict[str, Any]:
+        """Resume (free running in lockstep) or pause; returns the host state."""
+        connection = self.node.connection
+        with self.lock:
+            if not running:
+                self.running = False
+                return connection.pause()  # served after the current period's answers
+            if not self.ready:
+                self._wait_ready()
+            self.running = True
+            return connection.resume()
+
+    def run_ticks(self, ticks: int) -> dict[str, Any]:
+        """Advance ``ticks`` while paused, in control periods, waiting for the answers after
+        each (the host waits at each period's end, see ``on_frame``)."""
+        connection = self.node.connection
+        with self.lock:
+            if not self.ready:
+                self._wait_ready()
+            state: dict[str, Any] = {}
+            left = ticks
+            while left > 0 and not self.stopping:
+                self._stepping_failure = None
+                state = connection.step(min(self.period_ticks, left))
+                if self._stepping_failure is not None:
+                    raise SyncTimeout(self._stepping_failure)
+                left -= self.period_ticks
+            return state or connection.state()
+
+    def _start_running(self) -> None:
+        try:
+            self.set_running(True)
+        except FibrilError as exc:
+            if not self.stopping:
+                self.failure = str(exc)
+                self.node.fail(str(exc) if isinstance(exc, SyncTimeout) else f"sync: {exc}")
 
     def _wait_ready(self) -> None:
         """Before the first period: every sync topic has a publisher and someone besides this
@@ -88,57 +133,40 @@ class SyncDriver:
                 raise SyncTimeout(f"sync: {what} within {allowed:g} s of the start")
             time.sleep(0.02)
 
-    def run_ticks(self, ticks: int) -> dict[str, Any]:
-        """Advance ``ticks`` in control periods, waiting for the answers after each."""
-        with self.lock:
-            if not self.ready:
-                self._wait_ready()
-            state: dict[str, Any] = {}
-            left = ticks
-            while left > 0 and not self.stopping:
-                state = self._period(min(self.period_ticks, left))
-                left -= self.period_ticks
-            return state or self.node.connection.state()
-
-    def _period(self, ticks: int) -> dict[str, Any]:
-        node = self.node
-        state = node.connection.step(ticks)
-        if node.has_heavy_outputs:
-            node.outbox.flush()  # the images / scans of this period are published too
+    # ------------------------------------------------------------------ host thread
+    def on_frame(self, frame: FrameTiming) -> None:
+        """At the end of each control period, after its outputs and /clock: wait until every
+        sync topic answered. A timeout while stepping (``~/step``) fails that call; running
+        free it stops the node (status 1) and the host with it, at this tick."""
+        outbox = self.node.outbox
+        if not outbox.idle:
+            outbox.flush()  # images / scans of this period, then its /clock, are out
         target = self.generation
-        deadline = time.monotonic() + self.timeout
-        republish = time.monotonic() + 0.2
+        now = time.monotonic()
+        deadline = now + self.timeout
+        republish = now + REPUBLISH_S
+        answered = self.answered
         with self.condition:
             while not self.stopping:
-                late = [t for t in self.topics if self.answered[t] < target]
+                late = [t for t in self.topics if answered[t] < target]
                 if not late:
-                    break
+                    self.periods += 1
+                    return
                 now = time.monotonic()
                 if now > deadline:
-                    raise SyncTimeout(
-                        f"sync: no message on {late[0]} within sync_timeout {self.timeout:g} s "
-                        f"after /clock {state['session_time_ns'] / 1e9:.6f} s (tick "
-                        f"{state['tick']}, episode {state['episode']})")
+                    break
                 if now > republish:  # a controller that missed this /clock gets it again
-                    node.republish_clock(state["session_time_ns"])
-                    republish = now + 0.2
-                self.condition.wait(0.05)
-        self.periods += 1
-        return state
-
-    def _run(self) -> None:
-        while not self.stopping:
-            self.running.wait()
-            if self.stopping:
-                return
-            try:
-                self.run_ticks(self.period_ticks)
-            except SyncTimeout as exc:
-                self.failure = str(exc)
-                self.node.fail(str(exc))
-                return
-            except FibrilError as exc:
-                if not self.stopping:
-                    self.failure = str(exc)
-                    self.node.fail(f"sync: {exc}")
-                return
+                    self.node.republish_clock(frame.session_time_ns)
+                    republish = now + REPUBLISH_S
+                self.condition.wait(min(0.05, max(0.0, deadline - now)))
+            else:
+                return  # closing
+        message = (f"sync: no message on {late[0]} within sync_timeout {self.timeout:g} s "
+                   f"after /clock {frame.session_time_ns / 1e9:.6f} s (tick {frame.tick}, "
+                   f"episode {frame.episode})")
+        if not self.running:
+            self._stepping_failure = message  # run_ticks raises it
+            return
+        self.failure = message
+        self.node.fail(message)
+        raise SyncTimeout(message)  # stops the host here: nothing runs past the failure

@@ -75,8 +75,54 @@ def test_clock_goes_out_at_once_when_nothing_large_waits() -> None:
     outbox.start()
     try:
         outbox.hand_off(None, _scan(1), ["/scan"])
-        _wait(lambda: node.published == ["scan 1"])
+        _wait(lambda: node.published == ["scan 1"] and outbox.idle)
         outbox.on_record(_frame(2_000_000))  # published on this (the host) thread
         assert node.published == ["scan 1", "frame", "clock 2000000"]
+    finally:
+        outbox.stop()
+
+
+def test_queued_writes_go_out_in_emission_order_on_the_writer_thread() -> None:
+    """As fast as possible: the host only queues; the writer thread writes everything, the
+    frame's /clock last, and ``flush`` returns once all of it is out."""
+    node = _Node()
+    node.release.set()
+    outbox = Outbox(node)  # type: ignore[arg-type]
+    outbox.queued = outbox.blocking = True
+    threads: list[str] = []
+
+    def send(payload: object) -> None:
+        threads.append(threading.current_thread().name)
+        node.published.append(str(payload))
+
+    outbox.start()
+    try:
+        for k in range(200):
+            outbox.write(send, f"msg {k}", "/topic")
+        outbox.on_record(_frame(2_000_000))
+        outbox.flush()
+        assert node.published == ["frame", *(f"msg {k}" for k in range(200)), "clock 2000000"]
+        assert set(threads) == {"fibril-sim-publish"}
+        assert outbox.idle
+    finally:
+        outbox.stop()
+
+
+def test_direct_writes_wait_behind_a_queued_large_message() -> None:
+    """Real time: small messages go out at once, unless a large one is still with the writer
+    thread; then they queue behind it (emission order is kept)."""
+    node = _Node()
+    outbox = Outbox(node)  # type: ignore[arg-type]
+    outbox.start()
+    try:
+        outbox.write(node.published.append, "encoder 0", "/encoder")  # at once
+        assert node.published == ["encoder 0"]
+        outbox.hand_off(None, _scan(1), ["/scan"])  # converting (blocked in the stub)
+        outbox.write(node.published.append, "encoder 1", "/encoder")
+        time.sleep(0.05)
+        assert node.published == ["encoder 0"]
+        node.release.set()
+        outbox.flush()
+        assert node.published == ["encoder 0", "scan 1", "encoder 1"]
     finally:
         outbox.stop()

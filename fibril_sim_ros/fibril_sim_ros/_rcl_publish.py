@@ -1,0 +1,98 @@
+"""Publishing serialized bytes without holding the GIL during the DDS write.
+
+rclpy's ``Publisher.publish`` keeps the GIL for the whole ``rcl_publish`` call. A DDS write to a
+matched subscriber in another process costs tens of microseconds (shared-memory hand-over,
+waking the reader, the reliable protocol), longer than a physics tick, and while it runs no
+other Python thread of the node can step the simulation. ``raw_sender`` calls rcl's public
+``rcl_publish_serialized_message`` on the same ``rcl_publisher_t`` through ctypes, which
+releases the GIL for the call, so the host thread steps while the writer thread writes. When
+librcl cannot be found (another rclpy build) it falls back to ``Publisher.publish``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+
+class _Allocator(ctypes.Structure):
+    _fields_ = [("allocate", ctypes.c_void_p), ("deallocate", ctypes.c_void_p),
+                ("reallocate", ctypes.c_void_p), ("zero_allocate", ctypes.c_void_p),
+                ("state", ctypes.c_void_p)]
+
+
+class _SerializedMessage(ctypes.Structure):
+    """rcl_serialized_message_t (rcutils_uint8_array_t)."""
+
+    _fields_ = [("buffer", ctypes.c_char_p), ("buffer_length", ctypes.c_size_t),
+                ("buffer_capacity", ctypes.c_size_t), ("allocator", _Allocator)]
+
+
+class _ErrorString(ctypes.Structure):
+    _fields_ = [("str", ctypes.c_char * 1024)]
+
+
+def _loaded(name: str) -> ctypes.CDLL | None:
+    """The copy of ``name`` this process already loaded (rclpy's), by its path."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                path = line.rstrip().rsplit(" ", 1)[-1]
+                if path.endswith("/" + name):
+                    return ctypes.CDLL(path)
+    except OSError:
+        pass
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+_publish: Any = None
+_error: Any = None
+_reset: Any = None
+
+
+def _bind() -> bool:
+    global _publish, _error, _reset
+    if _publish is not None:
+        return True
+    rcl, rcutils = _loaded("librcl.so"), _loaded("librcutils.so")
+    if rcl is None or rcutils is None:
+        return False
+    try:
+        publish = rcl.rcl_publish_serialized_message
+        error, reset = rcutils.rcutils_get_error_string, rcutils.rcutils_reset_error
+    except AttributeError:
+        return False
+    publish.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
+    publish.restype = ctypes.c_int
+    error.argtypes, error.restype = [], _ErrorString
+    reset.argtypes, reset.restype = [], None
+    _publish, _error, _reset = publish, error, reset
+    return True
+
+
+def raw_sender(publisher: Any) -> Callable[[Any], None]:
+    """A function that publishes ``bytes`` (a serialized message) GIL-free, and anything
+    else (a message object) with ``publisher.publish``. The publisher must outlive every
+    call (the node stops its writers before it destroys its publishers)."""
+    pointer = getattr(getattr(publisher, "handle", None), "pointer", None)
+    if not isinstance(pointer, int) or not _bind():
+        return publisher.publish
+    publish, fallback = _publish, publisher.publish
+    make = _SerializedMessage
+    topic = publisher.topic_name
+
+    def send(payload: Any) -> None:
+        if type(payload) is not bytes:
+            fallback(payload)
+            return
+        size = len(payload)
+        if publish(pointer, make(payload, size, size), None):
+            reason = _error().str.decode(errors="replace")
+            _reset()
+            raise RuntimeError(f"publishing on {topic} failed: {reason}")
+
+    return send

@@ -1,0 +1,115 @@
+"""InputThread: the node's command subscriptions, served by one lean thread of their own.
+
+A pass of rclpy's executor over the node (its services, parameter services, guard conditions,
+tasks) costs a few hundred microseconds of Python before a command's callback runs; in sync
+mode that is on every control period's critical path (controller answers, the host waits).
+This thread waits on the command subscriptions alone (an rcl wait set, GIL released while
+waiting), takes every message that arrived and runs its callback: one thread, so the
+callbacks still run one at a time and per-source sequence numbers reach the ingress in order.
+The subscriptions stay the node's own (``ros2 node info`` shows them); their callback group
+keeps them (and their QoS event handlers, served here too) out of the executor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.guard_condition import GuardCondition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.subscription import Subscription
+
+WAIT_NS = 200_000_000  # re-check for stop at least this often
+
+
+class InputGroup(CallbackGroup):
+    """Entities in this group (the command subscriptions and their QoS event handlers) are
+    served by an InputThread, never by an executor: an executor that waits on a
+    subscription's events is woken by each of its messages too (the DDS listener is shared),
+    which made the node's executor spin through its whole wait set once per command."""
+
+    def can_execute(self, entity: Any) -> bool:
+        return False
+
+    def beginning_execution(self, entity: Any) -> bool:
+        return False
+
+    def ending_execution(self, entity: Any) -> None:
+        pass
+
+
+class InputThread:
+    """Serves ``subscriptions`` and ``events`` (their QoS event handlers, waitables of one
+    event each), created in an InputGroup, until ``stop``."""
+
+    def __init__(self, context: Any, subscriptions: list[Subscription], events: list[Any],
+                 on_error: Callable[[BaseException], None]) -> None:
+        self._context = context
+        self._subscriptions = subscriptions
+        self._events = events
+        self._on_error = on_error
+        self._guard = GuardCondition(None, None, context=context)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="fibril-sim-inputs",
+                                        daemon=True)
+
+    def start(self) -> None:
+        if self._subscriptions:
+            self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopping = True
+        if self._thread.ident is not None:
+            self._guard.trigger()
+            self._thread.join(timeout)
+        self._guard.destroy()
+
+    def _run(self) -> None:
+        subscriptions = self._subscriptions
+        try:
+            with ExitStack() as handles:
+                handles.enter_context(self._context.handle)
+                for subscription in subscriptions:
+                    handles.enter_context(subscription.handle)
+                handles.enter_context(self._guard.handle)
+                events = self._events
+                for event in events:
+                    handles.enter_context(event)
+                wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, len(events),
+                                          self._context.handle)
+                entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]
+                while not self._stopping:
+                    wait_set.clear_entities()
+                    indices = [wait_set.add_subscription(h) for h, _, _ in entries]
+                    wait_set.add_guard_condition(self._guard.handle)
+                    for event in events:
+                        event.add_to_wait_set(wait_set)
+                    wait_set.wait(WAIT_NS)
+                    if self._stopping:
+                        return
+                    for event in events:
+                        if event.is_ready(wait_set):
+                            _run(event.execute(event.take_data()))
+                    for index, (handle, msg_type, callback) in zip(indices, entries):
+                        if not wait_set.is_ready("subscription", index):
+                            continue
+                        while True:
+                            taken = handle.take_message(msg_type, False)
+                            if taken is None:
+                                break
+                            callback(taken[0])
+        except BaseException as exc:  # noqa: BLE001 - reported; the node decides
+            if not self._stopping:
+                self._on_error(exc)
+
+
+def _run(coroutine: Any) -> None:
+    """Run a waitable's ``execute`` coroutine that never suspends (a QoS event callback)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
