@@ -3,7 +3,7 @@
     ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
         [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=0] [-p trace_dir:=DIR]
         [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
-        [-p control_period:=0.002]
+        [-p control_period:=0.002] [-p server_socket:=PATH|auto]
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
 
 It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
@@ -130,6 +130,7 @@ class SimNode(Node):
         declare("sync_topics", Parameter.Type.STRING_ARRAY)
         declare("sync_timeout", 5.0, number)
         declare("control_period", 0.0, number)
+        declare("server_socket", "")
 
     def _param(self, name: str) -> Any:
         try:
@@ -211,10 +212,10 @@ class SimNode(Node):
             self._trace = TraceWriter(trace_dir, provenance=dict(
                 plan.provenance, seed=seed, live_session=True,
                 bridge=self.bridge.source), layout=dict(plan.layout))
-        # No SimulationServer: the node is the simulation's only client (its address would be
-        # known to nobody), and the server's hook would see every record on the host thread.
+        # A SimulationServer only when asked for (a viewer or a test harness attaching to the
+        # node's simulation): its hook sees every record on the host thread.
         self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options,
-                                          server=None)
+                                          server=self._server_options())
         self.connection = self._runtime.connect()
         self._make_publishers()
         self._make_subscriptions()
@@ -241,10 +242,28 @@ class SimNode(Node):
             + (f", real-time factor {rtf:g}" if self.mode == "realtime" else "")
             + (", paused" if start_paused else "") + f", seed {seed}"
             + (f", sync on {', '.join(sync_topics)}" if sync_topics else "")
-            + (f", trace {trace_dir}" if trace_dir else "") + f"); bridge {self.bridge.source}: "
+            + (f", trace {trace_dir}" if trace_dir else "")
+            + (f", server {self._runtime.address}" if self._runtime.address else "")
+            + f"); bridge {self.bridge.source}: "
             + ", ".join(f"{e.topic} <- {e.type.split('/')[-1]}" for e in self.bridge.inputs)
             + "; " + ", ".join(f"{e.topic} ({e.type.split('/')[-1]})"
                                for e in self.bridge.outputs))
+
+    def _server_options(self) -> Any:
+        """``server_socket``: "" none (default), ``auto`` a private directory, else a path
+        (its directory must exist; the socket is made 0600)."""
+        from fibril_sim_core.runtime.server import ServerOptions
+
+        value = str(self._param("server_socket") or "").strip()
+        if not value:
+            return None
+        if value == "auto":
+            return ServerOptions()
+        path = Path(value).expanduser()
+        if not path.parent.is_dir():
+            raise NodeConfigError(f"parameter server_socket: directory {path.parent} does not "
+                                  f"exist (value {value!r})")
+        return ServerOptions(socket=path)
 
     def _ticks(self, name: str, seconds: float) -> int:
         try:
@@ -561,7 +580,7 @@ class SimNode(Node):
         for parameter in parameters:
             if parameter.name in ("manifest", "bridge", "seed", "trace_dir", "clock_period",
                                   "sync_topics", "sync_timeout", "control_period",
-                                  "start_paused"):
+                                  "start_paused", "server_socket"):
                 return SetParametersResult(
                     successful=False,
                     reason=f"{parameter.name} is read at start-up only; restart the node")
