@@ -128,6 +128,35 @@ def test_realtime_factor_paces_simulation(start) -> None:
     assert 2.5 < factor < 6.5
 
 
+def test_measured_real_time_factor_in_lockstep(start) -> None:
+    """In lockstep the measured rtf is the pace of the step(n) loop (client time included),
+    and it falls to 0 a second after stepping stops."""
+    connection = start(mode="lockstep").connect()
+    assert connection.state()["real_time_factor"] == 0.0
+    wall0 = time.perf_counter()
+    first = connection.step(20)["session_time_ns"]
+    while time.perf_counter() - wall0 < 0.4:
+        time.sleep(0.01)  # the client's own work between its requests
+        state = connection.step(20)
+    wall = time.perf_counter() - wall0
+    expected = (state["session_time_ns"] - first) / 1e9 / wall
+    assert expected > 0.3
+    assert state["real_time_factor"] == pytest.approx(expected, rel=0.3)
+    assert connection.state()["real_time_factor"] == pytest.approx(expected, rel=0.3)
+    time.sleep(1.1)
+    assert connection.state()["real_time_factor"] == 0.0
+
+
+def test_measured_real_time_factor_is_zero_when_paused(start) -> None:
+    connection = start(mode="fast").connect()
+    _wait_for(lambda: connection.state()["real_time_factor"] > 0)
+    assert connection.pause()["real_time_factor"] == 0.0
+    assert connection.state()["real_time_factor"] == 0.0
+    connection.step(5)
+    connection.step(5)  # stepping while paused is measured like lockstep
+    assert connection.state()["real_time_factor"] > 0
+
+
 def test_reset_keeps_session_time_monotonic(start) -> None:
     runtime = start(mode="lockstep")
     connection = runtime.connect()

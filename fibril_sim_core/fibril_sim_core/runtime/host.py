@@ -28,6 +28,7 @@ from .subscription import RecordFilter
 RecordCallback = Callable[[Any], None]
 StateProvider = Callable[[], dict[str, Any]]
 _RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
+_PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 
 
 @dataclass
@@ -63,6 +64,7 @@ class SimulationHost:
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
         self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
+        self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
         self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
         instance.subscribe(self._dispatch)
 
@@ -210,6 +212,8 @@ class SimulationHost:
         instance = self.instance
         advancing = False
         try:
+            if item.action in _PACING_ACTIONS:
+                self._frames_since = time.perf_counter()  # a new pace: measured afresh
             if item.action == "pause":
                 self._paused = True
             elif item.action == "resume":
@@ -314,15 +318,23 @@ class SimulationHost:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
 
     def _measured_rtf(self) -> float:
-        """Simulated over wall time across the frames of the last second (0 when still)."""
+        """Simulated over wall time across the frames of the last second, in every mode.
+
+        Frames are those of free running and of ``step(n)`` requests alike (lockstep, or
+        stepping while paused), so in lockstep it is the pace of the whole loop, the client's
+        time between its requests included. Of the frames that ended in the last second (and
+        after the last pause / resume / set_mode / set_real_time_factor), with F the oldest
+        and L the newest: (session time at L - session time at F) / (now - end of F).
+        0 with fewer than two such frames (paused, or stepping stopped a second ago)."""
         frames = self._frames
-        if self._paused or len(frames) < 2:
+        if len(frames) < 2:
             return 0.0
         now = time.perf_counter()
+        since = max(now - _RTF_WINDOW_S, self._frames_since)
         last_wall, last_sim = frames[-1]
         first_wall, first_sim = last_wall, last_sim
         for wall, sim in reversed(frames):
-            if now - wall > _RTF_WINDOW_S:
+            if wall < since:
                 break
             first_wall, first_sim = wall, sim
         span = now - first_wall
