@@ -157,6 +157,31 @@ def test_measured_real_time_factor_is_zero_when_paused(start) -> None:
     assert connection.state()["real_time_factor"] > 0
 
 
+def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
+    """At rtf 1 a 20 ms frame is stepped a millisecond at a time, each piece when it is due:
+    its samples leave at their real time, not in one burst ahead of the clock, and the
+    frame's FrameTiming counts the stepping only."""
+    runtime = start(mode="realtime", real_time_factor=1.0, frame_duration_s=0.02)
+    connection = runtime.connect()
+    stamps: dict[int, float] = {}
+    frames: list[FrameTiming] = []
+
+    def on_record(record) -> None:
+        if isinstance(record, DeviceOutput):
+            stamps[record.acquisition_tick] = time.perf_counter()
+        elif isinstance(record, FrameTiming):
+            frames.append(record)
+
+    connection.on_record(on_record)
+    _wait_for(lambda: len(frames) >= 12)
+    frame = frames[10]  # a frame well after start-up: ticks frame.tick - 20 .. frame.tick
+    first, last = frame.tick - 20, frame.tick - 2  # samples acquired 18 ms apart in sim time
+    spread = stamps[last] - stamps[first]
+    assert 0.012 < spread < 0.030  # ~18 ms of wall time (a burst would take well under 5 ms)
+    assert all(f.wall_step_time < 0.015 for f in frames[2:12])
+    assert connection.state()["real_time_factor"] == pytest.approx(1.0, abs=0.2)
+
+
 def test_reset_keeps_session_time_monotonic(start) -> None:
     runtime = start(mode="lockstep")
     connection = runtime.connect()
