@@ -45,6 +45,7 @@ Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
 _NEVER = 1 << 62
 _MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
 _CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
+_TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
 
 
 class StateCapture:
@@ -242,7 +243,16 @@ class SimulationInstance:
         self._collect = collect
         self._collected: list[Record] = []
         self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
-        if trace is not None:
+        # A trace writer with write_many takes the records in lists: the hot path appends to a
+        # list (no Python call per record), handed over at the end of every advance() and
+        # every _TRACE_HANDOFF records (the writer's checks run then).
+        self._trace = trace if callable(getattr(trace, "write_many", None)) else None
+        self._trace_buffer: list[Record] = []
+        self._trace_sink = self._trace_buffer.append
+        self._emit_one: Callable[[Record], None] = self._emit
+        if self._trace is not None:
+            self._subscribers.append(self._trace_sink)
+        elif trace is not None:
             self._subscribers.append(trace.write)
         self._update_sinks()
         if snapshot_every is None:
@@ -256,6 +266,10 @@ class SimulationInstance:
         self._ingress = Ingress(plan.actuators, self._endpoints,
                                 lambda: this()._clock())  # type: ignore[union-attr]
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        # MjData's arrays, fetched once (each attribute access makes a new numpy view).
+        d = self.data
+        self._snapshot_views = (d.qpos, d.qvel, d.act, d.ctrl, d.actuator_force, d.sensordata,
+                                d.xpos, d.xquat)
         self._state_layout = _state_offsets(plan.model)
         self._rollout_context = nullcontext() if rollout_context is None else rollout_context
         self._start_episode()
@@ -302,6 +316,7 @@ class SimulationInstance:
                              self._session_offset)
         for callback in self._subscribers:  # not collected: poll() stays the run's records
             callback(start)
+        self._hand_over()
 
     @property
     def _keyframe_id(self) -> int:
@@ -439,6 +454,11 @@ class SimulationInstance:
         # In place, like the subscriber list it mirrors: a callback that subscribes or polls
         # while a record is being emitted sees the same effect as before the sinks existed.
         self._sinks[:] = ([self._collected.append] if self._collect else []) + self._subscribers
+        # One sink that is a list's append (the collection or the trace's list): the hot
+        # paths call it directly. It calls nothing back, so nobody can subscribe meanwhile.
+        alone = len(self._sinks) == 1 and (not self._subscribers or
+                                           self._subscribers[0] is self._trace_sink)
+        self._emit_one = self._sinks[0] if alone else self._emit
 
     @property
     def _listening(self) -> bool:
@@ -510,7 +530,25 @@ class SimulationInstance:
         """
         if ticks < 0:
             raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
+        if self._trace is None:
+            self._advance(ticks)
+            return
+        try:
+            self._advance(ticks)
+        finally:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the records kept for the trace writer to it."""
+        buffer = self._trace_buffer
+        if buffer:
+            records = buffer[:]
+            buffer.clear()  # in place: the sink is this list's append
+            self._trace.write_many(records)  # type: ignore[union-attr]
+
+    def _advance(self, ticks: int) -> None:
         model, data, step = self.model, self.data, mujoco.mj_step
+        buffer = self._trace_buffer
         target = self._tick + ticks
         ingress = self._ingress
         every = self._snapshot_every
@@ -519,6 +557,8 @@ class SimulationInstance:
         # rates that is nearly every tick.
         while True:
             t = self._tick
+            if len(buffer) >= _TRACE_HANDOFF:
+                self._hand_over()
             if self._processed != t:
                 if t == self._next_read:
                     self._read(t)
@@ -540,8 +580,9 @@ class SimulationInstance:
             if every:
                 if self._snapshot_pre is None and t % every == 0:
                     # Captured right before the step so ctrl is what produces the step's forces.
-                    self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(),
-                                              data.act.copy(), data.ctrl.copy()))
+                    qpos, qvel, act, ctrl = self._snapshot_views[:4]
+                    self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
+                                              ctrl.copy()))
                 snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
                 if snapshot < following:
                     following = snapshot
@@ -645,7 +686,7 @@ class SimulationInstance:
     def _deliver(self, t: int) -> None:
         """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
-        emit = self._emit
+        emit = self._emit_one
         while deliveries and deliveries[0][0] <= t:
             emit(heapq.heappop(deliveries)[2])
 
@@ -679,7 +720,7 @@ class SimulationInstance:
         acquired_ns = acquired * dt
         offset = self._session_offset
         new = tuple.__new__
-        emit = self._emit
+        emit = self._emit_one
         for i in indices:
             read = reads[i]
             acquire, device_id, sample_type, names, frame_id, latency = read
@@ -748,12 +789,11 @@ class SimulationInstance:
 
     def _snapshot(self, t: int) -> None:
         """Complete the snapshot whose state was captured right before the step t-1 → t."""
-        data = self.data
         tick, (qpos, qvel, act, ctrl) = self._snapshot_pre
+        force, sensordata, xpos, xquat = self._snapshot_views[4:]
         self._emit(StateSnapshot(
             self._episode, tick, tick * self._dt, self._session_offset + tick * self._dt,
-            qpos, qvel, act, ctrl, data.actuator_force.copy(), data.sensordata.copy(),
-            data.xpos.copy(), data.xquat.copy()))
+            qpos, qvel, act, ctrl, force.copy(), sensordata.copy(), xpos.copy(), xquat.copy()))
         self._snapshot_pre = None
 
     def state(self) -> dict[str, Any]:

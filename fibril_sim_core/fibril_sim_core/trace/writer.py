@@ -366,6 +366,22 @@ class TraceWriter:
         if not self._count % _CHECK_EVERY:
             self._check()
 
+    def write_many(self, records: list[TraceRecord]) -> None:
+        """Queue records for the bag, in order (what ``write`` does for each of them)."""
+        if self._closed:
+            msg = f"{self.path}: trace writer is closed"
+            raise TraceError(msg)
+        kinds = set(map(type, records))
+        if not kinds <= _KIND_SET:
+            for record in records:  # the ones before the odd record are queued, as by write
+                self.write(record)
+            return
+        before = self._count
+        self._pending.extend(records)
+        self._count += len(records)
+        if self._count // _CHECK_EVERY != before // _CHECK_EVERY:
+            self._check()
+
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
         shared = self._shared
