@@ -295,6 +295,7 @@ class SimulationInstance:
         self._reads = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
                         spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
+        self._skips = [device.skip for device in self._devices]
         self._next_read = 1 if self._devices else _NEVER
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
@@ -708,12 +709,14 @@ class SimulationInstance:
         model, data = self.model, self.data
         reads = self._reads
         listening = bool(self._sinks)
-        if not listening:  # outputs delivered at once would go nowhere: only acquire
+        if not listening:  # outputs delivered at once would go nowhere: only skip them
+            skips = self._skips
             for i in indices:
                 read = reads[i]
-                values = read[0](model, data)
                 if read[5] > 1:  # delivered later: someone may listen by then
-                    self._delay(t, read, values)
+                    self._delay(t, read, read[0](model, data))
+                else:  # the device's state and noise stream move on as if acquired
+                    skips[i](model, data)
             return
         dt = self._dt
         episode = self._episode

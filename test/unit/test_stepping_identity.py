@@ -276,3 +276,37 @@ def test_callbacks_that_subscribe_or_poll_while_a_record_is_emitted(plan) -> Non
     assert runs[0][0] == runs[1][0]
     assert_same_records(runs[1][1], runs[0][1])
     assert_same_records(runs[1][2], runs[0][2])
+
+
+def test_unheard_samples_are_skipped_with_the_same_noise_streams(tmp_path: Path) -> None:
+    """While nothing listens, samples delivered at once are skipped (Device.skip: no values,
+    no rays cast, nothing rendered) yet every device's state and noise stream move on as if
+    acquired: subscribing later gives the samples a run listening all along gives."""
+    from _models import SCENE_XML, build, device
+
+    plan = build(tmp_path, SCENE_XML, [
+        device("imu", "imu", {"site": "block_imu"}, period=0.002, gyro_noise=0.01,
+               accel_noise=0.2),
+        device("pose", "body_kinematics", {"body": "block"}, period=0.003,
+               position_noise=0.01, velocity_noise=0.02),
+        device("hit", "rangefinder", {"site": "range_x"}, noise=0.01),
+        device("miss", "rangefinder", {"site": "range_up"}, period=0.002, noise=0.01),
+        device("touch", "digital_input", {"geom": "block_geom"}, period=0.002,
+               mode="contact"),
+        device("scan", "planar_lidar", {"site": "range_x"}, period=0.005, rays=16,
+               noise=0.02),
+    ])
+    silent = plan.create_instance(seed=3, collect=False)
+    heard = plan.create_instance(seed=3, collect=False)
+    late: list = []
+    always: list = []
+    heard.subscribe(always.append)
+    for instance in (silent, heard):
+        instance.advance(777)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.advance(600)
+    tail = [r for r in always if not isinstance(r, DeviceOutput) or r.acquisition_tick >= 777]
+    assert {r.device_id for r in late if isinstance(r, DeviceOutput)} == \
+        {"imu", "pose", "hit", "miss", "touch", "scan"}
+    assert_same_records(tail, late)

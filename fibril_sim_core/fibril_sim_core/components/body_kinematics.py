@@ -64,3 +64,7 @@ class BodyKinematics(Device):
         if self._noisy:
             values += self._std * self.normal(13)
         return values
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        if self._noisy:
+            self.normal(13)

@@ -85,6 +85,13 @@ class Device:
         """Sample the state whose derived quantities ``data`` holds (see instance docs)."""
         raise NotImplementedError
 
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """A sample nobody will see (nothing listens): change the device's state and draw
+        from its noise stream exactly as ``acquire`` would, without making the sample, so
+        later samples are the same bit for bit. Types whose ``acquire`` is cheap or whose
+        state depends on the sample keep this default."""
+        self.acquire(model, data)
+
 
 def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample_type: str,
                       component_names: tuple[str, ...], frame_id: str,

@@ -87,3 +87,6 @@ class DigitalInput(Device):
             else:
                 state = bool((model.geom_bodyid[geoms] == binding["body_id"]).any())
         return np.array((float(state != self._invert),))
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """No noise, no state: nothing to do."""
