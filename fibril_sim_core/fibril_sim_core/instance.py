@@ -249,7 +249,9 @@ class SimulationInstance:
         self._trace = trace if callable(getattr(trace, "write_many", None)) else None
         self._trace_buffer: list[Record] = []
         self._trace_sink = self._trace_buffer.append
-        self._emit_one: Callable[[Record], None] = self._emit
+        # The single list sink, or None (then _emit; a bound method kept here would make the
+        # instance a reference cycle, freed only by the cyclic GC).
+        self._emit_one: Callable[[Record], None] | None = None
         if self._trace is not None:
             self._subscribers.append(self._trace_sink)
         elif trace is not None:
@@ -459,7 +461,7 @@ class SimulationInstance:
         # paths call it directly. It calls nothing back, so nobody can subscribe meanwhile.
         alone = len(self._sinks) == 1 and (not self._subscribers or
                                            self._subscribers[0] is self._trace_sink)
-        self._emit_one = self._sinks[0] if alone else self._emit
+        self._emit_one = self._sinks[0] if alone else None
 
     @property
     def _listening(self) -> bool:
@@ -687,7 +689,7 @@ class SimulationInstance:
     def _deliver(self, t: int) -> None:
         """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
-        emit = self._emit_one
+        emit = self._emit_one or self._emit
         while deliveries and deliveries[0][0] <= t:
             emit(heapq.heappop(deliveries)[2])
 
@@ -723,7 +725,7 @@ class SimulationInstance:
         acquired_ns = acquired * dt
         offset = self._session_offset
         new = tuple.__new__
-        emit = self._emit_one
+        emit = self._emit_one or self._emit
         for i in indices:
             read = reads[i]
             acquire, device_id, sample_type, names, frame_id, latency = read
