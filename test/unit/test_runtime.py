@@ -182,6 +182,22 @@ def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
     assert connection.state()["real_time_factor"] == pytest.approx(1.0, abs=0.2)
 
 
+def test_slow_real_time_frames_answer_requests_and_stop_at_once(start) -> None:
+    """At rtf 0.01 a 10 ms frame lasts a second of wall time; a request or a stop arriving
+    while it waits for its next piece is not kept waiting for the rest of the frame."""
+    runtime = start(mode="realtime", real_time_factor=0.01, frame_duration_s=0.01)
+    connection = runtime.connect()
+    _wait_for(lambda: connection.state()["tick"] >= 2)
+    for _ in range(3):
+        time.sleep(0.2)
+        began = time.perf_counter()
+        assert connection.state()["paused"] is False
+        assert time.perf_counter() - began < 0.3
+    began = time.perf_counter()
+    runtime.stop()
+    assert time.perf_counter() - began < 0.5
+
+
 def test_reset_keeps_session_time_monotonic(start) -> None:
     runtime = start(mode="lockstep")
     connection = runtime.connect()

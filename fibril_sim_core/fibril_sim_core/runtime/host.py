@@ -59,6 +59,9 @@ class SimulationHost:
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
         self._requests: queue.Queue[_Request] = queue.Queue()
+        # Set with every request: a real-time frame waiting for its next piece stops pacing
+        # and finishes at once, so the request is served as soon as it was before.
+        self._poke = threading.Event()
         self._callbacks: tuple[tuple[RecordCallback, RecordFilter | None], ...] = ()
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
@@ -129,6 +132,7 @@ class SimulationHost:
             raise InstanceError("the simulation host is not running")
         item = _Request(action, argument)
         self._requests.put(item)
+        self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
             if self.failure is not None or not thread.is_alive():
@@ -152,6 +156,7 @@ class SimulationHost:
                                 "host thread)")
         self._stopping = True
         self._requests.put(_Request("wake"))
+        self._poke.set()
         thread.join(timeout)
         if thread.is_alive():
             raise InstanceError(f"stop: the simulation host did not stop within {timeout} s "
@@ -304,6 +309,8 @@ class SimulationHost:
         piece = self._piece
         if paced:
             piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
+            self._poke.clear()
+            paced = self._requests.empty()
         done = 0
         busy = 0.0
         mark = time.perf_counter()
@@ -319,8 +326,8 @@ class SimulationHost:
             if paced and done:
                 busy += time.perf_counter() - mark
                 wait = self._due(instance.session_time_ns) - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
+                if wait > 0 and self._poke.wait(wait):
+                    paced = False  # a request waits: the rest of the frame at once
                 mark = time.perf_counter()
             instance.advance(chunk)
             done += chunk
