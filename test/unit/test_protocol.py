@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fibril_sim_core.runtime import protocol
 from fibril_sim_core.records import DeviceOutput, FrameTiming
+from fibril_sim_core.runtime import protocol
 
 
 def _generic(record: DeviceOutput) -> bytes:
