@@ -310,3 +310,59 @@ def test_unheard_samples_are_skipped_with_the_same_noise_streams(tmp_path: Path)
     assert {r.device_id for r in late if isinstance(r, DeviceOutput)} == \
         {"imu", "pose", "hit", "miss", "touch", "scan"}
     assert_same_records(tail, late)
+
+
+@pytest.mark.parametrize("steps", [(1, 2, 7, 333, 1000), (4097,), (2, 2, 2, 2)])
+def test_unheard_encoder_and_motor_feedback_resume_exactly(tmp_path: Path, steps) -> None:
+    """Silent stepping takes the draws of unheard samples at once and skips only the last
+    encoder sample at its tick (the next velocity needs it), over advance() calls of any
+    length: listening afterwards gives what a run listening all along gives."""
+    from _models import HINGE_XML, build, device, motor
+
+    plan = build(tmp_path, HINGE_XML, [
+        motor("m", "drive", "motor/command"),
+        device("enc", "encoder", {"joint": "shaft"}, period=0.003, noise_counts=0.7),
+        device("slide", "encoder", {"joint": "rail"}, period=0.002),
+        device("fb", "motor_feedback", {"actuator": "drive"}, period=0.002, force_noise=0.1,
+               velocity_noise=0.2, current_noise=0.05),
+    ])
+    silent = plan.create_instance(seed=11, collect=False)
+    heard = plan.create_instance(seed=11, collect=False)
+    always: list = []
+    late: list = []
+    heard.subscribe(always.append)
+    for ticks in steps:
+        for instance in (silent, heard):
+            instance.advance(ticks)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.enqueue(_command(1, 0.7))
+        instance.advance(500)
+    start = sum(steps)
+    tail = [r for r in always if not isinstance(r, DeviceOutput) or r.acquisition_tick >= start]
+    assert_same_records(tail, late)
+
+
+@pytest.mark.parametrize("counts", [(0, 1), (5, 3), (4095, 2), (4096, 4096), (9000, 1),
+                                    (300000, 7)])
+def test_skip_draws_leaves_the_stream_where_the_draws_would(counts) -> None:
+    from fibril_sim_core.components.device import Device
+    from fibril_sim_core.instance import component_rng
+
+    normal, normal1 = counts
+    for kind in ("normal", "normal1"):
+        drawn, skipped = (Device(None, component_rng(5, "d")) for _ in range(2))  # type: ignore[arg-type]
+        for device in (drawn, skipped):
+            device.normal(3) if kind == "normal" else device.normal1()  # a started stream
+        if kind == "normal":
+            for _ in range(normal // 7):
+                drawn.normal(7)
+            drawn.normal(normal % 7) if normal % 7 else None
+            skipped.skip_draws(normal, 0)
+            assert drawn.normal(9).tobytes() == skipped.normal(9).tobytes()
+        else:
+            for _ in range(normal1):
+                drawn.normal1()
+            skipped.skip_draws(0, normal1)
+            assert [drawn.normal1() for _ in range(5000)] == \
+                [skipped.normal1() for _ in range(5000)]

@@ -68,3 +68,6 @@ class BodyKinematics(Device):
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._noisy:
             self.normal(13)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (13 if self._noisy else 0), 0

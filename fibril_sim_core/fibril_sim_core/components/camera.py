@@ -58,6 +58,9 @@ class Camera(Device):
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """No noise, no state: nothing is rendered."""
 
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, 0
+
 
 _GL_FAILURE: list[str] = []  # a failed GL start is not retried: MuJoCo aborts on a second try
 

@@ -90,3 +90,6 @@ class DigitalInput(Device):
 
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """No noise, no state: nothing to do."""
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, 0

@@ -60,6 +60,7 @@ class EncoderType(ComponentType):
 
 class Encoder(Device):
     __slots__ = ("_adr", "_per_unit", "_shift", "_noise_std", "_last", "_dt")
+    SILENT_STATE = True  # the next velocity needs the last position
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         super().__init__(descriptor, rng)
@@ -94,3 +95,6 @@ class Encoder(Device):
             scalars = self._scalars
             raw += self._noise_std * (scalars.pop() if scalars else self.normal1())
         self._last = float(round(raw)) / self._per_unit
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, (1 if self._noise_std else 0)

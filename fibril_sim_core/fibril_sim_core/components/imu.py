@@ -74,3 +74,6 @@ class Imu(Device):
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._noisy:
             self.normal(6)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (6 if self._noisy else 0), 0

@@ -74,3 +74,6 @@ class MotorFeedback(Device):
         for std in self._std:  # the draws acquire makes, in its order
             if std:
                 self.normal1()
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, sum(1 for std in self._std if std)

@@ -83,3 +83,6 @@ class PlanarLidar(Device):
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._cfg["noise"]:  # no rays cast: only the draws
             self.normal(self._n)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (self._n if self._cfg["noise"] else 0), 0
