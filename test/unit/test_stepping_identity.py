@@ -366,3 +366,37 @@ def test_skip_draws_leaves_the_stream_where_the_draws_would(counts) -> None:
             skipped.skip_draws(0, normal1)
             assert [drawn.normal1() for _ in range(5000)] == \
                 [skipped.normal1() for _ in range(5000)]
+
+
+def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
+    """Silent stepping on the general read path (no phase table) resumes exactly too."""
+    text = scenario.MANIFEST.read_text()
+    text = text.replace("model: drivetrain.xml", f"model: {scenario.MANIFEST.parent}/drivetrain.xml")
+    text = text.replace("config: {period: 0.002, latency: 0.001}",
+                        "config: {period: 0.257, latency: 0.003}")
+    text = text.replace("config: {period: 0.005, latency: 0.001, gyro_noise",
+                        "config: {period: 0.263, latency: 0.003, gyro_noise")
+    manifest = tmp_path / "simulation.yaml"
+    manifest.write_text(text)
+    odd = SimulationBuilder().build(manifest)
+    silent = odd.create_instance(seed=2, collect=False)
+    heard = odd.create_instance(seed=2, collect=False)
+    assert silent._schedules[False] is None and silent._schedules[True] is None
+    always: list = []
+    late: list = []
+    heard.subscribe(always.append)
+    for ticks in (700, 1, 2600):
+        for instance in (silent, heard):
+            instance.advance(ticks)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.advance(3000)
+    # The outputs delivered from boundary 3301 on (some acquired before it, while silent).
+    outputs = [r for r in late if isinstance(r, DeviceOutput)]
+    seen = {(r.device_id, r.acquisition_tick) for r in outputs}
+    tail = [r for r in always if isinstance(r, DeviceOutput)
+            and ((r.device_id, r.acquisition_tick) in seen or r.acquisition_tick >= 3301)]
+    late = outputs
+    assert {r.device_id for r in late if isinstance(r, DeviceOutput)} >= {
+        "wheel_encoder", "chassis_imu", "drive_feedback", "chassis_pose"}
+    assert_same_records(tail, late)
