@@ -7,8 +7,10 @@ medians are compared:
 * ``raw``          a Python loop of ``mujoco.mj_step(m, d)`` over the same compiled model (the
                    plan's, hidden device sensors included) with the same constant control;
 * ``raw_nstep``    one ``mujoco.mj_step(m, d, nstep=N)`` call (the floor: no Python at all);
-* ``untraced``     ``SimulationInstance.advance(N)`` with every device acquiring, nobody
-                   listening (what a headless run without a trace costs);
+* ``untraced``     ``SimulationInstance.advance(N)`` with nobody listening (what a headless run
+                   without a trace costs): samples delivered at once are skipped (their noise
+                   draws and the encoder's last position still taken, see Device.skip), only
+                   the rangefinder's delayed samples are acquired;
 * ``subscribed``   the same with one subscriber that takes every record (what the runtime does
                    for its connections);
 * ``traced``       the same while writing the rosbag2/MCAP trace (state every 10 steps), closed
