@@ -45,6 +45,7 @@ Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
 _NEVER = 1 << 62
 _MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
 _CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
+_TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
 
 
 class StateCapture:
@@ -177,22 +178,24 @@ _MAX_CYCLE = 1 << 16
 
 
 @functools.lru_cache(maxsize=64)  # one per device-period set: many instances share it
-def _read_schedule(periods: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...],
-                                                      tuple[int, ...]] | None:
+def _read_schedule(periods: tuple[int, ...], active: tuple[bool, ...] | None = None
+                   ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]] | None:
     """Which devices read at each phase of their common cycle, and the gap to the next read.
 
     Device ``i`` samples ticks 0, p_i, 2·p_i, ... (read at the boundary after), so the reads
     repeat with the least common multiple of the periods. Phase ``u`` is the acquired tick
     modulo that cycle: ``due[u]`` lists the devices sampling it (in device order) and
-    ``gaps[u]`` how many ticks later the next sampling is. None when there are no devices or
-    the cycle is too long to tabulate.
+    ``gaps[u]`` how many ticks later the next sampling is. ``active`` (default: all) leaves
+    the other devices out (indices stay those of ``periods``). None when no device is active
+    or the cycle is too long to tabulate.
     """
-    if not periods:
+    used = [(i, p) for i, p in enumerate(periods) if active is None or active[i]]
+    if not used:
         return None
-    cycle = math.lcm(*periods)
+    cycle = math.lcm(*(p for _, p in used))
     if cycle > _MAX_CYCLE:
         return None
-    due = tuple(tuple(i for i, p in enumerate(periods) if u % p == 0) for u in range(cycle))
+    due = tuple(tuple(i for i, p in used if u % p == 0) for u in range(cycle))
     gaps = [0] * cycle
     gap = 1
     for u in range(2 * cycle - 1, -1, -1):  # walking back: distance to the next due phase
@@ -227,6 +230,7 @@ class SimulationInstance:
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
         self._schedule = _read_schedule(tuple(d.period_ticks for d in self._device_specs))
+        self._read_mode: bool | None = None  # the schedule _next_read follows (listening?)
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "
@@ -242,7 +246,18 @@ class SimulationInstance:
         self._collect = collect
         self._collected: list[Record] = []
         self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
-        if trace is not None:
+        # A trace writer with write_many takes the records in lists: the hot path appends to a
+        # list (no Python call per record), handed over at the end of every advance() and
+        # every _TRACE_HANDOFF records (the writer's checks run then).
+        self._trace = trace if callable(getattr(trace, "write_many", None)) else None
+        self._trace_buffer: list[Record] = []
+        self._trace_sink = self._trace_buffer.append
+        # The single list sink, or None (then _emit; a bound method kept here would make the
+        # instance a reference cycle, freed only by the cyclic GC).
+        self._emit_one: Callable[[Record], None] | None = None
+        if self._trace is not None:
+            self._subscribers.append(self._trace_sink)
+        elif trace is not None:
             self._subscribers.append(trace.write)
         self._update_sinks()
         if snapshot_every is None:
@@ -256,6 +271,10 @@ class SimulationInstance:
         self._ingress = Ingress(plan.actuators, self._endpoints,
                                 lambda: this()._clock())  # type: ignore[union-attr]
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        # MjData's arrays, fetched once (each attribute access makes a new numpy view).
+        d = self.data
+        self._snapshot_views = (d.qpos, d.qvel, d.act, d.ctrl, d.actuator_force, d.sensordata,
+                                d.xpos, d.xquat)
         self._state_layout = _state_offsets(plan.model)
         self._rollout_context = nullcontext() if rollout_context is None else rollout_context
         self._start_episode()
@@ -281,7 +300,23 @@ class SimulationInstance:
         self._reads = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
                         spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
+        self._skips = [device.skip for device in self._devices]
         self._next_read = 1 if self._devices else _NEVER
+        # Silent stepping (nothing listens): a device delivering at once whose draws per
+        # sample are known is not stopped for; its draws are taken per advance() and, when its
+        # state needs it, its last sample is skipped at its tick (_silent_at).
+        periods = tuple(self._period)
+        self._batched = tuple(
+            i for i, device in enumerate(self._devices)
+            if self._latency[i] <= 1 and device.silent_draws() is not None)
+        active = tuple(i not in self._batched for i in range(len(periods)))
+        self._schedules = {True: _read_schedule(periods),
+                           False: _read_schedule(periods, active)}
+        self._active_reads = {True: tuple(range(len(periods))),
+                              False: tuple(i for i in range(len(periods)) if active[i])}
+        self._silent_at: dict[int, list[int]] = {}
+        self._silent_next = _NEVER
+        self._read_mode = None  # advance() picks the schedule
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
         self._recorded: list[tuple[int, int, AcceptedInput]] = []
@@ -302,6 +337,7 @@ class SimulationInstance:
                              self._session_offset)
         for callback in self._subscribers:  # not collected: poll() stays the run's records
             callback(start)
+        self._hand_over()
 
     @property
     def _keyframe_id(self) -> int:
@@ -439,6 +475,11 @@ class SimulationInstance:
         # In place, like the subscriber list it mirrors: a callback that subscribes or polls
         # while a record is being emitted sees the same effect as before the sinks existed.
         self._sinks[:] = ([self._collected.append] if self._collect else []) + self._subscribers
+        # One sink that is a list's append (the collection or the trace's list): the hot
+        # paths call it directly. It calls nothing back, so nobody can subscribe meanwhile.
+        alone = len(self._sinks) == 1 and (not self._subscribers or
+                                           self._subscribers[0] is self._trace_sink)
+        self._emit_one = self._sinks[0] if alone else None
 
     @property
     def _listening(self) -> bool:
@@ -510,18 +551,45 @@ class SimulationInstance:
         """
         if ticks < 0:
             raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
+        if self._trace is None:
+            self._advance(ticks)
+            return
+        try:
+            self._advance(ticks)
+        finally:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the records kept for the trace writer to it."""
+        buffer = self._trace_buffer
+        if buffer:
+            records = buffer[:]
+            buffer.clear()  # in place: the sink is this list's append
+            self._trace.write_many(records)  # type: ignore[union-attr]
+
+    def _advance(self, ticks: int) -> None:
         model, data, step = self.model, self.data, mujoco.mj_step
+        buffer = self._trace_buffer
         target = self._tick + ticks
         ingress = self._ingress
         every = self._snapshot_every
         capture = self._capture
+        listening = bool(self._sinks)
+        if self._read_mode is not listening:
+            self._follow_reads(listening)
+        if not listening and self._batched:
+            self._skip_unheard(target)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
         while True:
             t = self._tick
+            if len(buffer) >= _TRACE_HANDOFF:
+                self._hand_over()
             if self._processed != t:
                 if t == self._next_read:
                     self._read(t)
+                if t == self._silent_next:
+                    self._skip_last(t)
                 deliveries = self._deliveries
                 if deliveries and deliveries[0][0] <= t:
                     self._deliver(t)
@@ -537,11 +605,14 @@ class SimulationInstance:
             if t >= target:
                 return
             following = self._next_read
+            if self._silent_next < following:
+                following = self._silent_next
             if every:
                 if self._snapshot_pre is None and t % every == 0:
                     # Captured right before the step so ctrl is what produces the step's forces.
-                    self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(),
-                                              data.act.copy(), data.ctrl.copy()))
+                    qpos, qvel, act, ctrl = self._snapshot_views[:4]
+                    self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
+                                              ctrl.copy()))
                 snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
                 if snapshot < following:
                     following = snapshot
@@ -563,6 +634,55 @@ class SimulationInstance:
                     continue
             step(model, data, following - t)
             self._tick = following
+
+    def _follow_reads(self, listening: bool) -> None:
+        """Follow the schedule of listening or of silent stepping from the next unprocessed
+        boundary on (subscribing is an owner-thread call between advance() calls, or from a
+        callback, which only exists while listening)."""
+        self._read_mode = listening
+        self._schedule = self._schedules[listening]
+        active = self._active_reads[listening]
+        start = max(1, self._tick + (self._processed == self._tick))
+        if not active:
+            self._next_read = _NEVER
+        elif self._schedule is not None:
+            self._next_read = start  # _read finds the devices due there (maybe none)
+        else:
+            read_at, period = self._read_at, self._period
+            for i in active:  # the first boundary >= start reading an acquisition tick
+                read_at[i] = -(-(start - 1) // period[i]) * period[i] + 1
+            self._next_read = min(read_at[i] for i in active)
+
+    def _skip_unheard(self, target: int) -> None:
+        """Silent stepping to ``target``: the samples of the batched devices at the boundaries
+        up to ``target`` are skipped here, their draws at once (each device has its own
+        stream, so taking them now or at their ticks is the same); a device whose state needs
+        its last sample gets a stop there (``_skip_last``)."""
+        start = max(1, self._tick + (self._processed == self._tick))
+        if start > target:
+            return
+        for i in self._batched:
+            period = self._period[i]
+            first = -(-(start - 1) // period)  # samples a·period read at boundary a·period+1
+            last = (target - 1) // period
+            count = last - first + 1
+            if count <= 0:
+                continue
+            device = self._devices[i]
+            normal, normal1 = device.silent_draws()  # type: ignore[misc]
+            if device.SILENT_STATE:
+                count -= 1
+                self._silent_at.setdefault(last * period + 1, []).append(i)
+            if count and (normal or normal1):
+                device.skip_draws(normal * count, normal1 * count)
+        if self._silent_at:
+            self._silent_next = min(self._silent_at)
+
+    def _skip_last(self, t: int) -> None:
+        model, data = self.model, self.data
+        for i in self._silent_at.pop(t):
+            self._devices[i].skip(model, data)
+        self._silent_next = min(self._silent_at) if self._silent_at else _NEVER
 
     def _next_event(self, t: int, following: int) -> int:
         """The earliest of ``following`` (reads, deliveries, snapshots), command releases,
@@ -587,7 +707,7 @@ class SimulationInstance:
                 return t
         elif self._capture is None:
             return t
-        end = min(self._next_read, target)
+        end = min(self._next_read, self._silent_next, target)
         if self._deliveries:
             end = min(end, self._deliveries[0][0])
         for release, _, item in self._releases:  # a few commands waiting out their latency
@@ -645,7 +765,7 @@ class SimulationInstance:
     def _deliver(self, t: int) -> None:
         """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
-        emit = self._emit
+        emit = self._emit_one or self._emit
         while deliveries and deliveries[0][0] <= t:
             emit(heapq.heappop(deliveries)[2])
 
@@ -660,26 +780,29 @@ class SimulationInstance:
             self._next_read = t + gaps[phase]
         else:  # periods whose common cycle is too long for a table
             read_at, period = self._read_at, self._period
-            indices = [i for i, at in enumerate(read_at) if at == t]
+            active = self._active_reads[bool(self._read_mode)]
+            indices = [i for i in active if read_at[i] == t]
             for i in indices:
                 read_at[i] = t + period[i]
-            self._next_read = min(read_at)
+            self._next_read = min(read_at[i] for i in active)
         model, data = self.model, self.data
         reads = self._reads
         listening = bool(self._sinks)
-        if not listening:  # outputs delivered at once would go nowhere: only acquire
+        if not listening:  # outputs delivered at once would go nowhere: only skip them
+            skips = self._skips
             for i in indices:
                 read = reads[i]
-                values = read[0](model, data)
                 if read[5] > 1:  # delivered later: someone may listen by then
-                    self._delay(t, read, values)
+                    self._delay(t, read, read[0](model, data))
+                else:  # the device's state and noise stream move on as if acquired
+                    skips[i](model, data)
             return
         dt = self._dt
         episode = self._episode
         acquired_ns = acquired * dt
         offset = self._session_offset
         new = tuple.__new__
-        emit = self._emit
+        emit = self._emit_one or self._emit
         for i in indices:
             read = reads[i]
             acquire, device_id, sample_type, names, frame_id, latency = read
@@ -748,12 +871,11 @@ class SimulationInstance:
 
     def _snapshot(self, t: int) -> None:
         """Complete the snapshot whose state was captured right before the step t-1 → t."""
-        data = self.data
         tick, (qpos, qvel, act, ctrl) = self._snapshot_pre
+        force, sensordata, xpos, xquat = self._snapshot_views[4:]
         self._emit(StateSnapshot(
             self._episode, tick, tick * self._dt, self._session_offset + tick * self._dt,
-            qpos, qvel, act, ctrl, data.actuator_force.copy(), data.sensordata.copy(),
-            data.xpos.copy(), data.xquat.copy()))
+            qpos, qvel, act, ctrl, force.copy(), sensordata.copy(), xpos.copy(), xquat.copy()))
         self._snapshot_pre = None
 
     def state(self) -> dict[str, Any]:

@@ -128,6 +128,76 @@ def test_realtime_factor_paces_simulation(start) -> None:
     assert 2.5 < factor < 6.5
 
 
+def test_measured_real_time_factor_in_lockstep(start) -> None:
+    """In lockstep the measured rtf is the pace of the step(n) loop (client time included),
+    and it falls to 0 a second after stepping stops."""
+    connection = start(mode="lockstep").connect()
+    assert connection.state()["real_time_factor"] == 0.0
+    wall0 = time.perf_counter()
+    first = connection.step(20)["session_time_ns"]
+    while time.perf_counter() - wall0 < 0.4:
+        time.sleep(0.01)  # the client's own work between its requests
+        state = connection.step(20)
+    wall = time.perf_counter() - wall0
+    expected = (state["session_time_ns"] - first) / 1e9 / wall
+    assert expected > 0.3
+    assert state["real_time_factor"] == pytest.approx(expected, rel=0.3)
+    assert connection.state()["real_time_factor"] == pytest.approx(expected, rel=0.3)
+    time.sleep(1.1)
+    assert connection.state()["real_time_factor"] == 0.0
+
+
+def test_measured_real_time_factor_is_zero_when_paused(start) -> None:
+    connection = start(mode="fast").connect()
+    _wait_for(lambda: connection.state()["real_time_factor"] > 0)
+    assert connection.pause()["real_time_factor"] == 0.0
+    assert connection.state()["real_time_factor"] == 0.0
+    connection.step(5)
+    connection.step(5)  # stepping while paused is measured like lockstep
+    assert connection.state()["real_time_factor"] > 0
+
+
+def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
+    """At rtf 1 a 20 ms frame is stepped a millisecond at a time, each piece when it is due:
+    its samples leave at their real time, not in one burst ahead of the clock, and the
+    frame's FrameTiming counts the stepping only."""
+    runtime = start(mode="realtime", real_time_factor=1.0, frame_duration_s=0.02)
+    connection = runtime.connect()
+    stamps: dict[int, float] = {}
+    frames: list[FrameTiming] = []
+
+    def on_record(record) -> None:
+        if isinstance(record, DeviceOutput):
+            stamps[record.acquisition_tick] = time.perf_counter()
+        elif isinstance(record, FrameTiming):
+            frames.append(record)
+
+    connection.on_record(on_record)
+    _wait_for(lambda: len(frames) >= 12)
+    frame = frames[10]  # a frame well after start-up: ticks frame.tick - 20 .. frame.tick
+    first, last = frame.tick - 20, frame.tick - 2  # samples acquired 18 ms apart in sim time
+    spread = stamps[last] - stamps[first]
+    assert 0.012 < spread < 0.030  # ~18 ms of wall time (a burst would take well under 5 ms)
+    assert all(f.wall_step_time < 0.015 for f in frames[2:12])
+    assert connection.state()["real_time_factor"] == pytest.approx(1.0, abs=0.2)
+
+
+def test_slow_real_time_frames_answer_requests_and_stop_at_once(start) -> None:
+    """At rtf 0.01 a 10 ms frame lasts a second of wall time; a request or a stop arriving
+    while it waits for its next piece is not kept waiting for the rest of the frame."""
+    runtime = start(mode="realtime", real_time_factor=0.01, frame_duration_s=0.01)
+    connection = runtime.connect()
+    _wait_for(lambda: connection.state()["tick"] >= 2)
+    for _ in range(3):
+        time.sleep(0.2)
+        began = time.perf_counter()
+        assert connection.state()["paused"] is False
+        assert time.perf_counter() - began < 0.3
+    began = time.perf_counter()
+    runtime.stop()
+    assert time.perf_counter() - began < 0.5
+
+
 def test_reset_keeps_session_time_monotonic(start) -> None:
     runtime = start(mode="lockstep")
     connection = runtime.connect()

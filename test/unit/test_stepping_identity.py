@@ -276,3 +276,127 @@ def test_callbacks_that_subscribe_or_poll_while_a_record_is_emitted(plan) -> Non
     assert runs[0][0] == runs[1][0]
     assert_same_records(runs[1][1], runs[0][1])
     assert_same_records(runs[1][2], runs[0][2])
+
+
+def test_unheard_samples_are_skipped_with_the_same_noise_streams(tmp_path: Path) -> None:
+    """While nothing listens, samples delivered at once are skipped (Device.skip: no values,
+    no rays cast, nothing rendered) yet every device's state and noise stream move on as if
+    acquired: subscribing later gives the samples a run listening all along gives."""
+    from _models import SCENE_XML, build, device
+
+    plan = build(tmp_path, SCENE_XML, [
+        device("imu", "imu", {"site": "block_imu"}, period=0.002, gyro_noise=0.01,
+               accel_noise=0.2),
+        device("pose", "body_kinematics", {"body": "block"}, period=0.003,
+               position_noise=0.01, velocity_noise=0.02),
+        device("hit", "rangefinder", {"site": "range_x"}, noise=0.01),
+        device("miss", "rangefinder", {"site": "range_up"}, period=0.002, noise=0.01),
+        device("touch", "digital_input", {"geom": "block_geom"}, period=0.002,
+               mode="contact"),
+        device("scan", "planar_lidar", {"site": "range_x"}, period=0.005, rays=16,
+               noise=0.02),
+    ])
+    silent = plan.create_instance(seed=3, collect=False)
+    heard = plan.create_instance(seed=3, collect=False)
+    late: list = []
+    always: list = []
+    heard.subscribe(always.append)
+    for instance in (silent, heard):
+        instance.advance(777)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.advance(600)
+    tail = [r for r in always if not isinstance(r, DeviceOutput) or r.acquisition_tick >= 777]
+    assert {r.device_id for r in late if isinstance(r, DeviceOutput)} == \
+        {"imu", "pose", "hit", "miss", "touch", "scan"}
+    assert_same_records(tail, late)
+
+
+@pytest.mark.parametrize("steps", [(1, 2, 7, 333, 1000), (4097,), (2, 2, 2, 2)])
+def test_unheard_encoder_and_motor_feedback_resume_exactly(tmp_path: Path, steps) -> None:
+    """Silent stepping takes the draws of unheard samples at once and skips only the last
+    encoder sample at its tick (the next velocity needs it), over advance() calls of any
+    length: listening afterwards gives what a run listening all along gives."""
+    from _models import HINGE_XML, build, device, motor
+
+    plan = build(tmp_path, HINGE_XML, [
+        motor("m", "drive", "motor/command"),
+        device("enc", "encoder", {"joint": "shaft"}, period=0.003, noise_counts=0.7),
+        device("slide", "encoder", {"joint": "rail"}, period=0.002),
+        device("fb", "motor_feedback", {"actuator": "drive"}, period=0.002, force_noise=0.1,
+               velocity_noise=0.2, current_noise=0.05),
+    ])
+    silent = plan.create_instance(seed=11, collect=False)
+    heard = plan.create_instance(seed=11, collect=False)
+    always: list = []
+    late: list = []
+    heard.subscribe(always.append)
+    for ticks in steps:
+        for instance in (silent, heard):
+            instance.advance(ticks)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.enqueue(_command(1, 0.7))
+        instance.advance(500)
+    start = sum(steps)
+    tail = [r for r in always if not isinstance(r, DeviceOutput) or r.acquisition_tick >= start]
+    assert_same_records(tail, late)
+
+
+@pytest.mark.parametrize("counts", [(0, 1), (5, 3), (4095, 2), (4096, 4096), (9000, 1),
+                                    (300000, 7)])
+def test_skip_draws_leaves_the_stream_where_the_draws_would(counts) -> None:
+    from fibril_sim_core.components.device import Device
+    from fibril_sim_core.instance import component_rng
+
+    normal, normal1 = counts
+    for kind in ("normal", "normal1"):
+        drawn, skipped = (Device(None, component_rng(5, "d")) for _ in range(2))  # type: ignore[arg-type]
+        for device in (drawn, skipped):
+            device.normal(3) if kind == "normal" else device.normal1()  # a started stream
+        if kind == "normal":
+            for _ in range(normal // 7):
+                drawn.normal(7)
+            drawn.normal(normal % 7) if normal % 7 else None
+            skipped.skip_draws(normal, 0)
+            assert drawn.normal(9).tobytes() == skipped.normal(9).tobytes()
+        else:
+            for _ in range(normal1):
+                drawn.normal1()
+            skipped.skip_draws(0, normal1)
+            assert [drawn.normal1() for _ in range(5000)] == \
+                [skipped.normal1() for _ in range(5000)]
+
+
+def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
+    """Silent stepping on the general read path (no phase table) resumes exactly too."""
+    text = scenario.MANIFEST.read_text()
+    text = text.replace("model: drivetrain.xml", f"model: {scenario.MANIFEST.parent}/drivetrain.xml")
+    text = text.replace("config: {period: 0.002, latency: 0.001}",
+                        "config: {period: 0.257, latency: 0.003}")
+    text = text.replace("config: {period: 0.005, latency: 0.001, gyro_noise",
+                        "config: {period: 0.263, latency: 0.003, gyro_noise")
+    manifest = tmp_path / "simulation.yaml"
+    manifest.write_text(text)
+    odd = SimulationBuilder().build(manifest)
+    silent = odd.create_instance(seed=2, collect=False)
+    heard = odd.create_instance(seed=2, collect=False)
+    assert silent._schedules[False] is None and silent._schedules[True] is None
+    always: list = []
+    late: list = []
+    heard.subscribe(always.append)
+    for ticks in (700, 1, 2600):
+        for instance in (silent, heard):
+            instance.advance(ticks)
+    silent.subscribe(late.append)
+    for instance in (silent, heard):
+        instance.advance(3000)
+    # The outputs delivered from boundary 3301 on (some acquired before it, while silent).
+    outputs = [r for r in late if isinstance(r, DeviceOutput)]
+    seen = {(r.device_id, r.acquisition_tick) for r in outputs}
+    tail = [r for r in always if isinstance(r, DeviceOutput)
+            and ((r.device_id, r.acquisition_tick) in seen or r.acquisition_tick >= 3301)]
+    late = outputs
+    assert {r.device_id for r in late if isinstance(r, DeviceOutput)} >= {
+        "wheel_encoder", "chassis_imu", "drive_feedback", "chassis_pose"}
+    assert_same_records(tail, late)

@@ -452,6 +452,22 @@ def test_bad_records_and_bad_metadata_are_trace_errors(tmp_path: Path) -> None:
         assert reader.message_count == 1
 
 
+def test_write_many_is_write_for_each_record(tmp_path: Path, records: list) -> None:
+    """write_many queues in order like write; an odd record in the list is refused like write
+    refuses it, after the ones before it; a closed writer refuses the list."""
+    with TraceWriter(tmp_path / "many", provenance={}, layout=LAYOUT) as writer:
+        writer.write_many(records[:5])
+        with pytest.raises(TypeError, match="cannot trace a str"):
+            writer.write_many([*records[5:7], "not a record"])  # type: ignore[list-item]
+        writer.write_many(records[7:])
+        assert writer.record_count == len(records)
+    with pytest.raises(TraceError, match="closed"):
+        writer.write_many(records[:1])
+    with TraceReader(tmp_path / "many") as one, TraceReader(
+            write_trace(tmp_path / "each", records)) as other:
+        assert one.message_count == other.message_count == len(records)
+
+
 def test_reader_rejects_non_traces(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="does not exist"):
         TraceReader(tmp_path / "missing")

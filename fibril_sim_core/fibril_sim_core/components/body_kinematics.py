@@ -64,3 +64,10 @@ class BodyKinematics(Device):
         if self._noisy:
             values += self._std * self.normal(13)
         return values
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        if self._noisy:
+            self.normal(13)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (13 if self._noisy else 0), 0

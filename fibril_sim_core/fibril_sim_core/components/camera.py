@@ -55,6 +55,12 @@ class Camera(Device):
         self._renderer.update_scene(data, camera=self._camera)
         return np.asarray(self._renderer.render(), dtype=np.float64).ravel()
 
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """No noise, no state: nothing is rendered."""
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, 0
+
 
 _GL_FAILURE: list[str] = []  # a failed GL start is not retried: MuJoCo aborts on a second try
 

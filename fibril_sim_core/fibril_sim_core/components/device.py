@@ -46,6 +46,8 @@ class Device:
 
     __slots__ = ("descriptor", "rng", "_noise", "_used", "_scalars", "_data", "_sensordata")
     BLOCK = 4096
+    #: ``skip`` must see the last of a run of unheard samples (its state depends on it).
+    SILENT_STATE = False
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         self.descriptor = descriptor
@@ -84,6 +86,40 @@ class Device:
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         """Sample the state whose derived quantities ``data`` holds (see instance docs)."""
         raise NotImplementedError
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """A sample nobody will see (nothing listens): change the device's state and draw
+        from its noise stream exactly as ``acquire`` would, without making the sample, so
+        later samples are the same bit for bit. Types whose ``acquire`` is cheap or whose
+        state depends on the sample keep this default."""
+        self.acquire(model, data)
+
+    def silent_draws(self) -> tuple[int, int] | None:
+        """(``normal`` draws, ``normal1`` draws) that ``skip`` takes for one sample whatever
+        the state, or None when that depends on the sample. With draws known, unheard
+        samples need no stop at their tick: ``skip_draws`` takes the draws of many at once
+        (the stream is the same however it is cut), and only the last one is skipped at its
+        tick when ``SILENT_STATE``."""
+        return None
+
+    def skip_draws(self, normal: int, normal1: int) -> None:
+        """Take ``normal`` draws of ``normal`` and ``normal1`` of ``normal1``, unused."""
+        chunk = 64 * self.BLOCK
+        while normal > 0:
+            self.normal(min(normal, chunk))
+            normal -= chunk
+        scalars = self._scalars
+        take = min(normal1, len(scalars))
+        if take:  # reversed: the next draws are at the end
+            del scalars[len(scalars) - take:]
+            normal1 -= take
+        if normal1:
+            blocks, rest = divmod(normal1, self.BLOCK)
+            self.skip_draws(blocks * self.BLOCK, 0)  # whole refills of normal1
+            if rest:
+                self._scalars = self.normal(self.BLOCK).tolist()
+                self._scalars.reverse()
+                del self._scalars[self.BLOCK - rest:]
 
 
 def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample_type: str,

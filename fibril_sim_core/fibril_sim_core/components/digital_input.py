@@ -87,3 +87,9 @@ class DigitalInput(Device):
             else:
                 state = bool((model.geom_bodyid[geoms] == binding["body_id"]).any())
         return np.array((float(state != self._invert),))
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """No noise, no state: nothing to do."""
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, 0

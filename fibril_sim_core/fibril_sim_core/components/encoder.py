@@ -60,6 +60,7 @@ class EncoderType(ComponentType):
 
 class Encoder(Device):
     __slots__ = ("_adr", "_per_unit", "_shift", "_noise_std", "_last", "_dt")
+    SILENT_STATE = True  # the next velocity needs the last position
 
     def __init__(self, descriptor: DeviceDescriptor, rng: np.random.Generator) -> None:
         super().__init__(descriptor, rng)
@@ -85,3 +86,15 @@ class Encoder(Device):
         self._last = position
         return np.array((position, 0.0 if last is None else (position - last) / self._dt,
                          counts))
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        """The quantized position is the encoder's state (the next velocity needs it)."""
+        sensordata = self._sensordata if data is self._data else self.sensordata(data)
+        raw = (sensordata.item(self._adr) + self._shift) * self._per_unit
+        if self._noise_std:
+            scalars = self._scalars
+            raw += self._noise_std * (scalars.pop() if scalars else self.normal1())
+        self._last = float(round(raw)) / self._per_unit
+
+    def silent_draws(self) -> tuple[int, int]:
+        return 0, (1 if self._noise_std else 0)

@@ -70,3 +70,10 @@ class Imu(Device):
         if self._noisy:
             values += self._std * self.normal(6)
         return values
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        if self._noisy:
+            self.normal(6)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (6 if self._noisy else 0), 0

@@ -79,3 +79,10 @@ class PlanarLidar(Device):
         ranges = np.clip(ranges, self._cfg["min_range"], self._cfg["max_range"])
         ranges[miss] = self._cfg["max_range"]
         return ranges
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        if self._cfg["noise"]:  # no rays cast: only the draws
+            self.normal(self._n)
+
+    def silent_draws(self) -> tuple[int, int]:
+        return (self._n if self._cfg["noise"] else 0), 0

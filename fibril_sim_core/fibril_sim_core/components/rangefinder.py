@@ -65,3 +65,12 @@ class Rangefinder(Device):
         if self._res:
             distance = round(distance / self._res) * self._res
         return np.array((min(max(distance, self._min), self._max), 1.0))
+
+    def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
+        if self._std:  # a draw only for a return in range, as in acquire
+            distance = self.sensordata(data).item(self._adr)
+            if not (distance < 0 or distance > self._max or distance < self._min):
+                self.normal(1)
+
+    def silent_draws(self) -> tuple[int, int] | None:
+        return None if self._std else (0, 0)  # with noise a draw only for a return

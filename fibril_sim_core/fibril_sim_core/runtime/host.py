@@ -28,6 +28,11 @@ from .subscription import RecordFilter
 RecordCallback = Callable[[Any], None]
 StateProvider = Callable[[], dict[str, Any]]
 _RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
+_PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
+# In real time a frame is stepped in pieces of about this much wall time, each when it is due,
+# rather than all at once ahead of the clock: outputs leave at their real time, and the host
+# is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
+_PACE_S = 0.001
 
 
 @dataclass
@@ -54,6 +59,9 @@ class SimulationHost:
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
         self._requests: queue.Queue[_Request] = queue.Queue()
+        # Set with every request: a real-time frame waiting for its next piece stops pacing
+        # and finishes at once, so the request is served as soon as it was before.
+        self._poke = threading.Event()
         self._callbacks: tuple[tuple[RecordCallback, RecordFilter | None], ...] = ()
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
@@ -63,6 +71,8 @@ class SimulationHost:
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
         self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
+        self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
+        self._anchor = (0.0, 0)  # real-time pacing: (perf_counter, session ns) it counts from
         self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
         instance.subscribe(self._dispatch)
 
@@ -122,6 +132,7 @@ class SimulationHost:
             raise InstanceError("the simulation host is not running")
         item = _Request(action, argument)
         self._requests.put(item)
+        self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
             if self.failure is not None or not thread.is_alive():
@@ -145,6 +156,7 @@ class SimulationHost:
                                 "host thread)")
         self._stopping = True
         self._requests.put(_Request("wake"))
+        self._poke.set()
         thread.join(timeout)
         if thread.is_alive():
             raise InstanceError(f"stop: the simulation host did not stop within {timeout} s "
@@ -173,14 +185,13 @@ class SimulationHost:
 
     def _loop(self) -> None:
         instance = self.instance
-        anchor_wall = time.perf_counter()
-        anchor_sim = instance.session_time_ns
+        self._anchor = (time.perf_counter(), instance.session_time_ns)
         while not self._stopping:
             wait: float | None
             if self._paused:
                 wait = None
             elif self._mode == "realtime":
-                due = anchor_wall + (instance.session_time_ns - anchor_sim) / 1e9 / self._rtf
+                due = self._due(instance.session_time_ns)
                 wait = max(0.0, due - time.perf_counter())
             else:
                 wait = 0.0
@@ -196,10 +207,15 @@ class SimulationHost:
             if item is not None:
                 resync = self._serve(item)
                 if resync:
-                    anchor_wall, anchor_sim = time.perf_counter(), instance.session_time_ns
+                    self._anchor = (time.perf_counter(), instance.session_time_ns)
                 continue
             if not self._paused:
-                self._frame(self.frame_ticks)
+                self._frame(self.frame_ticks, paced=self._mode == "realtime")
+
+    def _due(self, session_time_ns: int) -> float:
+        """The wall time (perf_counter) at which real-time pacing reaches a session time."""
+        wall, sim = self._anchor
+        return wall + (session_time_ns - sim) / 1e9 / self._rtf
 
     def _serve(self, item: _Request) -> bool:
         """Run one request; return True when real-time pacing must restart from now.
@@ -210,6 +226,8 @@ class SimulationHost:
         instance = self.instance
         advancing = False
         try:
+            if item.action in _PACING_ACTIONS:
+                self._frames_since = time.perf_counter()  # a new pace: measured afresh
             if item.action == "pause":
                 self._paused = True
             elif item.action == "resume":
@@ -280,27 +298,41 @@ class SimulationHost:
             item.done.set()
         return item.action in ("resume", "reset", "rtf", "mode", "step")
 
-    def _frame(self, ticks: int) -> None:
+    def _frame(self, ticks: int, paced: bool = False) -> None:
         """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
-        long ``step(n)`` is served at a tick boundary."""
+        long ``step(n)`` is served at a tick boundary. ``paced``: in real time, each piece of
+        about ``_PACE_S`` waits for its wall time (the frame's FrameTiming counts the
+        stepping, not the waiting)."""
         instance = self.instance
         start_sim = instance.session_time_ns
-        start = time.perf_counter()
         renders = self._renders
+        piece = self._piece
+        if paced:
+            piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
+            self._poke.clear()
+            paced = self._requests.empty()
         done = 0
+        busy = 0.0
+        mark = time.perf_counter()
         while True:
             if renders.active:
                 renders.render_due(instance.episode, instance.tick, self._session_tick(),
                                    instance.data)
             if done >= ticks or (self._stopping and done):
                 break
-            chunk = min(ticks - done, self._piece)
+            chunk = min(ticks - done, piece)
             if renders.active:
                 chunk = max(1, min(chunk, renders.ticks_until_due(self._session_tick())))
+            if paced and done:
+                busy += time.perf_counter() - mark
+                wait = self._due(instance.session_time_ns) - time.perf_counter()
+                if wait > 0 and self._poke.wait(wait):
+                    paced = False  # a request waits: the rest of the frame at once
+                mark = time.perf_counter()
             instance.advance(chunk)
             done += chunk
         end = time.perf_counter()
-        wall = end - start
+        wall = busy + end - mark
         sim = (instance.session_time_ns - start_sim) / 1e9
         self._frames.append((end, instance.session_time_ns))
         frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
@@ -314,15 +346,23 @@ class SimulationHost:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
 
     def _measured_rtf(self) -> float:
-        """Simulated over wall time across the frames of the last second (0 when still)."""
+        """Simulated over wall time across the frames of the last second, in every mode.
+
+        Frames are those of free running and of ``step(n)`` requests alike (lockstep, or
+        stepping while paused), so in lockstep it is the pace of the whole loop, the client's
+        time between its requests included. Of the frames that ended in the last second (and
+        after the last pause / resume / set_mode / set_real_time_factor), with F the oldest
+        and L the newest: (session time at L - session time at F) / (now - end of F).
+        0 with fewer than two such frames (paused, or stepping stopped a second ago)."""
         frames = self._frames
-        if self._paused or len(frames) < 2:
+        if len(frames) < 2:
             return 0.0
         now = time.perf_counter()
+        since = max(now - _RTF_WINDOW_S, self._frames_since)
         last_wall, last_sim = frames[-1]
         first_wall, first_sim = last_wall, last_sim
         for wall, sim in reversed(frames):
-            if now - wall > _RTF_WINDOW_S:
+            if wall < since:
                 break
             first_wall, first_sim = wall, sim
         span = now - first_wall

@@ -22,7 +22,7 @@ import msgpack
 import numpy as np
 
 from .. import errors
-from ..records import ExternalInput
+from ..records import DeviceOutput, ExternalInput
 from .subscription import RECORD_KINDS
 
 PROTOCOL_VERSION = 1
@@ -72,11 +72,71 @@ def request(op: str, **fields: Any) -> bytes:
 def record_to_wire(record: Any) -> bytes:
     """One record as msgpack bytes (encoded once, sent to every client that wants it)."""
     cls = type(record)
+    if cls is DeviceOutput:
+        values = record[8]
+        if type(values) is np.ndarray and values.ndim == 1 and values.dtype.str == "<f8" \
+                and type(record[9]) is tuple:
+            return _device_output_to_wire(record, values)
     return pack([RECORD_KINDS[cls], *(getattr(record, name) for name in _FIELDS[cls])])
+
+
+# The constant parts of a device's DeviceOutput messages, by (device id, sample type, names,
+# frame, value count), and the message head by episode: a sample is then one msgpack call for
+# its ticks and times, and its raw values. The bytes are exactly what ``pack`` makes.
+_DEVICE_PARTS: dict[tuple, tuple[bytes, bytes, bytes]] = {}
+_DEVICE_HEADS: dict[int, bytes] = {}
+
+
+def _device_output_to_wire(record: Any, values: np.ndarray) -> bytes:
+    count = values.shape[0]
+    key = (record[1], record[2], record[9], record[10], count)
+    parts = _DEVICE_PARTS.get(key)
+    if parts is None:
+        if len(_DEVICE_PARTS) > 4096:
+            _DEVICE_PARTS.clear()
+        raw = 8 * count
+        inner = b"\x93" + pack("<f8") + pack([count]) + _bin_header(raw)
+        parts = _DEVICE_PARTS[key] = (
+            pack(record[1]) + pack(record[2]), _ext_header(len(inner) + raw) + inner,
+            pack(list(record[9])) + pack(record[10]))
+    head = _DEVICE_HEADS.get(record[0])
+    if head is None:
+        if len(_DEVICE_HEADS) > 4096:
+            _DEVICE_HEADS.clear()
+        head = _DEVICE_HEADS[record[0]] = (b"\x9c" + pack(RECORD_KINDS[DeviceOutput])
+                                           + pack(record[0]))
+    ids, ext, tail = parts
+    return b"".join((head, ids, pack(record[3:8])[1:], ext, values.tobytes(), tail))
+
+
+def _bin_header(size: int) -> bytes:
+    if size < 1 << 8:
+        return b"\xc4" + size.to_bytes(1, "big")
+    if size < 1 << 16:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
+
+
+def _ext_header(size: int) -> bytes:
+    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}.get(size)
+    if fixed is not None:
+        return bytes((fixed, _ARRAY_EXT))
+    if size < 1 << 8:
+        return b"\xc7" + size.to_bytes(1, "big") + bytes((_ARRAY_EXT,))
+    if size < 1 << 16:
+        return b"\xc8" + size.to_bytes(2, "big") + bytes((_ARRAY_EXT,))
+    return b"\xc9" + size.to_bytes(4, "big") + bytes((_ARRAY_EXT,))
+
+
+_DEVICE_KIND = RECORD_KINDS[DeviceOutput]
+_DEVICE_FIELD_COUNT = len(DeviceOutput._fields)
 
 
 def record_from_wire(data: bytes) -> Any:
     kind, *values = unpack(data)
+    if kind == _DEVICE_KIND and len(values) == _DEVICE_FIELD_COUNT:
+        values[9] = tuple(values[9])
+        return tuple.__new__(DeviceOutput, values)  # positional: a NamedTuple
     cls = _TYPES.get(kind)
     if cls is None:
         raise errors.ServerError(f"protocol: unknown record kind {kind!r}")

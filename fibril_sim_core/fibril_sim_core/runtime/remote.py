@@ -254,10 +254,10 @@ class RemoteConnection:
             if header.get("t") != "records":
                 continue
             seq = int(header["seq"])
-            records = [protocol.record_from_wire(f) for f in frames[1:]]
             with self._progress:
                 callbacks = list(self._callbacks)
-            for record in records:
+            for frame in frames[1:]:  # each record handed on as soon as it is decoded
+                record = protocol.record_from_wire(frame)
                 for callback, record_filter in callbacks:
                     if record_filter.matches(record):
                         try:

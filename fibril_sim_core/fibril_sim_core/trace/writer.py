@@ -309,17 +309,31 @@ class TraceWriter:
         custom_data = {PROVENANCE_KEY: self._json("provenance", provenance),
                        LAYOUT_KEY: self._json("layout", layout)}
         self._prepare_directory()
+        mcap_path = self.path / f"{self.path.name}.mcap"
         try:
-            mcap = McapFile(self.path / f"{self.path.name}.mcap", profile="ros2",
-                            library=_library())
-        except OSError as exc:
+            mcap = McapFile(mcap_path, profile="ros2", library=_library())
+        except BaseException as exc:
+            if not isinstance(exc, FileExistsError) and mcap_path.exists():  # made here
+                mcap_path.unlink()
+            if not isinstance(exc, OSError):
+                raise
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
-        bag = _Bag(self.path, mcap, custom_data, _msgtypes.typestore())
-        try:  # early, so a reader finds provenance and layout even after a SIGKILL
+        try:
+            bag = _Bag(self.path, mcap, custom_data, _msgtypes.typestore())
+            # early, so a reader finds provenance and layout even after a SIGKILL
             _write_metadata_yaml(self.path, _dump_metadata(_metadata(bag, None, {}, None, None)))
-        except OSError as exc:
+        except BaseException as exc:
+            # Not a trace yet (a signal while it is being created, a disk error): nothing is
+            # left that would look like a started one.
             mcap.abandon()
+            for leftover in (mcap_path, self.path / "metadata.yaml.tmp"):
+                try:
+                    leftover.unlink()
+                except OSError:
+                    pass
+            if not isinstance(exc, OSError):
+                raise
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         self._count = 0
@@ -364,6 +378,22 @@ class TraceWriter:
         self._pending.append(record)
         self._count += 1
         if not self._count % _CHECK_EVERY:
+            self._check()
+
+    def write_many(self, records: list[TraceRecord]) -> None:
+        """Queue records for the bag, in order (what ``write`` does for each of them)."""
+        if self._closed:
+            msg = f"{self.path}: trace writer is closed"
+            raise TraceError(msg)
+        kinds = set(map(type, records))
+        if not kinds <= _KIND_SET:
+            for record in records:  # the ones before the odd record are queued, as by write
+                self.write(record)
+            return
+        before = self._count
+        self._pending.extend(records)
+        self._count += len(records)
+        if self._count // _CHECK_EVERY != before // _CHECK_EVERY:
             self._check()
 
     def flush(self) -> None:
