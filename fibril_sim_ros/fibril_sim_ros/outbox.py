@@ -7,7 +7,6 @@ Every write goes out in the order the host emitted it, either at once on the cal
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,7 +53,6 @@ class Outbox:
         self.blocking = False
         self.queued = False
         self.drops: dict[str, int] = {}
-        self.frames: deque[tuple[float, int]] = deque()
         self.last_clock_ns = -1
         self.clock_step_ns = 0
         self.interleave_clock = False
@@ -84,11 +82,6 @@ class Outbox:
                 self._failed(exc)
         elif cls is FrameTiming:
             try:
-                wall = time.perf_counter()
-                window = self.frames
-                window.append((wall, record.session_time_ns))
-                while len(window) > 2 and wall - window[1][0] > 1.0:
-                    window.popleft()
                 self._node.publish_frame(record)
                 # Behind this frame's queued messages, if any (a controller woken by /clock
                 # has its inputs).
@@ -199,13 +192,6 @@ class Outbox:
                 room.set()
             if queue:  # queued between the last pop and clearing busy
                 work.set()
-
-    def measured_rtf(self) -> float:
-        window = list(self.frames)
-        if len(window) < 2 or time.perf_counter() - window[-1][0] > 1.0:
-            return 0.0
-        wall = window[-1][0] - window[0][0]
-        return (window[-1][1] - window[0][1]) / 1e9 / wall if wall > 0 else 0.0
 
 
 def _set(event: threading.Event) -> None:

@@ -554,7 +554,8 @@ class SimNode(Node):
         response.seed = int(state.get("seed", 0))
         response.mode = self.mode
         response.target_real_time_factor = float(self.target_rtf)
-        response.real_time_factor = float(self.outbox.measured_rtf())
+        # The host measures it in every mode (sync / lockstep frames included).
+        response.real_time_factor = float(state.get("real_time_factor", 0.0))
         response.accepted_inputs = int(state.get("accepted_inputs", 0))
         response.rejected_inputs = int(state.get("rejected_inputs", 0)) + self.malformed
         drops = dict(self.outbox.drops)
