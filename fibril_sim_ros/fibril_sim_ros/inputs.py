@@ -8,10 +8,15 @@ waiting), takes every message that arrived and runs its callback: one thread, so
 callbacks still run one at a time and per-source sequence numbers reach the ingress in order.
 The subscriptions stay the node's own (``ros2 node info`` shows them); their callback group
 keeps them (and their QoS event handlers, served here too) out of the executor.
+
+It uses rclpy's implementation module (``WaitSet``, ``take_message``: stable since Humble).
+Where that is missing, or with ``FIBRIL_SIM_INPUT_THREAD=0`` in the environment, ``available()``
+is false and the node lets its executor serve the subscriptions instead (slower, same order).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -19,10 +24,21 @@ from typing import Any
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.guard_condition import GuardCondition
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.subscription import Subscription
 
+try:
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+except ImportError:  # another rclpy layout: the executor serves the subscriptions
+    _rclpy = None
+
 WAIT_NS = 200_000_000  # re-check for stop at least this often
+
+
+def available() -> bool:
+    """Whether an InputThread can serve the command subscriptions here."""
+    if os.environ.get("FIBRIL_SIM_INPUT_THREAD", "1").strip() == "0":
+        return False
+    return _rclpy is not None and hasattr(_rclpy, "WaitSet")
 
 
 class InputGroup(CallbackGroup):

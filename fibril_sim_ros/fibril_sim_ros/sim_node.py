@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import rclpy
+from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -60,7 +61,7 @@ from fibril_sim_core.records import DeviceOutput, FrameTiming
 from . import messages as m
 from ._rcl_publish import raw_sender
 from .bridge import Bridge, load_bridge
-from .inputs import InputGroup, InputThread
+from .inputs import InputGroup, InputThread, available as input_thread_available
 from .outbox import Outbox
 from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
@@ -219,11 +220,15 @@ class SimNode(Node):
         self.connection = self._runtime.connect()
         self._make_publishers()
         self._make_subscriptions()
-        self._inputs = InputThread(
-            self.context, list(self._subscriptions_by_topic.values()),
-            [w for w in self.waitables if w.callback_group is self._input_group],
-            self._input_failed)
-        self._inputs.start()
+        if isinstance(self._input_group, InputGroup):
+            self._inputs = InputThread(
+                self.context, list(self._subscriptions_by_topic.values()),
+                [w for w in self.waitables if w.callback_group is self._input_group],
+                self._input_failed)
+            self._inputs.start()
+        else:
+            self.get_logger().info("command subscriptions served by the executor (no input "
+                                   "thread: FIBRIL_SIM_INPUT_THREAD=0 or rclpy without it)")
         self._make_services()
         self.add_on_set_parameters_callback(self._on_parameters)
         self.outbox.start()
@@ -321,9 +326,10 @@ class SimNode(Node):
 
     def _make_subscriptions(self) -> None:
         logger = self.get_logger()
-        # Served by the input thread, one callback at a time: per-source sequence numbers
-        # reach the ingress in order.
-        self._input_group = InputGroup()
+        # Served by the input thread (or else by the single-threaded executor), one callback at
+        # a time: per-source sequence numbers reach the ingress in order.
+        self._input_group: CallbackGroup = (InputGroup() if input_thread_available()
+                                            else MutuallyExclusiveCallbackGroup())
         self._sequences: dict[str, itertools.count[int]] = {}
         self._rejections: dict[str, tuple[float, int]] = {}
         self.malformed = 0

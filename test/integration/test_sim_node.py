@@ -574,3 +574,32 @@ def test_a_server_socket_in_a_missing_directory_is_a_named_error(peer, tmp_path)
                 in sim.stderr()), sim.log()
     finally:
         sim.stop()
+
+
+def test_without_the_input_thread_the_executor_serves_commands(peer, tmp_path,
+                                                               monkeypatch) -> None:
+    """The fallback for an rclpy without the implementation module the input thread uses."""
+    monkeypatch.setenv("FIBRIL_SIM_INPUT_THREAD", "0")
+    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "start_paused": True}, name="executor")
+    try:
+        peer.wait_for_service(GetState, "/fibril_sim/get_state", sim)
+        wait_until(lambda: "command subscriptions served by the executor" in sim.log(), 10,
+                   "the fallback in the start-up log", sim.log)
+        publisher = peer.publisher(MotorCommand, "/motor/command")
+        wait_until(lambda: publisher.get_subscription_count() > 0, 10, "the subscription",
+                   sim.log)
+
+        def handled() -> int:
+            state = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+            return state.accepted_inputs + state.rejected_inputs
+
+        before = handled()
+        deadline = time.monotonic() + 20.0
+        while handled() == before:  # re-sent: a volatile message may precede the match
+            assert time.monotonic() < deadline, sim.log()
+            publisher.publish(MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.3))
+            time.sleep(1.0)
+        state = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+        assert state.accepted_inputs > 0 and sim.alive()
+    finally:
+        sim.stop()
