@@ -56,6 +56,19 @@ def _truth_overlay(folder: Path, kinds: tuple[str, ...] | None = None) -> Path:
     return path
 
 
+
+def _dampings_only(tmp_path: Path, manifest_name: str, request_name: str) -> dict:
+    """A copy of the example's manifest with armature and frictionloss held at the truth (an
+    overlay), and its request document pointing at that copy."""
+    overlay = _truth_overlay(tmp_path, ("armature", "frictionloss"))
+    manifest = yaml.safe_load((EXAMPLE / manifest_name).read_text())
+    manifest["model"] = str(EXAMPLE / manifest["model"])
+    manifest["parameter_overlays"] = [str(overlay)]
+    (tmp_path / manifest_name).write_text(yaml.safe_dump(manifest))
+    doc = yaml.safe_load((EXAMPLE / request_name).read_text())
+    doc["manifest"] = manifest_name
+    return doc
+
 def test_logs_replay_at_the_truth_to_the_noise_level(tmp_path: Path) -> None:
     request = load_calibration_request(EXAMPLE / "calibration.yaml")
     assert len(request.parameters) == 21 and len(request.training) == 8
@@ -70,13 +83,7 @@ def test_logs_replay_at_the_truth_to_the_noise_level(tmp_path: Path) -> None:
 
 
 def test_reduced_fit_recovers_the_dampings(tmp_path: Path) -> None:
-    overlay = _truth_overlay(tmp_path, ("armature", "frictionloss"))
-    manifest = yaml.safe_load((EXAMPLE / "panda.yaml").read_text())
-    manifest["model"] = str(EXAMPLE / manifest["model"])
-    manifest["parameter_overlays"] = [str(overlay)]
-    (tmp_path / "panda.yaml").write_text(yaml.safe_dump(manifest))
-    doc = yaml.safe_load((EXAMPLE / "calibration.yaml").read_text())
-    doc["manifest"] = "panda.yaml"
+    doc = _dampings_only(tmp_path, "panda.yaml", "calibration.yaml")
     doc["parameters"] = [p for p in doc["parameters"] if p["id"].startswith("damping_")]
     for source in doc["sources"].values():
         source["path"] = str(EXAMPLE / source["path"])
@@ -133,13 +140,7 @@ def test_closed_loop_replay_through_the_impedance_recovers_the_dampings(tmp_path
     impedance; at the truth the residuals are the noise alone (standardized RMS ~ 1) and the
     dampings are recovered inside their statistical intervals (armature and friction held at
     the truth by a manifest overlay to keep the test short)."""
-    overlay = _truth_overlay(tmp_path, ("armature", "frictionloss"))
-    manifest = yaml.safe_load((EXAMPLE / "panda_impedance.yaml").read_text())
-    manifest["model"] = str(EXAMPLE / manifest["model"])
-    manifest["parameter_overlays"] = [str(overlay)]
-    (tmp_path / "panda_impedance.yaml").write_text(yaml.safe_dump(manifest))
-    doc = yaml.safe_load((EXAMPLE / "calibration-closed-loop.yaml").read_text())
-    doc["manifest"] = "panda_impedance.yaml"
+    doc = _dampings_only(tmp_path, "panda_impedance.yaml", "calibration-closed-loop.yaml")
     doc["parameters"] = [p for p in doc["parameters"] if p["id"].startswith("damping_")]
     for source in doc["sources"].values():
         source["path"] = str(EXAMPLE / source["path"])
@@ -275,13 +276,7 @@ def test_closed_loop_replay_from_a_ring_log_and_its_targets_file(tmp_path: Path)
     ``<stem>_targets.csv`` (``targets.*`` columns at their effective frames, zero-order held)
     and drive the impedance; the dampings are recovered within their intervals."""
     run = _ring_log_run(tmp_path)
-    overlay = _truth_overlay(tmp_path, ("armature", "frictionloss"))
-    manifest = yaml.safe_load((EXAMPLE / "panda_impedance.yaml").read_text())
-    manifest["model"] = str(EXAMPLE / manifest["model"])
-    manifest["parameter_overlays"] = [str(overlay)]
-    (tmp_path / "panda_impedance.yaml").write_text(yaml.safe_dump(manifest))
-    doc = yaml.safe_load((EXAMPLE / "calibration-closed-loop.yaml").read_text())
-    doc["manifest"] = "panda_impedance.yaml"
+    doc = _dampings_only(tmp_path, "panda_impedance.yaml", "calibration-closed-loop.yaml")
     doc["parameters"] = [p for p in doc["parameters"] if p["id"].startswith("damping_")]
     doc["sources"] = {"ring": {"path": str(run), "format": "franka_sysid"}}
     episode = doc["training"][0]

@@ -266,3 +266,25 @@ def write_request(folder: Path, doc: dict[str, Any], name: str = "request.yaml")
     path = folder / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def load_request(folder: Path, doc: dict[str, Any], name: str = "request.yaml") -> Any:
+    """Write ``doc`` as a request file in ``folder`` and load it."""
+    from fibril_calibration.request import load_calibration_request
+
+    return load_calibration_request(write_request(folder, doc, name))
+
+
+def request_fails(folder: Path, doc: dict[str, Any], *needles: str) -> str:
+    """Loading ``doc`` is a one-line request error containing every needle; returns it."""
+    import pytest
+    from fibril_calibration.errors import CalibrationRequestError
+
+    with pytest.raises(CalibrationRequestError) as info:
+        load_request(folder, doc, "bad.yaml")
+    text = str(info.value)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, text
+    return text
+

@@ -18,7 +18,6 @@ from fibril_calibration.errors import (
     CalibrationRequestError,
     EvaluationError,
 )
-from fibril_calibration.request import load_calibration_request
 from fibril_calibration.sources import SourceError, open_source
 from fibril_sim_core import _schema as s
 
@@ -32,18 +31,7 @@ def arm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return data
 
 
-def _load(folder: Path, doc: dict[str, Any], name: str = "request.yaml") -> Any:
-    return load_calibration_request(rig.write_request(folder, doc, name))
-
-
-def _fails(folder: Path, doc: dict[str, Any], *needles: str) -> str:
-    with pytest.raises(CalibrationRequestError) as info:
-        _load(folder, doc, "bad.yaml")
-    text = str(info.value)
-    assert "\n" not in text
-    for needle in needles:
-        assert needle in text, text
-    return text
+_load, _fails = rig.load_request, rig.request_fails
 
 
 # --------------------------------------------------------------------------- 1. recordings

@@ -19,8 +19,6 @@ import _recording_rig as rig
 import numpy as np
 import pytest
 from fibril_calibration.engine import run_calibration
-from fibril_calibration.errors import CalibrationRequestError
-from fibril_calibration.request import load_calibration_request
 from fibril_calibration.scores import evaluate_parameter_sets
 from fibril_calibration.sources import SourceError, open_source
 
@@ -56,18 +54,7 @@ def arm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return data
 
 
-def _load(folder: Path, doc: dict[str, Any], name: str = "request.yaml") -> Any:
-    return load_calibration_request(rig.write_request(folder, doc, name))
-
-
-def _fails(folder: Path, doc: dict[str, Any], *needles: str) -> str:
-    with pytest.raises(CalibrationRequestError) as info:
-        _load(folder, doc, "bad.yaml")
-    text = str(info.value)
-    assert "\n" not in text
-    for needle in needles:
-        assert needle in text, text
-    return text
+_load, _fails = rig.load_request, rig.request_fails
 
 
 def _recovers(request: Any) -> None:
