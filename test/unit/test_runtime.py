@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _models import HINGE_XML, build, command, device, motor
+from _models import command
+from _runtime_rig import hinge_plan, runtime_starter, wait_for
 from fibril_sim_core.manifest import RuntimeOptions
 
 from fibril_sim_core import (
@@ -26,31 +27,13 @@ DT_NS = 1_000_000
 
 @pytest.fixture()
 def plan(tmp_path: Path) -> SimulationPlan:
-    return build(tmp_path, HINGE_XML, [
-        motor("m", "drive", "drive/command"),
-        device("enc", "encoder", {"joint": "shaft"}, period=0.002)])
+    return hinge_plan(tmp_path)
 
 
 @pytest.fixture()
 def start(plan: SimulationPlan) -> Iterator[Callable[..., SimulationRuntime]]:
     """Start a runtime with the given options; always stopped at the end of the test."""
-    started: list[SimulationRuntime] = []
-
-    def _start(**options) -> SimulationRuntime:
-        runtime = SimulationRuntime(plan, seed=1, options=RuntimeOptions(**options)).start()
-        started.append(runtime)
-        return runtime
-
-    yield _start
-    for runtime in started:
-        runtime.stop()
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+    yield from runtime_starter(seed=1, plan=plan)
 
 
 def test_lockstep_step_advances_exactly(start) -> None:
@@ -96,7 +79,7 @@ def test_records_reach_on_record_callbacks_on_the_host_thread(start) -> None:
 def test_pause_and_resume(start) -> None:
     runtime = start(mode="fast")
     connection = runtime.connect()
-    _wait_for(lambda: connection.state()["tick"] > 100)
+    wait_for(lambda: connection.state()["tick"] > 100)
     paused = connection.pause()
     assert paused["paused"] is True
     time.sleep(0.1)
@@ -104,7 +87,7 @@ def test_pause_and_resume(start) -> None:
     stepped = connection.step(10)  # stepping works while paused
     assert stepped["tick"] == paused["tick"] + 10
     assert connection.resume()["paused"] is False
-    _wait_for(lambda: connection.state()["tick"] > stepped["tick"] + 100)
+    wait_for(lambda: connection.state()["tick"] > stepped["tick"] + 100)
 
 
 def test_start_paused_option(start) -> None:
@@ -114,13 +97,13 @@ def test_start_paused_option(start) -> None:
     state = connection.state()
     assert (state["tick"], state["paused"]) == (0, True)
     connection.resume()
-    _wait_for(lambda: connection.state()["tick"] > 0)
+    wait_for(lambda: connection.state()["tick"] > 0)
 
 
 def test_realtime_factor_paces_simulation(start) -> None:
     runtime = start(mode="realtime", real_time_factor=5.0)
     connection = runtime.connect()
-    _wait_for(lambda: connection.state()["tick"] > 0)
+    wait_for(lambda: connection.state()["tick"] > 0)
     first, wall0 = connection.state()["session_time_ns"], time.perf_counter()
     time.sleep(0.8)
     last, wall1 = connection.state()["session_time_ns"], time.perf_counter()
@@ -149,7 +132,7 @@ def test_measured_real_time_factor_in_lockstep(start) -> None:
 
 def test_measured_real_time_factor_is_zero_when_paused(start) -> None:
     connection = start(mode="fast").connect()
-    _wait_for(lambda: connection.state()["real_time_factor"] > 0)
+    wait_for(lambda: connection.state()["real_time_factor"] > 0)
     assert connection.pause()["real_time_factor"] == 0.0
     assert connection.state()["real_time_factor"] == 0.0
     connection.step(5)
@@ -173,7 +156,7 @@ def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
             frames.append(record)
 
     connection.on_record(on_record)
-    _wait_for(lambda: len(frames) >= 12)
+    wait_for(lambda: len(frames) >= 12)
     frame = frames[10]  # a frame well after start-up: ticks frame.tick - 20 .. frame.tick
     first, last = frame.tick - 20, frame.tick - 2  # samples acquired 18 ms apart in sim time
     spread = stamps[last] - stamps[first]
@@ -187,7 +170,7 @@ def test_slow_real_time_frames_answer_requests_and_stop_at_once(start) -> None:
     while it waits for its next piece is not kept waiting for the rest of the frame."""
     runtime = start(mode="realtime", real_time_factor=0.01, frame_duration_s=0.01)
     connection = runtime.connect()
-    _wait_for(lambda: connection.state()["tick"] >= 2)
+    wait_for(lambda: connection.state()["tick"] >= 2)
     for _ in range(3):
         time.sleep(0.2)
         began = time.perf_counter()
@@ -233,7 +216,7 @@ def test_failing_callback_stops_the_host_and_every_request_raises(start) -> None
         connection.step(10)
     assert str(info.value) == ("the simulation host stopped after an error: RuntimeError: "
                                "subscriber exploded")
-    _wait_for(lambda: runtime.host.failure is not None)
+    wait_for(lambda: runtime.host.failure is not None)
     # ... and so does every later one.
     for request in (connection.state, lambda: connection.step(1), connection.resume):
         with pytest.raises(InstanceError) as info:
@@ -249,7 +232,7 @@ def test_stop_joins_the_host_thread(start) -> None:
     connection = runtime.connect()
     with pytest.raises(InstanceError, match="already running"):
         runtime.start()
-    _wait_for(lambda: connection.state()["tick"] > 0)
+    wait_for(lambda: connection.state()["tick"] > 0)
     host_threads = [t for t in threading.enumerate() if t.name == "fibril-sim-host"]
     assert len(host_threads) == 1
     runtime.stop()

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from _models import HINGE_XML, build, device, motor
-from fibril_sim_core.manifest import RuntimeOptions
+from _runtime_rig import hinge_plan, runtime_starter
 from fibril_sim_core.runtime import protocol
 
 from fibril_sim_core import (
@@ -31,24 +30,12 @@ from fibril_sim_core import (
 
 @pytest.fixture()
 def plan(tmp_path: Path) -> SimulationPlan:
-    return build(tmp_path, HINGE_XML, [
-        motor("m", "drive", "drive/command"),
-        device("enc", "encoder", {"joint": "shaft"}, period=0.002)])
+    return hinge_plan(tmp_path)
 
 
 @pytest.fixture()
 def start(plan: SimulationPlan) -> Iterator[Callable[..., SimulationRuntime]]:
-    started: list[SimulationRuntime] = []
-
-    def _start(server: ServerOptions | None = None, **options) -> SimulationRuntime:
-        runtime = SimulationRuntime(plan, seed=1, server=server,
-                                    options=RuntimeOptions(**options)).start()
-        started.append(runtime)
-        return runtime
-
-    yield _start
-    for runtime in started:
-        runtime.stop()
+    yield from runtime_starter(seed=1, plan=plan)
 
 
 # ------------------------------------------------------------------ host: bad arguments

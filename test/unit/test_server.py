@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _models import DRIVETRAIN, HINGE_XML, SCENE_XML, build, command, device, motor
-from fibril_sim_core.manifest import RuntimeOptions
+from _runtime_rig import runtime_starter, wait_for
 
 from fibril_sim_core import (
     DeviceOutput,
@@ -40,25 +40,7 @@ def drivetrain() -> SimulationPlan:
 
 @pytest.fixture()
 def start() -> Iterator[Callable[..., SimulationRuntime]]:
-    started: list[SimulationRuntime] = []
-
-    def _start(plan: SimulationPlan, server: ServerOptions | None = ServerOptions(),
-               **options) -> SimulationRuntime:
-        runtime = SimulationRuntime(plan, seed=5, server=server,
-                                    options=RuntimeOptions(**options)).start()
-        started.append(runtime)
-        return runtime
-
-    yield _start
-    for runtime in started:
-        runtime.stop()
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+    yield from runtime_starter(seed=5, server=ServerOptions())
 
 
 def _key(record) -> tuple:
@@ -163,12 +145,12 @@ def test_a_closed_client_loses_its_subscriptions_and_nothing_else(drivetrain, st
     local = runtime.connect()
     remote = SimulationConnection.connect(runtime.address, name="leaver")
     remote.on_record(lambda r: None, kinds="device_output")
-    _wait_for(lambda: local.state()["clients"] == 1)
+    wait_for(lambda: local.state()["clients"] == 1)
     remote.close()
-    _wait_for(lambda: local.state()["clients"] == 0)
+    wait_for(lambda: local.state()["clients"] == 0)
     assert runtime.server._wanted == {}
     tick = local.state()["tick"]
-    _wait_for(lambda: local.state()["tick"] > tick)  # the simulation goes on
+    wait_for(lambda: local.state()["tick"] > tick)  # the simulation goes on
     with pytest.raises(InstanceError, match="the connection is closed"):
         remote.step(1)
 
