@@ -44,6 +44,7 @@ from ..records import (
     IngressRecord,
     StateSnapshot,
 )
+from ..sample_block import SampleBlock
 from . import _msgtypes
 from ._encoder import Encoder
 from ._mcap import McapFile
@@ -96,6 +97,7 @@ FLUSH_INTERVAL: Final = 0.5
 _POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
 _BATCH: Final = 32768  # records serialized at once
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
+_MAX_BLOCKS: Final = 32  # queued SampleBlocks (a few thousand records each) before waiting
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
 _KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming,
                  EpisodeStart)
@@ -221,8 +223,17 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             closing = shared.closing
             requests = shared.flush_requests
             while pending:
-                batch = [pending.popleft() for _ in range(min(len(pending), _BATCH))]
-                blocks, channels, times, offsets, failures = encoder.encode(batch)
+                # Records queued one by one are encoded in batches; a SampleBlock (the
+                # instance's columns) is one batch by itself.
+                item = pending.popleft()
+                if type(item) is SampleBlock:
+                    encoded = encoder.encode_block(item)
+                else:
+                    batch = [item]
+                    while pending and len(batch) < _BATCH and type(pending[0]) is not SampleBlock:
+                        batch.append(pending.popleft())
+                    encoded = encoder.encode(batch)
+                blocks, channels, times, offsets, failures = encoded
                 if failures and shared.rejected is None:
                     record, exc = failures[0]
                     msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
@@ -396,6 +407,33 @@ class TraceWriter:
         if self._count // _CHECK_EVERY != before // _CHECK_EVERY:
             self._check()
 
+    def write_block(self, block: SampleBlock) -> None:
+        """Queue the records of a block (what ``write_many`` does for them as records): how
+        a SimulationInstance hands over what it kept for the trace."""
+        if self._closed:
+            msg = f"{self.path}: trace writer is closed"
+            raise TraceError(msg)
+        if type(block) is not SampleBlock:
+            msg = f"{self.path}: write_block takes a SampleBlock, got {type(block).__name__}"
+            raise TypeError(msg)
+        if not block.order:
+            return
+        others = block.others
+        if others and not set(map(type, others)) <= _KIND_SET:
+            odd = next(r for r in others if type(r) not in _KIND_SET)
+            msg = f"{self.path}: cannot trace a {type(odd).__name__}; expected one of " + (
+                ", ".join(t.__name__ for t in _KINDS))
+            raise TypeError(msg)
+        if self._shared.failure is not None or self._shared.rejected is not None:
+            self._raise_failure()
+        pending = self._pending
+        pending.append(block)
+        self._count += len(block)
+        if len(pending) > _MAX_BLOCKS:  # the worker is behind: wait for it
+            self._shared.wake.set()
+            while len(pending) > _MAX_BLOCKS // 2 and self._thread.is_alive():
+                time.sleep(0.001)
+
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
         shared = self._shared
@@ -466,6 +504,7 @@ class TraceWriter:
     def _check(self) -> None:
         if self._shared.failure is not None or self._shared.rejected is not None:
             self._raise_failure()
+        # (a queued SampleBlock counts as one: a few thousand records, cheaper to encode)
         if len(self._pending) > _MAX_BACKLOG:
             self._shared.wake.set()
             while len(self._pending) > _MAX_BACKLOG // 2 and self._thread.is_alive():

@@ -1,0 +1,216 @@
+"""Tracing through the instance's columns (SampleBlock) writes what the record path wrote.
+
+A SimulationInstance with a TraceWriter keeps the samples only the trace hears as columns and
+hands them over in SampleBlocks; the writer lays them out from the columns. The trace must be
+the one the record-by-record path (``write_many`` of DeviceOutputs, what it did before) writes,
+message for message: topic, log time, sequence and payload bytes; and readable by rosbags,
+mcap_ros2 and ``pymcap-cli doctor``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fibril_sim_core.records import DeviceOutput, ExternalInput
+from fibril_sim_core.sample_block import DeviceColumns, SampleBlock, TraceBuffer
+from fibril_sim_core.trace import TraceReader, TraceWriter
+from mcap.reader import make_reader
+from test_trace import assert_doctor_ok
+from test_trace_payloads import _reference
+
+from fibril_sim_core import SimulationBuilder
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVETRAIN = REPO / "config/examples/drivetrain/simulation.yaml"
+MOTOR = "fibril_sim/motor_command/v1"
+
+
+class _RecordPath:
+    """A TraceWriter seen without ``write_block``: the instance hands over record lists."""
+
+    def __init__(self, writer: TraceWriter) -> None:
+        self.writer = writer
+
+    def write(self, record: object) -> None:
+        self.writer.write(record)  # type: ignore[arg-type]
+
+    def write_many(self, records: list) -> None:
+        self.writer.write_many(records)
+
+
+def _messages(mcap: Path) -> list[tuple[str, int, int, bytes]]:
+    """(topic, log time, sequence, payload) of every message, in sequence (write) order."""
+    out = []
+    with mcap.open("rb") as stream:
+        for _, channel, message in make_reader(stream, validate_crcs=True).iter_messages(
+                log_time_order=False):
+            out.append((channel.topic, message.log_time, message.sequence, bytes(message.data)))
+    out.sort(key=lambda m: m[2])
+    return out
+
+
+def _drive(instance, script) -> None:
+    for step in script:
+        if isinstance(step, int):
+            instance.advance(step)
+        elif isinstance(step, ExternalInput):
+            instance.enqueue(step)
+        else:
+            step(instance)
+
+
+def _trace(plan, folder: Path, script, *, columns: bool, seed: int = 2
+           ) -> tuple[Path, TraceWriter]:
+    writer = TraceWriter(folder, provenance=dict(plan.provenance), layout=dict(plan.layout))
+    instance = plan.create_instance(seed=seed, collect=False,
+                                    trace=writer if columns else _RecordPath(writer))
+    assert (instance._trace_columns is not None) is columns  # the path under test
+    _drive(instance, script)
+    writer.close()
+    return folder / f"{folder.name}.mcap", writer
+
+
+def _assert_same_trace(plan, tmp_path: Path, script, seed: int = 2) -> list:
+    """Columns and records give the same messages; both match the generic serializer's
+    payloads of the records a subscriber gets. Returns those records."""
+    new, writer = _trace(plan, tmp_path / "columns", script, columns=True, seed=seed)
+    old, _ = _trace(plan, tmp_path / "records", script, columns=False, seed=seed)
+    got, want = _messages(new), _messages(old)
+    assert len(got) == len(want) == writer.record_count
+    assert got == want
+    heard: list = []
+    instance = plan.create_instance(seed=seed, collect=False,
+                                    snapshot_every=plan.manifest.trace.state_every_steps)
+    instance.subscribe(heard.append)
+    _drive(instance, script)
+    traced = [m for m in got if m[0] != "/fibril/episodes"]
+    records = [r for r in heard if type(r).__name__ != "EpisodeStart"]
+    assert [(topic, data) for topic, _, _, data in traced] == [_reference(r) for r in records]
+    return records
+
+
+def test_drivetrain_traced_through_columns_is_the_record_path_bit_for_bit(
+        tmp_path: Path) -> None:
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    script = [
+        1500,
+        ExternalInput("motor/command", 1, MOTOR, {"mode": "voltage", "value": -3.0},
+                      '{"mode": "voltage", "value": -3.0}'),
+        5000,  # more than one hand-over (4096 records)
+        lambda instance: instance.reset(seed=7),
+        333, 1, 2,
+    ]
+    records = _assert_same_trace(plan, tmp_path, script)
+    episodes = {r.episode for r in records if isinstance(r, DeviceOutput)}
+    assert episodes == {0, 1}
+    # readers of the columns' trace
+    path = tmp_path / "columns"
+    assert_doctor_ok(path / "columns.mcap")
+    reader = TraceReader(path)
+    outputs = [r for r in records if isinstance(r, DeviceOutput)]
+    read = list(reader.device_outputs())
+    assert len(read) == len(outputs)
+    key = lambda r: (r.session_delivery_time_ns, r.device_id, r.acquisition_tick)  # noqa: E731
+    for a, b in zip(sorted(read, key=key), sorted(outputs, key=key), strict=True):
+        assert (a.device_id, a.episode, a.acquisition_tick, a.session_acquisition_time_ns,
+                a.delivery_time_ns) == (b.device_id, b.episode, b.acquisition_tick,
+                                        b.session_acquisition_time_ns, b.delivery_time_ns)
+        assert np.array_equal(a.values, b.values)
+
+
+def test_rosbags_and_mcap_ros2_read_the_columns_trace(tmp_path: Path) -> None:
+    from mcap_ros2.decoder import DecoderFactory
+    from rosbags.rosbag2 import Reader
+
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    path, writer = _trace(plan, tmp_path / "bag", [3000], columns=True)
+    with Reader(tmp_path / "bag") as bag:
+        assert bag.message_count == writer.record_count
+        topics = {c.topic for c in bag.connections}
+    assert "/fibril/devices/wheel_encoder" in topics
+    with path.open("rb") as stream:
+        decoded = list(make_reader(stream, decoder_factories=[DecoderFactory()])
+                       .iter_decoded_messages(topics=["/fibril/devices/wheel_encoder"]))
+    assert len(decoded) == 1500
+    assert [m.device_id for *_, m in decoded[:2]] == ["wheel_encoder"] * 2
+    assert decoded[1][3].acquisition_episode_time_ns == 2_000_000
+
+
+def test_lidar_scene_traced_through_columns_is_the_record_path_bit_for_bit(
+        tmp_path: Path) -> None:
+    """Variable devices: a lidar, delayed samples (kept as records), a digital input, and a
+    subscriber joining mid-run (the trace then takes records again)."""
+    from _models import SCENE_XML, build, device
+
+    (tmp_path / "plan").mkdir()
+    plan = build(tmp_path / "plan", SCENE_XML, [
+        device("imu", "imu", {"site": "block_imu"}, period=0.002, gyro_noise=0.01,
+               accel_noise=0.2, latency=0.003),
+        device("pose", "body_kinematics", {"body": "block"}, period=0.003,
+               position_noise=0.01),
+        device("hit", "rangefinder", {"site": "range_x"}, noise=0.01),
+        device("miss", "rangefinder", {"site": "range_up"}, period=0.002, noise=0.01),
+        device("touch", "digital_input", {"geom": "block_geom"}, period=0.002,
+               mode="contact"),
+        device("scan", "planar_lidar", {"site": "range_x"}, period=0.005, rays=16,
+               noise=0.02, latency=0.001),
+    ], trace={"state_every_steps": 7})
+    script = [900, lambda instance: instance.subscribe(lambda record: None), 4500]
+    records = _assert_same_trace(plan, tmp_path, script, seed=5)
+    assert {r.device_id for r in records if isinstance(r, DeviceOutput)} == {
+        "imu", "pose", "hit", "miss", "touch", "scan"}
+
+
+def test_unusual_values_fall_back_to_records(tmp_path: Path) -> None:
+    """A block whose samples are not 1-D arrays of one size (a custom device) is laid out
+    record by record, with the same payloads."""
+    specs = (DeviceColumns("grid", "t/grid/v1", ("a", "b", "c", "d"), "cam", 1),
+             DeviceColumns("list", "t/list/v1", ("x",), "", 0),
+             DeviceColumns("ragged", "t/ragged/v1", (), "", 0))
+    buffer = TraceBuffer(specs)
+    for tick in range(100):
+        buffer.ticks[0].append(tick)
+        buffer.values[0].append(np.arange(4.0).reshape(2, 2) + tick)
+        buffer.order.append(0)
+        buffer.ticks[1].append(tick)
+        buffer.values[1].append([float(tick)])  # type: ignore[arg-type]
+        buffer.order.append(1)
+        buffer.ticks[2].append(tick)
+        buffer.values[2].append(np.ones(1 + tick % 3))
+        buffer.order.append(2)
+    block = buffer.take(3, 10**9, 1_000_000)
+    assert not buffer.order and not buffer.ticks[0] and len(block) == 300
+    with TraceWriter(tmp_path / "block", provenance={}, layout={}) as writer:
+        writer.write_block(block)
+        with pytest.raises(TypeError, match="takes a SampleBlock"):
+            writer.write_block(list(block.order))  # type: ignore[arg-type]
+    got = _messages(tmp_path / "block" / "block.mcap")
+    want = []
+    for tick in range(100):
+        for spec, values in zip(specs, (np.arange(4.0).reshape(2, 2) + tick, [float(tick)],
+                                        np.ones(1 + tick % 3)), strict=True):
+            want.append(_reference(DeviceOutput(
+                3, spec.device_id, spec.sample_type, tick, tick * 10**6,
+                (tick + spec.latency_ticks) * 10**6, 10**9 + tick * 10**6,
+                10**9 + (tick + spec.latency_ticks) * 10**6, np.asarray(values, float),
+                spec.component_names, spec.frame_id)))
+    assert [(topic, data) for topic, _, _, data in got] == want
+    assert [sequence for _, _, sequence, _ in got] == list(range(300))
+
+
+def test_sample_block_records_are_counted_and_refused_after_close(tmp_path: Path) -> None:
+    from fibril_sim_core.errors import TraceError
+
+    buffer = TraceBuffer(())
+    writer = TraceWriter(tmp_path / "t", provenance={}, layout={})
+    buffer.other(DeviceOutput(0, "d", "s", 0, 0, 0, 0, 0, np.zeros(1), ("x",), ""))
+    block = buffer.take(0, 0, 1)
+    writer.write_block(block)
+    writer.write_block(SampleBlock([], [], (), [], [], 0, 0, 1))  # nothing: a no-op
+    assert writer.record_count == 1
+    writer.close()
+    with pytest.raises(TraceError, match="closed"):
+        writer.write_block(block)
+    assert len(_messages(tmp_path / "t" / "t.mcap")) == 1
