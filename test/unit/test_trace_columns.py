@@ -168,7 +168,8 @@ def test_unusual_values_fall_back_to_records(tmp_path: Path) -> None:
     record by record, with the same payloads."""
     specs = (DeviceColumns("grid", "t/grid/v1", ("a", "b", "c", "d"), "cam", 1),
              DeviceColumns("list", "t/list/v1", ("x",), "", 0),
-             DeviceColumns("ragged", "t/ragged/v1", (), "", 0))
+             DeviceColumns("ragged", "t/ragged/v1", (), "", 0),
+             DeviceColumns("scalar", "t/scalar/v1", ("s",), "", 2))
     buffer = TraceBuffer(specs)
     for tick in range(100):
         buffer.ticks[0].append(tick)
@@ -180,8 +181,11 @@ def test_unusual_values_fall_back_to_records(tmp_path: Path) -> None:
         buffer.ticks[2].append(tick)
         buffer.values[2].append(np.ones(1 + tick % 3))
         buffer.order.append(2)
+        buffer.ticks[3].append(tick)
+        buffer.values[3].append(np.array(tick / 3))  # 0-d
+        buffer.order.append(3)
     block = buffer.take(3, 10**9, 1_000_000)
-    assert not buffer.order and not buffer.ticks[0] and len(block) == 300
+    assert not buffer.order and not buffer.ticks[0] and len(block) == 400
     with TraceWriter(tmp_path / "block", provenance={}, layout={}) as writer:
         writer.write_block(block)
         with pytest.raises(TypeError, match="takes a SampleBlock"):
@@ -190,14 +194,15 @@ def test_unusual_values_fall_back_to_records(tmp_path: Path) -> None:
     want = []
     for tick in range(100):
         for spec, values in zip(specs, (np.arange(4.0).reshape(2, 2) + tick, [float(tick)],
-                                        np.ones(1 + tick % 3)), strict=True):
+                                        np.ones(1 + tick % 3), np.array([tick / 3])),
+                                strict=True):
             want.append(_reference(DeviceOutput(
                 3, spec.device_id, spec.sample_type, tick, tick * 10**6,
                 (tick + spec.latency_ticks) * 10**6, 10**9 + tick * 10**6,
                 10**9 + (tick + spec.latency_ticks) * 10**6, np.asarray(values, float),
                 spec.component_names, spec.frame_id)))
     assert [(topic, data) for topic, _, _, data in got] == want
-    assert [sequence for _, _, sequence, _ in got] == list(range(300))
+    assert [sequence for _, _, sequence, _ in got] == list(range(400))
 
 
 def test_sample_block_records_are_counted_and_refused_after_close(tmp_path: Path) -> None:

@@ -40,8 +40,6 @@ from ._topics import (
 
 __all__ = ["Encoder"]
 
-_FAST_BATCH = 64  # smaller batches are grouped record by record
-
 
 @dataclass(slots=True)
 class _Shape:
@@ -189,53 +187,19 @@ def _make_shape(key: tuple) -> _Shape:
     return _Shape(layout, FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, _timing_columns)
 
 
-_TYPE_ID = operator.itemgetter(1, 2, 10)  # a DeviceOutput's device id, sample type, frame id
-_NAMES = operator.itemgetter(9)
-_NDIM = operator.attrgetter("ndim")
-
-
-def _device_groups(batch: list[Any]) -> tuple[dict[tuple, np.ndarray], list[int]] | None:
-    """Positions of each device's samples (of fixed size per device: the bulk of a trace)
-    found without Python per sample, a handful of C-speed passes over the batch, and the
-    positions of the other records. None when a device's samples are not all 1-D arrays of
-    one size (the record-by-record grouping handles every case)."""
-    count = len(batch)
-    kinds = np.fromiter(map(id, map(type, batch)), np.int64, count)
-    is_device = kinds == id(DeviceOutput)
-    if is_device.all():
-        devices = batch
-        where = None
-        others: list[int] = []
-    else:
-        where = np.flatnonzero(is_device)
-        others = np.flatnonzero(~is_device).tolist()
-        if not where.size:
-            return {}, others
-        devices = [batch[where[0]]] if where.size == 1 else list(
-            operator.itemgetter(*where.tolist())(batch))
-    values = list(map(_DEVICE_VALUES, devices))
-    if set(map(type, values)) != {np.ndarray} or set(map(_NDIM, values)) != {1}:
-        return None
-    keys = list(zip(map(_TYPE_ID, devices), map(id, map(_NAMES, devices)), map(len, values)))
-    codes: dict[tuple, int] = {key: n for n, key in enumerate(dict.fromkeys(keys))}
-    if len(codes) == 1:
-        order = np.arange(len(devices))
-        groups = [order]
-    else:
-        code = np.fromiter(map(codes.__getitem__, keys), np.int64, len(keys))
-        order = np.argsort(code, kind="stable")
-        groups = np.split(order, np.flatnonzero(np.diff(code[order])) + 1)
-    if where is not None:
-        groups = [where[g] for g in groups]
-    return {(n,): g for n, g in enumerate(groups)}, others
 
 
 def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
                     values: list[np.ndarray]) -> dict[str, Any] | None:
     """A device's samples of one block as the columns of its message layout; None unless
     the values are 1-D float arrays of one size."""
-    if set(map(type, values)) != {np.ndarray} or set(map(_NDIM, values)) != {1} \
-            or len(set(map(len, values))) != 1:
+    try:
+        if set(map(type, values)) != {np.ndarray} or len(set(map(len, values))) != 1:
+            return None
+        stacked = np.concatenate(values)
+    except (TypeError, ValueError):  # 0-d arrays
+        return None
+    if stacked.ndim != 1:
         return None
     acquired = np.array(ticks, dtype=np.int64)
     size = len(values[0])
@@ -247,7 +211,7 @@ def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
     return {"log": log, "stamp": log, "acquisition": acquisition + block.session_offset_ns,
             "acquisition_episode_time_ns": acquisition, "delivery_episode_time_ns": delivery,
             "episode": np.full(count, block.episode, dtype=np.int64),
-            "values": np.concatenate(values).reshape(count, size)}
+            "values": stacked.reshape(count, size)}
 
 
 def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
@@ -294,13 +258,7 @@ class Encoder:
         type is left out and reported in failures.
         """
         failures: list[tuple[Any, Exception]] = []
-        found = _device_groups(batch) if len(batch) >= _FAST_BATCH else None
-        if found is None:
-            groups = self._groups(batch, range(len(batch)), failures)
-        else:
-            groups, others = found
-            if others:
-                groups.update(self._groups(batch, others, failures))
+        groups = self._groups(batch, range(len(batch)), failures)
         return self._encode_groups(batch, groups, failures)
 
     def encode_block(self, block: SampleBlock) -> tuple[
