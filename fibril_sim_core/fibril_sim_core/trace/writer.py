@@ -118,7 +118,14 @@ def _library() -> str:
 class _Shared:
     """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
-    pending: deque = field(default_factory=deque)
+    pending: deque = field(default_factory=deque)  # records, SampleBlocks and _Encoded
+    # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
+    # (no GIL ping-pong with the worker, see TraceWriter.write_block), the rest by the
+    # worker; ``lock`` guards it and the taking of queued items.
+    encoder: Encoder = field(default_factory=Encoder)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queued_raw: int = 0  # records and SampleBlocks queued unencoded (only the producer adds)
+    taken_raw: int = 0  # of those, encoded by the worker (only the worker adds)
     wake: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     failure: BaseException | None = None  # the worker stopped: sticky
@@ -126,6 +133,16 @@ class _Shared:
     flushed: int = 0  # flush requests served
     flush_requests: int = 0
     flush_done: threading.Condition = field(default_factory=threading.Condition)
+
+
+@dataclass(slots=True)
+class _Encoded:
+    """A SampleBlock already laid out (``Encoder.encode_block``'s result)."""
+
+    result: tuple
+
+
+_QUEUED_BLOCKS: Final = (SampleBlock, _Encoded)  # queue items that are not single records
 
 
 @dataclass(slots=True)
@@ -192,8 +209,9 @@ def _write_metadata_yaml(path: Path, serialized: str) -> None:
 
 def _run_worker(bag: _Bag, shared: _Shared) -> None:
     """Own the bag: serialize queued records in batches, write chunks, finish on close."""
-    encoder = Encoder()
+    encoder = shared.encoder
     pending = shared.pending
+    lock = shared.lock
     parts: list[bytes] = []
     chunk_channels: list[np.ndarray] = []
     chunk_times: list[np.ndarray] = []
@@ -204,10 +222,12 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
 
     def write_chunk() -> None:
         nonlocal chunk_size
-        for channel, topic, msgtype in encoder.new_channels:
+        with lock:
+            announced = encoder.new_channels[:]
+            encoder.new_channels.clear()
+        for channel, topic, msgtype in announced:
             mcap.add_channel(channel, _schema_id(bag, msgtype), topic, "cdr",
                              {"offered_qos_profiles": ""})
-        encoder.new_channels.clear()
         mcap.write_chunk(b"".join(parts), np.concatenate(chunk_channels),
                          np.concatenate(chunk_times), np.concatenate(chunk_offsets))
         parts.clear()
@@ -224,15 +244,22 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             requests = shared.flush_requests
             while pending:
                 # Records queued one by one are encoded in batches; a SampleBlock (the
-                # instance's columns) is one batch by itself.
-                item = pending.popleft()
-                if type(item) is SampleBlock:
-                    encoded = encoder.encode_block(item)
-                else:
-                    batch = [item]
-                    while pending and len(batch) < _BATCH and type(pending[0]) is not SampleBlock:
-                        batch.append(pending.popleft())
-                    encoded = encoder.encode(batch)
+                # instance's columns) is one batch by itself, often laid out already.
+                with lock:
+                    item = pending.popleft()
+                    kind = type(item)
+                    if kind is _Encoded:
+                        encoded = item.result
+                    elif kind is SampleBlock:
+                        encoded = encoder.encode_block(item)
+                        shared.taken_raw += 1
+                    else:
+                        batch = [item]
+                        while pending and len(batch) < _BATCH and \
+                                type(pending[0]) not in _QUEUED_BLOCKS:
+                            batch.append(pending.popleft())
+                        encoded = encoder.encode(batch)
+                        shared.taken_raw += len(batch)
                 blocks, channels, times, offsets, failures = encoded
                 if failures and shared.rejected is None:
                     record, exc = failures[0]
@@ -387,6 +414,7 @@ class TraceWriter:
                 ", ".join(t.__name__ for t in _KINDS))
             raise TypeError(msg)
         self._pending.append(record)
+        self._shared.queued_raw += 1
         self._count += 1
         if not self._count % _CHECK_EVERY:
             self._check()
@@ -403,6 +431,7 @@ class TraceWriter:
             return
         before = self._count
         self._pending.extend(records)
+        self._shared.queued_raw += len(records)
         self._count += len(records)
         if self._count // _CHECK_EVERY != before // _CHECK_EVERY:
             self._check()
@@ -424,15 +453,41 @@ class TraceWriter:
             msg = f"{self.path}: cannot trace a {type(odd).__name__}; expected one of " + (
                 ", ".join(t.__name__ for t in _KINDS))
             raise TypeError(msg)
-        if self._shared.failure is not None or self._shared.rejected is not None:
+        shared = self._shared
+        if shared.failure is not None or shared.rejected is not None:
             self._raise_failure()
         pending = self._pending
-        pending.append(block)
+        with shared.lock:
+            if shared.queued_raw != shared.taken_raw:  # earlier records first: the worker
+                pending.append(block)
+                shared.queued_raw += 1
+            else:
+                self._lay_out(block)
         self._count += len(block)
         if len(pending) > _MAX_BLOCKS:  # the worker is behind: wait for it
             self._shared.wake.set()
             while len(pending) > _MAX_BLOCKS // 2 and self._thread.is_alive():
                 time.sleep(0.001)
+
+    def _lay_out(self, block: SampleBlock) -> None:
+        """Encode ``block`` here (the caller holds the lock) and queue the result. The worker
+        only compresses and writes it: zstd and file writes release the GIL, so the stepping
+        thread never waits for the worker's Python. Interrupted (Ctrl-C), the block is queued
+        for the worker instead, so no record is lost or written twice."""
+        shared = self._shared
+        pending = self._pending
+        encoder = shared.encoder
+        before = encoder.written
+        encoded: _Encoded | None = None
+        try:
+            encoded = _Encoded(encoder.encode_block(block))
+            pending.append(encoded)
+        except BaseException:
+            if encoded is None or not pending or pending[-1] is not encoded:
+                encoder.written = before  # its sequence numbers are still to be taken
+                pending.append(block)
+                shared.queued_raw += 1
+            raise
 
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
