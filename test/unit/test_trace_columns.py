@@ -219,3 +219,56 @@ def test_sample_block_records_are_counted_and_refused_after_close(tmp_path: Path
     with pytest.raises(TraceError, match="closed"):
         writer.write_block(block)
     assert len(_messages(tmp_path / "t" / "t.mcap")) == 1
+
+
+def _block(ticks: range, episode: int = 0) -> SampleBlock:
+    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+    for tick in ticks:
+        buffer.ticks[0].append(tick)
+        buffer.values[0].append(np.array([tick * 0.5, -1.0]))
+        buffer.order.append(0)
+    return buffer.take(episode, 0, 1_000_000)
+
+
+def test_records_written_one_by_one_keep_their_place_before_a_block(tmp_path: Path) -> None:
+    """A block written while single records wait for the worker goes after them (its
+    sequence numbers follow theirs), whoever lays it out."""
+    first = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        writer.write(first)
+        writer.write_block(_block(range(0, 200)))
+        writer.flush()
+        writer.write_block(_block(range(200, 300)))  # nothing waits: laid out here
+        writer.write(first._replace(acquisition_tick=1))
+    got = _messages(tmp_path / "t" / "t.mcap")
+    assert [m[2] for m in got] == list(range(302))
+    assert got[0][0] == got[-1][0] == "/fibril/devices/other"
+    assert {m[0] for m in got[1:-1]} == {"/fibril/devices/enc"}
+
+
+def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C while write_block lays a block out in the stepping thread: the block goes to the
+    worker instead, and the trace closed afterwards holds every record once, in order."""
+    from fibril_sim_core.trace import _encoder
+
+    real = _encoder.Encoder.encode_block
+    calls = {"n": 0}
+
+    def interrupted(self, block):  # the second lay-out is interrupted
+        calls["n"] += 1
+        if calls["n"] == 2:
+            real(self, block)  # even after the work is done, before it is queued
+            raise KeyboardInterrupt
+        return real(self, block)
+
+    monkeypatch.setattr(_encoder.Encoder, "encode_block", interrupted)
+    writer = TraceWriter(tmp_path / "t", provenance={}, layout={"timestep_ns": 1_000_000})
+    writer.write_block(_block(range(0, 100)))
+    with pytest.raises(KeyboardInterrupt):
+        writer.write_block(_block(range(100, 200)))
+    writer.write_block(_block(range(200, 300)))
+    writer.close()
+    got = _messages(tmp_path / "t" / "t.mcap")
+    assert [m[2] for m in got] == list(range(300))
+    assert [m[1] for m in got] == [(tick + 1) * 1_000_000 for tick in range(300)]
+    assert TraceReader(tmp_path / "t").message_count == 300
