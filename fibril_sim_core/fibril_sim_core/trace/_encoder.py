@@ -2,7 +2,9 @@
 
 Records are grouped by message shape (what fixes the byte layout: a device's ids, frame and
 component names, the state's array sizes, an endpoint's names, ...); each group becomes one
-block of rows of its ``_cdr.Layout``, the MCAP message record header included.
+block of rows of its ``_cdr.Layout``, the MCAP message record header included. A SampleBlock
+(see ``sample_block``) gives a device's samples as columns already: its rows are made from them
+without record objects.
 """
 
 from __future__ import annotations
@@ -231,7 +233,8 @@ _Group = tuple[tuple | None, dict[str, Any] | None, Any, Callable[[], list[Any]]
 
 
 class Encoder:
-    """Serializes batches of records into MCAP message records (owned by the worker)."""
+    """Serializes batches of records into MCAP message records (the trace writer's: one thread
+    at a time, under its lock)."""
 
     def __init__(self) -> None:
         self.shapes: dict[tuple, _Shape] = {}

@@ -3,12 +3,16 @@
 One format serves every consumer: ``ros2 bag play``, Foxglove, ``mcap`` tools, rosbags and the
 calibration reader all read it, and writing it needs no ROS installation.
 
-Speed. ``write`` only appends the record to a queue (the stepping thread pays well under a
-microsecond). A private worker thread takes the queued records in batches, serializes each
-batch with numpy (``_cdr.Layout``: every message shape is a byte template, a batch of records is
-a few column assignments), lays the MCAP message records out in arrival order and compresses
-whole chunks with zstd, which like MuJoCo's stepping releases the GIL. Payloads are byte for
-byte what rosbags' serializer produces (tested for every message type).
+Speed. A SimulationInstance hands its records over in ``SampleBlock``s (``write_block``): the
+samples only the trace hears arrive as columns (acquisition ticks and value arrays per device,
+no record objects), laid out by numpy in the caller's thread at hand-over (``_cdr.Layout``:
+every message shape is a byte template, a block is a few column assignments per device), so
+the worker holding the GIL never makes the stepping thread wait for it. The worker compresses
+whole chunks with zstd and writes them, which like MuJoCo's stepping releases the GIL. Records
+written one by one (``write``, ``write_many``) only go to a queue (well under a microsecond)
+and the worker serializes them in batches, in write order with the blocks. Payloads are byte
+for byte what rosbags' serializer produces (tested for every message type, and the columns
+against the record path).
 
 Robustness. Python raises ``KeyboardInterrupt`` only in the main thread, so the worker, which
 alone touches the files, is never torn in the middle of a record. ``metadata.yaml`` (with the
