@@ -112,7 +112,7 @@ def test_drivetrain_traced_through_columns_is_the_record_path_bit_for_bit(
     outputs = [r for r in records if isinstance(r, DeviceOutput)]
     read = list(reader.device_outputs())
     assert len(read) == len(outputs)
-    key = lambda r: (r.session_delivery_time_ns, r.device_id, r.acquisition_tick)  # noqa: E731
+    key = lambda r: (r.session_delivery_time_ns, r.device_id, r.acquisition_tick)
     for a, b in zip(sorted(read, key=key), sorted(outputs, key=key), strict=True):
         assert (a.device_id, a.episode, a.acquisition_tick, a.session_acquisition_time_ns,
                 a.delivery_time_ns) == (b.device_id, b.episode, b.acquisition_tick,
@@ -236,7 +236,7 @@ def test_records_written_one_by_one_keep_their_place_before_a_block(tmp_path: Pa
     first = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
         writer.write(first)
-        writer.write_block(_block(range(0, 200)))
+        writer.write_block(_block(range(200)))
         writer.flush()
         writer.write_block(_block(range(200, 300)))  # nothing waits: laid out here
         writer.write(first._replace(acquisition_tick=1))
@@ -263,7 +263,7 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
 
     monkeypatch.setattr(_encoder.Encoder, "encode_block", interrupted)
     writer = TraceWriter(tmp_path / "t", provenance={}, layout={"timestep_ns": 1_000_000})
-    writer.write_block(_block(range(0, 100)))
+    writer.write_block(_block(range(100)))
     with pytest.raises(KeyboardInterrupt):
         writer.write_block(_block(range(100, 200)))
     writer.write_block(_block(range(200, 300)))

@@ -13,8 +13,8 @@ import functools
 import json
 import operator
 import struct
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
