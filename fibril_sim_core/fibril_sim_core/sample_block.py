@@ -51,6 +51,31 @@ class SampleBlock:
     def __len__(self) -> int:
         return len(self.order)
 
+    def joins(self, other: SampleBlock) -> bool:
+        """Whether ``other`` can follow this block in one (same devices and episode)."""
+        return (other.devices is self.devices and other.episode == self.episode
+                and other.session_offset_ns == self.session_offset_ns
+                and other.timestep_ns == self.timestep_ns)
+
+    @staticmethod
+    def join(blocks: list[SampleBlock]) -> SampleBlock:
+        """Consecutive blocks that ``joins`` says fit together, as one."""
+        first = blocks[0]
+        if len(blocks) == 1:
+            return first
+        order: list[int] = []
+        others: list[Any] = []
+        ticks: list[list[int]] = [[] for _ in first.devices]
+        values: list[list[np.ndarray]] = [[] for _ in first.devices]
+        for block in blocks:
+            order += block.order
+            others += block.others
+            for d in range(len(first.devices)):
+                ticks[d] += block.ticks[d]
+                values[d] += block.values[d]
+        return SampleBlock(order, others, first.devices, ticks, values, first.episode,
+                           first.session_offset_ns, first.timestep_ns)
+
 
 class TraceBuffer:
     """The stepping thread's side: append samples (``ticks[d]``, ``values[d]`` and ``order``

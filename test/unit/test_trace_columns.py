@@ -230,9 +230,13 @@ def _block(ticks: range, episode: int = 0) -> SampleBlock:
     return buffer.take(episode, 0, 1_000_000)
 
 
-def test_records_written_one_by_one_keep_their_place_before_a_block(tmp_path: Path) -> None:
+def test_records_written_one_by_one_keep_their_place_before_a_block(
+        tmp_path: Path, monkeypatch) -> None:
     """A block written while single records wait for the worker goes after them (its
     sequence numbers follow theirs), whoever lays it out."""
+    from fibril_sim_core.trace import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_LAY_OUT_HERE", 1)  # small blocks laid out here
     first = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
         writer.write(first)
@@ -250,7 +254,9 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
     """Ctrl-C while write_block lays a block out in the stepping thread: the block goes to the
     worker instead, and the trace closed afterwards holds every record once, in order."""
     from fibril_sim_core.trace import _encoder
+    from fibril_sim_core.trace import writer as writer_module
 
+    monkeypatch.setattr(writer_module, "_LAY_OUT_HERE", 1)  # small blocks laid out here
     real = _encoder.Encoder.encode_block
     calls = {"n": 0}
 
@@ -272,3 +278,27 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
     assert [m[2] for m in got] == list(range(300))
     assert [m[1] for m in got] == [(tick + 1) * 1_000_000 for tick in range(300)]
     assert TraceReader(tmp_path / "t").message_count == 300
+
+
+def test_frame_sized_hand_overs_are_joined_bit_for_bit(tmp_path: Path) -> None:
+    """A runtime advances a frame at a time: its small blocks are joined by the worker (across
+    a reset too, which starts a new block) and give the record path's trace."""
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    script: list = [10] * 150 + [lambda instance: instance.reset()] + [7] * 100
+    _assert_same_trace(plan, tmp_path, script)
+
+
+def test_join_keeps_order_and_columns() -> None:
+    a, b = _block(range(3)), _block(range(3, 5))
+    assert not a.joins(b)  # two buffers: other devices tuples
+    buffer = TraceBuffer((DeviceColumns("enc", "t", (), "", 0),))
+    buffer.ticks[0].append(1)
+    buffer.values[0].append(np.zeros(1))
+    buffer.order.append(0)
+    first = buffer.take(0, 0, 1)
+    buffer.other("x")
+    second = buffer.take(0, 0, 1)
+    third = buffer.take(1, 5, 1)
+    assert first.joins(second) and not second.joins(third)
+    joined = SampleBlock.join([first, second])
+    assert joined.order == [0, -1] and joined.others == ["x"] and joined.ticks == [[1]]

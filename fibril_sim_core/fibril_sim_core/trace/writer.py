@@ -101,7 +101,7 @@ FLUSH_INTERVAL: Final = 0.5
 _POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
 _BATCH: Final = 32768  # records serialized at once
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
-_MAX_BLOCKS: Final = 32  # queued SampleBlocks (a few thousand records each) before waiting
+_LAY_OUT_HERE: Final = 1024  # records of a SampleBlock that write_block lays out itself
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
 _KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming,
                  EpisodeStart)
@@ -130,6 +130,8 @@ class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     queued_raw: int = 0  # records and SampleBlocks queued unencoded (only the producer adds)
     taken_raw: int = 0  # of those, encoded by the worker (only the worker adds)
+    blocked: int = 0  # records queued in SampleBlocks (only the producer adds)
+    unblocked: int = 0  # of those, taken by the worker (only the worker adds)
     wake: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     failure: BaseException | None = None  # the worker stopped: sticky
@@ -144,6 +146,7 @@ class _Encoded:
     """A SampleBlock already laid out (``Encoder.encode_block``'s result)."""
 
     result: tuple
+    records: int
 
 
 _QUEUED_BLOCKS: Final = (SampleBlock, _Encoded)  # queue items that are not single records
@@ -254,9 +257,17 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                     kind = type(item)
                     if kind is _Encoded:
                         encoded = item.result
-                    elif kind is SampleBlock:
-                        encoded = encoder.encode_block(item)
-                        shared.taken_raw += 1
+                        shared.unblocked += item.records
+                    elif kind is SampleBlock:  # small ones (one per frame) are joined
+                        joined = [item]
+                        size = len(item)
+                        while pending and type(pending[0]) is SampleBlock and \
+                                size < _BATCH and item.joins(pending[0]):
+                            joined.append(pending.popleft())
+                            size += len(joined[-1])
+                        encoded = encoder.encode_block(SampleBlock.join(joined))
+                        shared.taken_raw += len(joined)
+                        shared.unblocked += size
                     else:
                         batch = [item]
                         while pending and len(batch) < _BATCH and \
@@ -462,15 +473,19 @@ class TraceWriter:
             self._raise_failure()
         pending = self._pending
         with shared.lock:
-            if shared.queued_raw != shared.taken_raw:  # earlier records first: the worker
+            # Earlier records still queued go first, and small blocks (a runtime hands one
+            # over per frame) are cheaper joined: both are the worker's.
+            if shared.queued_raw != shared.taken_raw or len(block) < _LAY_OUT_HERE:
                 pending.append(block)
                 shared.queued_raw += 1
             else:
                 self._lay_out(block)
         self._count += len(block)
-        if len(pending) > _MAX_BLOCKS:  # the worker is behind: wait for it
-            self._shared.wake.set()
-            while len(pending) > _MAX_BLOCKS // 2 and self._thread.is_alive():
+        shared.blocked += len(block)
+        if shared.blocked - shared.unblocked > _MAX_BACKLOG:  # the worker is behind: wait
+            shared.wake.set()
+            while shared.blocked - shared.unblocked > _MAX_BACKLOG // 2 and \
+                    self._thread.is_alive():
                 time.sleep(0.001)
 
     def _lay_out(self, block: SampleBlock) -> None:
@@ -484,7 +499,7 @@ class TraceWriter:
         before = encoder.written
         encoded: _Encoded | None = None
         try:
-            encoded = _Encoded(encoder.encode_block(block))
+            encoded = _Encoded(encoder.encode_block(block), len(block))
             pending.append(encoded)
         except BaseException:
             if encoded is None or not pending or pending[-1] is not encoded:
