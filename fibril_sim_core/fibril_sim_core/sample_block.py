@@ -101,10 +101,21 @@ class TraceBuffer:
         block = SampleBlock(self.order[:], self.others[:], self.devices,
                             [t[:] for t in self.ticks], [v[:] for v in self.values],
                             episode, session_offset_ns, timestep_ns)
+        interrupted: BaseException | None = None
+        while True:  # a Ctrl-C must not leave some lists emptied and others not
+            try:
+                self._clear()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+        return block
+
+    def _clear(self) -> None:
         self.order.clear()  # in place: the stepping thread holds these lists' appends
         self.others.clear()
         for ticks in self.ticks:
             ticks.clear()
         for values in self.values:
             values.clear()
-        return block
