@@ -278,6 +278,7 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
     with pytest.raises(KeyboardInterrupt):
         writer.write_block(_block(range(100, 200)))
     writer.write_block(_block(range(200, 300)))
+    assert writer.record_count == 300
     writer.close()
     got = _messages(tmp_path / "t" / "t.mcap")
     assert [m[2] for m in got] == list(range(300))

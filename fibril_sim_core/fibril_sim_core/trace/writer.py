@@ -472,6 +472,8 @@ class TraceWriter:
         if shared.failure is not None or shared.rejected is not None:
             self._raise_failure()
         pending = self._pending
+        self._count += len(block)  # (queued below, by _lay_out even when interrupted)
+        shared.blocked += len(block)
         with shared.lock:
             # Earlier records still queued go first, and small blocks (a runtime hands one
             # over per frame) are cheaper joined: both are the worker's.
@@ -480,8 +482,6 @@ class TraceWriter:
                 shared.queued_raw += 1
             else:
                 self._lay_out(block)
-        self._count += len(block)
-        shared.blocked += len(block)
         if shared.blocked - shared.unblocked > _MAX_BACKLOG:  # the worker is behind: wait
             shared.wake.set()
             while shared.blocked - shared.unblocked > _MAX_BACKLOG // 2 and \
@@ -578,7 +578,7 @@ class TraceWriter:
     def _check(self) -> None:
         if self._shared.failure is not None or self._shared.rejected is not None:
             self._raise_failure()
-        # (a queued SampleBlock counts as one: a few thousand records, cheaper to encode)
+        # (SampleBlocks have a backlog of their own, counted in records: see write_block)
         if len(self._pending) > _MAX_BACKLOG:
             self._shared.wake.set()
             while len(self._pending) > _MAX_BACKLOG // 2 and self._thread.is_alive():
