@@ -14,13 +14,16 @@ medians are compared:
 * ``subscribed``   the same with one subscriber that takes every record (what the runtime does
                    for its connections);
 * ``traced``       the same while writing the rosbag2/MCAP trace (state every 10 steps), closed
-                   and complete on disk at the end of the timing.
+                   and complete on disk at the end of the timing;
+* ``traced_nostate`` the same trace without the state snapshots (what they cost: each stops
+                   stepping once more and copies the state).
 
 Targets (issue 11): untraced / raw <= 1.2 (aim 1.1), traced / untraced <= 1.5 (aim 1.2).
-Wall-clock times decide: the trace writer's worker thread serializes, compresses and writes
-while MuJoCo steps (mj_step and zstd release the GIL), which pays off on a machine with a free
-core. The CPU column (process time of all threads) shows the total work, which is what a
-machine without a free core pays.
+Wall-clock times decide: the stepping thread keeps the samples only the trace hears as columns
+and lays each block of them out with numpy at hand-over; the trace writer's worker thread
+compresses and writes while MuJoCo steps (mj_step and zstd release the GIL), which pays off on
+a machine with a free core. The CPU column (process time of all threads) shows the total work,
+which is what a machine without a free core pays.
 
 Usage: ``python bench/step_overhead.py [--ticks 100000] [--repeats 5]``
 """
@@ -89,20 +92,23 @@ def main() -> None:
         records["subscribed"] = len(taken)
         return elapsed
 
-    def traced() -> float:
+    def traced(snapshot_every: int | None = None) -> float:
         folder = scratch / f"trace-{time.monotonic_ns()}"
         trace = TraceWriter(folder, provenance=dict(plan.provenance), layout=dict(plan.layout))
-        instance = plan.create_instance(seed=1, trace=trace, collect=False)
+        instance = plan.create_instance(seed=1, trace=trace, collect=False,
+                                        snapshot_every=snapshot_every)
         start = time.perf_counter()
         instance.advance(args.ticks)
         trace.close()
         elapsed = time.perf_counter() - start
-        records["traced"] = trace.record_count
+        if snapshot_every is None:
+            records["traced"] = trace.record_count
         shutil.rmtree(folder)
         return elapsed
 
     cases = {"raw": raw, "raw_nstep": raw_nstep, "untraced": untraced,
-             "subscribed": subscribed, "traced": traced}
+             "subscribed": subscribed, "traced": traced,
+             "traced_nostate": lambda: traced(snapshot_every=0)}
     times: dict[str, list[float]] = {name: [] for name in cases}
     cpu: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):
@@ -117,10 +123,10 @@ def main() -> None:
           f"{records['traced'] / args.ticks:.2f} traced records per tick")
     medians = {name: statistics.median(values) for name, values in times.items()}
     cpus = {name: statistics.median(values) for name, values in cpu.items()}
-    print(f"{'case':<12}{'wall s':>8}{'us/tick':>9}{'vs raw':>8}{'vs untraced':>12}"
+    print(f"{'case':<15}{'wall s':>8}{'us/tick':>9}{'vs raw':>8}{'vs untraced':>12}"
           f"{'cpu s':>8}{'vs untraced':>12}")
     for name, median in medians.items():
-        print(f"{name:<12}{median:>8.3f}{median / args.ticks * 1e6:>9.2f}"
+        print(f"{name:<15}{median:>8.3f}{median / args.ticks * 1e6:>9.2f}"
               f"{median / medians['raw']:>7.2f}x{median / medians['untraced']:>11.2f}x"
               f"{cpus[name]:>8.3f}{cpus[name] / cpus['untraced']:>11.2f}x")
     print(f"wall ratios: untraced/raw {medians['untraced'] / medians['raw']:.2f} (target <= 1.2),"

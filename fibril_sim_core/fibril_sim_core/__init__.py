@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("RecordFilter", "RemoteConnection", "RenderRequest", "ServerOptions",
                      "SimulationConnection", "SimulationHost", "SimulationRuntime",
                      "SimulationServer"), ".runtime"),
+    **dict.fromkeys(("DeviceColumns", "SampleBlock", "TraceBuffer"), ".sample_block"),
     **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
     "Timebase": ".timebase",
     "ShutdownSignals": "._signals",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from .runtime import (RecordFilter, RemoteConnection, RenderRequest, ServerOptions,
                           SimulationConnection, SimulationHost, SimulationRuntime,
                           SimulationServer)
+    from .sample_block import DeviceColumns, SampleBlock, TraceBuffer
     from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
     from ._signals import ShutdownSignals
     from .timebase import Timebase

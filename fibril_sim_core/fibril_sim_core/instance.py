@@ -35,6 +35,7 @@ from .ingress import AcceptedInput, Ingress, external_input
 from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
 from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
                       IngressRecord, StateSnapshot)
+from .sample_block import DeviceColumns, TraceBuffer
 
 if TYPE_CHECKING:
     from .components import Device, Endpoint
@@ -246,12 +247,24 @@ class SimulationInstance:
         self._collect = collect
         self._collected: list[Record] = []
         self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
-        # A trace writer with write_many takes the records in lists: the hot path appends to a
-        # list (no Python call per record), handed over at the end of every advance() and
-        # every _TRACE_HANDOFF records (the writer's checks run then).
-        self._trace = trace if callable(getattr(trace, "write_many", None)) else None
-        self._trace_buffer: list[Record] = []
-        self._trace_sink = self._trace_buffer.append
+        # A trace writer with write_block takes SampleBlocks: while the trace alone listens, a
+        # sample delivered at once is three list appends (its columns, see sample_block),
+        # other records are kept as objects. One with write_many takes the records in lists
+        # (the hot path appends to a list). Either is handed over at the end of every
+        # advance(), before a reset and every _TRACE_HANDOFF records (the writer's checks run
+        # then).
+        self._trace = trace if callable(getattr(trace, "write_many", None)) or callable(
+            getattr(trace, "write_block", None)) else None
+        self._trace_columns: TraceBuffer | None = None
+        if self._trace is not None and callable(getattr(trace, "write_block", None)):
+            self._trace_columns = TraceBuffer(tuple(
+                DeviceColumns(d.id, d.sample_type, d.component_names, d.frame_id,
+                              d.latency_ticks) for d in self._device_specs))
+            self._trace_buffer: list[Any] = self._trace_columns.order
+            self._trace_sink: Callable[[Record], None] = self._trace_columns.other
+        else:
+            self._trace_buffer = []
+            self._trace_sink = self._trace_buffer.append
         # The single list sink, or None (then _emit; a bound method kept here would make the
         # instance a reference cycle, freed only by the cyclic GC).
         self._emit_one: Callable[[Record], None] | None = None
@@ -363,6 +376,8 @@ class SimulationInstance:
             self.scenario = ScenarioSpec(keyframe, self.scenario.initial_inputs)
         if seed is not None:
             self._seed = seed
+        if self._trace is not None:  # the kept samples belong to the episode ending here
+            self._hand_over()
         self._session_offset += self._tick * self._dt
         self._episode += 1
         self._start_episode()
@@ -562,6 +577,12 @@ class SimulationInstance:
     def _hand_over(self) -> None:
         """Give the records kept for the trace writer to it."""
         buffer = self._trace_buffer
+        columns = self._trace_columns
+        if columns is not None:
+            if buffer:
+                self._trace.write_block(  # type: ignore[union-attr]
+                    columns.take(self._episode, self._session_offset, self._dt))
+            return
         if buffer:
             records = buffer[:]
             buffer.clear()  # in place: the sink is this list's append
@@ -797,12 +818,25 @@ class SimulationInstance:
                 else:  # the device's state and noise stream move on as if acquired
                     skips[i](model, data)
             return
+        emit = self._emit_one or self._emit
+        columns = self._trace_columns
+        if columns is not None and emit is self._trace_sink:  # only the trace listens
+            ticks, kept, order = columns.ticks, columns.values, columns.order
+            for i in indices:
+                read = reads[i]
+                values = read[0](model, data)
+                if read[5] > 1:
+                    self._delay(t, read, values)
+                else:  # the DeviceOutput, as columns (see sample_block)
+                    ticks[i].append(acquired)
+                    kept[i].append(values)
+                    order.append(i)
+            return
         dt = self._dt
         episode = self._episode
         acquired_ns = acquired * dt
         offset = self._session_offset
         new = tuple.__new__
-        emit = self._emit_one or self._emit
         for i in indices:
             read = reads[i]
             acquire, device_id, sample_type, names, frame_id, latency = read

@@ -2,14 +2,18 @@
 
 Records are grouped by message shape (what fixes the byte layout: a device's ids, frame and
 component names, the state's array sizes, an endpoint's names, ...); each group becomes one
-block of rows of its ``_cdr.Layout``, the MCAP message record header included.
+block of rows of its ``_cdr.Layout``, the MCAP message record header included. A SampleBlock
+(see ``sample_block``) gives a device's samples as columns already: its rows are made from them
+without record objects.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,7 @@ from ..records import (
     IngressRecord,
     StateSnapshot,
 )
+from ..sample_block import OTHER, DeviceColumns, SampleBlock
 from . import _msgtypes
 from ._cdr import Layout
 from ._mcap import MESSAGE_HEADER
@@ -184,8 +189,52 @@ def _make_shape(key: tuple) -> _Shape:
     return _Shape(layout, FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, _timing_columns)
 
 
+
+
+def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
+                    values: list[np.ndarray]) -> dict[str, Any] | None:
+    """A device's samples of one block as the columns of its message layout; None unless
+    the values are 1-D float arrays of one size."""
+    try:
+        if set(map(type, values)) != {np.ndarray} or len(set(map(len, values))) != 1:
+            return None
+        stacked = np.concatenate(values)
+    except (TypeError, ValueError):  # 0-d arrays
+        return None
+    if stacked.ndim != 1:
+        return None
+    acquired = np.array(ticks, dtype=np.int64)
+    size = len(values[0])
+    dt = block.timestep_ns
+    acquisition = acquired * dt
+    delivery = (acquired + spec.latency_ticks) * dt
+    log = delivery + block.session_offset_ns
+    count = acquired.size
+    return {"log": log, "stamp": log, "acquisition": acquisition + block.session_offset_ns,
+            "acquisition_episode_time_ns": acquisition, "delivery_episode_time_ns": delivery,
+            "episode": np.full(count, block.episode, dtype=np.int64),
+            "values": stacked.reshape(count, size)}
+
+
+def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
+             values: list[np.ndarray]) -> list[DeviceOutput]:
+    """A device's samples of one block as the DeviceOutputs the instance would have made."""
+    dt = block.timestep_ns
+    offset = block.session_offset_ns
+    return [DeviceOutput(block.episode, spec.device_id, spec.sample_type, tick, tick * dt,
+                         (tick + spec.latency_ticks) * dt, offset + tick * dt,
+                         offset + (tick + spec.latency_ticks) * dt, value,
+                         spec.component_names, spec.frame_id)
+            for tick, value in zip(ticks, values, strict=True)]
+
+
+#: (shape key, columns, positions, records) of one group of messages of one shape.
+_Group = tuple[tuple | None, dict[str, Any] | None, Any, Callable[[], list[Any]] | None]
+
+
 class Encoder:
-    """Serializes batches of records into MCAP message records (owned by the worker)."""
+    """Serializes batches of records into MCAP message records (the trace writer's: one thread
+    at a time, under its lock)."""
 
     def __init__(self) -> None:
         self.shapes: dict[tuple, _Shape] = {}
@@ -211,12 +260,64 @@ class Encoder:
         that order among messages of equal log time. A record that does not fit its message
         type is left out and reported in failures.
         """
+        failures: list[tuple[Any, Exception]] = []
+        groups = self._groups(batch, range(len(batch)), failures)
+        return self._encode_groups(batch, groups, failures)
+
+    def encode_block(self, block: SampleBlock) -> tuple[
+            list[bytes], np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, Exception]]]:
+        """What ``encode`` returns for the records of ``block`` in its order: each device's
+        samples are laid out from its columns (no record objects); the rest as by
+        ``encode``."""
+        count = len(block.order)
+        failures: list[tuple[Any, Exception]] = []
+        if not count:
+            return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
+                failures
+        order = np.array(block.order, dtype=np.int64)
+        batch: list[Any] = []
+        groups: list[_Group] = []
+        slow: list[int] = []  # positions of records laid out record by record
+        if block.others:
+            batch = [None] * count
+            where = np.flatnonzero(order == OTHER).tolist()
+            for position, record in zip(where, block.others, strict=True):
+                batch[position] = record
+            slow = where
+        for d, ticks in enumerate(block.ticks):
+            if not ticks:
+                continue
+            positions = np.flatnonzero(order == d)
+            values = block.values[d]
+            spec = block.devices[d]
+            columns = _sample_columns(block, spec, ticks, values)
+            if columns is None:  # values of unusual shapes: as records
+                if not batch:
+                    batch = [None] * count
+                for position, record in zip(positions.tolist(), _samples(block, spec, ticks,
+                                                                          values), strict=True):
+                    batch[position] = record
+                slow.extend(positions.tolist())
+                continue
+            key = (DeviceOutput, spec.device_id, spec.frame_id, spec.sample_type,
+                   tuple(spec.component_names), len(values[0]))
+            groups.append((key, columns, positions,
+                           functools.partial(_samples, block, spec, ticks, values)))
+        if slow:
+            slow.sort()
+            groups.extend((None, None, positions, None)
+                          for positions in self._groups(batch, slow, failures).values())
+        return self._lay_out(batch, groups, count, failures)
+
+    def _groups(self, batch: list[Any], positions: Iterable[int],
+                failures: list[tuple[Any, Exception]]) -> dict[tuple, list[int] | np.ndarray]:
+        """Positions of the records of each shape, record by record (any mix of records)."""
         groups: dict[tuple, list[int]] = {}
         get = groups.get
         device = DeviceOutput
         ndarray = np.ndarray
-        failures: list[tuple[Any, Exception]] = []
-        for i, record in enumerate(batch):
+        for i in positions:
+            record = batch[i]
             try:
                 if type(record) is device:  # the bulk: a cheap key, valid within this batch
                     values = record[8]
@@ -227,35 +328,62 @@ class Encoder:
             except Exception as exc:  # noqa: BLE001 - a malformed record is reported
                 failures.append((record, exc))
                 continue
-            positions = get(key)
-            if positions is None:
+            members = get(key)
+            if members is None:
                 groups[key] = [i]
             else:
-                positions.append(i)
+                members.append(i)
+        return groups  # type: ignore[return-value]
+
+    def _encode_groups(self, batch: list[Any], groups: dict[tuple, list[int] | np.ndarray],
+                       failures: list[tuple[Any, Exception]]
+                       ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
+                                  list[tuple[Any, Exception]]]:
+        return self._lay_out(batch, [(None, None, positions, None)
+                                     for positions in groups.values()], len(batch), failures)
+
+    def _lay_out(self, batch: list[Any],
+                 groups: list[_Group], count: int,
+                 failures: list[tuple[Any, Exception]]
+                 ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
+                            list[tuple[Any, Exception]]]:
+        """The message records of ``count`` records in groups of one shape each: (shape key,
+        columns, positions, records) with the columns ready, or (None, None, positions, None)
+        of records in ``batch``. A group of columns that does not fit is laid out again record
+        by record (``records()`` makes them), so failures name records either way."""
         blocks: list[bytes] = []
         channels, times, offsets = [], [], []
         at = 0
         first = self.written
-        for positions in groups.values():
-            recs = [batch[i] for i in positions]
-            key = _shape_key(recs[0])
+        for key, columns, positions, records in groups:
+            recs: list[Any] | None = None
+            if columns is None:
+                if len(positions) == 1:
+                    recs = [batch[positions[0]]]
+                else:  # C speed: no Python per record
+                    recs = list(operator.itemgetter(*positions)(batch))
+                key = _shape_key(recs[0])
             shape = self.shapes.get(key)
             if shape is None:
                 shape = self.shapes[key] = self._shape(key)
-            sequence = np.array(positions, dtype=np.int64) + first
+            sequence = np.asarray(positions, dtype=np.int64) + first
             try:
-                rows = self._rows(shape, recs, sequence)
+                if columns is None:
+                    columns = shape.fill(recs)
+                rows = self._rows(shape, columns, len(positions), sequence)
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
+                if recs is None:
+                    recs = records()  # type: ignore[misc]
                 rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
                 if not rows.shape[0]:
                     continue
-            count, size = rows.shape
+            count_, size = rows.shape
             blocks.append(rows.tobytes())
-            channels.append(np.full(count, shape.channel, dtype=np.int64))
-            times.append(rows[:, 15:23].copy().view("<u8").reshape(count))
-            offsets.append(np.arange(at, at + count * size, size, dtype=np.uint64))
-            at += count * size
-        self.written += len(batch)
+            channels.append(np.full(count_, shape.channel, dtype=np.int64))
+            times.append(rows[:, 15:23].copy().view("<u8").reshape(count_))
+            offsets.append(np.arange(at, at + count_ * size, size, dtype=np.uint64))
+            at += count_ * size
+        self.written += count
         if not blocks:
             return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
                 failures
@@ -269,11 +397,11 @@ class Encoder:
         layout.patch(0, struct.pack("<BQH", 5, layout.size - 9, shape.channel))
         return shape
 
-    def _rows(self, shape: _Shape, recs: list[Any], sequence: np.ndarray) -> np.ndarray:
-        columns = shape.fill(recs)
+    def _rows(self, shape: _Shape, columns: dict[str, Any], count: int,
+              sequence: np.ndarray) -> np.ndarray:
         columns["sequence"] = (sequence & 0xFFFFFFFF).astype(np.uint32)
         columns["publish"] = columns["log"]
-        return shape.layout.encode(columns, len(recs))
+        return shape.layout.encode(columns, count)
 
     def _rows_one_by_one(self, shape: _Shape, recs: list[Any], sequence: np.ndarray,
                          failures: list[tuple[Any, Exception]], first: Exception) -> np.ndarray:
@@ -281,7 +409,7 @@ class Encoder:
         before = len(failures)
         for record, number in zip(recs, sequence, strict=True):
             try:
-                good.append(self._rows(shape, [record], np.array([number])))
+                good.append(self._rows(shape, shape.fill([record]), 1, np.array([number])))
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
                 failures.append((record, exc))
         if len(failures) == before:

@@ -3,12 +3,16 @@
 One format serves every consumer: ``ros2 bag play``, Foxglove, ``mcap`` tools, rosbags and the
 calibration reader all read it, and writing it needs no ROS installation.
 
-Speed. ``write`` only appends the record to a queue (the stepping thread pays well under a
-microsecond). A private worker thread takes the queued records in batches, serializes each
-batch with numpy (``_cdr.Layout``: every message shape is a byte template, a batch of records is
-a few column assignments), lays the MCAP message records out in arrival order and compresses
-whole chunks with zstd, which like MuJoCo's stepping releases the GIL. Payloads are byte for
-byte what rosbags' serializer produces (tested for every message type).
+Speed. A SimulationInstance hands its records over in ``SampleBlock``s (``write_block``): the
+samples only the trace hears arrive as columns (acquisition ticks and value arrays per device,
+no record objects), laid out by numpy in the caller's thread at hand-over (``_cdr.Layout``:
+every message shape is a byte template, a block is a few column assignments per device), so
+the worker holding the GIL never makes the stepping thread wait for it. The worker compresses
+whole chunks with zstd and writes them, which like MuJoCo's stepping releases the GIL. Records
+written one by one (``write``, ``write_many``) only go to a queue (well under a microsecond)
+and the worker serializes them in batches, in write order with the blocks. Payloads are byte
+for byte what rosbags' serializer produces (tested for every message type, and the columns
+against the record path).
 
 Robustness. Python raises ``KeyboardInterrupt`` only in the main thread, so the worker, which
 alone touches the files, is never torn in the middle of a record. ``metadata.yaml`` (with the
@@ -44,6 +48,7 @@ from ..records import (
     IngressRecord,
     StateSnapshot,
 )
+from ..sample_block import SampleBlock
 from . import _msgtypes
 from ._encoder import Encoder
 from ._mcap import McapFile
@@ -96,6 +101,7 @@ FLUSH_INTERVAL: Final = 0.5
 _POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
 _BATCH: Final = 32768  # records serialized at once
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
+_LAY_OUT_HERE: Final = 1024  # records of a SampleBlock that write_block lays out itself
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
 _KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming,
                  EpisodeStart)
@@ -116,7 +122,16 @@ def _library() -> str:
 class _Shared:
     """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
-    pending: deque = field(default_factory=deque)
+    pending: deque = field(default_factory=deque)  # records, SampleBlocks and _Encoded
+    # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
+    # (no GIL ping-pong with the worker, see TraceWriter.write_block), the rest by the
+    # worker; ``lock`` guards it and the taking of queued items.
+    encoder: Encoder = field(default_factory=Encoder)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queued_raw: int = 0  # records and SampleBlocks queued unencoded (only the producer adds)
+    taken_raw: int = 0  # of those, encoded by the worker (only the worker adds)
+    blocked: int = 0  # records queued in SampleBlocks (only the producer adds)
+    unblocked: int = 0  # of those, taken by the worker (only the worker adds)
     wake: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
     failure: BaseException | None = None  # the worker stopped: sticky
@@ -124,6 +139,17 @@ class _Shared:
     flushed: int = 0  # flush requests served
     flush_requests: int = 0
     flush_done: threading.Condition = field(default_factory=threading.Condition)
+
+
+@dataclass(slots=True)
+class _Encoded:
+    """A SampleBlock already laid out (``Encoder.encode_block``'s result)."""
+
+    result: tuple
+    records: int
+
+
+_QUEUED_BLOCKS: Final = (SampleBlock, _Encoded)  # queue items that are not single records
 
 
 @dataclass(slots=True)
@@ -190,8 +216,9 @@ def _write_metadata_yaml(path: Path, serialized: str) -> None:
 
 def _run_worker(bag: _Bag, shared: _Shared) -> None:
     """Own the bag: serialize queued records in batches, write chunks, finish on close."""
-    encoder = Encoder()
+    encoder = shared.encoder
     pending = shared.pending
+    lock = shared.lock
     parts: list[bytes] = []
     chunk_channels: list[np.ndarray] = []
     chunk_times: list[np.ndarray] = []
@@ -202,10 +229,12 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
 
     def write_chunk() -> None:
         nonlocal chunk_size
-        for channel, topic, msgtype in encoder.new_channels:
+        with lock:
+            announced = encoder.new_channels[:]
+            encoder.new_channels.clear()
+        for channel, topic, msgtype in announced:
             mcap.add_channel(channel, _schema_id(bag, msgtype), topic, "cdr",
                              {"offered_qos_profiles": ""})
-        encoder.new_channels.clear()
         mcap.write_chunk(b"".join(parts), np.concatenate(chunk_channels),
                          np.concatenate(chunk_times), np.concatenate(chunk_offsets))
         parts.clear()
@@ -221,8 +250,32 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             closing = shared.closing
             requests = shared.flush_requests
             while pending:
-                batch = [pending.popleft() for _ in range(min(len(pending), _BATCH))]
-                blocks, channels, times, offsets, failures = encoder.encode(batch)
+                # Records queued one by one are encoded in batches; a SampleBlock (the
+                # instance's columns) is one batch by itself, often laid out already.
+                with lock:
+                    item = pending.popleft()
+                    kind = type(item)
+                    if kind is _Encoded:
+                        encoded = item.result
+                        shared.unblocked += item.records
+                    elif kind is SampleBlock:  # small ones (one per frame) are joined
+                        joined = [item]
+                        size = len(item)
+                        while pending and type(pending[0]) is SampleBlock and \
+                                size < _BATCH and item.joins(pending[0]):
+                            joined.append(pending.popleft())
+                            size += len(joined[-1])
+                        encoded = encoder.encode_block(SampleBlock.join(joined))
+                        shared.taken_raw += len(joined)
+                        shared.unblocked += size
+                    else:
+                        batch = [item]
+                        while pending and len(batch) < _BATCH and \
+                                type(pending[0]) not in _QUEUED_BLOCKS:
+                            batch.append(pending.popleft())
+                        encoded = encoder.encode(batch)
+                        shared.taken_raw += len(batch)
+                blocks, channels, times, offsets, failures = encoded
                 if failures and shared.rejected is None:
                     record, exc = failures[0]
                     msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
@@ -376,6 +429,7 @@ class TraceWriter:
                 ", ".join(t.__name__ for t in _KINDS))
             raise TypeError(msg)
         self._pending.append(record)
+        self._shared.queued_raw += 1
         self._count += 1
         if not self._count % _CHECK_EVERY:
             self._check()
@@ -392,9 +446,67 @@ class TraceWriter:
             return
         before = self._count
         self._pending.extend(records)
+        self._shared.queued_raw += len(records)
         self._count += len(records)
         if self._count // _CHECK_EVERY != before // _CHECK_EVERY:
             self._check()
+
+    def write_block(self, block: SampleBlock) -> None:
+        """Queue the records of a block (what ``write_many`` does for them as records): how
+        a SimulationInstance hands over what it kept for the trace."""
+        if self._closed:
+            msg = f"{self.path}: trace writer is closed"
+            raise TraceError(msg)
+        if type(block) is not SampleBlock:
+            msg = f"{self.path}: write_block takes a SampleBlock, got {type(block).__name__}"
+            raise TypeError(msg)
+        if not block.order:
+            return
+        others = block.others
+        if others and not set(map(type, others)) <= _KIND_SET:
+            odd = next(r for r in others if type(r) not in _KIND_SET)
+            msg = f"{self.path}: cannot trace a {type(odd).__name__}; expected one of " + (
+                ", ".join(t.__name__ for t in _KINDS))
+            raise TypeError(msg)
+        shared = self._shared
+        if shared.failure is not None or shared.rejected is not None:
+            self._raise_failure()
+        pending = self._pending
+        self._count += len(block)  # (queued below, by _lay_out even when interrupted)
+        shared.blocked += len(block)
+        with shared.lock:
+            # Earlier records still queued go first, and small blocks (a runtime hands one
+            # over per frame) are cheaper joined: both are the worker's.
+            if shared.queued_raw != shared.taken_raw or len(block) < _LAY_OUT_HERE:
+                pending.append(block)
+                shared.queued_raw += 1
+            else:
+                self._lay_out(block)
+        if shared.blocked - shared.unblocked > _MAX_BACKLOG:  # the worker is behind: wait
+            shared.wake.set()
+            while shared.blocked - shared.unblocked > _MAX_BACKLOG // 2 and \
+                    self._thread.is_alive():
+                time.sleep(0.001)
+
+    def _lay_out(self, block: SampleBlock) -> None:
+        """Encode ``block`` here (the caller holds the lock) and queue the result. The worker
+        only compresses and writes it: zstd and file writes release the GIL, so the stepping
+        thread never waits for the worker's Python. Interrupted (Ctrl-C), the block is queued
+        for the worker instead, so no record is lost or written twice."""
+        shared = self._shared
+        pending = self._pending
+        encoder = shared.encoder
+        before = encoder.written
+        encoded: _Encoded | None = None
+        try:
+            encoded = _Encoded(encoder.encode_block(block), len(block))
+            pending.append(encoded)
+        except BaseException:
+            if encoded is None or not pending or pending[-1] is not encoded:
+                encoder.written = before  # its sequence numbers are still to be taken
+                pending.append(block)
+                shared.queued_raw += 1
+            raise
 
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
@@ -466,6 +578,7 @@ class TraceWriter:
     def _check(self) -> None:
         if self._shared.failure is not None or self._shared.rejected is not None:
             self._raise_failure()
+        # (SampleBlocks have a backlog of their own, counted in records: see write_block)
         if len(self._pending) > _MAX_BACKLOG:
             self._shared.wake.set()
             while len(self._pending) > _MAX_BACKLOG // 2 and self._thread.is_alive():
