@@ -226,6 +226,8 @@ class SimNode(Node):
                 [w for w in self.waitables if w.callback_group is self._input_group],
                 self._input_failed)
             self._inputs.start()
+            if self.sync is not None:
+                self.sync.inputs = self._inputs
         else:
             self.get_logger().info("command subscriptions served by the executor (no input "
                                    "thread: FIBRIL_SIM_INPUT_THREAD=0 or rclpy without it)")

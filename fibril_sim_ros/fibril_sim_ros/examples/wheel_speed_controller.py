@@ -29,6 +29,7 @@ from pathlib import Path
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -100,9 +101,9 @@ class PiController:
 class WheelSpeedController(Node):
     """Reads the encoder, commands the motor duty at ``rate`` Hz on ROS time."""
 
-    def __init__(self, *, default_sim_time: bool = True) -> None:
+    def __init__(self, *, default_sim_time: bool = True, context: Context | None = None) -> None:
         overrides = [Parameter('use_sim_time', value=True)] if default_sim_time else None
-        super().__init__(NODE_NAME, parameter_overrides=overrides)
+        super().__init__(NODE_NAME, parameter_overrides=overrides, context=context)
         self.settings = ControllerSettings(**{
             name: self._declare(name, getattr(ControllerSettings, name))
             for name in ControllerSettings.__dataclass_fields__})
@@ -164,7 +165,7 @@ class WheelSpeedController(Node):
         self._publisher.publish(command)
 
 
-def make_executor(kind: str) -> tuple[Executor, str]:
+def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, str]:
     """The executor to spin with, and its name. ``events``: rclpy's EventsExecutor (C++,
     rclpy.experimental since Jazzy), several times cheaper per callback than the
     SingleThreadedExecutor, which rebuilds its whole wait set in Python on every pass (three
@@ -175,8 +176,8 @@ def make_executor(kind: str) -> tuple[Executor, str]:
         except ImportError:
             pass
         else:
-            return EventsExecutor(), 'events'
-    return SingleThreadedExecutor(), 'single_threaded'
+            return EventsExecutor(context=context), 'events'
+    return SingleThreadedExecutor(context=context), 'single_threaded'
 
 
 def spin(node: Node, executor: Executor) -> None:
@@ -185,7 +186,10 @@ def spin(node: Node, executor: Executor) -> None:
     executor.add_node(node)
     context = node.context
     while context.ok():
-        executor.spin_once(timeout_sec=0.1)
+        try:
+            executor.spin_once(timeout_sec=0.1)
+        except ExternalShutdownException:
+            return
 
 
 def _sets_use_sim_time(args: list[str]) -> bool:
@@ -212,7 +216,7 @@ def main(args: list[str] | None = None) -> int:
         print(f'{NODE_NAME}: error: {exc}', file=sys.stderr)
         rclpy.try_shutdown()
         return 2
-    executor, kind = make_executor(node.settings.executor)
+    executor, kind = make_executor(node.settings.executor, node.context)
     if kind != node.settings.executor:
         node.get_logger().info(f'executor {node.settings.executor!r} not available in this '
                                f'rclpy: using {kind}')
