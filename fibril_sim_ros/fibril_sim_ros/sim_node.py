@@ -434,6 +434,7 @@ class SimNode(Node):
                 route.listened = route.latched or any(
                     p.get_subscription_count() for p in route.publishers)
         self._frame_listened = self._frame_pub.get_subscription_count() > 0
+        self.outbox.clock_listened = self._clock_pub.get_subscription_count() > 0
 
     def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
         """On the writer thread: convert a large message and write it."""
