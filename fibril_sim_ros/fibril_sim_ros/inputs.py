@@ -70,7 +70,7 @@ class InputThread:
         self._guard = GuardCondition(None, None, context=context)
         self._stopping = False
         self._state = threading.Condition()
-        self._serving = threading.Lock()  # held while the wait set is in use
+        self._serving = threading.Lock()  # held while a borrower uses the wait set
         self._want = False  # a borrower asked for the wait set
         self._lent = False  # this thread is parked; the borrower serves
         self._wait_set: Any = None
@@ -105,7 +105,9 @@ class InputThread:
             if self._stopping or not self._thread.is_alive():
                 return False
             self._want = True
-        self._guard.trigger()
+        with self._serving:  # stop() destroys the guard only after taking this lock
+            if not self._stopping:
+                self._guard.trigger()
         with self._state:
             self._state.wait_for(lambda: self._lent or self._stopping
                                  or not self._thread.is_alive(), timeout)
@@ -127,11 +129,15 @@ class InputThread:
     def serve(self, timeout_ns: int) -> None:
         """While lent: wait up to ``timeout_ns`` for messages (or ``wake``) and run the
         callbacks of every message taken, on the calling thread."""
-        self._serve_once(timeout_ns)
+        with self._serving:  # stop() waits for this before it lets the handles go
+            if not self._stopping and self._lent:
+                self._serve_once(timeout_ns)
 
     def wake(self) -> None:
-        """End a ``serve`` wait early (the node is stopping)."""
-        self._guard.trigger()
+        """End a ``serve`` wait early (the node is stopping). After ``stop`` (which woke
+        every wait itself and destroys the guard condition) nothing is left to wake."""
+        if not self._stopping:
+            self._guard.trigger()
 
     # ------------------------------------------------------------------ thread
     def _run(self) -> None:
@@ -164,11 +170,6 @@ class InputThread:
                 self._state.notify_all()
 
     def _serve_once(self, timeout_ns: int) -> None:
-        with self._serving:
-            if not self._stopping:
-                self._serve_locked(timeout_ns)
-
-    def _serve_locked(self, timeout_ns: int) -> None:
         wait_set, entries, events = self._wait_set, self._entries, self._events
         wait_set.clear_entities()
         indices = [wait_set.add_subscription(h) for h, _, _ in entries]
