@@ -9,6 +9,10 @@ callbacks still run one at a time and per-source sequence numbers reach the ingr
 The subscriptions stay the node's own (``ros2 node info`` shows them); their callback group
 keeps them (and their QoS event handlers, served here too) out of the executor.
 
+In sync mode the host thread borrows the wait set while it steps in lockstep (``lend`` /
+``serve`` / ``give_back``): this thread parks, and the host is woken by the controllers'
+answers themselves, with no hand-off from this thread per control period.
+
 It uses rclpy's implementation module (``WaitSet``, ``take_message``: stable since Humble).
 Where that is missing, or with ``FIBRIL_SIM_INPUT_THREAD=0`` in the environment, ``available()``
 is false and the node lets its executor serve the subscriptions instead (slower, same order).

@@ -6,9 +6,11 @@ period's end tick on every run; a topic that does not answer within the timeout 
 
 The host runs as fast as possible in frames of one control period and the wait happens on the
 host thread itself, at the end of each frame (``on_frame``, after the frame's ``/clock``): no
-request to the host and no thread hand-off per period. The answers reach the ingress from the
-subscription callbacks before ``answer`` wakes the host, so they are committed at the first
-tick of the next frame, whatever the timing.
+request to the host per period. While it steps in lockstep the host borrows the input thread's
+wait set (``InputThread.lend``) and takes the answers itself, woken by their arrival, so no
+thread hand-off either; without an input thread the callbacks (on the executor) wake it
+through ``answer``. Either way the answers reach the ingress before the next frame is stepped,
+so they are committed at its first tick, whatever the timing.
 """
 
 from __future__ import annotations
