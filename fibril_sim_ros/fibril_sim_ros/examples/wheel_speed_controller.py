@@ -114,6 +114,8 @@ class WheelSpeedController(Node):
         self._last_ns: int | None = None
         self._velocity: float | None = None  # mean of the samples since the last update
         self._sum, self._count = 0.0, 0
+        self._setpoint = s.setpoint
+        self._command = MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.0)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointState, s.encoder_topic, self._on_encoder, reliable)
         self.create_timer(1.0 / s.rate, self._on_timer)
@@ -159,9 +161,9 @@ class WheelSpeedController(Node):
         if self._count:  # several samples when an update came late: their mean, less noise
             self._velocity = self._sum / self._count
             self._sum, self._count = 0.0, 0
-        command = MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.0)
-        if self._velocity is not None:
-            command.value = self._pi.update(self.settings.setpoint, self._velocity, dt_ns / 1e9)
+        command = self._command  # one message, reused: only its value changes
+        command.value = 0.0 if self._velocity is None else \
+            self._pi.update(self._setpoint, self._velocity, dt_ns / 1e9)
         self._publisher.publish(command)
 
 
