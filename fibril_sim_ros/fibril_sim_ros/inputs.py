@@ -135,7 +135,7 @@ class InputThread:
         callbacks of every message taken, on the calling thread."""
         with self._serving:  # stop() waits for this before it lets the handles go
             if not self._stopping and self._lent:
-                self._serve_once(timeout_ns)
+                self._serve_once(timeout_ns, drain=False)
 
     def wake(self) -> None:
         """End a ``serve`` wait early (the node is stopping). After ``stop`` (which woke
@@ -173,7 +173,10 @@ class InputThread:
                 self._lent = False
                 self._state.notify_all()
 
-    def _serve_once(self, timeout_ns: int) -> None:
+    def _serve_once(self, timeout_ns: int, drain: bool = True) -> None:
+        """Wait, then run the QoS events and the callbacks of the messages taken: every
+        message waiting (``drain``), or one per ready subscription (the host in sync mode:
+        one answer per period, and no extra take that finds nothing)."""
         wait_set, entries, events = self._wait_set, self._entries, self._events
         wait_set.clear_entities()
         indices = [wait_set.add_subscription(h) for h, _, _ in entries]
@@ -194,6 +197,8 @@ class InputThread:
                 if taken is None:
                     break
                 callback(taken[0])
+                if not drain:  # one each: a next wait returns at once if more arrived
+                    break
 
 
 def _run(coroutine: Any) -> None:
