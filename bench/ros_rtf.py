@@ -305,8 +305,8 @@ def offline_rate(manifest: Path, seconds: float) -> float:
 def baseline_command(root: Path) -> list[str]:
     """The node of another checkout (``--baseline``): its packages first on the path."""
     paths = [str(root / "fibril_sim_ros"), str(root / "fibril_sim_core")]
-    return [sys.executable, "-c", f"import sys; sys.path[:0] = {paths!r}; "
-                                  "from fibril_sim_ros.sim_node import main; main()"]
+    code = f"import sys; sys.path[:0] = {paths!r}; from fibril_sim_ros.sim_node import main; main()"
+    return [sys.executable, "-c", code]
 
 
 def main() -> None:

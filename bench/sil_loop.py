@@ -58,8 +58,9 @@ def _from_checkout(root: Path | None, module: str, entry: str = 'main') -> list[
     if root is None:
         return None
     paths = [str(root / 'fibril_sim_ros'), str(root / 'fibril_sim_core')]
-    return [sys.executable, '-c', f'import sys; sys.path[:0] = {paths!r}; '
-                                  f'from {module} import {entry}; sys.exit({entry}())']
+    code = (f'import sys; sys.path[:0] = {paths!r}; '
+            f'from {module} import {entry}; sys.exit({entry}())')
+    return [sys.executable, '-c', code]
 
 
 def measure(sync: bool, seconds: float, baseline: Path | None = None) -> dict[str, float]:
