@@ -153,9 +153,49 @@ class Subscriber:
         self.context.try_shutdown()
 
 
-def start_node(manifest: Path, scratch: Path, name: str, **params) -> subprocess.Popen:
-    command = [sys.executable, "-m", "fibril_sim_ros.sim_node", "--ros-args",
-               "-p", f"manifest:={manifest}"]
+class Counter:
+    """A lean subscriber for the fast phase: counts encoder messages as they arrive (raw
+    bytes, no deserialization) on rclpy's EventsExecutor where there is one. It shares the
+    machine's cores with the node, so the executor's own cost per message (a Python
+    SingleThreadedExecutor pass is ~100 us) would otherwise be measured as the node's."""
+
+    def __init__(self) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("fibril_bench_counter", context=self.context)
+        self.count = 0
+        self.node.create_subscription(JointState, "/wheel_encoder", self._on_message,
+                                      RELIABLE, raw=True)
+        try:
+            from rclpy.experimental import EventsExecutor
+
+            self.executor = EventsExecutor(context=self.context)
+        except ImportError:
+            self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._stop = False
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _on_message(self, _: bytes) -> None:
+        self.count += 1
+
+    def _spin(self) -> None:
+        while not self._stop:
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def start_node(manifest: Path, scratch: Path, name: str, node_command: list[str] | None = None,
+               **params) -> subprocess.Popen:
+    command = [*(node_command or [sys.executable, "-m", "fibril_sim_ros.sim_node"]),
+               "--ros-args", "-p", f"manifest:={manifest}"]
     for key, value in params.items():
         command += ["-p", f"{key}:={value}"]
     return subprocess.Popen(command, stdout=open(scratch / f"{name}.out", "w"),
@@ -179,9 +219,11 @@ def jitter(samples: list, latency_ns: int) -> np.ndarray:
 
 
 def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
-                   commands: int) -> dict:
+                   commands: int, node_command: list[str] | None = None) -> dict:
     trace = scratch / "rt.trace"
-    node = start_node(manifest, scratch, "rt", real_time_factor=1.0, trace_dir=trace)
+    shutil.rmtree(trace, ignore_errors=True)
+    node = start_node(manifest, scratch, "rt", node_command, real_time_factor=1.0,
+                      trace_dir=trace)
     sent: list[int] = []
     try:
         sub.state()
@@ -223,21 +265,33 @@ def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: floa
             "commands": len(sent), "committed": len(commits)}
 
 
-def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float) -> float:
+def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
+               lean: bool = True, node_command: list[str] | None = None) -> tuple[float, float]:
+    """Ticks/s of the node as fast as possible, and encoder messages received per tick."""
     sub.encoder_only()
-    node = start_node(manifest, scratch, "fast", real_time_factor=0.0)
+    counter = Counter() if lean else None
+    if counter is not None:  # only the counter listens to the encoder
+        for subscription in list(sub.node.subscriptions):
+            sub.node.destroy_subscription(subscription)
+    node = start_node(manifest, scratch, "fast", node_command, real_time_factor=0.0)
     try:
         sub.state()
+        time.sleep(0.5)  # the counter's subscription matched
         sub.recording = True
         first = sub.state()
+        received0 = counter.count if counter is not None else len(sub.encoder)
         t0 = time.monotonic()
         time.sleep(seconds)
         last = sub.state()
         t1 = time.monotonic()
+        received = (counter.count if counter is not None else len(sub.encoder)) - received0
         sub.recording = False
     finally:
         stop_node(node)
-    return (last.tick - first.tick) / (t1 - t0)
+        if counter is not None:
+            counter.close()
+    ticks = last.tick - first.tick
+    return ticks / (t1 - t0), received / ticks if ticks else 0.0
 
 
 def offline_rate(manifest: Path, seconds: float) -> float:
@@ -248,6 +302,13 @@ def offline_rate(manifest: Path, seconds: float) -> float:
     return int(match.group(1)) / float(match.group(2))
 
 
+def baseline_command(root: Path) -> list[str]:
+    """The node of another checkout (``--baseline``): its packages first on the path."""
+    paths = [str(root / "fibril_sim_ros"), str(root / "fibril_sim_core")]
+    code = f"import sys; sys.path[:0] = {paths!r}; from fibril_sim_ros.sim_node import main; main()"
+    return [sys.executable, "-c", code]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -256,36 +317,55 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5,
                         help="fast phase / offline run pairs (medians reported)")
     parser.add_argument("--no-realtime", action="store_true", help="skip the real-time phase")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout whose node runs too, interleaved (old vs new)")
+    parser.add_argument("--rich-subscriber", action="store_true",
+                        help="fast phase: the deserializing SingleThreadedExecutor subscriber "
+                             "of earlier releases instead of the lean counter")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-bench-"))
     manifest = scratch / "bench.yaml"
     manifest.write_text(MANIFEST)
     sub = Subscriber()
-    fasts, offlines = [], []
+    nodes = {"node": None}
+    if args.baseline is not None:
+        nodes["baseline"] = baseline_command(args.baseline.resolve())
+    fasts: dict[str, list[tuple[float, float]]] = {name: [] for name in nodes}
+    offlines: list[float] = []
+    rts: dict[str, dict] = {}
     try:
-        rt = None if args.no_realtime else realtime_phase(sub, manifest, scratch, args.seconds,
-                                                          args.commands)
+        if not args.no_realtime:
+            for name, command in nodes.items():
+                rts[name] = realtime_phase(sub, manifest, scratch, args.seconds, args.commands,
+                                           command)
         for _ in range(max(1, args.repeats)):  # interleaved, back to back
-            fasts.append(fast_phase(sub, manifest, scratch, args.fast_seconds))
-            sub.clear()
+            for name, command in nodes.items():
+                fasts[name].append(fast_phase(sub, manifest, scratch, args.fast_seconds,
+                                              not args.rich_subscriber, command))
+                sub.clear()
             offlines.append(offline_rate(manifest, 20.0))
     finally:
         sub.close()
     shutil.rmtree(scratch, ignore_errors=True)
-    ratios = [f / o for f, o in zip(fasts, offlines)]
 
     def pct(values: np.ndarray) -> str:
         if not len(values):
             return "n/a"
         return f"p50 {np.percentile(values, 50):.3f} ms, p99 {np.percentile(values, 99):.3f} ms"
 
-    if rt is not None:
+    for name, rt in rts.items():
+        print(f"[{name}] ", end="")
         print_realtime(rt, args, pct)
-    print(f"as fast as possible (real_time_factor 0, not traced, encoder subscriber attached), "
-          f"median of {len(ratios)}:")
-    print(f"  node {np.median(fasts):.0f} ticks/s, fibril_sim run {np.median(offlines):.0f} "
-          f"ticks/s, ratio {np.median(ratios):.2f} (per pair: "
-          f"{', '.join(f'{r:.2f}' for r in ratios)})   target >= 0.5")
+    subscriber = "deserializing" if args.rich_subscriber else "lean counting"
+    print(f"as fast as possible (real_time_factor 0, not traced, {subscriber} encoder "
+          f"subscriber attached), median of {len(offlines)}:")
+    for name, results in fasts.items():
+        rates = [rate for rate, _ in results]
+        ratios = [rate / offline for rate, offline in zip(rates, offlines)]
+        print(f"  [{name}] {np.median(rates):.0f} ticks/s, fibril_sim run "
+              f"{np.median(offlines):.0f} ticks/s, ratio {np.median(ratios):.2f} (per pair: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}), encoder messages received per tick "
+              f"{np.median([r for _, r in results]):.3f}   target >= 0.5")
 
 
 def print_realtime(rt: dict, args: argparse.Namespace, pct) -> None:

@@ -53,8 +53,18 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
-def measure(sync: bool, seconds: float) -> dict[str, float]:
-    from fibril_sim_ros.testing import SimHarness, example_controller_command
+def _from_checkout(root: Path | None, module: str, entry: str = 'main') -> list[str] | None:
+    """A command running ``module`` of another checkout (``--baseline``), else None."""
+    if root is None:
+        return None
+    paths = [str(root / 'fibril_sim_ros'), str(root / 'fibril_sim_core')]
+    code = (f'import sys; sys.path[:0] = {paths!r}; '
+            f'from {module} import {entry}; sys.exit({entry}())')
+    return [sys.executable, '-c', code]
+
+
+def measure(sync: bool, seconds: float, baseline: Path | None = None) -> dict[str, float]:
+    from fibril_sim_ros.testing import SimHarness, example_controller_command, ros_args
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rosgraph_msgs.msg import Clock
 
@@ -62,7 +72,13 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
 
     options = dict(sync_topics=['/motor/command'], control_period=CONTROL_PERIOD_S,
                    sync_timeout=10.0) if sync else dict(real_time_factor=1.0)
-    with SimHarness(MANIFEST, controller=example_controller_command(), **options) as sim:
+    controller = example_controller_command()
+    node_command = _from_checkout(baseline, 'fibril_sim_ros.sim_node')
+    if baseline is not None:  # that checkout's controller too, with the same parameters
+        controller = [*_from_checkout(baseline, 'fibril_sim_ros.examples.wheel_speed_controller'),
+                      *ros_args({'use_sim_time': True})]
+    with SimHarness(MANIFEST, controller=controller, node_command=node_command,
+                    **options) as sim:
         clocks: list[float] = []
         commands: list[float] = []
         latencies: list[float] = []
@@ -109,7 +125,9 @@ def measure(sync: bool, seconds: float) -> dict[str, float]:
             'node_p50_ms': 1e3 * _percentile(node_part, 0.5),
             'periods_per_s': periods / wall,
             'real_time_factor': periods * CONTROL_PERIOD_S / wall,
-            'commands_per_period': len(commands) / periods if periods else 0.0,
+            # accepted by the node's ingress (the observer, a slower reader, may miss some)
+            'commands_per_period': (after.accepted_inputs - before.accepted_inputs) / periods
+            if periods else 0.0,
             'round_trip_p50_ms': 1e3 * _percentile(round_trip, 0.5),
             'round_trip_p99_ms': 1e3 * _percentile(round_trip, 0.99),
             # CPU time (all threads, user + system) per control period of each process
@@ -122,10 +140,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--seconds', type=float, default=5.0, help='wall seconds per measurement')
     parser.add_argument('--repeats', type=int, default=1)
+    parser.add_argument('--baseline', type=Path, default=None,
+                        help='another checkout: its node and controller run too, interleaved '
+                             '(old vs new in the same run)')
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {'sync': [], 'free': []}
+    if args.baseline is not None:
+        results['sync (baseline)'] = []
     for _ in range(args.repeats):  # interleaved
         results['sync'].append(measure(True, args.seconds))
+        if args.baseline is not None:
+            results['sync (baseline)'].append(measure(True, args.seconds,
+                                                      args.baseline.resolve()))
         results['free'].append(measure(False, args.seconds))
 
     def median(mode: str, key: str) -> float:
@@ -144,6 +170,14 @@ def main() -> int:
     print(f'sync CPU per period: node {median("sync", "node_cpu_ms"):.2f} ms, controller '
           f'{median("sync", "controller_cpu_ms"):.2f} ms (all threads; a period cannot be '
           f'shorter than the part of them on its critical path)')
+    if args.baseline is not None:
+        mode = 'sync (baseline)'
+        print(f'baseline {args.baseline} (its node and controller), sync: '
+              f'{median(mode, "periods_per_s"):.0f} control periods/s, round trip p50 '
+              f'{median(mode, "round_trip_p50_ms"):.2f} ms (controller '
+              f'{median(mode, "controller_p50_ms"):.2f} ms, node {median(mode, "node_p50_ms"):.2f}'
+              f' ms), CPU per period: node {median(mode, "node_cpu_ms"):.2f} ms, controller '
+              f'{median(mode, "controller_cpu_ms"):.2f} ms')
     ratio = median('sync', 'periods_per_s') / median('free', 'periods_per_s')
     print(f'sync / free-running at rtf 1: {ratio:.2f}x (target >= 2x real time: '
           f'{"met" if median("sync", "real_time_factor") >= 2 else "NOT met"})')

@@ -9,6 +9,10 @@ callbacks still run one at a time and per-source sequence numbers reach the ingr
 The subscriptions stay the node's own (``ros2 node info`` shows them); their callback group
 keeps them (and their QoS event handlers, served here too) out of the executor.
 
+In sync mode the host thread borrows the wait set while it steps in lockstep (``lend`` /
+``serve`` / ``give_back``): this thread parks, and the host is woken by the controllers'
+answers themselves, with no hand-off from this thread per control period.
+
 It uses rclpy's implementation module (``WaitSet``, ``take_message``: stable since Humble).
 Where that is missing, or with ``FIBRIL_SIM_INPUT_THREAD=0`` in the environment, ``available()``
 is false and the node lets its executor serve the subscriptions instead (slower, same order).
@@ -69,6 +73,12 @@ class InputThread:
         self._on_error = on_error
         self._guard = GuardCondition(None, None, context=context)
         self._stopping = False
+        self._state = threading.Condition()
+        self._serving = threading.Lock()  # held while a borrower uses the wait set
+        self._want = False  # a borrower asked for the wait set
+        self._lent = False  # this thread is parked; the borrower serves
+        self._wait_set: Any = None
+        self._entries: list[tuple[Any, Any, Any]] = []
         self._thread = threading.Thread(target=self._run, name="fibril-sim-inputs",
                                         daemon=True)
 
@@ -80,9 +90,60 @@ class InputThread:
         self._stopping = True
         if self._thread.ident is not None:
             self._guard.trigger()
+            with self._serving:  # a borrower's wait has ended (it sees _stopping)
+                pass
+            with self._state:
+                self._state.notify_all()
             self._thread.join(timeout)
         self._guard.destroy()
 
+    # ------------------------------------------------------------------ lending
+    def lend(self, timeout: float = 2.0) -> bool:
+        """Park this thread so that the caller serves the subscriptions itself (``serve``)
+        until ``give_back``: in sync mode the host thread waits for the controllers' answers
+        in the wait set, woken by the message itself rather than by this thread (one thread
+        hand-off less per control period). False if the thread is not serving."""
+        with self._state:
+            if self._lent:
+                return True
+            if self._stopping or not self._thread.is_alive():
+                return False
+            self._want = True
+        with self._serving:  # stop() destroys the guard only after taking this lock
+            if not self._stopping:
+                self._guard.trigger()
+        with self._state:
+            self._state.wait_for(lambda: self._lent or self._stopping
+                                 or not self._thread.is_alive(), timeout)
+            if not self._lent:
+                self._want = False
+            return self._lent
+
+    @property
+    def lent(self) -> bool:
+        return self._lent
+
+    def give_back(self) -> None:
+        """This thread serves the subscriptions again (call when the borrower is idle)."""
+        with self._state:
+            self._want = False
+            self._lent = False
+            self._state.notify_all()
+
+    def serve(self, timeout_ns: int) -> None:
+        """While lent: wait up to ``timeout_ns`` for messages (or ``wake``) and run the
+        callbacks of every message taken, on the calling thread."""
+        with self._serving:  # stop() waits for this before it lets the handles go
+            if not self._stopping and self._lent:
+                self._serve_once(timeout_ns, drain=False)
+
+    def wake(self) -> None:
+        """End a ``serve`` wait early (the node is stopping). After ``stop`` (which woke
+        every wait itself and destroys the guard condition) nothing is left to wake."""
+        if not self._stopping:
+            self._guard.trigger()
+
+    # ------------------------------------------------------------------ thread
     def _run(self) -> None:
         subscriptions = self._subscriptions
         try:
@@ -91,35 +152,53 @@ class InputThread:
                 for subscription in subscriptions:
                     handles.enter_context(subscription.handle)
                 handles.enter_context(self._guard.handle)
-                events = self._events
-                for event in events:
+                for event in self._events:
                     handles.enter_context(event)
-                wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, len(events),
-                                          self._context.handle)
-                entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]
+                self._wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0,
+                                                len(self._events), self._context.handle)
+                self._entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]
                 while not self._stopping:
-                    wait_set.clear_entities()
-                    indices = [wait_set.add_subscription(h) for h, _, _ in entries]
-                    wait_set.add_guard_condition(self._guard.handle)
-                    for event in events:
-                        event.add_to_wait_set(wait_set)
-                    wait_set.wait(WAIT_NS)
-                    if self._stopping:
-                        return
-                    for event in events:
-                        if event.is_ready(wait_set):
-                            _run(event.execute(event.take_data()))
-                    for index, (handle, msg_type, callback) in zip(indices, entries):
-                        if not wait_set.is_ready("subscription", index):
-                            continue
-                        while True:
-                            taken = handle.take_message(msg_type, False)
-                            if taken is None:
-                                break
-                            callback(taken[0])
+                    if self._want:
+                        with self._state:  # lent: the borrower uses the wait set meanwhile
+                            self._lent = True
+                            self._state.notify_all()
+                            self._state.wait_for(lambda: not self._want or self._stopping)
+                        continue
+                    self._serve_once(WAIT_NS)
         except BaseException as exc:  # noqa: BLE001 - reported; the node decides
             if not self._stopping:
                 self._on_error(exc)
+        finally:
+            with self._state:
+                self._lent = False
+                self._state.notify_all()
+
+    def _serve_once(self, timeout_ns: int, drain: bool = True) -> None:
+        """Wait, then run the QoS events and the callbacks of the messages taken: every
+        message waiting (``drain``), or one per ready subscription (the host in sync mode:
+        one answer per period, and no extra take that finds nothing)."""
+        wait_set, entries, events = self._wait_set, self._entries, self._events
+        wait_set.clear_entities()
+        indices = [wait_set.add_subscription(h) for h, _, _ in entries]
+        wait_set.add_guard_condition(self._guard.handle)
+        for event in events:
+            event.add_to_wait_set(wait_set)
+        wait_set.wait(timeout_ns)
+        if self._stopping:
+            return
+        for event in events:
+            if event.is_ready(wait_set):
+                _run(event.execute(event.take_data()))
+        for index, (handle, msg_type, callback) in zip(indices, entries):
+            if not wait_set.is_ready("subscription", index):
+                continue
+            while True:
+                taken = handle.take_message(msg_type, False)
+                if taken is None:
+                    break
+                callback(taken[0])
+                if not drain:  # one each: a next wait returns at once if more arrived
+                    break
 
 
 def _run(coroutine: Any) -> None:

@@ -56,6 +56,11 @@ class Outbox:
         self.last_clock_ns = -1
         self.clock_step_ns = 0
         self.interleave_clock = False
+        # Someone subscribes to /clock (the node refreshes it with its other listeners). With
+        # nobody, fast mode writes /clock once per frame only: the latest time still lands in
+        # its transient-local history for a late joiner, and from the next refresh on (50 ms)
+        # it is interleaved at every clock period again.
+        self.clock_listened = True
         self.on_frame: Callable[[FrameTiming], None] | None = None  # sync mode, host thread
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
@@ -70,7 +75,7 @@ class Outbox:
         cls = type(record)
         if cls is DeviceOutput:
             try:
-                if self.interleave_clock:
+                if self.interleave_clock and self.clock_listened:
                     # /clock at the last clock period before this delivery: every message is
                     # published before the first /clock at or past its delivery time.
                     step = self.clock_step_ns

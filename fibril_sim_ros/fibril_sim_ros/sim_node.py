@@ -226,6 +226,8 @@ class SimNode(Node):
                 [w for w in self.waitables if w.callback_group is self._input_group],
                 self._input_failed)
             self._inputs.start()
+            if self.sync is not None:
+                self.sync.inputs = self._inputs
         else:
             self.get_logger().info("command subscriptions served by the executor (no input "
                                    "thread: FIBRIL_SIM_INPUT_THREAD=0 or rclpy without it)")
@@ -432,6 +434,7 @@ class SimNode(Node):
                 route.listened = route.latched or any(
                     p.get_subscription_count() for p in route.publishers)
         self._frame_listened = self._frame_pub.get_subscription_count() > 0
+        self.outbox.clock_listened = self._clock_pub.get_subscription_count() > 0
 
     def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
         """On the writer thread: convert a large message and write it."""

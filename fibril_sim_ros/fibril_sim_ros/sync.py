@@ -6,9 +6,11 @@ period's end tick on every run; a topic that does not answer within the timeout 
 
 The host runs as fast as possible in frames of one control period and the wait happens on the
 host thread itself, at the end of each frame (``on_frame``, after the frame's ``/clock``): no
-request to the host and no thread hand-off per period. The answers reach the ingress from the
-subscription callbacks before ``answer`` wakes the host, so they are committed at the first
-tick of the next frame, whatever the timing.
+request to the host per period. While it steps in lockstep the host borrows the input thread's
+wait set (``InputThread.lend``) and takes the answers itself, woken by their arrival, so no
+thread hand-off either; without an input thread the callbacks (on the executor) wake it
+through ``answer``. Either way the answers reach the ingress before the next frame is stepped,
+so they are committed at its first tick, whatever the timing.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class SyncDriver:
         self.ready = False
         self.periods = 0
         self._stepping_failure: str | None = None
+        # The node's InputThread (None: the executor serves the subscriptions): while the
+        # simulation runs or steps in lockstep the host thread borrows its wait set and takes
+        # the answers itself (``on_frame``); it is given back whenever the host goes idle.
+        self.inputs: Any = None
 
     def start(self, paused: bool) -> None:
         if not paused:
@@ -62,8 +68,16 @@ class SyncDriver:
     def stop(self) -> None:
         """Release a host thread waiting for an answer (the node is closing)."""
         self.stopping = True
+        if self.inputs is not None:
+            self.inputs.wake()
         with self.condition:
             self.condition.notify_all()
+
+    def _give_back(self) -> None:
+        """The host is idle (paused, or between ~/step calls): the input thread serves the
+        command topics again."""
+        if self.inputs is not None and self.inputs.lent:
+            self.inputs.give_back()
 
     # called before /clock of a period is written
     def next_generation(self) -> None:
@@ -84,7 +98,9 @@ class SyncDriver:
         with self.lock:
             if not running:
                 self.running = False
-                return connection.pause()  # served after the current period's answers
+                state = connection.pause()  # served after the current period's answers
+                self._give_back()
+                return state
             if not self.ready:
                 self._wait_ready()
             self.running = True
@@ -99,12 +115,15 @@ class SyncDriver:
                 self._wait_ready()
             state: dict[str, Any] = {}
             left = ticks
-            while left > 0 and not self.stopping:
-                self._stepping_failure = None
-                state = connection.step(min(self.period_ticks, left))
-                if self._stepping_failure is not None:
-                    raise SyncTimeout(self._stepping_failure)
-                left -= self.period_ticks
+            try:
+                while left > 0 and not self.stopping:
+                    self._stepping_failure = None
+                    state = connection.step(min(self.period_ticks, left))
+                    if self._stepping_failure is not None:
+                        raise SyncTimeout(self._stepping_failure)
+                    left -= self.period_ticks
+            finally:
+                self._give_back()
             return state or connection.state()
 
     def _start_running(self) -> None:
@@ -146,6 +165,24 @@ class SyncDriver:
         deadline = now + self.timeout
         republish = now + REPUBLISH_S
         answered = self.answered
+        inputs = self.inputs
+        if inputs is not None and inputs.lend():
+            # This thread takes the answers from the wait set itself (woken by the message).
+            while not self.stopping and inputs.lent:
+                late = [t for t in self.topics if answered[t] < target]
+                if not late:
+                    self.periods += 1
+                    return
+                now = time.monotonic()
+                if now > deadline:
+                    break
+                if now > republish:  # a controller that missed this /clock gets it again
+                    self.node.republish_clock(frame.session_time_ns)
+                    republish = now + REPUBLISH_S
+                inputs.serve(int(1e9 * min(0.2, max(0.0, min(deadline, republish) - now))))
+            else:
+                if self.stopping:
+                    return  # closing
         with self.condition:
             while not self.stopping:
                 late = [t for t in self.topics if answered[t] < target]

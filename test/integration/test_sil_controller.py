@@ -84,3 +84,88 @@ def test_a_bad_parameter_is_one_line_and_exit_2() -> None:
     assert result.returncode == 2
     assert result.stderr.strip() == "sil_controller: error: parameter 'kp' must be a number, " \
                                     "got 'fast'"
+
+
+def test_executor_parameter_is_checked() -> None:
+    with pytest.raises(ValueError) as error:
+        ControllerSettings(executor='multi').check()
+    assert str(error.value) == "parameter 'executor' must be one of events, single_threaded, " \
+                               "got 'multi'"
+
+
+def test_events_executor_where_rclpy_has_it_else_single_threaded(monkeypatch) -> None:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        executor, kind = controller.make_executor('single_threaded', context)
+        assert kind == 'single_threaded' and isinstance(executor, SingleThreadedExecutor)
+        executor.shutdown()
+        has_events = True
+        try:
+            from rclpy.experimental import EventsExecutor  # noqa: F401
+        except ImportError:
+            has_events = False
+        executor, kind = controller.make_executor('events', context)
+        assert kind == ('events' if has_events else 'single_threaded')
+        executor.shutdown()
+        monkeypatch.setitem(sys.modules, 'rclpy.experimental', None)  # an rclpy without it
+        executor, kind = controller.make_executor('events', context)
+        assert kind == 'single_threaded' and isinstance(executor, SingleThreadedExecutor)
+        executor.shutdown()
+    finally:
+        context.try_shutdown()
+
+
+@pytest.mark.parametrize('executor', ['events', 'single_threaded'])
+def test_the_controller_commands_every_period_on_sim_time_with_either_executor(
+        executor: str) -> None:
+    """The control timer fires on ROS time driven by /clock, with each executor (rclpy's
+    EventsExecutor.spin() hangs with such a timer; the controller spins with spin_once)."""
+    import threading
+    import time
+
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+
+    from fibril_msgs.msg import MotorCommand
+
+    context = rclpy.Context()
+    rclpy.init(context=context, args=['x', '--ros-args', '-p', f'executor:={executor}'])
+    try:
+        node = controller.WheelSpeedController(context=context)
+        peer = rclpy.create_node('clock_peer', context=context)
+        clock = peer.create_publisher(Clock, '/clock', 10)
+        commands: list[MotorCommand] = []
+        peer.create_subscription(MotorCommand, '/motor/command', commands.append,
+                                 QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        made, kind = controller.make_executor(node.settings.executor, context)
+        assert kind == executor or executor == 'events'
+        from rclpy.executors import SingleThreadedExecutor
+        peer_executor = SingleThreadedExecutor(context=context)
+        peer_executor.add_node(peer)
+        spinning = threading.Thread(target=controller.spin, args=(node, made), daemon=True)
+        spinning.start()
+        deadline = time.monotonic() + 10
+        while clock.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        for k in range(1, 51):  # 100 ms of sim time in 2 ms steps
+            msg = Clock()
+            msg.clock.nanosec = 2_000_000 * k
+            clock.publish(msg)
+            end = time.monotonic() + 0.005
+            while time.monotonic() < end:
+                peer_executor.spin_once(timeout_sec=0.001)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            peer_executor.spin_once(timeout_sec=0.01)
+        assert 40 <= len(commands) <= 51, len(commands)
+    finally:
+        context.try_shutdown()
+        spinning.join(2)
+        made.shutdown()
+        peer_executor.shutdown()

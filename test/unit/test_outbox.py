@@ -126,3 +126,48 @@ def test_direct_writes_wait_behind_a_queued_large_message() -> None:
         assert node.published == ["encoder 0", "scan 1", "encoder 1"]
     finally:
         outbox.stop()
+
+
+class _FastNode(_Node):
+    """A node whose outputs are written on the writer thread (fast mode)."""
+
+    def __init__(self, outbox_ref: list[Outbox]) -> None:
+        super().__init__()
+        self._outbox = outbox_ref
+
+    def publish_output(self, output: DeviceOutput) -> None:
+        self._outbox[0].write(self.published.append, f"out {output.session_delivery_time_ns}",
+                              "/out")
+
+
+def _output(ns: int) -> DeviceOutput:
+    return DeviceOutput(0, "enc", "fibril_sim/encoder/v1", ns, ns, ns, ns, ns,
+                        np.zeros(3), ("a", "b", "c"))
+
+
+def test_fast_mode_interleaves_clock_only_while_someone_subscribes_to_it() -> None:
+    """As fast as possible /clock goes between the messages at every clock period; with no
+    /clock subscriber only the frame's /clock is written (its latest time stays in the
+    transient-local history), and the same messages in the same order otherwise."""
+    for listened, expected in (
+            (True, ["clock 1000", "out 1001", "clock 2000", "out 2001", "clock 3000",
+                    "out 3001", "clock 3001"]),
+            (False, ["out 1001", "out 2001", "out 3001", "clock 3001"])):
+        ref: list[Outbox] = []
+        node = _FastNode(ref)
+        node.release.set()
+        outbox = Outbox(node)  # type: ignore[arg-type]
+        ref.append(outbox)
+        outbox.queued = outbox.blocking = outbox.interleave_clock = True
+        outbox.clock_step_ns = 1000
+        outbox.clock_listened = listened
+        outbox.start()
+        try:
+            for ns in (1001, 2001, 3001):  # delivered just after each clock period
+                outbox.on_record(_output(ns))
+            outbox.on_record(_frame(3001))
+            outbox.flush()
+            # the frame record itself is published on the host thread at once
+            assert [p for p in node.published if p != "frame"] == expected, listened
+        finally:
+            outbox.stop()
