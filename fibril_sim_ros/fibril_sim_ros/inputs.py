@@ -172,6 +172,9 @@ class InputThread:
             with self._state:
                 self._lent = False
                 self._state.notify_all()
+            with self._serving:  # the wait set holds the context: let both go with the thread
+                self._wait_set = None
+                self._entries = []
 
     def _serve_once(self, timeout_ns: int, drain: bool = True) -> None:
         """Wait, then run the QoS events and the callbacks of the messages taken: every
