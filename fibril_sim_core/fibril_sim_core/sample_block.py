@@ -57,6 +57,13 @@ class SampleBlock:
                 and other.session_offset_ns == self.session_offset_ns
                 and other.timestep_ns == self.timestep_ns)
 
+    def carrying(self, record: Any) -> SampleBlock:
+        """A block of ``record`` alone (as an object) that ``joins`` this one: a record
+        written one by one between two blocks goes into the same lay-out."""
+        return SampleBlock([OTHER], [record], self.devices, [[] for _ in self.devices],
+                           [[] for _ in self.devices], self.episode, self.session_offset_ns,
+                           self.timestep_ns)
+
     @staticmethod
     def join(blocks: list[SampleBlock]) -> SampleBlock:
         """Consecutive blocks that ``joins`` says fit together, as one."""

@@ -294,6 +294,39 @@ def test_frame_sized_hand_overs_are_joined_bit_for_bit(tmp_path: Path) -> None:
     _assert_same_trace(plan, tmp_path, script)
 
 
+def test_records_written_between_frame_blocks_are_laid_out_with_them(
+        tmp_path: Path, monkeypatch) -> None:
+    """A runtime writes its FrameTiming one by one between the frames' blocks: the worker lays
+    a run of them out at once (one lay-out per frame held the GIL often enough to delay
+    real-time frames by tens of ms), and every record keeps its place."""
+    from fibril_sim_core.trace import _encoder
+
+    real = _encoder.Encoder.encode_block
+    sizes: list[int] = []
+
+    def counted(self, block):
+        sizes.append(len(block))
+        return real(self, block)
+
+    monkeypatch.setattr(_encoder.Encoder, "encode_block", counted)
+    single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
+    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        for frame in range(100):  # faster than the worker's poll: they wait together
+            for tick in range(frame * 10, frame * 10 + 10):
+                buffer.ticks[0].append(tick)
+                buffer.values[0].append(np.array([tick * 0.5, -1.0]))
+                buffer.order.append(0)
+            writer.write_block(buffer.take(0, 0, 1_000_000))
+            writer.write(single._replace(acquisition_tick=frame))
+    got = _messages(tmp_path / "t" / "t.mcap")
+    assert [m[2] for m in got] == list(range(1100))
+    assert [m[0] for m in got[:11]] == ["/fibril/devices/enc"] * 10 + ["/fibril/devices/other"]
+    assert [m[1] for m in got if m[0] == "/fibril/devices/enc"] == [
+        (tick + 1) * 1_000_000 for tick in range(1000)]
+    assert len(sizes) < 10 and sum(sizes) == 1100, sizes
+
+
 def test_join_keeps_order_and_columns() -> None:
     a, b = _block(range(3)), _block(range(3, 5))
     assert not a.joins(b)  # two buffers: other devices tuples

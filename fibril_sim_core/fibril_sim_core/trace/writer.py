@@ -258,16 +258,28 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                     if kind is _Encoded:
                         encoded = item.result
                         shared.unblocked += item.records
-                    elif kind is SampleBlock:  # small ones (one per frame) are joined
+                    elif kind is SampleBlock:
+                        # Small ones (a runtime hands one over per frame, its FrameTiming
+                        # written one by one between them) are joined with the records
+                        # between them: one lay-out per batch, not one per frame.
                         joined = [item]
-                        size = len(item)
-                        while pending and type(pending[0]) is SampleBlock and \
-                                size < _BATCH and item.joins(pending[0]):
-                            joined.append(pending.popleft())
-                            size += len(joined[-1])
+                        size = in_blocks = len(item)
+                        while pending and size < _BATCH:
+                            following = pending[0]
+                            if type(following) is SampleBlock:
+                                if not item.joins(following):
+                                    break
+                                in_blocks += len(following)
+                            elif type(following) is _Encoded:
+                                break
+                            else:
+                                following = item.carrying(following)
+                            pending.popleft()
+                            joined.append(following)
+                            size += len(following)
                         encoded = encoder.encode_block(SampleBlock.join(joined))
                         shared.taken_raw += len(joined)
-                        shared.unblocked += size
+                        shared.unblocked += in_blocks
                     else:
                         batch = [item]
                         while pending and len(batch) < _BATCH and \
@@ -474,14 +486,20 @@ class TraceWriter:
         pending = self._pending
         self._count += len(block)  # (queued below, by _lay_out even when interrupted)
         shared.blocked += len(block)
-        with shared.lock:
-            # Earlier records still queued go first, and small blocks (a runtime hands one
-            # over per frame) are cheaper joined: both are the worker's.
-            if shared.queued_raw != shared.taken_raw or len(block) < _LAY_OUT_HERE:
-                pending.append(block)
-                shared.queued_raw += 1
-            else:
-                self._lay_out(block)
+        if len(block) < _LAY_OUT_HERE:
+            # Small blocks (a runtime hands one over per frame) are cheaper joined: the
+            # worker's. Queued without the lock, which the worker holds while it encodes a
+            # batch: a real-time frame must not wait for that (it did, 50-300 ms of jitter).
+            pending.append(block)
+            shared.queued_raw += 1
+        else:
+            with shared.lock:
+                # Earlier records still queued go first: then the block is the worker's too.
+                if shared.queued_raw != shared.taken_raw:
+                    pending.append(block)
+                    shared.queued_raw += 1
+                else:
+                    self._lay_out(block)
         if shared.blocked - shared.unblocked > _MAX_BACKLOG:  # the worker is behind: wait
             shared.wake.set()
             while shared.blocked - shared.unblocked > _MAX_BACKLOG // 2 and \
