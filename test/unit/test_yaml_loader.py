@@ -176,10 +176,11 @@ def test_libyaml_is_the_loader_and_faster(tmp_path: Path) -> None:
     assert s._Loader is s._CLoader
     text = "samples:\n" + "".join(f"  - {{time: {i * 0.002:.3f}, value: [{i}.5, 1e-3]}}\n"
                                   for i in range(1000))
-    times = {}
-    for name, loader in (("c", s._CLoader), ("python", s._PyLoader)):
-        started = time.perf_counter()
-        doc = load(text, loader)
-        times[name] = time.perf_counter() - started
-        assert doc["samples"][3] == {"time": 0.006, "value": [3.5, 0.001]}
-    assert times["c"] < times["python"]
+    times: dict[str, float] = {"c": math.inf, "python": math.inf}
+    for _ in range(3):  # interleaved, best of 3: one cold or interrupted run decides nothing
+        for name, loader in (("c", s._CLoader), ("python", s._PyLoader)):
+            started = time.perf_counter()
+            doc = load(text, loader)
+            times[name] = min(times[name], time.perf_counter() - started)
+            assert doc["samples"][3] == {"time": 0.006, "value": [3.5, 0.001]}
+    assert times["c"] < times["python"], times
