@@ -579,7 +579,9 @@ class SimulationInstance:
         buffer = self._trace_buffer
         columns = self._trace_columns
         if columns is not None:
-            if buffer:
+            if buffer and columns.only_records:  # someone else listens: records, as a list
+                self._trace.write_many(columns.take_records())  # type: ignore[union-attr]
+            elif buffer:
                 self._trace.write_block(  # type: ignore[union-attr]
                     columns.take(self._episode, self._session_offset, self._dt))
             return

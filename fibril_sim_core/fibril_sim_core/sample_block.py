@@ -119,6 +119,26 @@ class TraceBuffer:
             raise interrupted
         return block
 
+    @property
+    def only_records(self) -> bool:
+        """Everything kept is a record object (someone else listens: no sample was kept as
+        columns)."""
+        return len(self.others) == len(self.order)
+
+    def take_records(self) -> list[Any]:
+        """The kept records (``only_records``) as a list; the buffer starts empty."""
+        records = self.others[:]
+        interrupted: BaseException | None = None
+        while True:  # as in take
+            try:
+                self._clear()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+        return records
+
     def _clear(self) -> None:
         self.order.clear()  # in place: the stepping thread holds these lists' appends
         self.others.clear()

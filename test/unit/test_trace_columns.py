@@ -403,3 +403,32 @@ def test_a_signal_leaves_a_complete_columns_trace(tmp_path: Path, signum: int) -
             got.sort()
             assert got == list(range(0, periods[device] * len(got), periods[device])), device
             assert got[-1] >= reached - 4096 - periods[device], device
+
+
+def test_with_another_listener_the_trace_gets_record_lists(tmp_path: Path) -> None:
+    """While someone else listens every record is an object anyway: they go to the writer as
+    lists (its batch encoder is the cheaper one for them; laying them out as blocks made
+    the node's real-time frames late), and as blocks again once the trace alone listens."""
+    calls: list[str] = []
+
+    class Writer:
+        def write(self, record: object) -> None:
+            calls.append("write")
+
+        def write_many(self, records: list) -> None:
+            calls.append("many")
+
+        def write_block(self, block: SampleBlock) -> None:
+            calls.append("block")
+
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    instance = plan.create_instance(seed=1, collect=False, trace=Writer())
+    heard: list = []
+    instance.subscribe(heard.append)
+    instance.advance(50)
+    assert heard and calls and set(calls) == {"many"}
+    instance._subscribers.remove(heard.append)  # (no public unsubscribe)
+    instance._update_sinks()
+    calls.clear()
+    instance.advance(50)
+    assert calls == ["block"]
