@@ -108,15 +108,7 @@ class TraceBuffer:
         block = SampleBlock(self.order[:], self.others[:], self.devices,
                             [t[:] for t in self.ticks], [v[:] for v in self.values],
                             episode, session_offset_ns, timestep_ns)
-        interrupted: BaseException | None = None
-        while True:  # a Ctrl-C must not leave some lists emptied and others not
-            try:
-                self._clear()
-                break
-            except KeyboardInterrupt as exc:
-                interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        self._clear()
         return block
 
     @property
@@ -128,18 +120,23 @@ class TraceBuffer:
     def take_records(self) -> list[Any]:
         """The kept records (``only_records``) as a list; the buffer starts empty."""
         records = self.others[:]
+        self._clear()
+        return records
+
+    def _clear(self) -> None:
+        """Empty every list; a Ctrl-C meanwhile must not leave some emptied and others not
+        (it is raised once they all are)."""
         interrupted: BaseException | None = None
-        while True:  # as in take
+        while True:
             try:
-                self._clear()
+                self._clear_lists()
                 break
             except KeyboardInterrupt as exc:
                 interrupted = exc
         if interrupted is not None:
             raise interrupted
-        return records
 
-    def _clear(self) -> None:
+    def _clear_lists(self) -> None:
         self.order.clear()  # in place: the stepping thread holds these lists' appends
         self.others.clear()
         for ticks in self.ticks:

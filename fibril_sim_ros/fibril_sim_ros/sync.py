@@ -55,6 +55,9 @@ class SyncDriver:
         self.ready = False
         self.periods = 0
         self._stepping_failure: str | None = None
+        # The period being waited for: its wall deadline and the next /clock re-send.
+        self._deadline = 0.0
+        self._republish = 0.0
         # The node's InputThread (None: the executor serves the subscriptions): while the
         # simulation runs or steps in lockstep the host thread borrows its wait set and takes
         # the answers itself (``on_frame``); it is given back whenever the host goes idle.
@@ -153,6 +156,22 @@ class SyncDriver:
             time.sleep(0.02)
 
     # ------------------------------------------------------------------ host thread
+    def _look(self, target: int, frame: FrameTiming) -> tuple[list[str], float]:
+        """The sync topics that have not answered since ``target`` (none: the period is
+        counted) and how long to wait for them (<= 0: timed out); re-sends /clock for a
+        controller that missed it."""
+        late = [t for t in self.topics if self.answered[t] < target]
+        if not late:
+            self.periods += 1
+            return late, 0.0
+        now = time.monotonic()
+        if now > self._deadline:
+            return late, 0.0
+        if now > self._republish:
+            self.node.republish_clock(frame.session_time_ns)
+            self._republish = now + REPUBLISH_S
+        return late, min(self._deadline, self._republish) - now
+
     def on_frame(self, frame: FrameTiming) -> None:
         """At the end of each control period, after its outputs and /clock: wait until every
         sync topic answered. A timeout while stepping (``~/step``) fails that call; running
@@ -162,40 +181,29 @@ class SyncDriver:
             outbox.flush()  # images / scans of this period, then its /clock, are out
         target = self.generation
         now = time.monotonic()
-        deadline = now + self.timeout
-        republish = now + REPUBLISH_S
-        answered = self.answered
+        self._deadline = now + self.timeout
+        self._republish = now + REPUBLISH_S
         inputs = self.inputs
         if inputs is not None and inputs.lend():
             # This thread takes the answers from the wait set itself (woken by the message).
             while not self.stopping and inputs.lent:
-                late = [t for t in self.topics if answered[t] < target]
+                late, wait = self._look(target, frame)
                 if not late:
-                    self.periods += 1
                     return
-                now = time.monotonic()
-                if now > deadline:
+                if wait <= 0.0:
                     break
-                if now > republish:  # a controller that missed this /clock gets it again
-                    self.node.republish_clock(frame.session_time_ns)
-                    republish = now + REPUBLISH_S
-                inputs.serve(int(1e9 * min(0.2, max(0.0, min(deadline, republish) - now))))
+                inputs.serve(int(1e9 * min(0.2, wait)))
             else:
                 if self.stopping:
                     return  # closing
-        with self.condition:
+        with self.condition:  # (after a timeout above: one more look, then the error)
             while not self.stopping:
-                late = [t for t in self.topics if answered[t] < target]
+                late, wait = self._look(target, frame)
                 if not late:
-                    self.periods += 1
                     return
-                now = time.monotonic()
-                if now > deadline:
+                if wait <= 0.0:
                     break
-                if now > republish:  # a controller that missed this /clock gets it again
-                    self.node.republish_clock(frame.session_time_ns)
-                    republish = now + REPUBLISH_S
-                self.condition.wait(min(0.05, max(0.0, deadline - now)))
+                self.condition.wait(min(0.05, wait))
             else:
                 return  # closing
         message = (f"sync: no message on {late[0]} within sync_timeout {self.timeout:g} s "
