@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,24 +90,46 @@ def ns(stamp) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
-class Subscriber:
+class _Peer:
+    """A node of this process on a context of its own, spun by a thread until ``close``."""
+
+    def __init__(self, name: str) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+
+    def _start(self, executor: Any, timeout: float) -> None:
+        self.executor = executor
+        self.executor.add_node(self.node)
+        self._stop = False
+        self._timeout = timeout
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop:
+            self.executor.spin_once(timeout_sec=self._timeout)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+class Subscriber(_Peer):
     """This process's node: what arrives (message, source timestamp, arrival time)."""
 
     def __init__(self) -> None:
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node("fibril_bench_subscriber", context=self.context)
+        super().__init__("fibril_bench_subscriber")
         self.lock = threading.Lock()
         self.encoder = self._subscribe(JointState, "/wheel_encoder", RELIABLE)
         self.imu = self._subscribe(Imu, "/chassis_imu", RELIABLE)
         self.clock = self._subscribe(Clock, "/clock", CLOCK_QOS)
         self.motor = self.node.create_publisher(MotorCommand, "/motor/command", 10)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
         self.recording = False
-        self._stop = False
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self._start(SingleThreadedExecutor(context=self.context), 0.01)
 
     def encoder_only(self) -> None:
         """Keep only the encoder subscription (what a wheel controller listens to)."""
@@ -123,10 +146,6 @@ class Subscriber:
 
         self.node.create_subscription(cls, topic, callback, qos)
         return received
-
-    def _spin(self) -> None:
-        while not self._stop:
-            self.executor.spin_once(timeout_sec=0.01)
 
     def clear(self) -> None:
         for items in (self.encoder, self.imu, self.clock):
@@ -145,51 +164,28 @@ class Subscriber:
         finally:
             self.node.destroy_client(client)
 
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(2)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.context.try_shutdown()
 
-
-class Counter:
+class Counter(_Peer):
     """A lean subscriber for the fast phase: counts encoder messages as they arrive (raw
     bytes, no deserialization) on rclpy's EventsExecutor where there is one. It shares the
     machine's cores with the node, so the executor's own cost per message (a Python
     SingleThreadedExecutor pass is ~100 us) would otherwise be measured as the node's."""
 
     def __init__(self) -> None:
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node("fibril_bench_counter", context=self.context)
+        super().__init__("fibril_bench_counter")
         self.count = 0
         self.node.create_subscription(JointState, "/wheel_encoder", self._on_message,
                                       RELIABLE, raw=True)
         try:
             from rclpy.experimental import EventsExecutor
 
-            self.executor = EventsExecutor(context=self.context)
+            executor = EventsExecutor(context=self.context)
         except ImportError:
-            self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self._stop = False
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+            executor = SingleThreadedExecutor(context=self.context)
+        self._start(executor, 0.05)
 
     def _on_message(self, _: bytes) -> None:
         self.count += 1
-
-    def _spin(self) -> None:
-        while not self._stop:
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(2)
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.context.try_shutdown()
 
 
 def start_node(manifest: Path, scratch: Path, name: str, node_command: list[str] | None = None,

@@ -253,8 +253,7 @@ class SimulationInstance:
         # (the hot path appends to a list). Either is handed over at the end of every
         # advance(), before a reset and every _TRACE_HANDOFF records (the writer's checks run
         # then).
-        self._trace = trace if callable(getattr(trace, "write_many", None)) or callable(
-            getattr(trace, "write_block", None)) else None
+        self._trace = trace if callable(getattr(trace, "write_many", None)) else None
         self._trace_columns: TraceBuffer | None = None
         if self._trace is not None and callable(getattr(trace, "write_block", None)):
             self._trace_columns = TraceBuffer(tuple(

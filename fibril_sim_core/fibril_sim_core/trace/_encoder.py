@@ -189,8 +189,6 @@ def _make_shape(key: tuple) -> _Shape:
     return _Shape(layout, FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, _timing_columns)
 
 
-
-
 def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
                     values: list[np.ndarray]) -> dict[str, Any] | None:
     """A device's samples of one block as the columns of its message layout; None unless
@@ -262,7 +260,8 @@ class Encoder:
         """
         failures: list[tuple[Any, Exception]] = []
         groups = self._groups(batch, range(len(batch)), failures)
-        return self._encode_groups(batch, groups, failures)
+        return self._lay_out(batch, [(None, None, positions, None)
+                                     for positions in groups.values()], len(batch), failures)
 
     def encode_block(self, block: SampleBlock) -> tuple[
             list[bytes], np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, Exception]]]:
@@ -335,13 +334,6 @@ class Encoder:
                 members.append(i)
         return groups  # type: ignore[return-value]
 
-    def _encode_groups(self, batch: list[Any], groups: dict[tuple, list[int] | np.ndarray],
-                       failures: list[tuple[Any, Exception]]
-                       ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
-                                  list[tuple[Any, Exception]]]:
-        return self._lay_out(batch, [(None, None, positions, None)
-                                     for positions in groups.values()], len(batch), failures)
-
     def _lay_out(self, batch: list[Any],
                  groups: list[_Group], count: int,
                  failures: list[tuple[Any, Exception]]
@@ -377,12 +369,12 @@ class Encoder:
                 rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
                 if not rows.shape[0]:
                     continue
-            count_, size = rows.shape
+            rows_count, size = rows.shape
             blocks.append(rows.tobytes())
-            channels.append(np.full(count_, shape.channel, dtype=np.int64))
-            times.append(rows[:, 15:23].copy().view("<u8").reshape(count_))
-            offsets.append(np.arange(at, at + count_ * size, size, dtype=np.uint64))
-            at += count_ * size
+            channels.append(np.full(rows_count, shape.channel, dtype=np.int64))
+            times.append(rows[:, 15:23].copy().view("<u8").reshape(rows_count))
+            offsets.append(np.arange(at, at + rows_count * size, size, dtype=np.uint64))
+            at += rows_count * size
         self.written += count
         if not blocks:
             return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \

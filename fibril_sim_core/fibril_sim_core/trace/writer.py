@@ -251,7 +251,8 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             requests = shared.flush_requests
             while pending:
                 # Records queued one by one are encoded in batches; a SampleBlock (the
-                # instance's columns) is one batch by itself, often laid out already.
+                # instance's columns) is laid out already (_Encoded) or joined with the blocks
+                # and records that follow it.
                 with lock:
                     item = pending.popleft()
                     kind = type(item)
