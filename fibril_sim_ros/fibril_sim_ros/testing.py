@@ -64,6 +64,8 @@ DEFAULT_DOMAIN_POOL = tuple(range(215, 233))
 _LOCK_DIR = Path(tempfile.gettempdir())
 _NS = 1_000_000_000
 _PARENT_ENV = 'FIBRIL_SIM_HARNESS_PID'
+# Wall seconds one start-up ``get_state`` waits before it is sent again.
+STARTUP_ATTEMPT_WALL = 2.0
 
 
 class SimHarnessError(RuntimeError):
@@ -692,17 +694,32 @@ class SimHarness:
 
     # -- start-up -----------------------------------------------------------------------------
     def _wait_for_node(self) -> None:
-        from fibril_msgs.srv import GetState
+        """Wait for the node's services, then for a first ``get_state`` reply.
 
-        client = self._client('get_state', GetState)
+        Every client is made here, before any call: the node can only answer a client whose
+        reply reader it has discovered, and Fast DDS drops a reply it cannot deliver within
+        100 ms ("failed to send response (timeout)"), so the first call of a new client can
+        be lost while the node is busy starting. ``get_state`` changes nothing, so it is
+        re-sent in short attempts until one is answered; by then the node knows every
+        client made beside it."""
+        from fibril_msgs.srv import GetState, Reset, SetPaused, Step
+
+        clients = [self._client(name, srv_type) for name, srv_type in (
+            ('get_state', GetState), ('step', Step), ('reset', Reset),
+            ('set_paused', SetPaused))]
         deadline = time.monotonic() + self.startup_timeout
-        while not client.service_is_ready():
-            if time.monotonic() > deadline:
-                raise SimHarnessError(f'/{NODE_NAME}/get_state did not come up within '
-                                      f'{self.startup_timeout} s{self._diagnostics()}')
-            self._executor.spin_once(timeout_sec=0.05)
-            self._check_alive()
-        self.get_state(timeout_wall=max(1.0, deadline - time.monotonic()))
+        self._spin_until(lambda: all(client.service_is_ready() for client in clients),
+                         self.startup_timeout,
+                         f'the services of /{NODE_NAME} did not come up within '
+                         f'{self.startup_timeout} s')
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.get_state(timeout_wall=max(0.5, min(STARTUP_ATTEMPT_WALL, left)))
+                return
+            except WaitTimeout:
+                if left <= STARTUP_ATTEMPT_WALL:
+                    raise
 
     def _wait_for_controllers(self) -> None:
         deadline = time.monotonic() + self.startup_timeout

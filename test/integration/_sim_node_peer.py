@@ -27,6 +27,8 @@ BEST_EFFORT = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
 CLOCK = QoSProfile(depth=1000, history=HistoryPolicy.KEEP_LAST,
                    reliability=ReliabilityPolicy.RELIABLE,
                    durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Services whose request changes nothing: a lost reply is safe to ask again.
+_IDEMPOTENT = frozenset({"GetState", "SetPaused", "SetParameters", "GetParameters"})
 # Live /clock only: no history sample arriving after a newer live one.
 LIVE_CLOCK = RELIABLE
 
@@ -98,6 +100,7 @@ class Peer:
         self.executor.add_node(self.node)
         self.lock = threading.Lock()
         self.handles: dict[int, Any] = {}
+        self.clients: dict[tuple[type, str], Any] = {}
         self._stop = False
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
@@ -134,28 +137,35 @@ class Peer:
         return self.node.create_publisher(cls, topic, qos)
 
     def call(self, cls: type, name: str, request: Any, timeout: float = 20.0) -> Any:
-        client = self.node.create_client(cls, name)
-        try:
-            assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
+        """Call ``name`` and wait for its reply. The node drops a reply to a client whose reply
+        reader it has not discovered yet (Fast DDS: "failed to send response"), so clients are
+        kept for the next call, and a request that changes nothing is re-sent every 2 s."""
+        client = self._client(cls, name)
+        assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
+        attempt = 2.0 if cls.__name__ in _IDEMPOTENT else timeout
+        deadline = time.monotonic() + timeout
+        while True:
             future = client.call_async(request)
-            deadline = time.monotonic() + timeout
-            while not future.done():
-                assert time.monotonic() < deadline, f"no reply from {name} in {timeout} s"
+            resend = min(deadline, time.monotonic() + attempt)
+            while not future.done() and time.monotonic() < resend:
                 time.sleep(0.005)
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
+            if future.done():
+                return future.result()
+            client.remove_pending_request(future)
+            assert time.monotonic() < deadline, f"no reply from {name} in {timeout} s"
 
     def wait_for_service(self, cls: type, name: str, sim: SimProcess,
                          timeout: float = 30.0) -> None:
-        client = self.node.create_client(cls, name)
+        client = self._client(cls, name)
         deadline = time.monotonic() + timeout
-        try:
-            while not client.wait_for_service(timeout_sec=0.1):
-                assert sim.alive(), f"the node exited early\n{sim.log()}"
-                assert time.monotonic() < deadline, f"{name} not available\n{sim.log()}"
-        finally:
-            self.node.destroy_client(client)
+        while not client.wait_for_service(timeout_sec=0.1):
+            assert sim.alive(), f"the node exited early\n{sim.log()}"
+            assert time.monotonic() < deadline, f"{name} not available\n{sim.log()}"
+
+    def _client(self, cls: type, name: str) -> Any:
+        if (cls, name) not in self.clients:
+            self.clients[cls, name] = self.node.create_client(cls, name)
+        return self.clients[cls, name]
 
     def close(self) -> None:
         self._stop = True

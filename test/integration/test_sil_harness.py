@@ -210,6 +210,52 @@ def test_children_die_with_a_killed_test_process(tmp_path: Path) -> None:
         pass
 
 
+# A stand-in for the node whose first get_state reply is lost, as Fast DDS loses a reply to a
+# client whose reply reader the node has not discovered yet ("failed to send response").
+_LOSSY_NODE = textwrap.dedent('''
+    import sys
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from fibril_msgs.srv import GetState, Reset, SetPaused, Step
+
+    rclpy.init(args=sys.argv)
+    node = rclpy.create_node('fibril_sim')
+    asked = []
+
+    def get_state(request, response):
+        asked.append(1)
+        print(f'get_state request {len(asked)}', flush=True)
+        response.paused = True
+        return response
+
+    service = node.create_service(GetState, '~/get_state', get_state)
+    send = service.send_response
+    service.send_response = lambda response, header: (
+        send(response, header) if len(asked) > 1 else None)
+    for srv_type, name in ((Step, 'step'), (Reset, 'reset'), (SetPaused, 'set_paused')):
+        node.create_service(srv_type, f'~/{name}', lambda request, response: response)
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+''')
+
+
+@pytest.mark.ros
+def test_start_up_survives_a_lost_get_state_reply(tmp_path: Path) -> None:
+    script = tmp_path / 'lossy_node.py'
+    script.write_text(_LOSSY_NODE)
+    harness = testing.SimHarness(MANIFEST, node_command=[sys.executable, str(script)],
+                                 log_dir=tmp_path / 'logs', startup_timeout=20.0)
+    began = time.monotonic()
+    with harness:
+        took = time.monotonic() - began
+        assert harness.paused
+        log = harness.log()
+    assert 'get_state request 2' in log  # the first went unanswered and was sent again
+    assert took < testing.STARTUP_ATTEMPT_WALL + 8.0
+
+
 # ----------------------------------------------------------------------------------- the API
 @pytest.mark.ros
 def test_step_wait_for_collect_publish_and_reset(fibril_sim) -> None:
