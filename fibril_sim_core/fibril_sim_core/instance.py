@@ -48,6 +48,10 @@ _MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
 _CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
 _TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
 
+#: What the subscribers want, by record type: the ids of the devices / endpoints / sources
+#: wanted (None: all of them); a type left out is wanted by nobody. None: everything.
+Interest = Mapping[type, "frozenset[str] | None"]
+
 
 class StateCapture:
     """Values of qpos / qvel / act / sensordata at chosen ticks, filled as the instance runs.
@@ -231,7 +235,11 @@ class SimulationInstance:
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
         self._schedule = _read_schedule(tuple(d.period_ticks for d in self._device_specs))
-        self._read_mode: bool | None = None  # the schedule _next_read follows (listening?)
+        # The heard devices whose schedule _next_read follows, the devices it reads, and
+        # those of them read only to be skipped (set by _follow_reads).
+        self._read_mode: frozenset[int] | None = None
+        self._active: tuple[int, ...] = ()
+        self._unheard: frozenset[int] = frozenset()
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "
@@ -247,6 +255,10 @@ class SimulationInstance:
         self._collect = collect
         self._collected: list[Record] = []
         self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
+        self._interest: Interest | None = None  # of the subscribers (set_interest)
+        self._heard: frozenset[int] = frozenset()  # devices whose samples someone takes
+        self._hears_ingress = False  # someone takes ingress records
+        self._hears_actuation = False  # someone takes actuator application records
         # A trace writer with write_block takes SampleBlocks: while the trace alone listens, a
         # sample delivered at once is three list appends (its columns, see sample_block),
         # other records are kept as objects. One with write_many takes the records in lists
@@ -267,10 +279,11 @@ class SimulationInstance:
         # The single list sink, or None (then _emit; a bound method kept here would make the
         # instance a reference cycle, freed only by the cyclic GC).
         self._emit_one: Callable[[Record], None] | None = None
+        self._trace_write = None if trace is None or self._trace is not None else trace.write
         if self._trace is not None:
             self._subscribers.append(self._trace_sink)
         elif trace is not None:
-            self._subscribers.append(trace.write)
+            self._subscribers.append(self._trace_write)
         self._update_sinks()
         if snapshot_every is None:
             snapshot_every = plan.manifest.trace.state_every_steps if trace is not None else 0
@@ -317,15 +330,12 @@ class SimulationInstance:
         # Silent stepping (nothing listens): a device delivering at once whose draws per
         # sample are known is not stopped for; its draws are taken per advance() and, when its
         # state needs it, its last sample is skipped at its tick (_silent_at).
-        periods = tuple(self._period)
         self._batched = tuple(
             i for i, device in enumerate(self._devices)
             if self._latency[i] <= 1 and device.silent_draws() is not None)
-        active = tuple(i not in self._batched for i in range(len(periods)))
-        self._schedules = {True: _read_schedule(periods),
-                           False: _read_schedule(periods, active)}
-        self._active_reads = {True: tuple(range(len(periods))),
-                              False: tuple(i for i in range(len(periods)) if active[i])}
+        # Read schedules per set of heard devices (all while listening, none while silent):
+        # a batched device nobody hears is not read.
+        self._schedules: dict[frozenset[int], tuple[Any, tuple[int, ...]]] = {}
         self._silent_at: dict[int, list[int]] = {}
         self._silent_next = _NEVER
         self._read_mode = None  # advance() picks the schedule
@@ -481,23 +491,54 @@ class SimulationInstance:
 
     # ----------------------------------------------------------------- outputs
     def subscribe(self, callback: Callable[[Record], None]) -> None:
-        """Call ``callback`` (on the owner thread) with every record as it is emitted."""
+        """Call ``callback`` (on the owner thread) with every record as it is emitted (the
+        subscribers may say they want less: ``set_interest``)."""
         self._subscribers.append(callback)
+        self._update_sinks()
+
+    def set_interest(self, interest: Interest | None) -> None:
+        """What the subscribers want, together (None: everything). The samples of a device
+        nobody wants are not made (its noise stream and state move on as if they were, so
+        what others receive does not change), nor ingress and actuator records when nobody
+        wants them; with nothing wanted the instance steps as if nobody listened. Others may
+        still arrive (subscribers filter). The collection and the trace always get every
+        record. Takes effect from the next ``advance`` on (an owner-thread call)."""
+        self._interest = None if interest is None else dict(interest)
         self._update_sinks()
 
     def _update_sinks(self) -> None:
         # In place, like the subscriber list it mirrors: a callback that subscribes or polls
         # while a record is being emitted sees the same effect as before the sinks existed.
-        self._sinks[:] = ([self._collected.append] if self._collect else []) + self._subscribers
+        interest = self._interest
+        external = [s for s in self._subscribers if s is not self._trace_sink
+                    and s is not self._trace_write]
+        quiet = interest is not None and not interest and external  # nobody wants anything
+        subscribers = [s for s in self._subscribers if s not in external] if quiet \
+            else self._subscribers
+        self._sinks[:] = ([self._collected.append] if self._collect else []) + subscribers
         # One sink that is a list's append (the collection or the trace's list): the hot
         # paths call it directly. It calls nothing back, so nobody can subscribe meanwhile.
-        alone = len(self._sinks) == 1 and (not self._subscribers or
-                                           self._subscribers[0] is self._trace_sink)
+        alone = len(self._sinks) == 1 and (not subscribers or
+                                           subscribers[0] is self._trace_sink)
         self._emit_one = self._sinks[0] if alone else None
+        everything = (self._collect or len(self._subscribers) > len(external)  # the trace
+                      or interest is None)
+        if not self._sinks:
+            self._heard = frozenset()
+            self._hears_ingress = self._hears_actuation = False
+        elif everything:
+            self._heard = frozenset(range(len(self._device_specs)))
+            self._hears_ingress = self._hears_actuation = True
+        else:
+            devices = interest.get(DeviceOutput, ())
+            self._heard = frozenset(i for i, spec in enumerate(self._device_specs)
+                                    if devices is None or spec.id in devices)
+            self._hears_ingress = IngressRecord in interest
+            self._hears_actuation = ActuatorApplication in interest
 
     @property
     def _listening(self) -> bool:
-        return self._collect or bool(self._subscribers)
+        return bool(self._sinks)
 
     def poll(self) -> list[Record]:
         """Records emitted since the last poll (when the instance collects them)."""
@@ -596,10 +637,10 @@ class SimulationInstance:
         ingress = self._ingress
         every = self._snapshot_every
         capture = self._capture
-        listening = bool(self._sinks)
-        if self._read_mode is not listening:
-            self._follow_reads(listening)
-        if not listening and self._batched:
+        heard = self._heard
+        if self._read_mode != heard:
+            self._follow_reads(heard)
+        if self._batched and len(heard) < len(self._devices):
             self._skip_unheard(target)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
@@ -657,23 +698,32 @@ class SimulationInstance:
             step(model, data, following - t)
             self._tick = following
 
-    def _follow_reads(self, listening: bool) -> None:
-        """Follow the schedule of listening or of silent stepping from the next unprocessed
-        boundary on (subscribing is an owner-thread call between advance() calls, or from a
-        callback, which only exists while listening)."""
-        self._read_mode = listening
-        self._schedule = self._schedules[listening]
-        active = self._active_reads[listening]
+    def _follow_reads(self, heard: frozenset[int]) -> None:
+        """Follow the schedule of the devices read while ``heard`` are heard (the others
+        that are batched are skipped in bulk, see ``_skip_unheard``) from the next
+        unprocessed boundary on (subscribing is an owner-thread call between advance()
+        calls, or from a callback, which only exists while listening)."""
+        self._read_mode = heard
+        known = self._schedules.get(heard)
+        if known is None:
+            batched = self._batched
+            active = tuple(i in heard or i not in batched for i in range(len(self._devices)))
+            known = self._schedules[heard] = (
+                _read_schedule(tuple(self._period), active),
+                tuple(i for i, on in enumerate(active) if on))
+        self._schedule, active_reads = known
+        self._active = active_reads
+        self._unheard = frozenset(active_reads) - heard  # read, but only to be skipped
         start = max(1, self._tick + (self._processed == self._tick))
-        if not active:
+        if not active_reads:
             self._next_read = _NEVER
         elif self._schedule is not None:
             self._next_read = start  # _read finds the devices due there (maybe none)
         else:
             read_at, period = self._read_at, self._period
-            for i in active:  # the first boundary >= start reading an acquisition tick
+            for i in active_reads:  # the first boundary >= start reading an acquisition tick
                 read_at[i] = -(-(start - 1) // period[i]) * period[i] + 1
-            self._next_read = min(read_at[i] for i in active)
+            self._next_read = min(read_at[i] for i in active_reads)
 
     def _skip_unheard(self, target: int) -> None:
         """Silent stepping to ``target``: the samples of the batched devices at the boundaries
@@ -683,7 +733,10 @@ class SimulationInstance:
         start = max(1, self._tick + (self._processed == self._tick))
         if start > target:
             return
+        heard = self._read_mode
         for i in self._batched:
+            if i in heard:
+                continue
             period = self._period[i]
             first = -(-(start - 1) // period)  # samples a·period read at boundary a·period+1
             last = (target - 1) // period
@@ -802,23 +855,30 @@ class SimulationInstance:
             self._next_read = t + gaps[phase]
         else:  # periods whose common cycle is too long for a table
             read_at, period = self._read_at, self._period
-            active = self._active_reads[bool(self._read_mode)]
+            active = self._active
             indices = [i for i in active if read_at[i] == t]
             for i in indices:
                 read_at[i] = t + period[i]
             self._next_read = min(read_at[i] for i in active)
         model, data = self.model, self.data
         reads = self._reads
-        listening = bool(self._sinks)
-        if not listening:  # outputs delivered at once would go nowhere: only skip them
+        unheard = self._unheard
+        if unheard:
+            if not self._sinks:
+                quiet, indices = indices, ()
+            else:
+                quiet = [i for i in indices if i in unheard]
+                if quiet:
+                    indices = [i for i in indices if i not in unheard]
             skips = self._skips
-            for i in indices:
+            for i in quiet:  # outputs delivered at once would go nowhere: only skip them
                 read = reads[i]
                 if read[5] > 1:  # delivered later: someone may listen by then
                     self._delay(t, read, read[0](model, data))
                 else:  # the device's state and noise stream move on as if acquired
                     skips[i](model, data)
-            return
+            if not indices:
+                return
         emit = self._emit_one or self._emit
         columns = self._trace_columns
         if columns is not None and emit is self._trace_sink:  # only the trace listens
@@ -879,7 +939,7 @@ class SimulationInstance:
             self._release(t, heapq.heappop(releases)[2])
 
     def _accept(self, t: int, item: AcceptedInput) -> None:
-        if self._listening:
+        if self._hears_ingress:
             source = item.input
             self._emit(IngressRecord(
                 self._episode, source.source_id, source.source_sequence, source.payload_type,
@@ -897,7 +957,7 @@ class SimulationInstance:
         descriptor = endpoint.descriptor
         command = item.command
         applied = endpoint.apply(self.data, command)
-        if not self._listening:
+        if not self._hears_actuation:
             return
         self._emit(ActuatorApplication(
             self._episode, t, t * self._dt, self._session_offset + t * self._dt,

@@ -234,7 +234,12 @@ class SimNode(Node):
         self._make_services()
         self.add_on_set_parameters_callback(self._on_parameters)
         self.outbox.start()
-        self.connection.on_record(self.outbox.on_record)
+        # Frame timings, and the outputs of the devices someone listens to (the simulation
+        # makes no sample of the others; the filter follows the listeners).
+        self.connection.on_record(self.outbox.on_record, kinds="frame_timing")
+        self._heard_devices = self._listened_devices()
+        self._output_subscription = self.connection.on_record(
+            self.outbox.on_record, kinds="device_output", devices=self._heard_devices)
         self.paced_frame_ticks = self._runtime.host.frame_ticks
         self._apply_mode()
         # /clock at the start (so that nodes waiting for time do not deadlock when it starts
@@ -284,6 +289,8 @@ class SimNode(Node):
         self._outputs: dict[str, Any] = {}
         self._routes: dict[str, list[_Route]] = {}  # device id -> its outputs
         self._refreshed = -math.inf
+        self._output_subscription: object | None = None  # its filter follows the listeners
+        self._heard_devices: frozenset[str] = frozenset()
         self._frame_listened = False
         devices = {d.id: d for d in self.plan.devices}
 
@@ -435,6 +442,15 @@ class SimNode(Node):
                     p.get_subscription_count() for p in route.publishers)
         self._frame_listened = self._frame_pub.get_subscription_count() > 0
         self.outbox.clock_listened = self._clock_pub.get_subscription_count() > 0
+        heard = self._listened_devices()
+        if heard != self._heard_devices and self._output_subscription is not None:
+            self._heard_devices = heard
+            self.connection.set_record_filter(self._output_subscription, kinds="device_output",
+                                              devices=heard)
+
+    def _listened_devices(self) -> frozenset[str]:
+        return frozenset(device for device, routes in self._routes.items()
+                         if any(route.listened for route in routes))
 
     def publish_converted(self, convert: Any, output: DeviceOutput) -> None:
         """On the writer thread: convert a large message and write it."""
@@ -491,6 +507,7 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------ services
     def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
+        self._refresh_listeners()  # a subscriber that came while paused gets these steps
         try:
             if self.sync is not None:
                 if self.sync.running:
@@ -533,6 +550,7 @@ class SimNode(Node):
 
     def _on_set_paused(self, request: SetPaused.Request,
                        response: SetPaused.Response) -> SetPaused.Response:
+        self._refresh_listeners()
         try:
             if self.sync is not None:  # pausing: the current period finishes first
                 state = self.sync.set_running(not request.paused)

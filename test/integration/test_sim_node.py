@@ -569,6 +569,40 @@ def test_server_socket_lets_a_remote_client_attach_to_the_nodes_simulation(peer,
         sim.stop()
 
 
+def test_a_topic_nobody_heard_resumes_with_the_samples_of_a_run_hearing_all(peer,
+                                                                            tmp_path) -> None:
+    """The node asks the simulation only for the devices whose topics have subscribers; the
+    IMU, unheard for 100 ticks, gives a late subscriber (from the next ~/step on) exactly the
+    samples an offline run making every sample gives: its noise stream never slipped."""
+    from fibril_sim_core.records import DeviceOutput
+
+    sim = SimProcess(tmp_path, {"manifest": MANIFEST, "start_paused": True, "seed": 3},
+                     name="late")
+    try:
+        peer.wait_for_service(Step, "/fibril_sim/step", sim)
+        assert peer.call(Step, "/fibril_sim/step", Step.Request(steps=100)).tick == 100
+        imu = peer.subscribe(Imu, "/chassis_imu")
+        wait_until(lambda: peer.node.count_publishers("/chassis_imu") > 0, 10,
+                   "the IMU publisher", sim.log)
+        time.sleep(0.3)  # the node's side of the match
+        assert peer.call(Step, "/fibril_sim/step", Step.Request(steps=50)).tick == 150
+        wait_until(lambda: len(imu) >= 10, 10, "10 IMU messages", sim.log)
+        time.sleep(0.2)
+        got = snapshot(imu, peer.lock)
+    finally:
+        sim.stop()
+    offline = SimulationBuilder().build(MANIFEST).create_instance(seed=3)
+    offline.advance(150)
+    expected = [r for r in offline.poll() if isinstance(r, DeviceOutput)
+                and r.device_id == "chassis_imu" and r.acquisition_tick >= 100
+                and r.acquisition_tick + 1 <= 150]
+    assert [ns(m.header.stamp) // MS for m, _ in got] == \
+        [r.acquisition_tick for r in expected] == list(range(100, 150, 5))
+    for (msg, _), record in zip(got, expected, strict=True):
+        w, a = msg.angular_velocity, msg.linear_acceleration
+        assert [w.x, w.y, w.z, a.x, a.y, a.z] == record.values.tolist()
+
+
 def test_a_server_socket_in_a_missing_directory_is_a_named_error(peer, tmp_path) -> None:
     socket = tmp_path / "missing" / "sim.sock"
     sim = SimProcess(tmp_path, {"manifest": MANIFEST, "server_socket": socket}, name="nosock")

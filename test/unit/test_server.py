@@ -102,8 +102,12 @@ def test_filters_by_kind_and_device(drivetrain, start) -> None:
         assert frames and all(isinstance(r, FrameTiming) for r in frames)
         assert [_key(r) for r in imu] == [_key(r) for r in local_imu]
         # The server sends only what some subscription wants.
-        assert set(runtime.server._wanted) == {"device_output", "frame_timing"}
-        assert runtime.server._wanted["device_output"] == {"chassis_imu"}
+        assert runtime.server._wanted_types == {DeviceOutput: {"chassis_imu"},
+                                                FrameTiming: None}
+        # ... and the simulation makes only what some client wants: no other device's samples
+        imu_index = [d.id for d in runtime.plan.devices].index("chassis_imu")
+        assert runtime.instance._heard == {imu_index}
+        assert not runtime.instance._hears_ingress and not runtime.instance._hears_actuation
         with pytest.raises(InstanceError, match="unknown record kind"):
             remote.on_record(print, kinds=["camera"])
 
@@ -148,9 +152,10 @@ def test_a_closed_client_loses_its_subscriptions_and_nothing_else(drivetrain, st
     wait_for(lambda: local.state()["clients"] == 1)
     remote.close()
     wait_for(lambda: local.state()["clients"] == 0)
-    assert runtime.server._wanted == {}
+    assert runtime.server._wanted_types == {}
     tick = local.state()["tick"]
     wait_for(lambda: local.state()["tick"] > tick)  # the simulation goes on
+    assert runtime.instance._heard == frozenset()  # making samples for nobody
     with pytest.raises(InstanceError, match="the connection is closed"):
         remote.step(1)
 
@@ -185,6 +190,36 @@ def test_in_process_connection_close_and_filters(tmp_path: Path, start) -> None:
     connection.close()  # idempotent
     runtime.connect().step(5)
     assert len(enc2) == 5  # no more records after close
+
+
+def test_record_filter_follows_what_a_client_listens_to(tmp_path: Path, start) -> None:
+    """set_record_filter moves a subscription to other devices between frames: the simulation
+    makes only the devices wanted now, and their samples are those of a run making all."""
+    plan = build(tmp_path, HINGE_XML, [motor("m", "drive", "drive/command"),
+                                       device("enc", "encoder", {"joint": "shaft"},
+                                              noise_counts=0.5),
+                                       device("enc2", "encoder", {"joint": "axle"},
+                                              noise_counts=0.5)])
+    runtime = start(plan, server=None, mode="lockstep")
+    connection = runtime.connect()
+    got: list = []
+    handle = connection.on_record(got.append, kinds="device_output", devices="enc")
+    connection.submit(command("drive/command", 0, "voltage", 1.0))
+    connection.step(50)
+    assert runtime.instance._heard == {0}
+    connection.set_record_filter(handle, kinds="device_output", devices=["enc2"])
+    connection.step(50)
+    assert runtime.instance._heard == {1}
+    reference = plan.create_instance(seed=5, collect=False)
+    every: list = []
+    reference.subscribe(every.append)
+    reference.enqueue(command("drive/command", 0, "voltage", 1.0))
+    reference.advance(100)
+    want = [r for r in every if isinstance(r, DeviceOutput) and
+            (r.device_id, r.acquisition_tick < 50) in {("enc", True), ("enc2", False)}]
+    assert [_key(r) for r in got] == [_key(r) for r in want] and len(got) == 100
+    with pytest.raises(InstanceError, match="not a subscription of this connection"):
+        runtime.connect().set_record_filter(handle, kinds="device_output")
 
 
 def test_render_request_is_refused_or_served(tmp_path: Path, start) -> None:

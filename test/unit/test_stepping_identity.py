@@ -25,7 +25,12 @@ from fibril_sim_core.instance import (
     Record,
     SimulationInstance,
 )
-from fibril_sim_core.records import DeviceOutput, ExternalInput, IngressRecord
+from fibril_sim_core.records import (
+    ActuatorApplication,
+    DeviceOutput,
+    ExternalInput,
+    IngressRecord,
+)
 
 from fibril_sim_core import SimulationBuilder
 
@@ -381,13 +386,13 @@ def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Pat
     odd = SimulationBuilder().build(manifest)
     silent = odd.create_instance(seed=2, collect=False)
     heard = odd.create_instance(seed=2, collect=False)
-    assert silent._schedules[False] is None and silent._schedules[True] is None
     always: list = []
     late: list = []
     heard.subscribe(always.append)
     for ticks in (700, 1, 2600):
         for instance in (silent, heard):
             instance.advance(ticks)
+    assert silent._schedule is None and heard._schedule is None  # no phase table
     silent.subscribe(late.append)
     for instance in (silent, heard):
         instance.advance(3000)
@@ -400,3 +405,65 @@ def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Pat
     assert {r.device_id for r in late if isinstance(r, DeviceOutput)} >= {
         "wheel_encoder", "chassis_imu", "drive_feedback", "chassis_pose"}
     assert_same_records(tail, late)
+
+
+# ------------------------------------------------------------------------------- interest
+_INTERESTS = [
+    {DeviceOutput: frozenset({"wheel_encoder"})},  # one device, no ingress records
+    {},  # nothing at all: steps as if nobody listened
+    {DeviceOutput: frozenset({"chassis_imu", "chassis_pose"}), IngressRecord: None},
+    {DeviceOutput: None},  # every device, still no ingress / actuator records
+    None,  # everything
+]
+
+
+def _wanted_by(interest, record) -> bool:
+    if interest is None:
+        return True
+    if type(record) not in interest:
+        return False
+    ids = interest[type(record)]
+    return ids is None or getattr(record, "device_id", None) in ids
+
+
+@pytest.mark.parametrize("steps", [(1, 7, 333, 4097, 250), (2, 2, 2, 2, 2), (500,) * 5])
+def test_interest_makes_only_what_is_wanted_and_changes_nothing_else(plan, steps) -> None:
+    """An instance told what its subscriber wants makes only that (no samples of the other
+    devices, no ingress / actuator records when unwanted), over interests that change
+    between advance() calls: what it emits is exactly what a run making everything emits of
+    the same kinds and devices, bit for bit, and the physics is the same."""
+    narrow = plan.create_instance(seed=9, collect=False)
+    full = plan.create_instance(seed=9, collect=False)
+    got: list = []
+    everything: list = []
+    narrow.subscribe(got.append)
+    full.subscribe(everything.append)
+    for n, (ticks, interest) in enumerate(zip(steps, _INTERESTS, strict=True)):
+        narrow.set_interest(interest)
+        mark, mark_full = len(got), len(everything)
+        for instance in (narrow, full):
+            instance.enqueue(_command(n + 1, 0.2 * n - 0.3))
+            instance.advance(ticks)
+        made = got[mark:]
+        assert_same_records([r for r in everything[mark_full:] if _wanted_by(interest, r)],
+                            [r for r in made if _wanted_by(interest, r)])
+        # Nothing else was made, but the rangefinder's samples acquired before (delivered
+        # later: someone may want them by then).
+        extra = [r for r in made if not _wanted_by(interest, r)]
+        assert all(getattr(r, "device_id", None) == "front_range" for r in extra), extra[:3]
+    kinds = {type(r) for r in got}
+    assert DeviceOutput in kinds and IngressRecord in kinds and ActuatorApplication in kinds
+    np.testing.assert_array_equal(narrow.data.qpos, full.data.qpos)
+
+
+def test_interest_of_nothing_steps_like_nobody_listening(plan) -> None:
+    listened = plan.create_instance(seed=4, collect=False)
+    quiet: list = []
+    listened.subscribe(quiet.append)
+    listened.set_interest({})
+    silent = plan.create_instance(seed=4, collect=False)
+    for instance in (listened, silent):
+        instance.advance(3000)
+    assert quiet == []  # (its EpisodeStart came before it subscribed)
+    assert listened._read_mode == frozenset() and not listened._sinks
+    np.testing.assert_array_equal(listened.data.qpos, silent.data.qpos)

@@ -28,8 +28,8 @@ class SimulationConnection:
 
     def __init__(self, host: SimulationHost) -> None:
         self._host = host
-        self._callbacks: list[tuple[RecordCallback, RecordFilter]] = []
-        self._handles: list[object] = []
+        # [callback, filter, host handle] per on_record subscription
+        self._subscriptions: list[list[Any]] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -57,19 +57,34 @@ class SimulationConnection:
         return self._host.instance.enqueue(item)
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
-                  devices: Iterable[str] | str | None = None) -> None:
+                  devices: Iterable[str] | str | None = None) -> object:
         """Receive records, on the host thread, as the simulation emits them: every kind
         (``device_output``, ``actuator_application``, ``ingress_record``, ``state_snapshot``,
         ``frame_timing``, ``episode_start``; ``render_frame`` of this connection's render
         streams) or only ``kinds``, of every device or only ``devices`` (device ids,
-        endpoints, input sources, cameras)."""
+        endpoints, input sources, cameras). The simulation makes only what some client
+        wants (a device nobody asked for costs nothing). Returns a handle for
+        ``set_record_filter``."""
         record_filter = RecordFilter.of(kinds, devices)
         self._check_open()
         with self._lock:
-            self._callbacks.append((callback, record_filter))
-            # Render frames never pass through the host's dispatch (they go to the stream's
-            # sink, _deliver_frame), so the filter goes as it is: None stays the fast path.
-            self._handles.append(self._host.add_callback(callback, record_filter))
+            entry = [callback, record_filter,
+                     self._host.add_callback(callback, record_filter)]
+            self._subscriptions.append(entry)
+        return entry
+
+    def set_record_filter(self, handle: object, kinds: Iterable[str] | str | None = None,
+                          devices: Iterable[str] | str | None = None) -> None:
+        """Change what the ``on_record`` subscription ``handle`` receives, from the next
+        record on (none lost, none twice): e.g. only the devices someone listens to now."""
+        record_filter = RecordFilter.of(kinds, devices)
+        self._check_open()
+        with self._lock:
+            if not any(entry is handle for entry in self._subscriptions):
+                raise InstanceError("set_record_filter: not a subscription of this connection")
+            entry = handle  # type: ignore[assignment]
+            entry[2] = self._host.set_callback_filter(entry[2], record_filter)
+            entry[1] = record_filter
 
     def pause(self) -> dict[str, Any]:
         return self._host.request("pause")
@@ -120,9 +135,8 @@ class SimulationConnection:
             if self._closed:
                 return
             self._closed = True
-            self._callbacks = []
-            handles, self._handles = self._handles, []
-        for handle in handles:
+            subscriptions, self._subscriptions = self._subscriptions, []
+        for _, _, handle in subscriptions:
             self._host.remove_callback(handle)
         if self._host.running:
             self._host.request("stop_render", (None, self))
@@ -135,7 +149,7 @@ class SimulationConnection:
 
     # ------------------------------------------------------------------ internals
     def _deliver_frame(self, frame: RenderFrame) -> None:
-        for callback, record_filter in self._callbacks:
+        for callback, record_filter, _ in self._subscriptions:
             if record_filter.matches(frame):
                 callback(frame)
 

@@ -23,7 +23,7 @@ from ..instance import Record, SimulationInstance
 from ..manifest import RuntimeOptions
 from ..records import FrameTiming
 from .render import RenderRequest, RenderSink, RenderStreams
-from .subscription import RecordFilter
+from .subscription import AnyOf, RecordFilter, wanted_records
 
 RecordCallback = Callable[[Any], None]
 StateProvider = Callable[[], dict[str, Any]]
@@ -62,7 +62,9 @@ class SimulationHost:
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
         self._poke = threading.Event()
-        self._callbacks: tuple[tuple[RecordCallback, RecordFilter | None], ...] = ()
+        self._callbacks: tuple[tuple[RecordCallback, RecordFilter | AnyOf | None], ...] = ()
+        # The callbacks changed: the instance is told what they want before it steps again.
+        self._interest_changed = True
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
         self._lock = threading.Lock()
@@ -78,20 +80,29 @@ class SimulationHost:
 
     # -------------------------------------------------------------- client side
     def add_callback(self, callback: RecordCallback,
-                     record_filter: RecordFilter | None = None) -> object:
+                     record_filter: RecordFilter | AnyOf | None = None) -> object:
         """Call ``callback`` on the host thread with every record ``record_filter`` passes
         (all when None); returns the handle ``remove_callback`` takes."""
-        if record_filter is not None and record_filter.kinds is None \
-                and record_filter.devices is None:
-            record_filter = None
-        entry = (callback, record_filter)
+        entry = (callback, _simplest(record_filter))
         with self._lock:
             self._callbacks = (*self._callbacks, entry)
+            self._interest_changed = True
+        return entry
+
+    def set_callback_filter(self, handle: object,
+                            record_filter: RecordFilter | AnyOf | None) -> object:
+        """Let the callback of ``handle`` receive what ``record_filter`` passes from now on;
+        returns the new handle (records go to one or the other, never both or neither)."""
+        entry = (handle[0], _simplest(record_filter))  # type: ignore[index]
+        with self._lock:
+            self._callbacks = tuple(entry if c is handle else c for c in self._callbacks)
+            self._interest_changed = True
         return entry
 
     def remove_callback(self, handle: object) -> None:
         with self._lock:
             self._callbacks = tuple(c for c in self._callbacks if c is not handle)
+            self._interest_changed = True
 
     def add_frame_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` runs on the host thread after every frame (the server flushes)."""
@@ -304,6 +315,9 @@ class SimulationHost:
         about ``_PACE_S`` waits for its wall time (the frame's FrameTiming counts the
         stepping, not the waiting)."""
         instance = self.instance
+        if self._interest_changed:
+            self._interest_changed = False
+            instance.set_interest(wanted_records(f for _, f in self._callbacks))
         start_sim = instance.session_time_ns
         renders = self._renders
         piece = self._piece
@@ -401,3 +415,13 @@ def _pair(action: str, argument: Any) -> tuple[Any, Any]:
 
 def _describe(exc: BaseException | None) -> str:
     return "unknown" if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+def _simplest(record_filter: RecordFilter | AnyOf | None) -> RecordFilter | AnyOf | None:
+    """None for a filter that passes everything (the dispatch's fast path)."""
+    if isinstance(record_filter, AnyOf):
+        return None if record_filter.passes_all else record_filter
+    if record_filter is not None and record_filter.kinds is None \
+            and record_filter.devices is None:
+        return None
+    return record_filter

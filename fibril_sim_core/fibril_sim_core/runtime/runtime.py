@@ -12,6 +12,7 @@ from ..records import FrameTiming
 from .connection import SimulationConnection
 from .host import SimulationHost
 from .server import ServerOptions, SimulationServer
+from .subscription import RecordFilter
 
 
 class SimulationRuntime:
@@ -30,7 +31,8 @@ class SimulationRuntime:
         self.host = SimulationHost(self.instance, options or plan.manifest.runtime)
         if trace is not None and plan.manifest.trace.frame_timing:
             self.host.add_callback(
-                lambda record: trace.write(record) if isinstance(record, FrameTiming) else None)
+                lambda record: trace.write(record) if isinstance(record, FrameTiming) else None,
+                RecordFilter.of("frame_timing"))
         self.server = SimulationServer(self.host, server) if server is not None else None
 
     @property

@@ -43,7 +43,7 @@ from ..ingress import external_input
 from . import protocol
 from .host import SimulationHost
 from .render import RenderRequest
-from .subscription import RECORD_KINDS, RecordFilter, record_source
+from .subscription import AnyOf, RecordFilter, record_source, wanted_records
 
 log = logging.getLogger("fibril_sim.server")
 
@@ -130,9 +130,9 @@ class SimulationServer:
         self._clients: dict[int, _Client] = {}
         self._by_identity: dict[bytes, _Client] = {}
         self._challenges: dict[bytes, tuple[bytes, str]] = {}
-        self._wanted: dict[str, frozenset[str] | None] = {}
         self._eager = False  # some subscribed client is receiving (its queue is not full)
-        self._wanted_types: dict[type, frozenset[str] | None] = {}  # _wanted by record type
+        self._wanted_types: dict[type, frozenset[str] | None] = {}  # what clients want
+        self._host_handle: object | None = None  # the host callback (its filter follows)
         self._host_signalled = [False]  # the host thread's wake-up flag, once it has one
         self._next_client = 1
         self._stopping = False
@@ -163,7 +163,7 @@ class SimulationServer:
             raise
         self._wake_pull = context.socket(zmq.PULL)
         self._wake_pull.bind(self._wake_url)
-        self.host.add_callback(self._on_record)
+        self._host_handle = self.host.add_callback(self._on_record, AnyOf(()))
         self.host.add_frame_listener(self._on_frame)
         self.host.add_state_provider(self._state)
         self._thread = threading.Thread(target=self._serve, name="fibril-sim-server",
@@ -594,22 +594,13 @@ class SimulationServer:
         log.info("client %s disconnected: %s", client.label, why)
 
     def _update_wanted(self) -> None:
-        """The kinds (and devices) any client wants, for the host thread's quick check."""
-        wanted: dict[str, set[str] | None] = {}
-        for client in self._clients.values():
-            for record_filter in client.filters:
-                kinds = record_filter.kinds if record_filter.kinds is not None else \
-                    frozenset(RECORD_KINDS.values())
-                for kind in kinds - {"render_frame"}:
-                    if record_filter.devices is None:
-                        wanted[kind] = None
-                    elif kind not in wanted or wanted[kind] is not None:
-                        wanted.setdefault(kind, set()).update(  # type: ignore[union-attr]
-                            record_filter.devices)
-        self._wanted = {k: (None if v is None else frozenset(v)) for k, v in wanted.items()}
-        self._eager = bool(self._wanted)
-        kinds = {kind: cls for cls, kind in RECORD_KINDS.items()}
-        self._wanted_types = {kinds[k]: v for k, v in self._wanted.items()}
+        """The kinds (and devices) any client wants, for the host thread's quick check; the
+        host makes only what some client of it wants."""
+        filters = AnyOf(tuple(f for client in self._clients.values() for f in client.filters))
+        self._wanted_types = wanted_records([filters])
+        self._eager = bool(self._wanted_types)
+        if self._host_handle is not None:
+            self._host_handle = self.host.set_callback_filter(self._host_handle, filters)
 
     # ------------------------------------------------------------------ worker thread
     def _work_loop(self) -> None:

@@ -26,6 +26,7 @@ RECORD_KINDS: dict[type, str] = {
     RenderFrame: "render_frame",
 }
 KIND_NAMES = frozenset(RECORD_KINDS.values())
+_KIND_TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
 
 
 def record_source(record: Any) -> str:
@@ -77,3 +78,38 @@ class RecordFilter:
     def document(self) -> dict[str, list[str] | None]:
         return {"kinds": None if self.kinds is None else sorted(self.kinds),
                 "devices": None if self.devices is None else sorted(self.devices)}
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """Passes what any of ``filters`` passes (the subscriptions of a server's clients)."""
+
+    filters: tuple[RecordFilter, ...]
+
+    def matches(self, record: Any) -> bool:
+        return any(f.matches(record) for f in self.filters)
+
+    @property
+    def passes_all(self) -> bool:
+        return any(f.kinds is None and f.devices is None for f in self.filters)
+
+
+def wanted_records(filters: Iterable[RecordFilter | AnyOf | None]
+                   ) -> dict[type, frozenset[str] | None]:
+    """What ``filters`` pass together, by record type: the ids wanted (None: every one); a
+    type none of them passes is left out. Render frames are not among them (they never pass
+    through the host's dispatch). The instance makes only these (``set_interest``)."""
+    wanted: dict[type, set[str] | None] = {}
+    flat = (f for any_of in filters
+            for f in (any_of.filters if isinstance(any_of, AnyOf) else (any_of,)))
+    for record_filter in flat:
+        kinds = KIND_NAMES if record_filter is None or record_filter.kinds is None \
+            else record_filter.kinds
+        devices = None if record_filter is None else record_filter.devices
+        for kind in kinds - {"render_frame"}:
+            cls = _KIND_TYPES[kind]
+            if devices is None:
+                wanted[cls] = None
+            elif cls not in wanted or wanted[cls] is not None:
+                wanted.setdefault(cls, set()).update(devices)  # type: ignore[union-attr]
+    return {cls: None if ids is None else frozenset(ids) for cls, ids in wanted.items()}
