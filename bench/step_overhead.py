@@ -13,6 +13,9 @@ medians are compared:
                    the rangefinder's delayed samples are acquired;
 * ``subscribed``   the same with one subscriber that takes every record (what the runtime does
                    for its connections);
+* ``subscribed_one`` the same subscriber telling the instance it wants the encoder only
+                   (``set_interest``, what the runtime does for a client filtering by device):
+                   the other devices are skipped as while nobody listens;
 * ``traced``       the same while writing the rosbag2/MCAP trace (state every 10 steps), closed
                    and complete on disk at the end of the timing;
 * ``traced_nostate`` the same trace without the state snapshots (what they cost: each stops
@@ -41,6 +44,7 @@ import mujoco
 from fibril_sim_core.trace import TraceWriter
 
 from fibril_sim_core import SimulationBuilder
+from fibril_sim_core.records import DeviceOutput
 
 MANIFEST = Path(__file__).resolve().parents[1] / "config/examples/drivetrain/simulation.yaml"
 
@@ -92,6 +96,15 @@ def main() -> None:
         records["subscribed"] = len(taken)
         return elapsed
 
+    def subscribed_one() -> float:
+        instance = plan.create_instance(seed=1, collect=False)
+        taken: list = []
+        instance.subscribe(taken.append)
+        instance.set_interest({DeviceOutput: frozenset({"wheel_encoder"})})
+        start = time.perf_counter()
+        instance.advance(args.ticks)
+        return time.perf_counter() - start
+
     def traced(snapshot_every: int | None = None) -> float:
         folder = scratch / f"trace-{time.monotonic_ns()}"
         trace = TraceWriter(folder, provenance=dict(plan.provenance), layout=dict(plan.layout))
@@ -107,7 +120,7 @@ def main() -> None:
         return elapsed
 
     cases = {"raw": raw, "raw_nstep": raw_nstep, "untraced": untraced,
-             "subscribed": subscribed, "traced": traced,
+             "subscribed": subscribed, "subscribed_one": subscribed_one, "traced": traced,
              "traced_nostate": lambda: traced(snapshot_every=0)}
     times: dict[str, list[float]] = {name: [] for name in cases}
     cpu: dict[str, list[float]] = {name: [] for name in cases}
@@ -123,10 +136,10 @@ def main() -> None:
           f"{records['traced'] / args.ticks:.2f} traced records per tick")
     medians = {name: statistics.median(values) for name, values in times.items()}
     cpus = {name: statistics.median(values) for name, values in cpu.items()}
-    print(f"{'case':<15}{'wall s':>8}{'us/tick':>9}{'vs raw':>8}{'vs untraced':>12}"
+    print(f"{'case':<16}{'wall s':>8}{'us/tick':>9}{'vs raw':>8}{'vs untraced':>12}"
           f"{'cpu s':>8}{'vs untraced':>12}")
     for name, median in medians.items():
-        print(f"{name:<15}{median:>8.3f}{median / args.ticks * 1e6:>9.2f}"
+        print(f"{name:<16}{median:>8.3f}{median / args.ticks * 1e6:>9.2f}"
               f"{median / medians['raw']:>7.2f}x{median / medians['untraced']:>11.2f}x"
               f"{cpus[name]:>8.3f}{cpus[name] / cpus['untraced']:>11.2f}x")
     print(f"wall ratios: untraced/raw {medians['untraced'] / medians['raw']:.2f} (target <= 1.2),"
