@@ -112,6 +112,29 @@ def test_filters_by_kind_and_device(drivetrain, start) -> None:
             remote.on_record(print, kinds=["camera"])
 
 
+def test_a_remote_client_moves_its_filter_and_the_host_follows(drivetrain, start) -> None:
+    runtime = start(drivetrain, mode="lockstep")
+    every: list = []
+    local = runtime.connect()
+    local.on_record(every.append, kinds="device_output")
+    with SimulationConnection.connect(runtime.address) as remote:
+        got: list = []
+        handle = remote.on_record(got.append, kinds="device_output", devices="chassis_imu")
+        remote.step(50)
+        remote.set_record_filter(handle, kinds="device_output", devices=["wheel_encoder"])
+        remote.step(50)
+        want = [r for r in every if (r.device_id, r.acquisition_tick < 50) in
+                {("chassis_imu", True), ("wheel_encoder", False)}]
+        assert [_key(r) for r in got] == [_key(r) for r in want] and len(got) == 10 + 25
+        with pytest.raises(InstanceError, match="not a subscription of this connection"):
+            remote.set_record_filter([print, None], kinds="device_output")
+    # with the remote client gone and the local one closed, nothing is wanted: nothing made
+    local.close()
+    wait_for(lambda: runtime.connect().state()["clients"] == 0)
+    runtime.connect().step(1)
+    assert runtime.instance._heard == frozenset()
+
+
 def test_tcp_requires_the_token_and_logs_refusals(drivetrain, start,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ServerError, match="a TCP listener needs a shared token"):

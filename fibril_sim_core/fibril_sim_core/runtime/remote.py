@@ -64,7 +64,7 @@ class RemoteConnection:
         self._control.connect(endpoint)
         self._lock = threading.Lock()  # one call on the control socket at a time
         self._next_id = 0
-        self._callbacks: list[tuple[RecordCallback, RecordFilter]] = []
+        self._callbacks: list[list[Any]] = []  # [callback, filter] per on_record call
         self._received = -1
         self._lost = 0
         self._progress = threading.Condition()
@@ -102,12 +102,27 @@ class RemoteConnection:
         return self._call("submit", input=protocol.input_to_wire(item))
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
-                  devices: Iterable[str] | str | None = None) -> None:
+                  devices: Iterable[str] | str | None = None) -> object:
         """Receive records on this connection's receiver thread; only the ``kinds`` and
-        ``devices`` asked for travel from the server."""
+        ``devices`` asked for travel from the server. Returns a handle for
+        ``set_record_filter``."""
+        record_filter = RecordFilter.of(kinds, devices)
+        entry = [callback, record_filter]
+        with self._progress:
+            self._callbacks.append(entry)
+            filters = [f.document() for _, f in self._callbacks]
+        self._call("subscribe", filters=filters)
+        return entry
+
+    def set_record_filter(self, handle: object, kinds: Iterable[str] | str | None = None,
+                          devices: Iterable[str] | str | None = None) -> None:
+        """Change what the ``on_record`` subscription ``handle`` receives (as in process;
+        from the server's answer on)."""
         record_filter = RecordFilter.of(kinds, devices)
         with self._progress:
-            self._callbacks.append((callback, record_filter))
+            if not any(entry is handle for entry in self._callbacks):
+                raise InstanceError("set_record_filter: not a subscription of this connection")
+            handle[1] = record_filter  # type: ignore[index]
             filters = [f.document() for _, f in self._callbacks]
         self._call("subscribe", filters=filters)
 
@@ -255,7 +270,7 @@ class RemoteConnection:
                 continue
             seq = int(header["seq"])
             with self._progress:
-                callbacks = list(self._callbacks)
+                callbacks = [(c, f) for c, f in self._callbacks]
             for frame in frames[1:]:  # each record handed on as soon as it is decoded
                 record = protocol.record_from_wire(frame)
                 for callback, record_filter in callbacks:
