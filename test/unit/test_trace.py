@@ -673,3 +673,22 @@ def test_write_throughput(tmp_path: Path) -> None:
             f"\ntrace write {name}: {len(batch) / (enqueued - start):,.0f} records/s "
             f"(caller), {len(batch) / (done - start):,.0f} records/s including close"
         )
+
+
+@pytest.mark.parametrize(("values", "dtype", "fits"), [
+    ([1, 2, 3], np.uint64, True), ([2**64 - 1], np.uint64, True), ([-1], np.uint64, False),
+    ([2**63 - 1, -2**63], np.int64, True), ([2**63], np.int64, False),
+    ([-2**31, 2**31 - 1], np.int32, True), ([2**31], np.int32, False),
+    ([0, 255], np.uint8, True), ([256], np.uint8, False), ([], np.uint32, True),
+])
+def test_integer_columns_are_range_checked(values, dtype, fits) -> None:
+    """Python ints go in as int64 when they fit it (the fast path), else as objects; either
+    way a value outside the field's type is an OverflowError, never wrapped around."""
+    from fibril_sim_core.trace._cdr import _column
+
+    if fits:
+        column = _column(values, np.dtype(dtype))
+        assert [int(v) for v in column] == values
+    else:
+        with pytest.raises(OverflowError, match=f"integer out of range for {np.dtype(dtype).name}"):
+            _column(values, np.dtype(dtype))

@@ -14,6 +14,7 @@ trailing padding); the unit tests compare every traced message type with it.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -151,10 +152,17 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         if not isinstance(values, np.ndarray):
             # Python ints: numpy 2 raises OverflowError out of range, numpy 1 wraps them around
-            # (a deprecation warning), so the range is checked here as for arrays.
-            values = np.array(values, dtype=object if dtype.itemsize == 8 else np.int64)
-        info = np.iinfo(dtype)
-        if values.size and (values.min() < info.min or values.max() > info.max):
+            # (a deprecation warning), so the range is checked here as for arrays. As int64
+            # first (fast); only values beyond it (a uint64 above 2**63, or a misfit) are
+            # compared as Python ints.
+            try:
+                values = np.array(values, dtype=np.int64)
+            except OverflowError:
+                values = np.array(values, dtype=object)
+        if values.dtype == dtype:
+            return values  # fits by construction
+        low, high = _limits(dtype)
+        if values.size and (int(values.min()) < low or int(values.max()) > high):
             msg = f"integer out of range for {dtype.name}"
             raise OverflowError(msg)
         return values
@@ -165,6 +173,12 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
             block = np.array([np.ravel(v) for v in values], dtype=np.float64)
         return block.reshape(len(block), -1)
     return np.asarray(values, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _limits(dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def split_ns(values: Any) -> tuple[np.ndarray, np.ndarray]:
