@@ -175,7 +175,7 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
     return np.asarray(values, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _limits(dtype: np.dtype) -> tuple[int, int]:
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
