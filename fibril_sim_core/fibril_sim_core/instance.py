@@ -864,7 +864,7 @@ class SimulationInstance:
         reads = self._reads
         unheard = self._unheard
         if unheard:
-            if not self._sinks:
+            if not self._sinks:  # silent: every device read is unheard (no filtering)
                 quiet, indices = indices, ()
             else:
                 quiet = [i for i in indices if i in unheard]

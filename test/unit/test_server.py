@@ -277,3 +277,23 @@ def test_render_request_is_refused_or_served(tmp_path: Path, start) -> None:
     connection.step(20)
     assert [f.camera for f in frames[6:]] == ["", "", ""] and free != stream
     assert os.environ.get("MUJOCO_GL") in ("egl", "osmesa", None)
+
+
+def test_any_of_passes_what_one_of_its_filters_passes(drivetrain) -> None:
+    """The server's host filter (its clients' filters, as one per-type map) agrees record by
+    record with asking each filter."""
+    from fibril_sim_core.runtime.subscription import AnyOf, RecordFilter
+
+    instance = drivetrain.create_instance(seed=2)
+    instance.enqueue(command("motor/command", 1, "duty", 0.4))
+    instance.advance(60)
+    records = instance.poll()
+    filters = (RecordFilter.of("device_output", ["chassis_imu"]),
+               RecordFilter.of(["device_output", "ingress_record"], ["wheel_encoder",
+                                                                     "motor/command"]),
+               RecordFilter.of("state_snapshot"))
+    for chosen in (filters, filters[:1], filters[1:], ()):
+        any_of = AnyOf(chosen)
+        assert [any_of.matches(r) for r in records] == \
+            [any(f.matches(r) for f in chosen) for r in records]
+    assert sum(AnyOf(filters).matches(r) for r in records) > 0

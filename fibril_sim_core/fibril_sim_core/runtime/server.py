@@ -43,12 +43,11 @@ from ..ingress import external_input
 from . import protocol
 from .host import SimulationHost
 from .render import RenderRequest
-from .subscription import AnyOf, RecordFilter, record_source, wanted_records
+from .subscription import AnyOf, RecordFilter
 
 log = logging.getLogger("fibril_sim.server")
 
 _BATCH = 256  # records per message at most
-_UNWANTED = object()
 _EAGER_BACKLOG = 2048  # records kept before the server is woken mid-frame when not paced
 _BLOCKED_S = 0.02  # a client whose queue is full is retried after this long
 _UNIX_PATH_MAX = 107
@@ -262,12 +261,8 @@ class SimulationServer:
 
     # ------------------------------------------------------------------ host thread
     def _on_record(self, record: Any) -> None:
-        """Host thread: keep a record some client wants (two dict lookups and an append)."""
-        devices = self._wanted_types.get(type(record), _UNWANTED)
-        if devices is _UNWANTED:
-            return
-        if devices is not None and record_source(record) not in devices:
-            return
+        """Host thread: keep a record some client wants (the host's dispatch checked it
+        against the clients' filters, ``AnyOf``)."""
         records = self._records
         records.append(record)
         if self._host_signalled[0]:
@@ -597,7 +592,7 @@ class SimulationServer:
         """The kinds (and devices) any client wants, for the host thread's quick check; the
         host makes only what some client of it wants."""
         filters = AnyOf(tuple(f for client in self._clients.values() for f in client.filters))
-        self._wanted_types = wanted_records([filters])
+        self._wanted_types = filters.wanted
         self._eager = bool(self._wanted_types)
         if self._host_handle is not None:
             self._host_handle = self.host.set_callback_filter(self._host_handle, filters)

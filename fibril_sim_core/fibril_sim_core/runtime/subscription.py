@@ -8,7 +8,7 @@ host thread) and remote clients (checked by the server before anything is encode
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InstanceError
@@ -27,6 +27,7 @@ RECORD_KINDS: dict[type, str] = {
 }
 KIND_NAMES = frozenset(RECORD_KINDS.values())
 _KIND_TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
+_UNWANTED: Any = object()
 
 
 def record_source(record: Any) -> str:
@@ -82,12 +83,20 @@ class RecordFilter:
 
 @dataclass(frozen=True, slots=True)
 class AnyOf:
-    """Passes what any of ``filters`` passes (the subscriptions of a server's clients)."""
+    """Passes what any of ``filters`` passes (the subscriptions of a server's clients),
+    checked with the per-type map ``wanted_records`` makes of them: two lookups a record."""
 
     filters: tuple[RecordFilter, ...]
+    wanted: dict[type, frozenset[str] | None] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wanted", wanted_records(self.filters))
 
     def matches(self, record: Any) -> bool:
-        return any(f.matches(record) for f in self.filters)
+        devices = self.wanted.get(type(record), _UNWANTED)
+        if devices is _UNWANTED:
+            return False
+        return devices is None or record_source(record) in devices
 
     @property
     def passes_all(self) -> bool:
