@@ -165,6 +165,44 @@ def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
     assert connection.state()["real_time_factor"] == pytest.approx(1.0, abs=0.2)
 
 
+def test_a_traced_real_time_runtime_serializes_the_trace_in_its_idle_time(
+        plan: SimulationPlan, tmp_path: Path) -> None:
+    """Between real-time pieces and frames the host offers its idle time to the trace (which
+    then encodes there, not on a thread that would hold the GIL when stepping resumes), with
+    the deadline it waits for; as fast as possible it never does. The trace is complete."""
+    from fibril_sim_core.trace import TraceReader, TraceWriter
+
+    trace = TraceWriter(tmp_path / "t", provenance={}, layout=dict(plan.layout))
+    offers: list[tuple[float, float]] = []
+    serialize = trace.serialize_until
+
+    def offered(deadline: float) -> None:
+        offers.append((time.perf_counter(), deadline))
+        serialize(deadline)
+
+    trace.serialize_until = offered  # type: ignore[method-assign]
+    runtime = SimulationRuntime(plan, seed=1, trace=trace, server=None, options=RuntimeOptions(
+        mode="realtime", real_time_factor=1.0, frame_duration_s=0.005))
+    connection = runtime.connect()
+    frames: list[FrameTiming] = []
+    connection.on_record(frames.append, kinds="frame_timing")
+    runtime.start()
+    try:
+        wait_for(lambda: len(frames) >= 60)
+        assert offers and all(deadline > now for now, deadline in offers)
+        assert len(offers) >= 20  # a piece per ms (5 a frame), an offer each when on time
+        connection.set_mode("fast")
+        time.sleep(0.1)
+        count = len(offers)
+        time.sleep(0.1)
+        assert len(offers) == count
+    finally:
+        runtime.stop()
+        trace.close()
+    with TraceReader(tmp_path / "t") as reader:
+        assert reader.message_count == trace.record_count > 60
+
+
 def test_slow_real_time_frames_answer_requests_and_stop_at_once(start) -> None:
     """At rtf 0.01 a 10 ms frame lasts a second of wall time; a request or a stop arriving
     while it waits for its next piece is not kept waiting for the rest of the frame."""

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -265,12 +266,12 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
     real = _encoder.Encoder.encode_block
     calls = {"n": 0}
 
-    def interrupted(self, block):  # the second lay-out is interrupted
+    def interrupted(self, block, *rest):  # the second lay-out is interrupted
         calls["n"] += 1
         if calls["n"] == 2:
-            real(self, block)  # even after the work is done, before it is queued
+            real(self, block, *rest)  # even after the work is done, before it is queued
             raise KeyboardInterrupt
-        return real(self, block)
+        return real(self, block, *rest)
 
     monkeypatch.setattr(_encoder.Encoder, "encode_block", interrupted)
     writer = TraceWriter(tmp_path / "t", provenance={}, layout={"timestep_ns": 1_000_000})
@@ -304,9 +305,9 @@ def test_records_written_between_frame_blocks_are_laid_out_with_them(
     real = _encoder.Encoder.encode_block
     sizes: list[int] = []
 
-    def counted(self, block):
+    def counted(self, block, *rest):
         sizes.append(len(block))
-        return real(self, block)
+        return real(self, block, *rest)
 
     monkeypatch.setattr(_encoder.Encoder, "encode_block", counted)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
@@ -325,6 +326,96 @@ def test_records_written_between_frame_blocks_are_laid_out_with_them(
     assert [m[1] for m in got if m[0] == "/fibril/devices/enc"] == [
         (tick + 1) * 1_000_000 for tick in range(1000)]
     assert len(sizes) < 10 and sum(sizes) == 1100, sizes
+
+
+def _paced_session(writer: TraceWriter, idle: bool) -> None:
+    """What a real-time runtime hands a trace: a frame's small block, then its record written
+    one by one, then record lists (another listener), 300 frames; with ``idle``, the producer
+    offers its idle time after every frame (as the host does between real-time frames)."""
+    single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
+    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+    for frame in range(300):
+        if frame < 150:
+            for tick in range(frame * 3, frame * 3 + 3):
+                buffer.ticks[0].append(tick)
+                buffer.values[0].append(np.array([tick * 0.5, -1.0]))
+                buffer.order.append(0)
+            writer.write_block(buffer.take(0, 0, 1_000_000))
+            writer.write(single._replace(acquisition_tick=frame))
+        else:
+            writer.write_many([single._replace(acquisition_tick=frame, values=np.ones(2) * k)
+                               for k in range(3)])
+        if idle:
+            writer.serialize_until(time.perf_counter() + 0.01)
+
+
+def _encoding_threads(monkeypatch) -> list[tuple[str, int]]:
+    """(thread name, records) of every Encoder call from now on."""
+    import threading
+
+    from fibril_sim_core.trace import _encoder
+
+    calls: list[tuple[str, int]] = []
+    for name in ("encode", "encode_block"):
+        real = getattr(_encoder.Encoder, name)
+
+        def wrapper(self, batch, *rest, _real=real):
+            calls.append((threading.current_thread().name, len(batch)))
+            return _real(self, batch, *rest)
+
+        monkeypatch.setattr(_encoder.Encoder, name, wrapper)
+    return calls
+
+
+def test_a_paced_producer_serializes_in_its_idle_time_bit_for_bit(
+        tmp_path: Path, monkeypatch) -> None:
+    """serialize_until encodes the queue's front in the caller's thread (a real-time host's
+    idle time, so the worker's Python never holds the GIL when stepping resumes); the worker
+    leaves such a trickle to it. The trace is the one the worker alone writes, byte for
+    byte."""
+    from fibril_sim_core.trace import writer as writer_module
+
+    with TraceWriter(tmp_path / "worker", provenance={}, layout={}) as writer:
+        _paced_session(writer, idle=False)
+    monkeypatch.setattr(writer_module, "_HELP_WINDOW", 60.0)  # however slow this machine is
+    calls = _encoding_threads(monkeypatch)
+    with TraceWriter(tmp_path / "idle", provenance={}, layout={}) as writer:
+        _paced_session(writer, idle=True)
+        here = sum(n for thread, n in calls if thread == "MainThread")
+    want = _messages(tmp_path / "worker" / "worker.mcap")
+    assert _messages(tmp_path / "idle" / "idle.mcap") == want
+    assert len(want) == 150 * 4 + 150 * 3
+    # every batch of _IDLE_RECORDS, or _IDLE_AGE old, was taken here; at most the last
+    # ones were left to the worker's close
+    assert here >= len(want) - writer_module._IDLE_RECORDS, calls
+
+
+def test_no_idle_time_or_too_little_to_do_leaves_the_queue_to_the_worker(
+        tmp_path: Path, monkeypatch) -> None:
+    """A deadline too close, or a few records just after a batch, are not worth starting: the
+    caller encodes nothing then, and every record still reaches the trace (the worker's
+    flush)."""
+    from fibril_sim_core.trace import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_HELP_WINDOW", 60.0)
+    calls = _encoding_threads(monkeypatch)
+    single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        writer.write_many([single._replace(acquisition_tick=k) for k in range(500)])
+        writer.serialize_until(time.perf_counter())  # no idle time
+        assert not calls
+        writer.serialize_until(time.perf_counter() + 1.0)  # a batch
+        assert calls == [("MainThread", writer_module._IDLE_RECORDS)]
+        writer.serialize_until(time.perf_counter() + 1.0)  # more than a batch waits: again
+        assert len(calls) == 2
+        writer.flush()  # the worker's, though the producer helps
+        assert sum(n for _, n in calls) == 500
+        writer.write_many([single._replace(acquisition_tick=k) for k in range(500, 510)])
+        writer.serialize_until(time.perf_counter() + 1.0)  # 10 records, just after a batch
+        assert sum(n for _, n in calls) == 500
+    got = _messages(tmp_path / "t" / "t.mcap")
+    assert [m[2] for m in got] == list(range(510))
+    assert [name for name, _ in calls[-1:]] != ["MainThread"]  # the close took the last 10
 
 
 def test_join_keeps_order_and_columns() -> None:

@@ -67,6 +67,7 @@ class SimulationHost:
         self._interest_changed = True
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
+        self._idle_tasks: tuple[Callable[[float], None], ...] = ()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -108,6 +109,14 @@ class SimulationHost:
         """``listener()`` runs on the host thread after every frame (the server flushes)."""
         with self._lock:
             self._frame_listeners = (*self._frame_listeners, listener)
+
+    def add_idle_task(self, task: Callable[[float], None]) -> None:
+        """``task(deadline)`` runs on the host thread when real-time pacing leaves it idle,
+        before it waits for ``deadline`` (``time.perf_counter()``); it must return in time
+        (the trace writer serializes its queue there: no other thread then holds the GIL
+        when stepping resumes)."""
+        with self._lock:
+            self._idle_tasks = (*self._idle_tasks, task)
 
     def add_state_provider(self, provider: StateProvider) -> None:
         """``provider()`` adds keys to every state() answer (the server adds its clients)."""
@@ -203,6 +212,7 @@ class SimulationHost:
                 wait = None
             elif self._mode == "realtime":
                 due = self._due(instance.session_time_ns)
+                self._idle(due)
                 wait = max(0.0, due - time.perf_counter())
             else:
                 wait = 0.0
@@ -222,6 +232,13 @@ class SimulationHost:
                 continue
             if not self._paused:
                 self._frame(self.frame_ticks, paced=self._mode == "realtime")
+
+    def _idle(self, due: float) -> None:
+        """Offer the time until ``due`` to the idle tasks, if there is any."""
+        for task in self._idle_tasks:
+            if time.perf_counter() >= due:
+                return
+            task(due)
 
     def _due(self, session_time_ns: int) -> float:
         """The wall time (perf_counter) at which real-time pacing reaches a session time."""
@@ -339,7 +356,9 @@ class SimulationHost:
                 chunk = max(1, min(chunk, renders.ticks_until_due(self._session_tick())))
             if paced and done:
                 busy += time.perf_counter() - mark
-                wait = self._due(instance.session_time_ns) - time.perf_counter()
+                due = self._due(instance.session_time_ns)
+                self._idle(due)
+                wait = due - time.perf_counter()
                 if wait > 0 and self._poke.wait(wait):
                     paced = False  # a request waits: the rest of the frame at once
                 mark = time.perf_counter()

@@ -33,6 +33,8 @@ class SimulationRuntime:
             self.host.add_callback(
                 lambda record: trace.write(record) if isinstance(record, FrameTiming) else None,
                 RecordFilter.of("frame_timing"))
+        if callable(getattr(trace, "serialize_until", None)):  # in real time's idle time
+            self.host.add_idle_task(trace.serialize_until)
         self.server = SimulationServer(self.host, server) if server is not None else None
 
     @property

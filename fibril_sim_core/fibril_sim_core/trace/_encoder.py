@@ -249,22 +249,26 @@ class Encoder:
             self.new_channels.append((channel, topic, msgtype))
         return channel
 
-    def encode(self, batch: list[Any]) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
-                                                 list[tuple[Any, Exception]]]:
+    def encode(self, batch: list[Any], pause: Callable[[], None] | None = None
+               ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
+                          list[tuple[Any, Exception]]]:
         """(record blocks, channel, log time and offset of each message, failures)
 
         Messages of one shape are laid out together (no per-record copying); each message's
         ``sequence`` is its position in the trace's write order, which readers use to restore
         that order among messages of equal log time. A record that does not fit its message
-        type is left out and reported in failures.
+        type is left out and reported in failures. ``pause`` is called between two shapes'
+        lay-outs (the writer's worker lets the stepping thread in there).
         """
         failures: list[tuple[Any, Exception]] = []
         groups = self._groups(batch, range(len(batch)), failures)
         return self._lay_out(batch, [(None, None, positions, None)
-                                     for positions in groups.values()], len(batch), failures)
+                                     for positions in groups.values()], len(batch), failures,
+                             pause)
 
-    def encode_block(self, block: SampleBlock) -> tuple[
-            list[bytes], np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, Exception]]]:
+    def encode_block(self, block: SampleBlock, pause: Callable[[], None] | None = None
+                     ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
+                                list[tuple[Any, Exception]]]:
         """What ``encode`` returns for the records of ``block`` in its order: each device's
         samples are laid out from its columns (no record objects); the rest as by
         ``encode``."""
@@ -306,7 +310,7 @@ class Encoder:
             slow.sort()
             groups.extend((None, None, positions, None)
                           for positions in self._groups(batch, slow, failures).values())
-        return self._lay_out(batch, groups, count, failures)
+        return self._lay_out(batch, groups, count, failures, pause)
 
     def _groups(self, batch: list[Any], positions: Iterable[int],
                 failures: list[tuple[Any, Exception]]) -> dict[tuple, list[int] | np.ndarray]:
@@ -336,7 +340,8 @@ class Encoder:
 
     def _lay_out(self, batch: list[Any],
                  groups: list[_Group], count: int,
-                 failures: list[tuple[Any, Exception]]
+                 failures: list[tuple[Any, Exception]],
+                 pause: Callable[[], None] | None = None
                  ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
                             list[tuple[Any, Exception]]]:
         """The message records of ``count`` records in groups of one shape each: (shape key,
@@ -348,6 +353,8 @@ class Encoder:
         at = 0
         first = self.written
         for key, columns, positions, records in groups:
+            if pause is not None and at:
+                pause()
             recs: list[Any] | None = None
             if columns is None:
                 if len(positions) == 1:

@@ -26,6 +26,7 @@ A writer that is never closed is closed at interpreter exit.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -100,6 +101,14 @@ FLUSH_INTERVAL: Final = 0.5
 
 _POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
 _BATCH: Final = 32768  # records serialized at once
+_TRICKLE: Final = 4096  # queued records below which the worker lets the GIL go (see _pause)
+_YIELD: Final = 50e-6  # seconds the worker sleeps between groups in a trickle (see _pause)
+# A producer that offered its idle time this recently serializes the trickle itself (see
+# TraceWriter.serialize_until); the worker then only compresses and writes.
+_HELP_WINDOW: Final = 0.2
+_IDLE_MIN: Final = 0.4e-3  # idle seconds worth starting a batch in (about 150 records)
+_IDLE_RECORDS: Final = 128  # queued records worth serializing in idle time ...
+_IDLE_AGE: Final = 0.1  # ... or seconds since the last time
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
 _LAY_OUT_HERE: Final = 1024  # records of a SampleBlock that write_block lays out itself
 _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this many records
@@ -123,6 +132,10 @@ class _Shared:
     """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
     pending: deque = field(default_factory=deque)  # records, SampleBlocks and _Encoded
+    # Encoded by the producer in its idle time (``TraceWriter.serialize_until``), from the
+    # front of ``pending``: they go before everything in it.
+    ready: deque = field(default_factory=deque)
+    helped: float = -math.inf  # time.monotonic() of the producer's last idle-time offer
     # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
     # (no GIL ping-pong with the worker, see TraceWriter.write_block), the rest by the
     # worker; ``lock`` guards it and the taking of queued items.
@@ -214,10 +227,71 @@ def _write_metadata_yaml(path: Path, serialized: str) -> None:
     os.replace(tmp, path / "metadata.yaml")
 
 
+def _pause() -> None:
+    """Let the stepping thread in between two groups of records being encoded.
+
+    The worker's Python holds the GIL; a thread that wants it back (the stepping thread after
+    each ``mj_step``) waits until it is let go or for the switch interval (5 ms). Encoding a
+    quarter second of a real-time session's records at once held it up to 8 ms: that was the
+    node's publish jitter. A short sleep lets a waiting thread in (``sleep(0)`` does not
+    reliably: the worker takes the GIL back before the waiter wakes)."""
+    time.sleep(_YIELD)
+
+
+def _take(shared: _Shared, encoder: Encoder, pause: bool = True,
+          limit: int = _BATCH) -> tuple[tuple, bool]:
+    """Serialize the queue's first item (the caller holds the lock): (``Encoder.encode``'s
+    result, whether the queue was a real-time trickle). Records queued one by one are encoded
+    in batches of up to ``limit``; a SampleBlock (the instance's columns) is laid out already
+    (_Encoded) or joined with the blocks and records that follow it. ``pause``: in a trickle,
+    let the GIL go between shapes (see _pause)."""
+    pending = shared.pending
+    item = pending.popleft()
+    kind = type(item)
+    if kind is _Encoded:
+        shared.unblocked += item.records
+        return item.result, False
+    if kind is SampleBlock:
+        # Small ones (a runtime hands one over per frame, its FrameTiming written one by one
+        # between them) are joined with the records between them: one lay-out per batch, not
+        # one per frame.
+        joined = [item]
+        size = in_blocks = len(item)
+        while pending and size < limit:
+            following = pending[0]
+            if type(following) is SampleBlock:
+                if not item.joins(following):
+                    break
+                in_blocks += len(following)
+            elif type(following) is _Encoded:
+                break
+            else:
+                following = item.carrying(following)
+            pending.popleft()
+            joined.append(following)
+            size += len(following)
+        trickle = size < _TRICKLE
+        encoded = encoder.encode_block(SampleBlock.join(joined),
+                                       _pause if pause and trickle else None)
+        shared.taken_raw += len(joined)
+        shared.unblocked += in_blocks
+        return encoded, trickle
+    # A short queue is a real-time session's trickle: the GIL is let go between shapes; a
+    # long one is a fast run's.
+    trickle = len(pending) < _TRICKLE
+    batch = [item]
+    while pending and len(batch) < limit and type(pending[0]) not in _QUEUED_BLOCKS:
+        batch.append(pending.popleft())
+    encoded = encoder.encode(batch, _pause if pause and trickle else None)
+    shared.taken_raw += len(batch)
+    return encoded, trickle
+
+
 def _run_worker(bag: _Bag, shared: _Shared) -> None:
     """Own the bag: serialize queued records in batches, write chunks, finish on close."""
     encoder = shared.encoder
     pending = shared.pending
+    ready = shared.ready
     lock = shared.lock
     parts: list[bytes] = []
     chunk_channels: list[np.ndarray] = []
@@ -249,45 +323,17 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             shared.wake.clear()
             closing = shared.closing
             requests = shared.flush_requests
-            while pending:
-                # Records queued one by one are encoded in batches; a SampleBlock (the
-                # instance's columns) is laid out already (_Encoded) or joined with the blocks
-                # and records that follow it.
+            while pending or ready:
+                trickle = False
                 with lock:
-                    item = pending.popleft()
-                    kind = type(item)
-                    if kind is _Encoded:
-                        encoded = item.result
-                        shared.unblocked += item.records
-                    elif kind is SampleBlock:
-                        # Small ones (a runtime hands one over per frame, its FrameTiming
-                        # written one by one between them) are joined with the records
-                        # between them: one lay-out per batch, not one per frame.
-                        joined = [item]
-                        size = in_blocks = len(item)
-                        while pending and size < _BATCH:
-                            following = pending[0]
-                            if type(following) is SampleBlock:
-                                if not item.joins(following):
-                                    break
-                                in_blocks += len(following)
-                            elif type(following) is _Encoded:
-                                break
-                            else:
-                                following = item.carrying(following)
-                            pending.popleft()
-                            joined.append(following)
-                            size += len(following)
-                        encoded = encoder.encode_block(SampleBlock.join(joined))
-                        shared.taken_raw += len(joined)
-                        shared.unblocked += in_blocks
+                    if ready:
+                        encoded = ready.popleft()
+                    elif (type(pending[0]) is not _Encoded and not closing
+                          and requests == shared.flushed and len(pending) < _TRICKLE
+                          and time.monotonic() - shared.helped < _HELP_WINDOW):
+                        break  # the producer serializes them in its idle time
                     else:
-                        batch = [item]
-                        while pending and len(batch) < _BATCH and \
-                                type(pending[0]) not in _QUEUED_BLOCKS:
-                            batch.append(pending.popleft())
-                        encoded = encoder.encode(batch)
-                        shared.taken_raw += len(batch)
+                        encoded, trickle = _take(shared, encoder)
                 blocks, channels, times, offsets, failures = encoded
                 if failures and shared.rejected is None:
                     record, exc = failures[0]
@@ -305,6 +351,8 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 chunk_size += sum(len(b) for b in blocks)
                 if chunk_size >= CHUNK_BYTES:
                     write_chunk()
+                if trickle and pending:
+                    _pause()
             if chunk_size and (closing or requests != shared.flushed
                                or time.monotonic() - chunk_started >= FLUSH_INTERVAL):
                 write_chunk()
@@ -312,7 +360,7 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 with shared.flush_done:
                     shared.flushed = requests
                     shared.flush_done.notify_all()
-            if closing and not pending:
+            if closing and not pending and not ready:
                 break
         information = _metadata(bag, encoder, mcap.channel_counts, mcap.start_time,
                                 mcap.end_time)
@@ -322,6 +370,7 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
     except BaseException as exc:  # reported to the caller by write() and close()
         shared.failure = exc
         pending.clear()  # nothing will take them any more
+        ready.clear()
         try:
             mcap.abandon()
         except OSError:
@@ -403,6 +452,7 @@ class TraceWriter:
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         self._count = 0
+        self._served = 0.0  # perf_counter() of the last serialize_until that did something
         self._closed = False
         self._shared = _Shared()
         self._pending = self._shared.pending
@@ -526,6 +576,36 @@ class TraceWriter:
                 pending.append(block)
                 shared.queued_raw += 1
             raise
+
+    def serialize_until(self, deadline: float) -> None:
+        """Serialize queued records here, in a paced producer's idle time, if it is long
+        enough before ``deadline`` (``time.perf_counter()``); cheap when there is nothing to do.
+
+        The live runtime's host calls it between real-time frames. Then the worker only
+        compresses and writes, which releases the GIL: its Python no longer holds the GIL
+        when the stepping thread wants it back after ``mj_step`` (that was most of the live
+        node's publish jitter, 2-3 ms at p99). A producer that stops offering (fast mode,
+        paused) leaves the queue to the worker again within ``_HELP_WINDOW``. For a thread
+        other than the main one (a Ctrl-C in the middle would lose the batch)."""
+        shared = self._shared
+        shared.helped = time.monotonic()
+        raw = shared.queued_raw - shared.taken_raw
+        if not raw or self._closed:
+            return
+        now = time.perf_counter()
+        if (raw < _IDLE_RECORDS and now - self._served < _IDLE_AGE) or \
+                deadline - now < _IDLE_MIN:
+            return
+        lock = shared.lock
+        if not lock.acquire(blocking=False):  # the worker is at it
+            return
+        try:
+            pending = self._pending
+            if pending and type(pending[0]) is not _Encoded:
+                shared.ready.append(_take(shared, shared.encoder, False, _IDLE_RECORDS)[0])
+        finally:
+            lock.release()
+        self._served = now
 
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
