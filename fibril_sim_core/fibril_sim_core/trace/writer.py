@@ -10,14 +10,17 @@ every message shape is a byte template, a block is a few column assignments per 
 the worker holding the GIL never makes the stepping thread wait for it. The worker compresses
 whole chunks with zstd and writes them, which like MuJoCo's stepping releases the GIL. Records
 written one by one (``write``, ``write_many``) only go to a queue (well under a microsecond)
-and the worker serializes them in batches, in write order with the blocks. Payloads are byte
+and the worker serializes them in batches, in write order with the blocks, or, in a live
+real-time session, the host does in its idle time between frames (``serialize_until``: then
+no Python of the worker's holds the GIL when stepping resumes). Payloads are byte
 for byte what rosbags' serializer produces (tested for every message type, and the columns
 against the record path).
 
 Robustness. Python raises ``KeyboardInterrupt`` only in the main thread, so the worker, which
 alone touches the files, is never torn in the middle of a record. ``metadata.yaml`` (with the
 provenance and layout) is written when the trace is created; a record reaches the disk in a
-complete chunk within ``FLUSH_INTERVAL`` + ``_POLL`` seconds (0.75 s), so a SIGKILLed run
+complete chunk within ``FLUSH_INTERVAL`` + ``_POLL`` seconds (0.75 s; up to ``_HELP_WINDOW``
+more when a real-time host stops offering its idle time), so a SIGKILLed run
 leaves a trace readable up to its last chunk (``TraceReader(..., salvage=True)``). ``close`` drains the queue, writes the MCAP
 summary and the final ``metadata.yaml``, and keeps waiting for that even if interrupted again.
 A writer that is never closed is closed at interpreter exit.
