@@ -680,6 +680,9 @@ def test_write_throughput(tmp_path: Path) -> None:
     ([2**63 - 1, -2**63], np.int64, True), ([2**63], np.int64, False),
     ([-2**31, 2**31 - 1], np.int32, True), ([2**31], np.int32, False),
     ([0, 255], np.uint8, True), ([256], np.uint8, False), ([], np.uint32, True),
+    # beyond a few values the bounds are numpy's reductions, not Python's min/max
+    (list(range(100)) + [2**32], np.uint32, False), (list(range(-100, 0)), np.uint32, False),
+    (list(range(100)) + [2**32 - 1], np.uint32, True),
 ])
 def test_integer_columns_are_range_checked(values, dtype, fits) -> None:
     """Python ints go in as int64 when they fit it (the fast path), else as objects; either
@@ -692,3 +695,18 @@ def test_integer_columns_are_range_checked(values, dtype, fits) -> None:
     else:
         with pytest.raises(OverflowError, match=f"integer out of range for {np.dtype(dtype).name}"):
             _column(values, np.dtype(dtype))
+
+
+@pytest.mark.parametrize("count", [1, 100])  # Python's min/max, numpy's reductions
+def test_times_beyond_int32_seconds_are_refused(count: int) -> None:
+    """builtin_interfaces/Time holds int32 seconds: the edges fit, one nanosecond beyond
+    does not; nanoseconds split as floor division does (negative times too)."""
+    from fibril_sim_core.trace._cdr import split_ns
+
+    edge = 2**31 * 1_000_000_000
+    sec, nanosec = split_ns(np.array([edge - 1, -edge, -1] * count, dtype=np.int64))
+    assert sec.tolist()[:3] == [2**31 - 1, -2**31, -1]
+    assert nanosec.tolist()[:3] == [999_999_999, 0, 999_999_999]
+    for beyond in (edge, -edge - 1):
+        with pytest.raises(OverflowError, match="int32 seconds"):
+            split_ns([0] * (count - 1) + [beyond])

@@ -302,14 +302,14 @@ def test_records_written_between_frame_blocks_are_laid_out_with_them(
     real-time frames by tens of ms), and every record keeps its place."""
     from fibril_sim_core.trace import _encoder
 
-    real = _encoder.Encoder.encode_block
+    real = _encoder.Encoder.encode_block_steps
     sizes: list[int] = []
 
-    def counted(self, block, *rest):
+    def counted(self, block):
         sizes.append(len(block))
-        return real(self, block, *rest)
+        return real(self, block)
 
-    monkeypatch.setattr(_encoder.Encoder, "encode_block", counted)
+    monkeypatch.setattr(_encoder.Encoder, "encode_block_steps", counted)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
@@ -356,12 +356,12 @@ def _encoding_threads(monkeypatch) -> list[tuple[str, int]]:
     from fibril_sim_core.trace import _encoder
 
     calls: list[tuple[str, int]] = []
-    for name in ("encode", "encode_block"):
+    for name in ("encode_steps", "encode_block_steps"):
         real = getattr(_encoder.Encoder, name)
 
-        def wrapper(self, batch, *rest, _real=real):
+        def wrapper(self, batch, _real=real):
             calls.append((threading.current_thread().name, len(batch)))
-            return _real(self, batch, *rest)
+            return _real(self, batch)
 
         monkeypatch.setattr(_encoder.Encoder, name, wrapper)
     return calls
@@ -403,19 +403,43 @@ def test_no_idle_time_or_too_little_to_do_leaves_the_queue_to_the_worker(
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
         writer.write_many([single._replace(acquisition_tick=k) for k in range(500)])
         writer.serialize_until(time.perf_counter())  # no idle time
+        writer.serialize_until(time.perf_counter() + 1e-5)  # too little
         assert not calls
-        writer.serialize_until(time.perf_counter() + 1.0)  # a batch
-        assert calls == [("MainThread", writer_module._IDLE_RECORDS)]
-        writer.serialize_until(time.perf_counter() + 1.0)  # more than a batch waits: again
-        assert len(calls) == 2
+        batch = writer_module._IDLE_RECORDS
+        writer.serialize_until(time.perf_counter() + 1.0)  # batches while a batch waits
+        assert calls == [("MainThread", batch)] * (500 // batch)
+        writer.serialize_until(time.perf_counter() + 1.0)  # fewer left, just after a batch
+        assert len(calls) == 500 // batch
         writer.flush()  # the worker's, though the producer helps
         assert sum(n for _, n in calls) == 500
+        assert calls[-1][0] != "MainThread"
         writer.write_many([single._replace(acquisition_tick=k) for k in range(500, 510)])
         writer.serialize_until(time.perf_counter() + 1.0)  # 10 records, just after a batch
         assert sum(n for _, n in calls) == 500
     got = _messages(tmp_path / "t" / "t.mcap")
     assert [m[2] for m in got] == list(range(510))
     assert [name for name, _ in calls[-1:]] != ["MainThread"]  # the close took the last 10
+
+
+def test_a_step_is_tried_when_none_was_for_a_while(tmp_path: Path, monkeypatch) -> None:
+    """The mean cost of a step decides whether one fits; one that grew too large (a slow
+    step) would keep the producer from ever trying again: after ``_IDLE_AGE`` without a step,
+    one is made in whatever idle time there is."""
+    from fibril_sim_core.trace import writer as writer_module
+
+    monkeypatch.setattr(writer_module, "_HELP_WINDOW", 60.0)
+    calls = _encoding_threads(monkeypatch)
+    single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        writer._step_cost = 1.0  # learnt from a step that took a second
+        writer.write_many([single._replace(acquisition_tick=k) for k in range(100)])
+        writer.serialize_until(time.perf_counter() + 0.01)
+        assert not calls
+        time.sleep(writer_module._IDLE_AGE)
+        writer.serialize_until(time.perf_counter() + 0.01)
+        assert calls == [("MainThread", writer_module._IDLE_RECORDS)]
+        assert writer._step_cost < 1.0
+    assert len(_messages(tmp_path / "t" / "t.mcap")) == 100
 
 
 def test_join_keeps_order_and_columns() -> None:

@@ -40,6 +40,7 @@ class Layout:
         self._times: list[str] = []
         self._dtype: np.dtype | None = None
         self._template: np.ndarray | None = None
+        self._plain: list[tuple[str, np.dtype]] = []  # (name, dtype) of the untimed fields
 
     # -- building -----------------------------------------------------------------------------
 
@@ -134,13 +135,13 @@ class Layout:
             self._dtype = np.dtype({"names": self._names, "formats": self._formats,
                                     "offsets": self._offsets, "itemsize": len(self._buffer)})
             self._template = np.frombuffer(bytes(self._buffer), dtype=np.uint8)
+            self._plain = [(name, self._dtype.fields[name][0]) for name in self._names
+                           if not name.endswith((".sec", ".nanosec"))]
         raw = np.empty((count, len(self._buffer)), dtype=np.uint8)
         raw[:] = self._template
         rows = raw.view(self._dtype).reshape(count)
-        for name in self._names:
-            if name.endswith((".sec", ".nanosec")):
-                continue
-            rows[name] = _column(columns[name], self._dtype.fields[name][0])
+        for name, dtype in self._plain:
+            rows[name] = _column(columns[name], dtype)
         for name in self._times:
             sec, nanosec = split_ns(columns[name])
             rows[name + ".sec"] = sec
@@ -162,9 +163,11 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
         if values.dtype == dtype:
             return values  # fits by construction
         low, high = _limits(dtype)
-        if values.size and (int(values.min()) < low or int(values.max()) > high):
-            msg = f"integer out of range for {dtype.name}"
-            raise OverflowError(msg)
+        if values.size:
+            smallest, largest = _bounds(values)
+            if smallest < low or largest > high:
+                msg = f"integer out of range for {dtype.name}"
+                raise OverflowError(msg)
         return values
     if dtype.subdtype is not None:  # float64[n]: one row of n values per record
         try:
@@ -173,6 +176,18 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
             block = np.array([np.ravel(v) for v in values], dtype=np.float64)
         return block.reshape(len(block), -1)
     return np.asarray(values, dtype=dtype)
+
+
+def _bounds(values: np.ndarray) -> tuple[int, int]:
+    """(min, max) of a non-empty integer array; by Python for a few values (two numpy
+    reductions cost more than the whole column of a small batch)."""
+    if values.size <= _FEW:
+        listed = values.tolist()
+        return min(listed), max(listed)
+    return int(values.min()), int(values.max())
+
+
+_FEW = 32
 
 
 @functools.cache
@@ -184,8 +199,9 @@ def _limits(dtype: np.dtype) -> tuple[int, int]:
 def split_ns(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """Integer nanoseconds → (sec, nanosec) as ``builtin_interfaces/Time`` holds them."""
     ns = np.array(values, dtype=np.int64) if not isinstance(values, np.ndarray) else values
-    sec, nanosec = np.divmod(ns, _NS_PER_S)
-    if sec.size and (sec.max() > _INT32_MAX or sec.min() < -_INT32_MAX - 1):
-        msg = "time does not fit builtin_interfaces/Time (int32 seconds)"
-        raise OverflowError(msg)
-    return sec, nanosec
+    if ns.size:
+        smallest, largest = _bounds(ns)
+        if largest >= (_INT32_MAX + 1) * _NS_PER_S or smallest < -(_INT32_MAX + 1) * _NS_PER_S:
+            msg = "time does not fit builtin_interfaces/Time (int32 seconds)"
+            raise OverflowError(msg)
+    return np.divmod(ns, _NS_PER_S)

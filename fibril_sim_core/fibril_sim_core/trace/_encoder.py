@@ -13,7 +13,7 @@ import functools
 import json
 import operator
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +226,36 @@ def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
             for tick, value in zip(ticks, values, strict=True)]
 
 
+#: One shape's message records: (bytes, channel, log time and offset of each message).
+Rows = tuple[bytes, np.ndarray, np.ndarray, np.ndarray]
+#: Rows of a batch: (record blocks, channels, log times, offsets, failures).
+Encoded = tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, Exception]]]
+
+
+def joined(steps: Iterable[Rows], failures: list[tuple[Any, Exception]],
+           pause: Callable[[], None] | None = None) -> Encoded:
+    """The Rows of a batch's steps as one Encoded (offsets from the first block's start);
+    ``pause()`` after each step."""
+    blocks: list[bytes] = []
+    channels, times, offsets = [], [], []
+    at = 0
+    for block, channel, time, offset in steps:
+        blocks.append(block)
+        channels.append(channel)
+        times.append(time)
+        offsets.append(offset + at if at else offset)
+        at += len(block)
+        if pause is not None:
+            pause()
+    if not blocks:
+        return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
+            failures
+    if len(blocks) == 1:
+        return blocks, channels[0], times[0], offsets[0], failures
+    return (blocks, np.concatenate(channels), np.concatenate(times), np.concatenate(offsets),
+            failures)
+
+
 #: (shape key, columns, positions, records) of one group of messages of one shape.
 _Group = tuple[tuple | None, dict[str, Any] | None, Any, Callable[[], list[Any]] | None]
 
@@ -249,34 +279,43 @@ class Encoder:
             self.new_channels.append((channel, topic, msgtype))
         return channel
 
-    def encode(self, batch: list[Any], pause: Callable[[], None] | None = None
-               ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
-                          list[tuple[Any, Exception]]]:
+    def encode(self, batch: list[Any], pause: Callable[[], None] | None = None) -> Encoded:
         """(record blocks, channel, log time and offset of each message, failures)
 
         Messages of one shape are laid out together (no per-record copying); each message's
         ``sequence`` is its position in the trace's write order, which readers use to restore
         that order among messages of equal log time. A record that does not fit its message
-        type is left out and reported in failures. ``pause`` is called between two shapes'
-        lay-outs (the writer's worker lets the stepping thread in there).
+        type is left out and reported in failures. ``pause`` is called after each shape's
+        lay-out (the writer's worker lets the stepping thread in there).
         """
+        steps, failures = self.encode_steps(batch)
+        return joined(steps, failures, pause)
+
+    def encode_steps(self, batch: list[Any]) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:
+        """What ``encode`` does, one shape per step (an iterator of Rows), and the list the
+        failures are added to as the steps run. The batch's sequence numbers are taken at
+        once: later batches may be encoded before this one's steps have all run."""
         failures: list[tuple[Any, Exception]] = []
         groups = self._groups(batch, range(len(batch)), failures)
-        return self._lay_out(batch, [(None, None, positions, None)
-                                     for positions in groups.values()], len(batch), failures,
-                             pause)
+        return self._steps(batch, [(None, None, positions, None)
+                                   for positions in groups.values()], len(batch), failures), \
+            failures
 
     def encode_block(self, block: SampleBlock, pause: Callable[[], None] | None = None
-                     ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
-                                list[tuple[Any, Exception]]]:
+                     ) -> Encoded:
         """What ``encode`` returns for the records of ``block`` in its order: each device's
         samples are laid out from its columns (no record objects); the rest as by
         ``encode``."""
+        steps, failures = self.encode_block_steps(block)
+        return joined(steps, failures, pause)
+
+    def encode_block_steps(self, block: SampleBlock
+                           ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:
+        """``encode_block`` one shape per step (see ``encode_steps``)."""
         count = len(block.order)
         failures: list[tuple[Any, Exception]] = []
         if not count:
-            return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
-                failures
+            return iter(()), failures
         order = np.array(block.order, dtype=np.int64)
         batch: list[Any] = []
         groups: list[_Group] = []
@@ -310,7 +349,7 @@ class Encoder:
             slow.sort()
             groups.extend((None, None, positions, None)
                           for positions in self._groups(batch, slow, failures).values())
-        return self._lay_out(batch, groups, count, failures, pause)
+        return self._steps(batch, groups, count, failures), failures
 
     def _groups(self, batch: list[Any], positions: Iterable[int],
                 failures: list[tuple[Any, Exception]]) -> dict[tuple, list[int] | np.ndarray]:
@@ -338,23 +377,20 @@ class Encoder:
                 members.append(i)
         return groups  # type: ignore[return-value]
 
-    def _lay_out(self, batch: list[Any],
-                 groups: list[_Group], count: int,
-                 failures: list[tuple[Any, Exception]],
-                 pause: Callable[[], None] | None = None
-                 ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray,
-                            list[tuple[Any, Exception]]]:
+    def _steps(self, batch: list[Any], groups: list[_Group], count: int,
+               failures: list[tuple[Any, Exception]]) -> Iterator[Rows]:
         """The message records of ``count`` records in groups of one shape each: (shape key,
         columns, positions, records) with the columns ready, or (None, None, positions, None)
-        of records in ``batch``. A group of columns that does not fit is laid out again record
-        by record (``records()`` makes them), so failures name records either way."""
-        blocks: list[bytes] = []
-        channels, times, offsets = [], [], []
-        at = 0
+        of records in ``batch``; a step per group. The sequence numbers are taken now."""
         first = self.written
+        self.written += count
+        return self._group_rows(batch, groups, first, failures)
+
+    def _group_rows(self, batch: list[Any], groups: list[_Group], first: int,
+                    failures: list[tuple[Any, Exception]]) -> Iterator[Rows]:
+        """A group of columns that does not fit is laid out again record by record
+        (``records()`` makes them), so failures name records either way."""
         for key, columns, positions, records in groups:
-            if pause is not None and at:
-                pause()
             recs: list[Any] | None = None
             if columns is None:
                 if len(positions) == 1:
@@ -377,17 +413,9 @@ class Encoder:
                 if not rows.shape[0]:
                     continue
             rows_count, size = rows.shape
-            blocks.append(rows.tobytes())
-            channels.append(np.full(rows_count, shape.channel, dtype=np.int64))
-            times.append(rows[:, 15:23].copy().view("<u8").reshape(rows_count))
-            offsets.append(np.arange(at, at + rows_count * size, size, dtype=np.uint64))
-            at += rows_count * size
-        self.written += count
-        if not blocks:
-            return [], np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64), \
-                failures
-        return (blocks, np.concatenate(channels), np.concatenate(times),
-                np.concatenate(offsets), failures)
+            yield (rows.tobytes(), np.full(rows_count, shape.channel, dtype=np.int64),
+                   rows[:, 15:23].copy().view("<u8").reshape(rows_count),
+                   np.arange(0, rows_count * size, size, dtype=np.uint64))
 
     def _shape(self, key: tuple) -> _Shape:
         shape = _make_shape(key)

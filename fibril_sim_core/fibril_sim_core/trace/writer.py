@@ -28,6 +28,7 @@ A writer that is never closed is closed at interpreter exit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -54,7 +55,7 @@ from ..records import (
 )
 from ..sample_block import SampleBlock
 from . import _msgtypes
-from ._encoder import Encoder
+from ._encoder import Encoder, Rows, joined
 from ._mcap import McapFile
 from ._topics import (
     ACTUATOR_TOPIC_PREFIX,
@@ -68,6 +69,7 @@ from ._topics import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
     TraceRecord = (IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot
@@ -109,8 +111,8 @@ _YIELD: Final = 50e-6  # seconds the worker sleeps between groups in a trickle (
 # A producer that offered its idle time this recently serializes the trickle itself (see
 # TraceWriter.serialize_until); the worker then only compresses and writes.
 _HELP_WINDOW: Final = 0.2
-_IDLE_MIN: Final = 0.4e-3  # idle seconds worth starting a batch in (about 150 records)
-_IDLE_RECORDS: Final = 128  # queued records worth serializing in idle time ...
+_IDLE_MARGIN: Final = 0.15e-3  # idle seconds left over after a step of mean cost
+_IDLE_RECORDS: Final = 64  # queued records worth serializing in idle time ...
 _IDLE_AGE: Final = 0.1  # ... or seconds since the last time
 _MAX_BACKLOG: Final = 100_000  # queued records before write() waits for the worker
 _LAY_OUT_HERE: Final = 1024  # records of a SampleBlock that write_block lays out itself
@@ -135,8 +137,8 @@ class _Shared:
     """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
     pending: deque = field(default_factory=deque)  # records, SampleBlocks and _Encoded
-    # Encoded by the producer in its idle time (``TraceWriter.serialize_until``), from the
-    # front of ``pending``: they go before everything in it.
+    # Batches the producer serializes in its idle time (``TraceWriter.serialize_until``),
+    # _Open, taken from the front of ``pending``: they go before everything in it.
     ready: deque = field(default_factory=deque)
     helped: float = -math.inf  # time.monotonic() of the producer's last idle-time offer
     # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
@@ -241,20 +243,16 @@ def _pause() -> None:
     time.sleep(_YIELD)
 
 
-def _take(shared: _Shared, encoder: Encoder, pause: bool = True,
-          limit: int = _BATCH) -> tuple[tuple, bool]:
-    """Serialize the queue's first item (the caller holds the lock): (``Encoder.encode``'s
-    result, whether the queue was a real-time trickle). Records queued one by one are encoded
-    in batches of up to ``limit``; a SampleBlock (the instance's columns) is laid out already
-    (_Encoded) or joined with the blocks and records that follow it. ``pause``: in a trickle,
-    let the GIL go between shapes (see _pause)."""
+def _take(shared: _Shared, encoder: Encoder, limit: int = _BATCH
+          ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]], bool]:
+    """Take the queue's first item, not an _Encoded, to serialize (the caller holds the
+    lock): its steps (see ``Encoder.encode_steps``), their failures, and whether the queue was
+    a real-time trickle. Records queued one by one are encoded in batches of up to ``limit``;
+    a SampleBlock (the instance's columns) is joined with the blocks and records that follow
+    it."""
     pending = shared.pending
     item = pending.popleft()
-    kind = type(item)
-    if kind is _Encoded:
-        shared.unblocked += item.records
-        return item.result, False
-    if kind is SampleBlock:
+    if type(item) is SampleBlock:
         # Small ones (a runtime hands one over per frame, its FrameTiming written one by one
         # between them) are joined with the records between them: one lay-out per batch, not
         # one per frame.
@@ -273,21 +271,36 @@ def _take(shared: _Shared, encoder: Encoder, pause: bool = True,
             pending.popleft()
             joined.append(following)
             size += len(following)
-        trickle = size < _TRICKLE
-        encoded = encoder.encode_block(SampleBlock.join(joined),
-                                       _pause if pause and trickle else None)
+        steps, failures = encoder.encode_block_steps(SampleBlock.join(joined))
         shared.taken_raw += len(joined)
         shared.unblocked += in_blocks
-        return encoded, trickle
-    # A short queue is a real-time session's trickle: the GIL is let go between shapes; a
-    # long one is a fast run's.
+        return steps, failures, size < _TRICKLE
+    # A short queue is a real-time session's trickle; a long one is a fast run's.
     trickle = len(pending) < _TRICKLE
     batch = [item]
     while pending and len(batch) < limit and type(pending[0]) not in _QUEUED_BLOCKS:
         batch.append(pending.popleft())
-    encoded = encoder.encode(batch, _pause if pause and trickle else None)
+    steps, failures = encoder.encode_steps(batch)
     shared.taken_raw += len(batch)
-    return encoded, trickle
+    return steps, failures, trickle
+
+
+@dataclass(slots=True)
+class _Open:
+    """A batch the producer serializes step by step in its idle time (see
+    ``TraceWriter.serialize_until``); whoever takes it next runs the remaining steps."""
+
+    steps: Iterator[Rows]
+    failures: list[tuple[Any, Exception]]
+    done: list[Rows] = field(default_factory=list)
+    finished: bool = False
+
+    def step(self) -> None:
+        rows = next(self.steps, None)
+        if rows is None:
+            self.finished = True
+        else:
+            self.done.append(rows)
 
 
 def _run_worker(bag: _Bag, shared: _Shared) -> None:
@@ -330,13 +343,21 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 trickle = False
                 with lock:
                     if ready:
-                        encoded = ready.popleft()
-                    elif (type(pending[0]) is not _Encoded and not closing
+                        open_batch = ready.popleft()
+                        encoded = joined(itertools.chain(open_batch.done, open_batch.steps),
+                                         open_batch.failures)
+                    elif type(pending[0]) is _Encoded:  # laid out by the producer
+                        item = pending.popleft()
+                        shared.unblocked += item.records
+                        encoded = item.result
+                    elif (not closing
                           and requests == shared.flushed and len(pending) < _TRICKLE
                           and time.monotonic() - shared.helped < _HELP_WINDOW):
                         break  # the producer serializes them in its idle time
                     else:
-                        encoded, trickle = _take(shared, encoder)
+                        steps, failures, trickle = _take(shared, encoder)
+                        # in a trickle, the GIL is let go between shapes (see _pause)
+                        encoded = joined(steps, failures, _pause if trickle else None)
                 blocks, channels, times, offsets, failures = encoded
                 if failures and shared.rejected is None:
                     record, exc = failures[0]
@@ -455,7 +476,9 @@ class TraceWriter:
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         self._count = 0
-        self._served = 0.0  # perf_counter() of the last serialize_until that did something
+        self._served = 0.0  # perf_counter() when serialize_until last started a batch
+        self._step_cost = 0.3e-3  # seconds a step of serialize_until takes (running mean)
+        self._stepped = time.perf_counter()  # when serialize_until last made a step
         self._closed = False
         self._shared = _Shared()
         self._pending = self._shared.pending
@@ -581,34 +604,59 @@ class TraceWriter:
             raise
 
     def serialize_until(self, deadline: float) -> None:
-        """Serialize queued records here, in a paced producer's idle time, if it is long
-        enough before ``deadline`` (``time.perf_counter()``); cheap when there is nothing to do.
+        """Serialize queued records here, in a paced producer's idle time, a message shape at
+        a time while the next one still fits before ``deadline`` (``time.perf_counter()``);
+        cheap when there is nothing to do.
 
-        The live runtime's host calls it between real-time frames. Then the worker only
+        The live runtime's host calls it between real-time pieces. Then the worker only
         compresses and writes, which releases the GIL: its Python no longer holds the GIL
         when the stepping thread wants it back after ``mj_step`` (that was most of the live
-        node's publish jitter, 2-3 ms at p99). A producer that stops offering (fast mode,
-        paused) leaves the queue to the worker again within ``_HELP_WINDOW``. For a thread
-        other than the main one (a Ctrl-C in the middle would lose the batch)."""
+        node's publish jitter, 2-3 ms at p99). A batch is started once ``_IDLE_RECORDS``
+        records wait or ``_IDLE_AGE`` seconds after the last; a producer that stops offering
+        (fast mode, paused, behind schedule) leaves the queue to the worker again within
+        ``_HELP_WINDOW``. For a thread other than the main one (a Ctrl-C in the middle would
+        lose the step's records)."""
         shared = self._shared
         shared.helped = time.monotonic()
+        ready = shared.ready
         raw = shared.queued_raw - shared.taken_raw
-        if not raw or self._closed:
+        if not (raw or ready) or self._closed:
             return
         now = time.perf_counter()
-        if (raw < _IDLE_RECORDS and now - self._served < _IDLE_AGE) or \
-                deadline - now < _IDLE_MIN:
+        if not self._fits(deadline, now):
             return
         lock = shared.lock
         if not lock.acquire(blocking=False):  # the worker is at it
             return
         try:
             pending = self._pending
-            if pending and type(pending[0]) is not _Encoded:
-                shared.ready.append(_take(shared, shared.encoder, False, _IDLE_RECORDS)[0])
+            while True:
+                if ready and not ready[-1].finished:
+                    open_batch = ready[-1]
+                elif pending and type(pending[0]) is not _Encoded and (
+                        raw >= _IDLE_RECORDS or now - self._served >= _IDLE_AGE):
+                    steps, failures, _ = _take(shared, shared.encoder, _IDLE_RECORDS)
+                    open_batch = _Open(steps, failures)
+                    ready.append(open_batch)
+                    self._served = now
+                    raw = shared.queued_raw - shared.taken_raw
+                else:
+                    return
+                open_batch.step()
+                end = time.perf_counter()
+                self._step_cost += (min(end - now, 2e-3) - self._step_cost) * 0.2
+                self._stepped = now = end
+                if not self._fits(deadline, now):
+                    return
         finally:
             lock.release()
-        self._served = now
+
+    def _fits(self, deadline: float, now: float) -> bool:
+        """Whether a step of serialize_until (its mean cost) fits before ``deadline``; at
+        least every ``_IDLE_AGE`` one is tried anyway (the mean is learnt by trying)."""
+        slack = deadline - now
+        return slack >= self._step_cost + _IDLE_MARGIN or (
+            slack > 0 and now - self._stepped >= _IDLE_AGE)
 
     def flush(self) -> None:
         """Wait until every record written so far is in a complete chunk on disk."""
