@@ -295,12 +295,14 @@ class _Open:
     done: list[Rows] = field(default_factory=list)
     finished: bool = False
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """Lay out the next shape; False when there was none left."""
         rows = next(self.steps, None)
         if rows is None:
             self.finished = True
-        else:
-            self.done.append(rows)
+            return False
+        self.done.append(rows)
+        return True
 
 
 def _run_worker(bag: _Bag, shared: _Shared) -> None:
@@ -642,7 +644,8 @@ class TraceWriter:
                     raw = shared.queued_raw - shared.taken_raw
                 else:
                     return
-                open_batch.step()
+                if not open_batch.step():
+                    continue
                 end = time.perf_counter()
                 self._step_cost += (min(end - now, 2e-3) - self._step_cost) * 0.2
                 self._stepped = now = end
