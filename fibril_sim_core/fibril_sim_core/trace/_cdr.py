@@ -26,6 +26,7 @@ __all__ = ["Layout", "split_ns"]
 _ENCAPSULATION = b"\x00\x01\x00\x00"  # CDR, little endian
 _NS_PER_S = 1_000_000_000
 _INT32_MAX = 2**31 - 1
+_FEW = 32  # integer columns up to this long are range-checked by Python (see _bounds)
 
 
 class Layout:
@@ -185,9 +186,6 @@ def _bounds(values: np.ndarray) -> tuple[int, int]:
         listed = values.tolist()
         return min(listed), max(listed)
     return int(values.min()), int(values.max())
-
-
-_FEW = 32
 
 
 @functools.cache
