@@ -227,13 +227,21 @@ def test_sample_block_records_are_counted_and_refused_after_close(tmp_path: Path
     assert len(_messages(tmp_path / "t" / "t.mcap")) == 1
 
 
-def _block(ticks: range, episode: int = 0) -> SampleBlock:
-    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+def _encoder_buffer() -> TraceBuffer:
+    return TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+
+
+def _take(buffer: TraceBuffer, ticks: range, episode: int = 0) -> SampleBlock:
+    """The block of ``buffer``'s encoder samples at ``ticks`` (as the instance keeps them)."""
     for tick in ticks:
         buffer.ticks[0].append(tick)
         buffer.values[0].append(np.array([tick * 0.5, -1.0]))
         buffer.order.append(0)
     return buffer.take(episode, 0, 1_000_000)
+
+
+def _block(ticks: range, episode: int = 0) -> SampleBlock:
+    return _take(_encoder_buffer(), ticks, episode)
 
 
 def test_records_written_one_by_one_keep_their_place_before_a_block(
@@ -311,14 +319,10 @@ def test_records_written_between_frame_blocks_are_laid_out_with_them(
 
     monkeypatch.setattr(_encoder.Encoder, "encode_block_steps", counted)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
-    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+    buffer = _encoder_buffer()
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
         for frame in range(100):  # faster than the worker's poll: they wait together
-            for tick in range(frame * 10, frame * 10 + 10):
-                buffer.ticks[0].append(tick)
-                buffer.values[0].append(np.array([tick * 0.5, -1.0]))
-                buffer.order.append(0)
-            writer.write_block(buffer.take(0, 0, 1_000_000))
+            writer.write_block(_take(buffer, range(frame * 10, frame * 10 + 10)))
             writer.write(single._replace(acquisition_tick=frame))
     got = _messages(tmp_path / "t" / "t.mcap")
     assert [m[2] for m in got] == list(range(1100))
@@ -333,14 +337,10 @@ def _paced_session(writer: TraceWriter, idle: bool) -> None:
     one by one, then record lists (another listener), 300 frames; with ``idle``, the producer
     offers its idle time after every frame (as the host does between real-time frames)."""
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
-    buffer = TraceBuffer((DeviceColumns("enc", "t/enc/v1", ("p", "v"), "wheel", 1),))
+    buffer = _encoder_buffer()
     for frame in range(300):
         if frame < 150:
-            for tick in range(frame * 3, frame * 3 + 3):
-                buffer.ticks[0].append(tick)
-                buffer.values[0].append(np.array([tick * 0.5, -1.0]))
-                buffer.order.append(0)
-            writer.write_block(buffer.take(0, 0, 1_000_000))
+            writer.write_block(_take(buffer, range(frame * 3, frame * 3 + 3)))
             writer.write(single._replace(acquisition_tick=frame))
         else:
             writer.write_many([single._replace(acquisition_tick=frame, values=np.ones(2) * k)
