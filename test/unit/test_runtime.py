@@ -203,6 +203,53 @@ def test_a_traced_real_time_runtime_serializes_the_trace_in_its_idle_time(
         assert reader.message_count == trace.record_count > 60
 
 
+def test_a_real_time_trace_serialized_by_the_host_is_the_offline_trace(
+        plan: SimulationPlan, tmp_path: Path, monkeypatch) -> None:
+    """A real-time session with a listener (records reach the trace as lists), its trace
+    encoded by the host in its idle time: every message but the frame timings (wall times) is
+    the one an offline run of the same ticks writes, byte for byte and in the same order."""
+    import threading
+
+    from fibril_sim_core.trace import FRAME_TIMING_TOPIC, TraceWriter, _encoder
+    from test_trace_columns import _messages
+
+    encoded_on: dict[str, int] = {}
+    real = _encoder.Encoder.encode_steps
+
+    def counted(self, batch):
+        name = threading.current_thread().name
+        encoded_on[name] = encoded_on.get(name, 0) + len(batch)
+        return real(self, batch)
+
+    monkeypatch.setattr(_encoder.Encoder, "encode_steps", counted)
+    live = TraceWriter(tmp_path / "live", provenance={}, layout=dict(plan.layout))
+    runtime = SimulationRuntime(plan, seed=3, trace=live, server=None, options=RuntimeOptions(
+        mode="realtime", real_time_factor=1.0, frame_duration_s=0.005))
+    connection = runtime.connect()
+    samples: list[DeviceOutput] = []
+    connection.on_record(samples.append, kinds="device_output")
+    runtime.start()
+    try:
+        wait_for(lambda: len(samples) >= 500)
+    finally:
+        runtime.stop()
+        live.close()
+    ticks = runtime.instance.tick
+    assert encoded_on.get("fibril-sim-host"), encoded_on  # the idle path was taken
+    offline = TraceWriter(tmp_path / "offline", provenance={}, layout=dict(plan.layout))
+    instance = plan.create_instance(seed=3, trace=offline, collect=False)
+    instance.advance(ticks)
+    offline.close()
+
+    def content(name: str) -> list[tuple[str, int, bytes]]:
+        return [(topic, log_time, data) for topic, log_time, _, data
+                in _messages(tmp_path / name / f"{name}.mcap") if topic != FRAME_TIMING_TOPIC]
+
+    got, want = content("live"), content("offline")
+    assert len(got) == len(want) > 300
+    assert got == want
+
+
 def test_slow_real_time_frames_answer_requests_and_stop_at_once(start) -> None:
     """At rtf 0.01 a 10 ms frame lasts a second of wall time; a request or a stop arriving
     while it waits for its next piece is not kept waiting for the rest of the frame."""
