@@ -398,6 +398,7 @@ def test_no_idle_time_or_too_little_to_do_leaves_the_queue_to_the_worker(
     from fibril_sim_core.trace import writer as writer_module
 
     monkeypatch.setattr(writer_module, "_HELP_WINDOW", 60.0)
+    monkeypatch.setattr(writer_module, "_IDLE_AGE", 60.0)  # no stale step, however slow
     calls = _encoding_threads(monkeypatch)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
@@ -428,6 +429,7 @@ def test_a_step_is_tried_when_none_was_for_a_while(tmp_path: Path, monkeypatch) 
     from fibril_sim_core.trace import writer as writer_module
 
     monkeypatch.setattr(writer_module, "_HELP_WINDOW", 60.0)
+    monkeypatch.setattr(writer_module, "_IDLE_AGE", 1.0)  # not reached before the sleep
     calls = _encoding_threads(monkeypatch)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
