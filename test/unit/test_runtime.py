@@ -18,6 +18,7 @@ from fibril_sim_core import (
     FrameTiming,
     IngressRecord,
     InstanceError,
+    SimulationConnection,
     SimulationPlan,
     SimulationRuntime,
 )
@@ -165,6 +166,18 @@ def test_real_time_frames_step_piece_by_piece_on_time(start) -> None:
     assert connection.state()["real_time_factor"] == pytest.approx(1.0, abs=0.2)
 
 
+def _traced_in_real_time(plan: SimulationPlan, seed: int, trace, listener, kinds: str
+                         ) -> tuple[SimulationRuntime, SimulationConnection]:
+    """A started runtime at rtf 1 (5 ms frames) writing ``trace``, ``listener`` on ``kinds``."""
+    runtime = SimulationRuntime(plan, seed=seed, trace=trace, server=None,
+                                options=RuntimeOptions(mode="realtime", real_time_factor=1.0,
+                                                       frame_duration_s=0.005))
+    connection = runtime.connect()
+    connection.on_record(listener, kinds=kinds)
+    runtime.start()
+    return runtime, connection
+
+
 def test_a_traced_real_time_runtime_serializes_the_trace_in_its_idle_time(
         plan: SimulationPlan, tmp_path: Path) -> None:
     """Between real-time pieces and frames the host offers its idle time to the trace (which
@@ -181,12 +194,8 @@ def test_a_traced_real_time_runtime_serializes_the_trace_in_its_idle_time(
         serialize(deadline)
 
     trace.serialize_until = offered  # type: ignore[method-assign]
-    runtime = SimulationRuntime(plan, seed=1, trace=trace, server=None, options=RuntimeOptions(
-        mode="realtime", real_time_factor=1.0, frame_duration_s=0.005))
-    connection = runtime.connect()
     frames: list[FrameTiming] = []
-    connection.on_record(frames.append, kinds="frame_timing")
-    runtime.start()
+    runtime, connection = _traced_in_real_time(plan, 1, trace, frames.append, "frame_timing")
     try:
         wait_for(lambda: len(frames) >= 60)
         assert offers and all(deadline > now for now, deadline in offers)
@@ -223,12 +232,8 @@ def test_a_real_time_trace_serialized_by_the_host_is_the_offline_trace(
 
     monkeypatch.setattr(_encoder.Encoder, "encode_steps", counted)
     live = TraceWriter(tmp_path / "live", provenance={}, layout=dict(plan.layout))
-    runtime = SimulationRuntime(plan, seed=3, trace=live, server=None, options=RuntimeOptions(
-        mode="realtime", real_time_factor=1.0, frame_duration_s=0.005))
-    connection = runtime.connect()
     samples: list[DeviceOutput] = []
-    connection.on_record(samples.append, kinds="device_output")
-    runtime.start()
+    runtime, _ = _traced_in_real_time(plan, 3, live, samples.append, "device_output")
     try:
         wait_for(lambda: len(samples) >= 500)
     finally:
