@@ -279,17 +279,16 @@ class Encoder:
             self.new_channels.append((channel, topic, msgtype))
         return channel
 
-    def encode(self, batch: list[Any], pause: Callable[[], None] | None = None) -> Encoded:
+    def encode(self, batch: list[Any]) -> Encoded:
         """(record blocks, channel, log time and offset of each message, failures)
 
         Messages of one shape are laid out together (no per-record copying); each message's
         ``sequence`` is its position in the trace's write order, which readers use to restore
         that order among messages of equal log time. A record that does not fit its message
-        type is left out and reported in failures. ``pause`` is called after each shape's
-        lay-out (the writer's worker lets the stepping thread in there).
+        type is left out and reported in failures.
         """
         steps, failures = self.encode_steps(batch)
-        return joined(steps, failures, pause)
+        return joined(steps, failures)
 
     def encode_steps(self, batch: list[Any]) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:
         """What ``encode`` does, one shape per step (an iterator of Rows), and the list the
@@ -301,13 +300,12 @@ class Encoder:
                                    for positions in groups.values()], len(batch), failures), \
             failures
 
-    def encode_block(self, block: SampleBlock, pause: Callable[[], None] | None = None
-                     ) -> Encoded:
+    def encode_block(self, block: SampleBlock) -> Encoded:
         """What ``encode`` returns for the records of ``block`` in its order: each device's
         samples are laid out from its columns (no record objects); the rest as by
         ``encode``."""
         steps, failures = self.encode_block_steps(block)
-        return joined(steps, failures, pause)
+        return joined(steps, failures)
 
     def encode_block_steps(self, block: SampleBlock
                            ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:

@@ -342,7 +342,6 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
             closing = shared.closing
             requests = shared.flush_requests
             while pending or ready:
-                trickle = False
                 with lock:
                     if ready:
                         open_batch = ready.popleft()
@@ -377,8 +376,6 @@ def _run_worker(bag: _Bag, shared: _Shared) -> None:
                 chunk_size += sum(len(b) for b in blocks)
                 if chunk_size >= CHUNK_BYTES:
                     write_chunk()
-                if trickle and pending:
-                    _pause()
             if chunk_size and (closing or requests != shared.flushed
                                or time.monotonic() - chunk_started >= FLUSH_INTERVAL):
                 write_chunk()
