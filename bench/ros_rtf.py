@@ -53,6 +53,7 @@ import rclpy  # noqa: E402
 from fibril_msgs.msg import MotorCommand  # noqa: E402
 from fibril_msgs.srv import GetState  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.exceptions import InvalidHandle  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
@@ -108,7 +109,10 @@ class _Peer:
 
     def _spin(self) -> None:
         while not self._stop:
-            self.executor.spin_once(timeout_sec=self._timeout)
+            try:
+                self.executor.spin_once(timeout_sec=self._timeout)
+            except InvalidHandle:  # an entity destroyed from another thread meanwhile
+                continue
 
     def close(self) -> None:
         self._stop = True
@@ -272,7 +276,14 @@ def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
     node = start_node(manifest, scratch, "fast", node_command, real_time_factor=0.0)
     try:
         sub.state()
-        time.sleep(0.5)  # the counter's subscription matched
+        # Timing starts once encoder messages arrive (the node publishes only to matched
+        # subscribers, and matching can take longer than the node's start-up).
+        sub.recording = counter is None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (
+                counter.count if counter is not None else len(sub.encoder)):
+            time.sleep(0.01)
+        time.sleep(0.2)
         sub.recording = True
         first = sub.state()
         received0 = counter.count if counter is not None else len(sub.encoder)

@@ -76,6 +76,12 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 LISTENERS_REFRESH_S = 0.05
 # Message types converted on the publisher thread (large), not on the host thread.
 HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
+# As fast as possible, a frame lasts about this much wall time: frames of the manifest's
+# length (10 ms of simulated time) would cost a frame's overhead (timing record, /clock, a
+# writer wake-up, a host round trip) every few hundred microseconds, and services wait for the
+# end of the frame. The frame doubles or halves toward it, within the bounds below.
+FAST_FRAME_WALL_S = 0.02
+FAST_FRAME_MAX_FACTOR = 100  # at most this many manifest frames in one fast frame
 
 
 class NodeConfigError(FibrilError):
@@ -108,6 +114,7 @@ class SimNode(Node):
         self._inputs: InputThread | None = None
         self.sync: SyncDriver | None = None
         self.outbox = Outbox(self)
+        self._mode_lock = threading.Lock()
         self._declare()
         try:
             self._build()
@@ -463,9 +470,24 @@ class SimNode(Node):
             self._refresh_listeners()
         if self._frame_listened:
             self._frame_pub.publish(m.frame_timing_message(frame))
+        if self.outbox.queued:
+            self._adapt_fast_frame(frame.wall_step_time)
         if self._joint_states is not None and frame.session_time_ns >= self._next_joint_states:
             self._next_joint_states = frame.session_time_ns + self._joint_states[2]
             self._joint_event.set()
+
+    def _adapt_fast_frame(self, wall_s: float) -> None:
+        """Fast mode, host thread: the next frame's length, toward FAST_FRAME_WALL_S."""
+        with self._mode_lock:  # the parameter callback may be switching modes
+            if self.mode != "fast" or self._runtime is None:
+                return
+            host = self._runtime.host
+            ticks = host.frame_ticks
+            if wall_s < FAST_FRAME_WALL_S / 2:
+                ticks = min(2 * ticks, FAST_FRAME_MAX_FACTOR * self.fast_frame_ticks)
+            elif wall_s > 2 * FAST_FRAME_WALL_S:
+                ticks = max(ticks // 2, self.fast_frame_ticks)
+            host.frame_ticks = ticks
 
     def publish_clock(self, session_time_ns: int) -> None:
         if self.sync is not None:
@@ -640,14 +662,16 @@ class SimNode(Node):
         return SetParametersResult(successful=True)
 
     def _apply_mode(self) -> None:
-        """Fast mode: long frames, /clock interleaved with the outputs; else a frame a clock."""
-        fast = self.mode == "fast"
-        self.outbox.blocking = self.mode != "realtime"
-        self.outbox.queued = fast
-        self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
-        if self._runtime is not None:
-            self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
-                                              else self.paced_frame_ticks)
+        """Fast mode: long frames (from the manifest's on, see ``_adapt_fast_frame``), /clock
+        interleaved with the outputs; else a frame a clock."""
+        with self._mode_lock:
+            fast = self.mode == "fast"
+            self.outbox.blocking = self.mode != "realtime"
+            self.outbox.queued = fast
+            self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
+            if self._runtime is not None:
+                self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
+                                                  else self.paced_frame_ticks)
 
     # ------------------------------------------------------------------ lifecycle
     def fail(self, message: str) -> None:
