@@ -32,6 +32,7 @@ Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 2
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -266,8 +267,11 @@ def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: floa
 
 
 def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
-               lean: bool = True, node_command: list[str] | None = None) -> tuple[float, float]:
-    """Ticks/s of the node as fast as possible, and encoder messages received per tick."""
+               lean: bool = True, node_command: list[str] | None = None
+               ) -> tuple[float, float, float, float]:
+    """Ticks/s of the node as fast as possible, encoder messages received per tick, and the
+    CPU time per tick (µs, all threads) of the node's process and of this one (the
+    subscriber's): on a machine of few cores they share, it shows where the time goes."""
     sub.encoder_only()
     counter = Counter() if lean else None
     if counter is not None:  # only the counter listens to the encoder
@@ -288,7 +292,9 @@ def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
         first = sub.state()
         received0 = counter.count if counter is not None else len(sub.encoder)
         t0 = time.monotonic()
+        cpu0 = (process_cpu_s(node.pid), time.process_time())
         time.sleep(seconds)
+        cpu1 = (process_cpu_s(node.pid), time.process_time())
         last = sub.state()
         t1 = time.monotonic()
         received = (counter.count if counter is not None else len(sub.encoder)) - received0
@@ -298,7 +304,22 @@ def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
         if counter is not None:
             counter.close()
     ticks = last.tick - first.tick
-    return ticks / (t1 - t0), received / ticks if ticks else 0.0
+    if not ticks:
+        return 0.0, 0.0, math.nan, math.nan
+    # The CPU window is inside the tick window (the two get_state calls): scale to it.
+    window = ticks * seconds / (t1 - t0)
+    return (ticks / (t1 - t0), received / ticks, (cpu1[0] - cpu0[0]) / window * 1e6,
+            (cpu1[1] - cpu0[1]) / window * 1e6)
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far, all threads (Linux /proc; NaN
+    elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def offline_rate(manifest: Path, seconds: float) -> float:
@@ -337,7 +358,7 @@ def main() -> None:
     nodes = {"node": None}
     if args.baseline is not None:
         nodes["baseline"] = baseline_command(args.baseline.resolve())
-    fasts: dict[str, list[tuple[float, float]]] = {name: [] for name in nodes}
+    fasts: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in nodes}
     offlines: list[float] = []
     rts: dict[str, dict] = {}
     try:
@@ -367,12 +388,17 @@ def main() -> None:
     print(f"as fast as possible (real_time_factor 0, not traced, {subscriber} encoder "
           f"subscriber attached), median of {len(offlines)}:")
     for name, results in fasts.items():
-        rates = [rate for rate, _ in results]
+        rates = [rate for rate, *_ in results]
         ratios = [rate / offline for rate, offline in zip(rates, offlines)]
         print(f"  [{name}] {np.median(rates):.0f} ticks/s, fibril_sim run "
               f"{np.median(offlines):.0f} ticks/s, ratio {np.median(ratios):.2f} (per pair: "
               f"{', '.join(f'{r:.2f}' for r in ratios)}), encoder messages received per tick "
-              f"{np.median([r for _, r in results]):.3f}   target >= 0.5")
+              f"{np.median([r[1] for r in results]):.3f}   target >= 0.5")
+        node_cpu, sub_cpu = np.median([r[2] for r in results]), np.median([r[3] for r in results])
+        cores = os.cpu_count() or 1
+        print(f"  [{name}] CPU per tick: node process {node_cpu:.1f} us, subscriber process "
+              f"{sub_cpu:.1f} us; {cores} cores give {cores * 1e6 / np.median(rates):.1f} us "
+              f"a tick at that rate; fibril_sim run takes {1e6 / np.median(offlines):.1f} us")
 
 
 def print_realtime(rt: dict, args: argparse.Namespace, pct) -> None:
