@@ -4,8 +4,9 @@ Building an rclpy message object and converting it to C for every sample costs a
 times the DDS write itself. The hot messages (encoder JointState, Imu, Clock, DeviceSample)
 have a fixed layout once their strings and array lengths are fixed, so each gets a template:
 the prototype's CDR bytes with the offsets of its numeric fields, found by serializing it with
-distinct sentinel values. ``encode`` copies the template, packs the numbers and returns bytes
-that ``Publisher.publish`` writes as they are (rclpy's serialized-message path).
+distinct sentinel values. ``encode`` (or the faster ``packer()``) packs the numbers between
+the template's constant runs in one ``struct`` call and returns bytes that
+``Publisher.publish`` writes as they are (rclpy's serialized-message path).
 """
 
 from __future__ import annotations
@@ -46,15 +47,20 @@ def _assign(msg: Any, path: str, kind: str, value: Any) -> None:
 class Template:
     """A message of fixed layout: ``fields`` are ``(attribute path, kind[, length])`` with kind
     ``time`` (builtin_interfaces/Time: pass (sec, nanosec)), ``f64``, ``i64``, ``u32`` or
-    ``f64s`` (a float64 sequence of that fixed length: pass a sequence)."""
+    ``f64s`` (a float64 sequence of that fixed length: pass a sequence).
+
+    The bytes are made by one ``struct`` call: the template's constant runs are items of the
+    format too, packed from the prototype's bytes (about 6x faster than copying the template
+    and patching each field, which mattered at one message per physics tick)."""
 
     def __init__(self, prototype: Any, fields: Sequence[tuple]) -> None:
-        packers = []
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
             _assign(prototype, path, kind, _sentinel(kind, k, length))
         data = serialize_message(prototype)
+        placed = []  # (offset, format without byte order, field index)
+        self._spread: list[bool] = []
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
@@ -68,15 +74,59 @@ class Template:
             offset = data.find(probe)
             if offset < 0 or data.find(probe, offset + 1) >= 0:
                 raise ValueError(f"template: field {path!r} not found once in the layout")
-            packers.append((struct.Struct(fmt).pack_into, offset, kind in ("time", "f64s")))
+            placed.append((offset, fmt[1:], k, len(probe)))
+            self._spread.append(kind in ("time", "f64s"))
+        placed.sort()
+        if [k for _, _, k, _ in placed] != list(range(len(fields))):
+            raise ValueError("template: fields must be listed in their layout order")
+        layout, slots, end = ["<"], [], 0
+        for offset, fmt, _, size in placed:
+            if offset < end:
+                raise ValueError("template: fields overlap")
+            if offset > end:
+                layout.append(f"{offset - end}s")
+                slots.append(data[end:offset])
+            layout.append(fmt)
+            slots.extend([None] * len(struct.unpack("<" + fmt, bytes(size))))  # its numbers
+            end = offset + size
+        if end < len(data):
+            layout.append(f"{len(data) - end}s")
+            slots.append(data[end:])
+        packer = struct.Struct("".join(layout))
+        if packer.size != len(data):
+            raise ValueError("template: layout does not cover the message")
         self._data = data
-        self._packers = packers
+        self._pack = _flat_packer(packer.pack, slots)
+
+    def packer(self) -> Any:
+        """The fastest form: a function of the fields' numbers, flat and in field order (a
+        time as sec, nanosec; a sequence element by element), returning the bytes."""
+        return self._pack
 
     def encode(self, *values: Any) -> bytes:
-        buf = bytearray(self._data)
-        for (pack, offset, spread), value in zip(self._packers, values):
+        flat: list[Any] = []
+        for spread, value in zip(self._spread, values, strict=True):
             if spread:
-                pack(buf, offset, *value)
+                flat.extend(value)
             else:
-                pack(buf, offset, value)
-        return bytes(buf)
+                flat.append(value)
+        return self._pack(*flat)
+
+
+def _flat_packer(pack: Any, slots: list[bytes | None]) -> Any:
+    """``pack`` (a Struct's) of the constant runs and the numbers in layout order, as a
+    function of the numbers alone: generated once, since putting the two together in Python
+    on every call would cost as much as the packing."""
+    names = [f"v{n}" for n in range(sum(slot is None for slot in slots))]
+    numbers = iter(names)
+    env: dict[str, Any] = {"pack": pack}
+    arguments = []
+    for j, slot in enumerate(slots):
+        if slot is None:
+            arguments.append(next(numbers))
+        else:
+            env[f"c{j}"] = slot
+            arguments.append(f"c{j}")
+    source = f"def packed({', '.join(names)}):\n    return pack({', '.join(arguments)})\n"
+    exec(source, env)  # noqa: S102 - our own fixed names, no outside text
+    return env["packed"]

@@ -45,12 +45,12 @@ def stamp(ns: int) -> Time:
     return Time(sec=sec, nanosec=nanosec)
 
 
-_CLOCK = Template(Clock(), [("clock", "time")])
+_CLOCK = Template(Clock(), [("clock", "time")]).packer()
 
 
 def clock_message(session_time_ns: int) -> bytes:
     """``rosgraph_msgs/Clock`` at a SessionTime, serialized (see ``_cdr``)."""
-    return _CLOCK.encode(divmod(int(session_time_ns), NS_PER_S))
+    return _CLOCK(*divmod(int(session_time_ns), NS_PER_S))
 
 
 def frame_timing_message(frame: FrameTiming) -> FrameTimingMsg:
@@ -90,16 +90,16 @@ def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput]
     prototype.device_id = device.id
     prototype.sample_type = device.sample_type
     prototype.component_names = names
-    template = Template(prototype, [
+    pack = Template(prototype, [
         ("header.stamp", "time"), ("acquisition_stamp", "time"),
         ("acquisition_episode_time_ns", "i64"), ("delivery_episode_time_ns", "i64"),
-        ("episode", "u32"), ("values", "f64s", len(names))])
+        ("episode", "u32"), ("values", "f64s", len(names))]).packer()
 
     def encode(output: DeviceOutput) -> bytes:
-        return template.encode(divmod(output.session_delivery_time_ns, NS_PER_S),
-                               divmod(output.session_acquisition_time_ns, NS_PER_S),
-                               output.acquisition_time_ns, output.delivery_time_ns,
-                               output.episode, output.values.tolist())
+        delivered, acquired = output.session_delivery_time_ns, output.session_acquisition_time_ns
+        return pack(delivered // NS_PER_S, delivered % NS_PER_S, acquired // NS_PER_S,
+                    acquired % NS_PER_S, output.acquisition_time_ns, output.delivery_time_ns,
+                    output.episode, *output.values.tolist())
 
     return encode
 
@@ -139,14 +139,13 @@ def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     prototype = JointState()
     prototype.header.frame_id = entry.frame_id
     prototype.name = [str(device.binding["joint"])]
-    template = Template(prototype, [("header.stamp", "time"), ("position", "f64s", 1),
-                                    ("velocity", "f64s", 1)])
+    pack = Template(prototype, [("header.stamp", "time"), ("position", "f64s", 1),
+                                ("velocity", "f64s", 1)]).packer()
 
     def build(output: DeviceOutput, when: int) -> bytes:
-        values = output.values
+        _, velocity, counts = output.values.tolist()
         # counts → radians (hinge) or metres (slide) with the configured counts per revolution.
-        return template.encode(divmod(when, NS_PER_S), (float(values[2]) / per_unit,),
-                               (float(values[1]),))
+        return pack(when // NS_PER_S, when % NS_PER_S, counts / per_unit, velocity)
 
     return build
 
@@ -159,12 +158,12 @@ def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     prototype.angular_velocity_covariance = b.covariance_diagonal(config.get("gyro_noise", 0.0))
     prototype.linear_acceleration_covariance = b.covariance_diagonal(
         config.get("accel_noise", 0.0))
-    template = Template(prototype, [("header.stamp", "time")] + [
+    pack = Template(prototype, [("header.stamp", "time")] + [
         (f"{vector}.{axis}", "f64") for vector in ("angular_velocity", "linear_acceleration")
-        for axis in "xyz"])
+        for axis in "xyz"]).packer()
 
     def build(output: DeviceOutput, when: int) -> bytes:
-        return template.encode(divmod(when, NS_PER_S), *output.values.tolist())
+        return pack(when // NS_PER_S, when % NS_PER_S, *output.values.tolist())
 
     return build
 
