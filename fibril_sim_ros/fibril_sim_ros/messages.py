@@ -108,6 +108,19 @@ def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput]
 Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
 
 
+def single_converter(entry: b.OutputEntry, device: Any,
+                     timestep_s: float) -> Callable[[DeviceOutput], Any] | None:
+    """DeviceOutput → its one message, for an entry of one topic with a message of its own
+    (no raw or info topic): what ``output_converter`` makes for it, without the list."""
+    main = _MAIN.get(entry.type)
+    if main is None or entry.raw_topic or entry.info_topic:
+        return None
+    build = main(entry, device, timestep_s)
+    if entry.stamp == "delivery":
+        return lambda output: build(output, output.session_delivery_time_ns)
+    return lambda output: build(output, output.session_acquisition_time_ns)
+
+
 def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float) -> Converter:
     """A function DeviceOutput → [(topic, message or serialized bytes)] for one entry."""
     at_delivery = entry.stamp == "delivery"

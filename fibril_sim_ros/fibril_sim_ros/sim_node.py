@@ -72,7 +72,8 @@ EXIT_FAILURE = 1
 REJECT_LOG_PERIOD_S = 1.0
 GIL_SWITCH_INTERVAL_S = 0.0005
 # How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
-# are not converted at all); a new subscriber is served within this much wall time.
+# are not converted at all), checked at every frame: a new subscriber is served within this
+# much wall time and a frame (as fast as possible, frames last ~FAST_FRAME_WALL_S).
 LISTENERS_REFRESH_S = 0.05
 # Message types converted on the publisher thread (large), not on the host thread.
 HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
@@ -98,6 +99,8 @@ class _Route:
     topics: list[str]
     heavy: bool  # converted on the publisher thread
     latched: bool  # transient local: published even with no subscriber yet
+    single: Any = None  # output -> its one message (one topic, small): the hot path
+    send: Any = None  # that topic's writer
     listened: bool = True
 
 
@@ -316,11 +319,17 @@ class SimNode(Node):
                 self._outputs[entry.info_topic] = publisher(m.CameraInfo, entry.info_topic,
                                                                qos)
             topics = [t for t in (entry.topic, entry.raw_topic, entry.info_topic) if t]
+            heavy = entry.type in HEAVY_TYPES
             self._routes.setdefault(entry.device, []).append(_Route(
                 m.output_converter(entry, devices[entry.device], timestep_s),
-                [self._outputs[t] for t in topics], topics, entry.type in HEAVY_TYPES,
-                entry.qos.durability == "transient_local"))
+                [self._outputs[t] for t in topics], topics, heavy,
+                entry.qos.durability == "transient_local",
+                None if heavy else m.single_converter(entry, devices[entry.device],
+                                                      timestep_s)))
         self._senders = {topic: raw_sender(p) for topic, p in self._outputs.items()}
+        for routes in self._routes.values():
+            for route in routes:
+                route.send = self._senders[route.topics[0]]
         self._clock_pub = publisher(m.Clock, "/clock", CLOCK_QOS)
         self._clock_send = raw_sender(self._clock_pub)
         self._own_time_set = -math.inf
@@ -427,16 +436,16 @@ class SimNode(Node):
     # ------------------------------------------------------------------ publishing
     def publish_output(self, output: DeviceOutput) -> None:
         """On the host thread: convert and write (at once or queued), or hand a large
-        message off."""
-        write, senders = self.outbox.write, self._senders
-        if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
-            self._refresh_listeners()
+        message off. (Who listens is refreshed at frames, ``publish_frame``.)"""
         for route in self._routes.get(output.device_id, ()):
             if not route.listened:
                 continue  # nobody listens (volatile topics): skip the conversion
-            if route.heavy:
+            if route.single is not None:
+                self.outbox.write(route.send, route.single(output), route.topics[0])
+            elif route.heavy:
                 self.outbox.hand_off(route.convert, output, route.topics)
             else:
+                write, senders = self.outbox.write, self._senders
                 for topic, msg in route.convert(output):
                     write(senders[topic], msg, topic)
 
