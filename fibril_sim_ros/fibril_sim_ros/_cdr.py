@@ -59,7 +59,7 @@ class Template:
             length = field[2] if len(field) > 2 else 1
             _assign(prototype, path, kind, _sentinel(kind, k, length))
         data = serialize_message(prototype)
-        placed = []  # (offset, format without byte order, field index)
+        placed = []  # (offset, format without byte order, field index, size)
         self._spread: list[bool] = []
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
@@ -95,7 +95,6 @@ class Template:
         packer = struct.Struct("".join(layout))
         if packer.size != len(data):
             raise ValueError("template: layout does not cover the message")
-        self._data = data
         self._pack = _flat_packer(packer.pack, slots)
 
     def packer(self) -> Any:
