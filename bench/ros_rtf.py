@@ -54,7 +54,7 @@ import rclpy  # noqa: E402
 from fibril_msgs.msg import MotorCommand  # noqa: E402
 from fibril_msgs.srv import GetState  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
-from rclpy.exceptions import InvalidHandle  # noqa: E402
+from rclpy.exceptions import InvalidHandle
 from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402

@@ -108,12 +108,12 @@ def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput]
 Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
 
 
-def single_converter(entry: b.OutputEntry, device: Any,
-                     timestep_s: float) -> Callable[[DeviceOutput], Any] | None:
-    """DeviceOutput → its one message, for an entry of one topic with a message of its own
-    (no raw or info topic): what ``output_converter`` makes for it, without the list."""
+def main_message(entry: b.OutputEntry, device: Any,
+                 timestep_s: float) -> Callable[[DeviceOutput], Any] | None:
+    """DeviceOutput → the entry's message of its own type, stamped at acquisition (or at
+    delivery with ``stamp: delivery``); None for a type sent as DeviceSample."""
     main = _MAIN.get(entry.type)
-    if main is None or entry.raw_topic or entry.info_topic:
+    if main is None:
         return None
     build = main(entry, device, timestep_s)
     if entry.stamp == "delivery":
@@ -121,26 +121,26 @@ def single_converter(entry: b.OutputEntry, device: Any,
     return lambda output: build(output, output.session_acquisition_time_ns)
 
 
-def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float) -> Converter:
-    """A function DeviceOutput → [(topic, message or serialized bytes)] for one entry."""
+def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
+                     message: Callable[[DeviceOutput], Any] | None = None) -> Converter:
+    """A function DeviceOutput → [(topic, message or serialized bytes)] for one entry;
+    ``message``: its ``main_message``, when the caller has made it already."""
     at_delivery = entry.stamp == "delivery"
-    frame_id = entry.frame_id
-    main = _MAIN.get(entry.type)
-    build = main(entry, device, timestep_s) if main is not None else None
-    generic = device_sample_encoder(device, frame_id)
+    if message is None:
+        message = main_message(entry, device, timestep_s)
+    generic = device_sample_encoder(device, entry.frame_id)
     topic, raw_topic, info_topic = entry.topic, entry.raw_topic, entry.info_topic
     info = _camera_info(entry, device) if info_topic else None
 
     def convert(output: DeviceOutput) -> list[tuple[str, Any]]:
-        if build is None:
+        if message is None:
             return [(topic, generic(output))]
-        when = (output.session_delivery_time_ns if at_delivery
-                else output.session_acquisition_time_ns)
-        result = [(topic, build(output, when))]
+        result = [(topic, message(output))]
         if raw_topic is not None:
             result.append((raw_topic, generic(output)))
         if info is not None:
-            info.header.stamp = stamp(when)
+            info.header.stamp = stamp(output.session_delivery_time_ns if at_delivery
+                                      else output.session_acquisition_time_ns)
             result.append((info_topic, info))
         return result
 

@@ -320,12 +320,12 @@ class SimNode(Node):
                                                                qos)
             topics = [t for t in (entry.topic, entry.raw_topic, entry.info_topic) if t]
             heavy = entry.type in HEAVY_TYPES
+            message = m.main_message(entry, devices[entry.device], timestep_s)
             self._routes.setdefault(entry.device, []).append(_Route(
-                m.output_converter(entry, devices[entry.device], timestep_s),
+                m.output_converter(entry, devices[entry.device], timestep_s, message),
                 [self._outputs[t] for t in topics], topics, heavy,
                 entry.qos.durability == "transient_local",
-                None if heavy else m.single_converter(entry, devices[entry.device],
-                                                      timestep_s)))
+                None if heavy or len(topics) > 1 else message))
         self._senders = {topic: raw_sender(p) for topic, p in self._outputs.items()}
         for routes in self._routes.values():
             for route in routes:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import rclpy
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.exceptions import InvalidHandle
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 ROOT = Path(__file__).resolve().parents[2]

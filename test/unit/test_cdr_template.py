@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from fibril_msgs.msg import DeviceSample
+from fibril_sim_ros._cdr import Template
 from rclpy.serialization import serialize_message
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
-from fibril_sim_ros._cdr import Template
+from fibril_msgs.msg import DeviceSample
 
 STAMPS = [(0, 0), (12, 345_678_901), (-3, 999_999_999), (2**31 - 1, 2**32 - 1)]
 

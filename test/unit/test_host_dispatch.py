@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 from _runtime_rig import hinge_plan
-
 from fibril_sim_core.manifest import RuntimeOptions
-from fibril_sim_core.records import (ActuatorApplication, DeviceOutput, EpisodeStart,
-                                     FrameTiming, IngressRecord)
+from fibril_sim_core.records import (
+    ActuatorApplication,
+    DeviceOutput,
+    EpisodeStart,
+    FrameTiming,
+    IngressRecord,
+)
 from fibril_sim_core.runtime.host import SimulationHost
 from fibril_sim_core.runtime.subscription import AnyOf, RecordFilter
 

@@ -23,7 +23,13 @@ from ..instance import Record, SimulationInstance
 from ..manifest import RuntimeOptions
 from ..records import DeviceOutput, FrameTiming, RenderFrame
 from .render import RenderRequest, RenderSink, RenderStreams
-from .subscription import RECORD_KINDS, AnyOf, RecordFilter, record_source, wanted_records
+from .subscription import (
+    RECORD_KINDS,
+    AnyOf,
+    RecordFilter,
+    record_source,
+    wanted_records,
+)
 
 RecordCallback = Callable[[Any], None]
 StateProvider = Callable[[], dict[str, Any]]
@@ -33,7 +39,8 @@ _PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
 _PACE_S = 0.001
-# The record types the dispatch routes by table (render frames go to their streams' sinks).
+# The record types the dispatch routes by table (``wanted_records`` leaves render frames out:
+# they go to their streams' sinks).
 _DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame}
 
 
@@ -112,10 +119,8 @@ class SimulationHost:
         filter (a record a tick, as fast as possible)."""
         routes: dict[type, list[tuple[RecordCallback, frozenset[str] | None]]] = {}
         for callback, record_filter in callbacks:
-            wanted = wanted_records([record_filter])
-            for cls in _DISPATCHED:
-                if cls in wanted:
-                    routes.setdefault(cls, []).append((callback, wanted[cls]))
+            for cls, devices in wanted_records([record_filter]).items():
+                routes.setdefault(cls, []).append((callback, devices))
         self._routes = {cls: tuple(entries) for cls, entries in routes.items()}
         self._callbacks = callbacks
         self._interest_changed = True
