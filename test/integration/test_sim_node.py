@@ -106,6 +106,9 @@ class Live:
 
     def wait_sim(self, seconds: float) -> int:
         """Wait until ``seconds`` of simulated time passed on /clock; returns that time."""
+        # From the first /clock this process receives (not from 0: the node may have been
+        # running for seconds before this subscription matched).
+        wait_until(lambda: self.sim_now() > 0, 20.0, "the first /clock", self.sim.log)
         target = self.sim_now() + int(seconds * 1e9)
         wait_until(lambda: self.sim_now() >= target, 20.0 + seconds, "/clock",
                    self.sim.log)

@@ -198,7 +198,10 @@ def test_a_traced_real_time_runtime_serializes_the_trace_in_its_idle_time(
     runtime, connection = _traced_in_real_time(plan, 1, trace, frames.append, "frame_timing")
     try:
         wait_for(lambda: len(frames) >= 60)
-        assert offers and all(deadline > now for now, deadline in offers)
+        # The host reads the clock just before it offers; this wrapper reads it a moment later,
+        # after a thread switch at worst (seen once in CI): a deadline may have passed since.
+        late = [now - deadline for now, deadline in offers if deadline <= now]
+        assert offers and len(late) <= len(offers) // 10 and max(late, default=0.0) < 0.005
         assert len(offers) >= 20  # a piece per ms (5 a frame), an offer each when on time
         connection.set_mode("fast")
         time.sleep(0.1)
