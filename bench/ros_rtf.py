@@ -32,6 +32,7 @@ Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 2
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import re
@@ -230,6 +231,8 @@ def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: floa
         sub.state()
         time.sleep(1.0)  # discovery settles
         sub.clear()
+        gc.collect()
+        gc.disable()  # this process's own collections (of the messages it keeps) would delay arrivals
         sub.recording = True
         start = time.monotonic()
         interval = seconds / (commands + 1)
@@ -244,6 +247,7 @@ def realtime_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: floa
         sub.recording = False
         state = sub.state()
     finally:
+        gc.enable()
         stop_node(node)
     with sub.lock:
         clock, encoder, imu = list(sub.clock), list(sub.encoder), list(sub.imu)
