@@ -11,8 +11,8 @@ librcl cannot be found (another rclpy build) it falls back to ``Publisher.publis
 ``publish_many`` writes a batch of such messages; with the optional C extension
 ``_publish_batch`` (built when the package is installed with a C compiler) the GIL is released
 once for the whole batch instead of once per message: the writer thread then no longer takes
-the GIL back between writes, which kept the stepping thread waiting (as fast as possible, 24 %
-less CPU per tick in the node, +20 % ticks/s).
+the GIL back between writes, which kept the stepping thread waiting (measured in the README's
+node benchmark).
 """
 
 from __future__ import annotations
