@@ -184,28 +184,26 @@ class Outbox:
             work.wait()
             work.clear()
             self._busy = True
+            publishers: list[int] = []
+            payloads: list[bytes] = []
             while queue and not self._stopping:
                 send, payload = popleft()
                 publisher = rcl_publisher(send) if type(payload) is bytes else None
+                if publisher is not None:
+                    # Serialized messages queued one behind the other go out as one batch (the
+                    # GIL released once for all of them: _rcl_publish.publish_many).
+                    publishers.append(publisher)
+                    payloads.append(payload)
+                    if queue and len(payloads) < WRITE_BATCH:
+                        continue
+                if payloads:
+                    self._write_batch(publishers, payloads)
+                    publishers, payloads = [], []
                 if publisher is None:
                     try:
                         send(payload)
                     except Exception as exc:  # noqa: BLE001 - one failed write must not stop the rest
                         self._write_failed(f"publishing failed: {type(exc).__name__}: {exc}")
-                else:
-                    # This write and the serialized ones queued right behind it, in one batch
-                    # (the GIL released once for all of them: _rcl_publish.publish_many).
-                    publishers, payloads = [publisher], [payload]
-                    while queue and len(payloads) < WRITE_BATCH:
-                        send, payload = queue[0]
-                        publisher = rcl_publisher(send) if type(payload) is bytes else None
-                        if publisher is None:
-                            break
-                        popleft()
-                        publishers.append(publisher)
-                        payloads.append(payload)
-                    for reason in publish_many(publishers, payloads):
-                        self._write_failed(reason)
                 if len(queue) < BLOCKING_BACKLOG // 2 and not room.is_set():
                     room.set()
             self._busy = False
@@ -213,6 +211,10 @@ class Outbox:
                 room.set()
             if queue:  # queued between the last pop and clearing busy
                 work.set()
+
+    def _write_batch(self, publishers: list[int], payloads: list[bytes]) -> None:
+        for reason in publish_many(publishers, payloads):
+            self._write_failed(reason)
 
     def _write_failed(self, message: str) -> None:
         self._node.get_logger().error(message, throttle_duration_sec=1.0)
