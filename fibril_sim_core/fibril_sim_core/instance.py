@@ -210,6 +210,99 @@ def _read_schedule(periods: tuple[int, ...], active: tuple[bool, ...] | None = N
     return due, tuple(gaps)
 
 
+class _Deferral:
+    """Deferred reads of a traced run (only the trace listening): at a read, the MjData
+    arrays the deferred devices take their samples from are copied into a row; at hand-over
+    each device computes its samples of the block at once (``Device.acquire_block``) into
+    its trace columns. A device qualifies when it delivers at once and says what it reads
+    (``Device.block_inputs``); the samples are bit for bit those of reading one by one."""
+
+    __slots__ = ("devices", "copies", "rows", "ticks", "used")
+
+    def __init__(self, devices: tuple[tuple[int, np.ndarray], ...],
+                 copies: tuple[tuple[np.ndarray, int, int], ...], width: int) -> None:
+        self.devices = devices  # (device index, its columns in a row)
+        self.copies = copies  # (MjData array, first column, end column) copied at a read
+        self.rows = np.empty((_TRACE_HANDOFF, width))
+        self.ticks = np.empty(_TRACE_HANDOFF, dtype=np.int64)  # acquisition tick of a row
+        self.used = 0
+
+    @classmethod
+    def of(cls, devices: Sequence[Device], latency: Sequence[int], data: mujoco.MjData
+           ) -> _Deferral | None:
+        offsets: dict[str, int] = {}
+        copies: list[tuple[np.ndarray, int, int]] = []
+        deferred: list[tuple[int, np.ndarray]] = []
+        width = 0
+        for i, device in enumerate(devices):
+            inputs = device.block_inputs() if latency[i] <= 1 else None
+            if inputs is None:
+                continue
+            columns: list[int] = []
+            for name, indices in inputs:
+                if name not in offsets:
+                    view = getattr(data, name)
+                    offsets[name] = width
+                    copies.append((view, width, width + view.shape[0]))
+                    width += view.shape[0]
+                columns.extend(offsets[name] + index for index in indices)
+            deferred.append((i, np.array(columns, dtype=np.intp)))
+        if not deferred:
+            return None
+        return cls(tuple(deferred), tuple(copies), width)
+
+    def phases(self, due: tuple[tuple[int, ...], ...], latency: Sequence[int]
+               ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...]:
+        """Per phase of the read schedule: the ``order`` entries of its samples delivered at
+        once, the devices to read now (not deferred) and whether to copy a row."""
+        deferred = {i for i, _ in self.devices}
+        return tuple((tuple(i for i in indices if latency[i] <= 1),
+                      tuple(i for i in indices if i not in deferred),
+                      any(i in deferred for i in indices)) for indices in due)
+
+    def gather(self, acquired: int, model: mujoco.MjModel, devices: Sequence[Device],
+               columns: TraceBuffer) -> None:
+        """Copy the inputs of the reads at the boundary after tick ``acquired``."""
+        used = self.used
+        if used == self.ticks.shape[0]:
+            self.complete(model, devices, columns)
+            used = 0
+        row = self.rows[used]
+        for view, first, end in self.copies:
+            row[first:end] = view
+        self.ticks[used] = acquired
+        self.used = used + 1
+
+    def complete(self, model: mujoco.MjModel, devices: Sequence[Device],
+                 columns: TraceBuffer) -> None:
+        """Compute the samples of the copied rows into ``columns`` (in acquisition order,
+        as their ``order`` entries were written) and start over."""
+        used = self.used
+        if not used:
+            return
+        acquired = self.ticks[:used]
+        rows = self.rows[:used]
+        done = []
+        for i, index in self.devices:
+            device = devices[i]
+            taken = np.flatnonzero(acquired % device.descriptor.period_ticks == 0)
+            if taken.size:
+                values = device.acquire_block(model, rows[np.ix_(taken, index)])
+                done.append((i, len(columns.ticks[i]), acquired[taken].tolist(), list(values)))
+        self.used = 0
+        interrupted: BaseException | None = None
+        while True:  # all of it, even through Ctrl-C (raised afterwards): slices, so a
+            try:     # second pass writes the same
+                for i, start, ticks, values in done:
+                    columns.ticks[i][start:] = ticks
+                    columns.values[i][start:] = values
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
     """One stream per (episode seed, component id): adding a component changes no other's noise."""
     return np.random.default_rng(np.random.SeedSequence(
@@ -326,6 +419,10 @@ class SimulationInstance:
                         spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
         self._skips = [device.skip for device in self._devices]
+        self._deferral = (_Deferral.of(self._devices, self._latency, self.data)
+                          if self._trace_columns is not None else None)
+        self._defer_phases: tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...] | None
+        self._defer_phases = None  # set by _follow_reads
         self._next_read = 1 if self._devices else _NEVER
         # Silent stepping (nothing listens): a device delivering at once whose draws per
         # sample are known is not stopped for; its draws are taken per advance() and, when its
@@ -619,6 +716,8 @@ class SimulationInstance:
         buffer = self._trace_buffer
         columns = self._trace_columns
         if columns is not None:
+            if self._deferral is not None:
+                self._deferral.complete(self.model, self._devices, columns)
             if buffer and columns.only_records:  # someone else listens: records, as a list
                 self._trace.write_many(columns.take_records())  # type: ignore[union-attr]
             elif buffer:
@@ -642,9 +741,16 @@ class SimulationInstance:
             self._follow_reads(heard)
         if self._batched and len(heard) < len(self._devices):
             self._skip_unheard(target)
+        # Only the trace listening, devices deferred: the lean loop of _advance_traced until
+        # something else is to be done (inputs to commit) or the target is reached.
+        lean = (self._defer_phases is not None and self._emit_one is self._trace_sink
+                and capture is None and self._silent_next == _NEVER)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
         while True:
+            if lean and not (self._recorded or self._releases or ingress._pending
+                             or ingress._rejected):
+                self._advance_traced(target)
             t = self._tick
             if len(buffer) >= _TRACE_HANDOFF:
                 self._hand_over()
@@ -698,6 +804,80 @@ class SimulationInstance:
             step(model, data, following - t)
             self._tick = following
 
+    def _advance_traced(self, target: int) -> None:
+        """``_advance``'s loop while only the trace listens and every read follows the
+        tabulated schedule with deferred devices (``_Deferral``): the same boundaries, reads,
+        deliveries and snapshots in the same order, with what a boundary needs kept in
+        locals. Returns at ``target`` (processed) or at a boundary with inputs to commit,
+        which the general loop handles."""
+        model, data, step = self.model, self.data, mujoco.mj_step
+        _, gaps = self._schedule  # type: ignore[misc]
+        cycle = len(gaps)
+        phases = self._defer_phases
+        deferral = self._deferral
+        rows, row_ticks, copies = deferral.rows, deferral.ticks, deferral.copies  # type: ignore
+        capacity = row_ticks.shape[0]
+        order = self._trace_buffer
+        ingress = self._ingress
+        deliveries = self._deliveries
+        every = self._snapshot_every
+        t = self._tick
+        next_read = self._next_read
+        processed = self._processed
+        try:
+            while True:
+                if processed != t:
+                    if t == next_read:
+                        acquired = t - 1
+                        phase = acquired % cycle
+                        next_read = t + gaps[phase]
+                        entries, now, gather = phases[phase]  # type: ignore[index]
+                        if gather:
+                            used = deferral.used  # type: ignore[union-attr]
+                            if used == capacity:
+                                self._next_read = next_read
+                                deferral.complete(model, self._devices,  # type: ignore
+                                                  self._trace_columns)
+                                used = 0
+                            row = rows[used]
+                            for view, first, end in copies:
+                                row[first:end] = view
+                            row_ticks[used] = acquired
+                            deferral.used = used + 1  # type: ignore[union-attr]
+                        if now:
+                            self._read_columns(t, now)
+                        order.extend(entries)
+                    if deliveries and deliveries[0][0] <= t:
+                        self._deliver(t)
+                    if self._snapshot_pre is not None:
+                        self._snapshot(t)
+                    processed = t
+                    if len(order) >= _TRACE_HANDOFF:
+                        self._hand_over()
+                if (t >= target or self._recorded or self._releases or ingress._pending
+                        or ingress._rejected):
+                    return
+                following = next_read
+                if every:
+                    if self._snapshot_pre is None and t % every == 0:
+                        qpos, qvel, act, ctrl = self._snapshot_views[:4]
+                        self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
+                                                  ctrl.copy()))
+                    snapshot = t + 1 if self._snapshot_pre is not None \
+                        else (t // every + 1) * every
+                    if snapshot < following:
+                        following = snapshot
+                if deliveries and deliveries[0][0] < following:
+                    following = deliveries[0][0]
+                if following > target:
+                    following = target
+                step(model, data, following - t)
+                t = self._tick = following  # (read by other threads' rejections)
+        finally:
+            self._tick = t
+            self._next_read = next_read
+            self._processed = processed
+
     def _follow_reads(self, heard: frozenset[int]) -> None:
         """Follow the schedule of the devices read while ``heard`` are heard (the others
         that are batched are skipped in bulk, see ``_skip_unheard``) from the next
@@ -714,6 +894,10 @@ class SimulationInstance:
         self._schedule, active_reads = known
         self._active = active_reads
         self._unheard = frozenset(active_reads) - heard  # read, but only to be skipped
+        deferral = self._deferral
+        self._defer_phases = None
+        if deferral is not None and self._schedule is not None and not self._unheard:
+            self._defer_phases = deferral.phases(self._schedule[0], self._latency)
         start = max(1, self._tick + (self._processed == self._tick))
         if not active_reads:
             self._next_read = _NEVER
@@ -851,8 +1035,20 @@ class SimulationInstance:
         if schedule is not None:
             due, gaps = schedule
             phase = acquired % len(gaps)
-            indices = due[phase]
             self._next_read = t + gaps[phase]
+            defer = self._defer_phases
+            if defer is not None and self._emit_one is self._trace_sink:
+                # Only the trace listens: the deferred devices' inputs are copied, their
+                # samples computed at hand-over (_Deferral); the others are read now.
+                entries, now, gather = defer[phase]
+                if gather:
+                    self._deferral.gather(acquired, self.model, self._devices,  # type: ignore
+                                          self._trace_columns)
+                if now:
+                    self._read_columns(t, now)
+                self._trace_buffer.extend(entries)
+                return
+            indices = due[phase]
         else:  # periods whose common cycle is too long for a table
             read_at, period = self._read_at, self._period
             active = self._active
@@ -880,18 +1076,9 @@ class SimulationInstance:
             if not indices:
                 return
         emit = self._emit_one or self._emit
-        columns = self._trace_columns
-        if columns is not None and emit is self._trace_sink:  # only the trace listens
-            ticks, kept, order = columns.ticks, columns.values, columns.order
-            for i in indices:
-                read = reads[i]
-                values = read[0](model, data)
-                if read[5] > 1:
-                    self._delay(t, read, values)
-                else:  # the DeviceOutput, as columns (see sample_block)
-                    ticks[i].append(acquired)
-                    kept[i].append(values)
-                    order.append(i)
+        if self._trace_columns is not None and emit is self._trace_sink:  # only the trace
+            self._read_columns(t, indices)
+            self._trace_buffer.extend(i for i in indices if reads[i][5] <= 1)
             return
         dt = self._dt
         episode = self._episode
@@ -909,6 +1096,24 @@ class SimulationInstance:
                 emit(new(DeviceOutput, (episode, device_id, sample_type, acquired, acquired_ns,
                                         deliver_ns, offset + acquired_ns, offset + deliver_ns,
                                         values, names, frame_id)))
+
+    def _read_columns(self, t: int, indices: Iterable[int]) -> None:
+        """Read ``indices`` at boundary ``t`` while only the trace listens: a sample
+        delivered at once goes to its device's columns (see sample_block; the caller adds
+        its ``order`` entry), a later one to the delivery queue."""
+        model, data = self.model, self.data
+        reads = self._reads
+        columns = self._trace_columns
+        ticks, kept = columns.ticks, columns.values  # type: ignore[union-attr]
+        acquired = t - 1
+        for i in indices:
+            read = reads[i]
+            values = read[0](model, data)
+            if read[5] > 1:
+                self._delay(t, read, values)
+            else:
+                ticks[i].append(acquired)
+                kept[i].append(values)
 
     def _delay(self, t: int, read: tuple, values: np.ndarray) -> None:
         """Queue the output of a read at boundary ``t`` for its delivery tick."""

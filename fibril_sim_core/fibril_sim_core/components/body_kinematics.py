@@ -65,6 +65,15 @@ class BodyKinematics(Device):
             values += self._std * self.normal(13)
         return values
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("sensordata", tuple(self._index.tolist())),)
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        values = inputs.copy()
+        if self._noisy:
+            values += self._std * self.normal(13 * inputs.shape[0]).reshape(-1, 13)
+        return values
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._noisy:
             self.normal(13)

@@ -83,8 +83,40 @@ class Device:
             self._scalars.reverse()
         return self._scalars.pop()
 
+    def normal1_many(self, count: int) -> np.ndarray:
+        """The next ``count`` draws ``normal1`` would give, at once (the same stream)."""
+        scalars = self._scalars
+        take = min(count, len(scalars))
+        head = scalars[len(scalars) - take:]
+        del scalars[len(scalars) - take:]
+        head.reverse()  # kept reversed: the next draw is at the end
+        parts = [np.array(head, dtype=np.float64)]
+        rest = count - take
+        while rest:
+            fresh = self.normal(self.BLOCK)
+            used = min(rest, self.BLOCK)
+            parts.append(fresh[:used].copy())
+            rest -= used
+            if used < self.BLOCK:  # what normal1 keeps of its last refill
+                self._scalars = fresh[used:].tolist()
+                self._scalars.reverse()
+        return np.concatenate(parts)
+
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
         """Sample the state whose derived quantities ``data`` holds (see instance docs)."""
+        raise NotImplementedError
+
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+        """What ``acquire`` reads of MjData, as (array name, indices) pairs, when it reads
+        nothing else and ``acquire_block`` computes many samples from those values at once;
+        None otherwise (the default). A traced run then only copies these arrays at a
+        read and computes the samples when it hands them to the trace."""
+        return None
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        """The samples of ``inputs.shape[0]`` successive reads, one row each: row ``n`` holds
+        the values ``block_inputs`` names, in its order, at the n-th read. Bit for bit what
+        as many ``acquire`` calls return, with the same draws and state left behind."""
         raise NotImplementedError
 
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:

@@ -87,6 +87,28 @@ class Encoder(Device):
         return np.array((position, 0.0 if last is None else (position - last) / self._dt,
                          counts))
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("sensordata", (self._adr,)),)
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        raw = (inputs[:, 0] + self._shift) * self._per_unit
+        if self._noise_std:
+            raw += self._noise_std * self.normal1_many(raw.shape[0])
+        counts = np.rint(raw)  # round() to even, as acquire's round(); + 0.0 makes -0.0 0.0
+        counts += 0.0
+        position = counts / self._per_unit
+        if not self._dt:
+            self._dt = self.descriptor.period_ticks * model.opt.timestep
+        out = np.empty((raw.shape[0], 3))
+        out[:, 0] = position
+        out[:, 2] = counts
+        if raw.shape[0]:
+            out[1:, 1] = (position[1:] - position[:-1]) / self._dt
+            last = self._last
+            out[0, 1] = 0.0 if last is None else (position.item(0) - last) / self._dt
+            self._last = position.item(-1)
+        return out
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """The quantized position is the encoder's state (the next velocity needs it)."""
         sensordata = self._sensordata if data is self._data else self.sensordata(data)

@@ -71,6 +71,15 @@ class Imu(Device):
             values += self._std * self.normal(6)
         return values
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("sensordata", tuple(range(self._both.start, self._both.stop))),)
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        values = inputs + self._bias
+        if self._noisy:
+            values += self._std * self.normal(6 * inputs.shape[0]).reshape(-1, 6)
+        return values
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._noisy:
             self.normal(6)

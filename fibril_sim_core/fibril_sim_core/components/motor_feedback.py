@@ -70,6 +70,21 @@ class MotorFeedback(Device):
             current += current_std * self.normal1()
         return np.array((force, velocity, current))
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("actuator_force", (self._aid,)), ("actuator_velocity", (self._aid,)))
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        count = inputs.shape[0]
+        out = np.empty((count, 3))
+        out[:, :2] = inputs
+        out[:, 2] = inputs[:, 0] * self._inv_k
+        noisy = [j for j, std in enumerate(self._std) if std]
+        if noisy:  # acquire's draws, sample by sample in this order
+            draws = self.normal1_many(count * len(noisy)).reshape(count, len(noisy))
+            for k, j in enumerate(noisy):
+                out[:, j] += self._std[j] * draws[:, k]
+        return out
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         for std in self._std:  # the draws acquire makes, in its order
             if std:
