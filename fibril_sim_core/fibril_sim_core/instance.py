@@ -35,7 +35,7 @@ from .ingress import AcceptedInput, Ingress, external_input
 from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
 from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
                       IngressRecord, StateSnapshot)
-from .sample_block import DeviceColumns, TraceBuffer
+from .sample_block import STATE_FIELDS, DeviceColumns, TraceBuffer
 
 if TYPE_CHECKING:
     from .components import Device, Endpoint
@@ -288,15 +288,14 @@ class _Deferral:
             taken = np.flatnonzero(acquired % device.descriptor.period_ticks == 0)
             if taken.size:
                 values = device.acquire_block(model, rows[np.ix_(taken, index)])
-                done.append((i, len(columns.ticks[i]), acquired[taken].tolist(), list(values)))
+                done.append((i, acquired[taken].tolist(), values))
         self.used = 0
         interrupted: BaseException | None = None
-        while True:  # all of it, even through Ctrl-C (raised afterwards): slices, so a
-            try:     # second pass writes the same
-                for i, start, ticks, values in done:
-                    columns.ticks[i][start:] = ticks
-                    columns.values[i][start:] = values
-                break
+        while done:  # all of it, even through Ctrl-C (raised afterwards)
+            try:
+                while done:
+                    columns.put(*done[-1])
+                    done.pop()
             except KeyboardInterrupt as exc:
                 interrupted = exc
         if interrupted is not None:
@@ -327,6 +326,7 @@ class SimulationInstance:
                                     f" in the plan; devices: {', '.join(sorted(known)) or 'none'}")
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
+        self._device_index = {d.id: i for i, d in enumerate(self._device_specs)}
         self._schedule = _read_schedule(tuple(d.period_ticks for d in self._device_specs))
         # The heard devices whose schedule _next_read follows, the devices it reads, and
         # those of them read only to be skipped (set by _follow_reads).
@@ -363,7 +363,8 @@ class SimulationInstance:
         if self._trace is not None and callable(getattr(trace, "write_block", None)):
             self._trace_columns = TraceBuffer(tuple(
                 DeviceColumns(d.id, d.sample_type, d.component_names, d.frame_id,
-                              d.latency_ticks) for d in self._device_specs))
+                              d.latency_ticks) for d in self._device_specs),
+                tuple(getattr(self.data, name).size for name in STATE_FIELDS))
             self._trace_buffer: list[Any] = self._trace_columns.order
             self._trace_sink: Callable[[Record], None] = self._trace_columns.other
         else:
@@ -393,6 +394,13 @@ class SimulationInstance:
         d = self.data
         self._snapshot_views = (d.qpos, d.qvel, d.act, d.ctrl, d.actuator_force, d.sensordata,
                                 d.xpos, d.xquat)
+        # Where those go in a state row of the trace columns (see _advance_traced): the
+        # ones taken before the step, the ones after; empty arrays left out.
+        ends = np.cumsum([view.size for view in self._snapshot_views]).tolist()
+        copies = [(view.reshape(-1), end - view.size, end)
+                  for view, end in zip(self._snapshot_views, ends, strict=True)]
+        self._state_copies = (tuple(c for c in copies[:4] if c[0].size),
+                              tuple(c for c in copies[4:] if c[0].size))
         self._state_layout = _state_offsets(plan.model)
         self._rollout_context = nullcontext() if rollout_context is None else rollout_context
         self._start_episode()
@@ -708,16 +716,20 @@ class SimulationInstance:
             return
         try:
             self._advance(ticks)
-        finally:
-            self._hand_over()
+        except BaseException:
+            self._hand_over(settle=True)  # what an interrupted read left, made whole
+            raise
+        self._hand_over()
 
-    def _hand_over(self) -> None:
+    def _hand_over(self, *, settle: bool = False) -> None:
         """Give the records kept for the trace writer to it."""
         buffer = self._trace_buffer
         columns = self._trace_columns
         if columns is not None:
             if self._deferral is not None:
                 self._deferral.complete(self.model, self._devices, columns)
+            if settle:
+                columns.settle()
             if buffer and columns.only_records:  # someone else listens: records, as a list
                 self._trace.write_many(columns.take_records())  # type: ignore[union-attr]
             elif buffer:
@@ -821,6 +833,8 @@ class SimulationInstance:
         ingress = self._ingress
         deliveries = self._deliveries
         every = self._snapshot_every
+        columns = self._trace_columns
+        before_step = self._state_copies[0]
         t = self._tick
         next_read = self._next_read
         processed = self._processed
@@ -832,20 +846,20 @@ class SimulationInstance:
                         phase = acquired % cycle
                         next_read = t + gaps[phase]
                         entries, now, gather = phases[phase]  # type: ignore[index]
+                        if now:
+                            self._read_columns(t, now)
                         if gather:
                             used = deferral.used  # type: ignore[union-attr]
                             if used == capacity:
                                 self._next_read = next_read
                                 deferral.complete(model, self._devices,  # type: ignore
-                                                  self._trace_columns)
+                                                  columns)
                                 used = 0
                             row = rows[used]
                             for view, first, end in copies:
                                 row[first:end] = view
                             row_ticks[used] = acquired
                             deferral.used = used + 1  # type: ignore[union-attr]
-                        if now:
-                            self._read_columns(t, now)
                         order.extend(entries)
                     if deliveries and deliveries[0][0] <= t:
                         self._deliver(t)
@@ -860,9 +874,12 @@ class SimulationInstance:
                 following = next_read
                 if every:
                     if self._snapshot_pre is None and t % every == 0:
-                        qpos, qvel, act, ctrl = self._snapshot_views[:4]
-                        self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
-                                                  ctrl.copy()))
+                        # As _advance does, into the trace's state row (_snapshot fills
+                        # the rest after the step).
+                        row = columns.state_row()
+                        for view, first, end in before_step:
+                            row[first:end] = view
+                        self._snapshot_pre = (t, None)
                     snapshot = t + 1 if self._snapshot_pre is not None \
                         else (t // every + 1) * every
                     if snapshot < following:
@@ -1025,6 +1042,16 @@ class SimulationInstance:
         """Emit the delayed device outputs due at boundary ``t``."""
         deliveries = self._deliveries
         emit = self._emit_one or self._emit
+        columns = self._trace_columns
+        if columns is not None and emit is self._trace_sink:  # only the trace: as columns
+            index = self._device_index
+            while deliveries and deliveries[0][0] <= t:
+                output = heapq.heappop(deliveries)[2]
+                i = index[output[1]]
+                columns.ticks[i].append(output[3])
+                columns.values[i].append(output[8])
+                columns.order.append(i)
+            return
         while deliveries and deliveries[0][0] <= t:
             emit(heapq.heappop(deliveries)[2])
 
@@ -1041,11 +1068,11 @@ class SimulationInstance:
                 # Only the trace listens: the deferred devices' inputs are copied, their
                 # samples computed at hand-over (_Deferral); the others are read now.
                 entries, now, gather = defer[phase]
+                if now:
+                    self._read_columns(t, now)
                 if gather:
                     self._deferral.gather(acquired, self.model, self._devices,  # type: ignore
                                           self._trace_columns)
-                if now:
-                    self._read_columns(t, now)
                 self._trace_buffer.extend(entries)
                 return
             indices = due[phase]
@@ -1171,7 +1198,16 @@ class SimulationInstance:
 
     def _snapshot(self, t: int) -> None:
         """Complete the snapshot whose state was captured right before the step t-1 → t."""
-        tick, (qpos, qvel, act, ctrl) = self._snapshot_pre
+        tick, before = self._snapshot_pre  # type: ignore[misc]
+        if before is None:  # taken into the trace's state row (_advance_traced)
+            columns = self._trace_columns
+            row = columns.state_row()  # type: ignore[union-attr]
+            for view, first, end in self._state_copies[1]:
+                row[first:end] = view
+            columns.commit_state(tick)  # type: ignore[union-attr]
+            self._snapshot_pre = None
+            return
+        qpos, qvel, act, ctrl = before
         force, sensordata, xpos, xquat = self._snapshot_views[4:]
         self._emit(StateSnapshot(
             self._episode, tick, tick * self._dt, self._session_offset + tick * self._dt,

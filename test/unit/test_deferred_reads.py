@@ -152,3 +152,94 @@ def test_mode_changes_keep_the_trace_bit_for_bit(tmp_path: Path) -> None:
                and r.device_id == "wheel_encoder"]
     assert len(encoder) > 3000
     assert {r.episode for r in encoder} == {0, 1}
+
+
+def test_settle_drops_what_an_interrupted_read_left_half_kept(tmp_path: Path) -> None:
+    """A Ctrl-C between the steps of a read can leave a sample without its order entry, an
+    order entry without its sample, a tick without values, a record or state row without
+    its entry: ``settle`` keeps every whole record, in order, and the block is written."""
+    from fibril_sim_core.sample_block import OTHER, STATE, DeviceColumns, TraceBuffer
+
+    buffer = TraceBuffer((DeviceColumns("a", "t/a/v1", ("x",), "", 0),
+                          DeviceColumns("b", "t/b/v1", ("x",), "", 0),
+                          DeviceColumns("c", "t/c/v1", ("x",), "", 0)), (1, 1, 0, 1, 1, 2, 3, 4))
+    record = DeviceOutput(0, "o", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(1), ("x",), "")
+    buffer.put(0, [0, 1, 2], np.array([[0.0], [1.0], [2.0]]))  # three samples of a ...
+    buffer.order += [0, 1, OTHER, 0]  # ... of which the last lost its entry
+    buffer.ticks[1] += [0]
+    buffer.values[1] += [np.array([5.0])]
+    buffer.others.append(record)
+    buffer.ticks[1].append(1)  # a tick whose values were not kept
+    buffer.order.append(2)  # an entry whose sample was not kept
+    buffer.state_row()[:] = 7.0
+    buffer.commit_state(3)
+    buffer.state_row()[:] = 8.0
+    buffer.states_used += 1  # a state row without its entry
+    buffer.order.append(OTHER)  # an entry without its record
+    buffer.settle()
+    block = buffer.take(0, 0, 1)
+    assert block.order == [0, 1, OTHER, 0, STATE]
+    assert block.ticks == [[0, 1], [0], []]
+    assert np.array_equal(block.values[0], [[0.0], [1.0]])
+    assert block.states is not None and block.states.ticks.tolist() == [3]
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        writer.write_block(block)
+    assert [m[0] for m in _messages(tmp_path / "t" / "t.mcap")] == [
+        "/fibril/devices/a", "/fibril/devices/b", "/fibril/devices/o", "/fibril/devices/a",
+        "/fibril/state"]
+
+
+def test_an_interrupted_traced_advance_hands_over_every_whole_record(tmp_path: Path) -> None:
+    """Ctrl-C inside a read of the lean loop, after a tick was kept but not its values:
+    the trace still closes with every record before it, readable."""
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        instance = plan.create_instance(seed=1, trace=writer, collect=False)
+        calls = 0
+        read_columns = instance._read_columns
+
+        def interrupted(t, indices):
+            nonlocal calls
+            calls += 1
+            if calls == 30:  # the rangefinder's 30th read: its tick kept, then Ctrl-C
+                instance._trace_columns.ticks[2].append(t - 1)
+                raise KeyboardInterrupt
+            return read_columns(t, indices)
+
+        instance._read_columns = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            instance.advance(2000)
+    messages = _messages(tmp_path / "t" / "t.mcap")
+    assert len(messages) == writer.record_count > 0
+    assert {topic for topic, *_ in messages} >= {"/fibril/devices/wheel_encoder",
+                                                 "/fibril/state"}
+
+
+def test_state_rows_are_the_snapshots_a_subscriber_gets(tmp_path: Path) -> None:
+    """The lean loop keeps state snapshots as rows; made back into records (what the
+    encoder falls back to) they are the subscriber's StateSnapshots, array for array."""
+    from fibril_sim_core.records import StateSnapshot
+    from fibril_sim_core.trace._encoder import _state_records
+
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    blocks: list = []
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
+        write_block = writer.write_block
+        writer.write_block = lambda block: (blocks.append(block), write_block(block))
+        instance = plan.create_instance(seed=1, trace=writer, collect=False)
+        instance.advance(95)
+    reference = plan.create_instance(seed=1, collect=True, snapshot_every=10)
+    reference.advance(95)
+    want = [r for r in reference.poll() if isinstance(r, StateSnapshot)]
+    rows = [r for block in blocks if block.states is not None for r in _state_records(block)]
+    assert len(rows) == 9  # the first is taken by the general loop (the initial input)
+    got = sorted(rows + [r for block in blocks for r in block.others
+                         if isinstance(r, StateSnapshot)], key=lambda r: r.tick)
+    assert len(got) == len(want) == 10
+    for a, b in zip(got, want, strict=True):
+        assert (a.episode, a.tick, a.time_ns, a.session_time_ns) == (
+            b.episode, b.tick, b.time_ns, b.session_time_ns)
+        for name in ("qpos", "qvel", "act", "ctrl", "actuator_force", "sensordata", "xpos",
+                     "xquat"):
+            assert getattr(a, name).shape == getattr(b, name).shape, name
+            assert _bits(getattr(a, name)) == _bits(getattr(b, name)), name

@@ -27,7 +27,7 @@ from ..records import (
     IngressRecord,
     StateSnapshot,
 )
-from ..sample_block import OTHER, DeviceColumns, SampleBlock
+from ..sample_block import OTHER, STATE, STATE_FIELDS, DeviceColumns, SampleBlock
 from . import _msgtypes
 from ._cdr import Layout
 from ._mcap import MESSAGE_HEADER
@@ -190,17 +190,22 @@ def _make_shape(key: tuple) -> _Shape:
 
 
 def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
-                    values: list[np.ndarray]) -> dict[str, Any] | None:
+                    values: list[np.ndarray] | np.ndarray) -> dict[str, Any] | None:
     """A device's samples of one block as the columns of its message layout; None unless
-    the values are 1-D float arrays of one size."""
-    try:
-        if set(map(type, values)) != {np.ndarray} or len(set(map(len, values))) != 1:
+    the values are 1-D float arrays of one size (or a 2-D float array, a row each)."""
+    if type(values) is np.ndarray:
+        if values.ndim != 2 or values.dtype.kind not in "fiu":
             return None
-        stacked = np.concatenate(values)
-    except (TypeError, ValueError):  # 0-d arrays
-        return None
-    if stacked.ndim != 1:
-        return None
+        stacked = values.reshape(-1)
+    else:
+        try:
+            if set(map(type, values)) != {np.ndarray} or len(set(map(len, values))) != 1:
+                return None
+            stacked = np.concatenate(values)
+        except (TypeError, ValueError):  # 0-d arrays
+            return None
+        if stacked.ndim != 1:
+            return None
     acquired = np.array(ticks, dtype=np.int64)
     size = len(values[0])
     dt = block.timestep_ns
@@ -224,6 +229,34 @@ def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
                          offset + (tick + spec.latency_ticks) * dt, value,
                          spec.component_names, spec.frame_id)
             for tick, value in zip(ticks, values, strict=True)]
+
+
+def _state_columns_of(block: SampleBlock) -> dict[str, Any]:
+    """A block's state rows as the columns of the StateSnapshot layout."""
+    states = block.states
+    assert states is not None
+    ticks = states.ticks
+    time = ticks * block.timestep_ns
+    log = time + block.session_offset_ns
+    columns: dict[str, Any] = {"log": log, "stamp": log, "tick": ticks, "episode_time_ns": time,
+                               "episode": np.full(ticks.shape[0], block.episode, np.int64)}
+    at = 0
+    for name, size in zip(STATE_FIELDS, states.sizes, strict=True):
+        columns[name] = states.rows[:, at:at + size]
+        at += size
+    return columns
+
+
+def _state_records(block: SampleBlock) -> list[StateSnapshot]:
+    """A block's state rows as the StateSnapshots the instance would have made."""
+    columns = _state_columns_of(block)
+    shapes = {"xpos": (-1, 3), "xquat": (-1, 4)}  # as the instance makes them
+    return [StateSnapshot(block.episode, tick, time, log,
+                          *(columns[name][n].reshape(shapes.get(name, -1))
+                            for name in STATE_FIELDS))
+            for n, (tick, time, log) in enumerate(zip(
+                columns["tick"].tolist(), columns["episode_time_ns"].tolist(),
+                columns["log"].tolist(), strict=True))]
 
 
 #: One shape's message records: (bytes, channel, log time and offset of each message).
@@ -343,6 +376,10 @@ class Encoder:
                    tuple(spec.component_names), len(values[0]))
             groups.append((key, columns, positions,
                            functools.partial(_samples, block, spec, ticks, values)))
+        if block.states is not None and len(block.states):
+            groups.append(((StateSnapshot, *block.states.sizes), _state_columns_of(block),
+                           np.flatnonzero(order == STATE),
+                           functools.partial(_state_records, block)))
         if slow:
             slow.sort()
             groups.extend((None, None, positions, None)
