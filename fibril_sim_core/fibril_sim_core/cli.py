@@ -298,8 +298,11 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     stopped_by: int | None = None
     try:
         instance = plan.create_instance(args.seed, trace=trace, collect=False)
-        instance.subscribe(lambda r: counts.update(
-            (r.device_id,) if isinstance(r, DeviceOutput) else (type(r).__name__,)))
+        if trace is None:
+            instance.subscribe(lambda r: counts.update(
+                (r.device_id,) if isinstance(r, DeviceOutput) else (type(r).__name__,)))
+        # else the trace counts its records: with it listening alone, the instance keeps
+        # the samples as columns and computes them in blocks (the fast traced path)
         if recorded:
             instance.enqueue_recorded_trace_inputs(recorded)
         # Offline runs advance in chunks of ten runtime frames; each chunk is one FrameTiming.
@@ -322,6 +325,8 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     finally:
         if trace is not None:
             trace.close()
+            counts.update({label: count for label, count in trace.counts.items()
+                           if label not in ("EpisodeStart", "FrameTiming")})
     if stopped_by is not None:
         at = instance.tick if instance is not None else 0
         verb = "interrupted" if stopped_by == 2 else "terminated"

@@ -109,6 +109,18 @@ def test_run_reports_record_counts(trace_500: tuple[Path, str]) -> None:
     assert out.rstrip().endswith(f"trace: {trace}")
 
 
+def test_run_counts_the_same_records_traced_or_not(trace_500: tuple[Path, str]) -> None:
+    """Traced, the counts are the trace's (nothing else listens, so the instance takes the
+    traced fast path); untraced, a subscriber's: the same records but the snapshots."""
+    _, traced = trace_500
+    code, out, _ = _quiet_main(["run", str(MANIFEST), "--steps", "500", "--seed", "4"])
+    assert code == 0
+    pattern = r"^  (\S+) +(\d+) record\(s\)$"
+    counts = dict(re.findall(pattern, traced, re.MULTILINE))
+    del counts["StateSnapshot"]
+    assert dict(re.findall(pattern, out, re.MULTILINE)) == counts
+
+
 def test_trace_query_body_position(capsys: pytest.CaptureFixture[str],
                                    trace_500: tuple[Path, str]) -> None:
     trace, _ = trace_500

@@ -52,6 +52,7 @@ class _Shape:
     msgtype: str
     fill: Any  # (records) -> columns
     channel: int = 0
+    label: str = ""  # what its records are counted as: the device id, else the record type
 
 
 _DEVICE_FIELDS = {name: operator.itemgetter(index) for name, index in (
@@ -303,6 +304,7 @@ class Encoder:
         self.written = 0  # records taken so far (the next message's sequence)
         self.msgtypes: dict[int, str] = {}  # channel id -> message type
         self.new_channels: list[tuple[int, str, str]] = []  # (id, topic, msgtype) to announce
+        self.counts: dict[str, int] = {}  # records laid out, by device id or record type
 
     def channel(self, topic: str, msgtype: str) -> int:
         channel = self.channels.get(topic)
@@ -448,6 +450,7 @@ class Encoder:
                 if not rows.shape[0]:
                     continue
             rows_count, size = rows.shape
+            self.counts[shape.label] = self.counts.get(shape.label, 0) + rows_count
             yield (rows.tobytes(), np.full(rows_count, shape.channel, dtype=np.int64),
                    rows[:, 15:23].copy().view("<u8").reshape(rows_count),
                    np.arange(0, rows_count * size, size, dtype=np.uint64))
@@ -455,6 +458,7 @@ class Encoder:
     def _shape(self, key: tuple) -> _Shape:
         shape = _make_shape(key)
         shape.channel = self.channel(shape.topic, shape.msgtype)
+        shape.label = key[1] if key[0] is DeviceOutput else key[0].__name__
         layout = shape.layout  # the constant part of the MCAP message record header
         layout.patch(0, struct.pack("<BQH", 5, layout.size - 9, shape.channel))
         return shape

@@ -497,6 +497,13 @@ class TraceWriter:
         return self._count
 
     @property
+    def counts(self) -> dict[str, int]:
+        """Records in the trace by device id (samples) or record type (the others): all of
+        them once ``close`` has returned, those serialized so far before."""
+        with self._shared.lock:
+            return dict(self._shared.encoder.counts)
+
+    @property
     def closed(self) -> bool:
         """Whether ``close`` has been called."""
         return self._closed
