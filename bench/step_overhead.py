@@ -28,7 +28,14 @@ compresses and writes while MuJoCo steps (mj_step and zstd release the GIL), whi
 a machine with a free core. The CPU column (process time of all threads) shows the total work,
 which is what a machine without a free core pays.
 
-Usage: ``python bench/step_overhead.py [--ticks 100000] [--repeats 5]``
+Then the whole commands a user runs, from the shell (interpreter start, imports, manifest and
+model loading, trace closed): ``fibril_sim run --steps N`` untraced (nobody listens to the
+samples: they are counted from the schedules) and with ``--trace`` (the trace counts them),
+against a ``python -c`` script loading the same compiled model (an MJB of the plan's, device
+sensors included) and stepping it with ``mj_step`` in a loop.
+
+Usage: ``python bench/step_overhead.py [--ticks 100000] [--repeats 5] [--cli-ticks 100000]``
+(``--cli-ticks 0`` leaves the commands out)
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cli-ticks", type=int, default=100_000)
     args = parser.parse_args()
     plan = SimulationBuilder().build(MANIFEST)
     model = plan.model
@@ -155,6 +165,38 @@ def main() -> None:
     best = {name: min(values) for name, values in times.items()}
     print(f"best-of-{args.repeats} ratios: untraced/raw {best['untraced'] / best['raw']:.2f}, "
           f"traced/untraced {best['traced'] / best['untraced']:.2f}")
+    if args.cli_ticks:
+        commands(plan, control, args.cli_ticks, args.repeats)
+
+
+def commands(plan, control, ticks: int, repeats: int) -> None:  # noqa: ANN001
+    """The whole commands from the shell, interleaved; medians of wall time."""
+    fibril_sim = str(Path(sys.executable).parent / "fibril_sim")
+    scratch = Path(tempfile.mkdtemp(prefix="fibril-bench-cli-"))
+    mjb = scratch / "drivetrain.mjb"
+    mujoco.mj_saveModel(plan.model, str(mjb), None)
+    raw = (f"import mujoco; m = mujoco.MjModel.from_binary_path({str(mjb)!r}); "
+           f"d = mujoco.MjData(m); mujoco.mj_resetDataKeyframe(m, d, {plan.keyframe_id}); "
+           f"d.ctrl[:] = {control.tolist()!r}\n"
+           f"for _ in range({ticks}): mujoco.mj_step(m, d)")
+    cases = {
+        "raw mj_step script": lambda _: [sys.executable, "-c", raw],
+        "fibril_sim run": lambda _: [fibril_sim, "run", str(MANIFEST), "--steps", str(ticks)],
+        "fibril_sim run --trace": lambda n: [fibril_sim, "run", str(MANIFEST), "--steps",
+                                             str(ticks), "--trace", str(scratch / f"t{n}")],
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for n in range(repeats):
+        for name, argv in cases.items():
+            start = time.perf_counter()
+            subprocess.run(argv(n), check=True, stdout=subprocess.DEVNULL)
+            times[name].append(time.perf_counter() - start)
+    shutil.rmtree(scratch, ignore_errors=True)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"whole commands, {ticks} ticks, {repeats} interleaved repeats (wall s, medians)")
+    for name, median in medians.items():
+        print(f"  {name:<24}{median:>7.2f}{median / medians['raw mj_step script']:>7.2f}x raw"
+              f"{median / medians['fibril_sim run']:>7.2f}x untraced")
 
 
 if __name__ == "__main__":

@@ -261,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     from .inputs_file import load_inputs
     from .plan import SimulationBuilder
-    from .records import DeviceOutput, FrameTiming
+    from .records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord
     from .trace import TraceWriter
 
     plan = SimulationBuilder().build(args.manifest)
@@ -299,8 +299,11 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     try:
         instance = plan.create_instance(args.seed, trace=trace, collect=False)
         if trace is None:
-            instance.subscribe(lambda r: counts.update(
-                (r.device_id,) if isinstance(r, DeviceOutput) else (type(r).__name__,)))
+            # Inputs and their applications are counted as they come; the samples nobody
+            # takes are not made (counted from the schedules, see _sample_counts).
+            instance.subscribe(lambda r: None if type(r) is DeviceOutput
+                               else counts.update((type(r).__name__,)))
+            instance.set_interest({IngressRecord: None, ActuatorApplication: None})
         # else the trace counts its records: with it listening alone, the instance keeps
         # the samples as columns and computes them in blocks (the fast traced path)
         if recorded:
@@ -334,6 +337,8 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
               + (f"; trace closed: {args.trace}" if trace is not None else ""), file=sys.stderr)
         return 128 + stopped_by
     wall = time.perf_counter() - started
+    if trace is None:
+        counts.update(_sample_counts(plan, ticks))
     sim_s = ticks * timebase.timestep_s
     print(f"ran {ticks} ticks ({sim_s:g} s simulated) in {wall:.3f} s wall "
           f"(real-time factor {sim_s / wall if wall > 0 else float('inf'):.1f})")
@@ -344,6 +349,18 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     if trace is not None:
         print(f"trace: {args.trace}")
     return 0
+
+
+def _sample_counts(plan: Any, ticks: int) -> dict[str, int]:
+    """The samples each device delivers in the first ``ticks`` ticks of an episode: one
+    acquired every period from tick 0, delivered ``max(1, latency)`` ticks later (the
+    instance's time model), so an untraced run need not make them to count them."""
+    counts = {}
+    for device in plan.devices:
+        first = max(1, device.latency_ticks)  # delivery tick of the sample acquired at 0
+        if ticks >= first:
+            counts[device.id] = (ticks - first) // device.period_ticks + 1
+    return counts
 
 
 def _serve(args: argparse.Namespace) -> int:

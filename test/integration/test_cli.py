@@ -121,6 +121,27 @@ def test_run_counts_the_same_records_traced_or_not(trace_500: tuple[Path, str]) 
     assert dict(re.findall(pattern, out, re.MULTILINE)) == counts
 
 
+@pytest.mark.parametrize("ticks", [0, 1, 2, 3, 7, 20, 21, 22, 501])
+def test_untraced_run_counts_the_samples_a_subscriber_gets(ticks: int) -> None:
+    """Untraced, nothing listens to the samples (they are not made): their counts come from
+    the device schedules and are what a subscriber would have received."""
+    from fibril_sim_core.cli import _sample_counts
+    from fibril_sim_core.records import DeviceOutput
+
+    from fibril_sim_core import SimulationBuilder
+
+    plan = SimulationBuilder().build(MANIFEST)
+    instance = plan.create_instance(4, collect=False)
+    heard: list = []
+    instance.subscribe(heard.append)
+    instance.advance(ticks)
+    want: dict[str, int] = {}
+    for record in heard:
+        if isinstance(record, DeviceOutput):
+            want[record.device_id] = want.get(record.device_id, 0) + 1
+    assert _sample_counts(plan, ticks) == want
+
+
 def test_trace_query_body_position(capsys: pytest.CaptureFixture[str],
                                    trace_500: tuple[Path, str]) -> None:
     trace, _ = trace_500
