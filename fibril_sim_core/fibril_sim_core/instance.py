@@ -217,13 +217,14 @@ class _Deferral:
     its trace columns. A device qualifies when it delivers at once and says what it reads
     (``Device.block_inputs``); the samples are bit for bit those of reading one by one."""
 
-    __slots__ = ("devices", "copies", "rows", "ticks", "used")
+    __slots__ = ("devices", "copies", "rows", "row_views", "ticks", "used")
 
     def __init__(self, devices: tuple[tuple[int, np.ndarray], ...],
                  copies: tuple[tuple[np.ndarray, int, int], ...], width: int) -> None:
         self.devices = devices  # (device index, its columns in a row)
         self.copies = copies  # (MjData array, first column, end column) copied at a read
         self.rows = np.empty((_TRACE_HANDOFF, width))
+        self.row_views = list(self.rows)  # fetched once: indexing makes a new view each time
         self.ticks = np.empty(_TRACE_HANDOFF, dtype=np.int64)  # acquisition tick of a row
         self.used = 0
 
@@ -267,7 +268,7 @@ class _Deferral:
         if used == self.ticks.shape[0]:
             self.complete(model, devices, columns)
             used = 0
-        row = self.rows[used]
+        row = self.row_views[used]
         for view, first, end in self.copies:
             row[first:end] = view
         self.ticks[used] = acquired
@@ -818,21 +819,28 @@ class SimulationInstance:
 
     def _advance_traced(self, target: int) -> None:
         """``_advance``'s loop while only the trace listens and every read follows the
-        tabulated schedule with deferred devices (``_Deferral``): the same boundaries, reads,
-        deliveries and snapshots in the same order, with what a boundary needs kept in
-        locals. Returns at ``target`` (processed) or at a boundary with inputs to commit,
-        which the general loop handles."""
+        tabulated schedule with deferred devices (``_Deferral``): the same records in the same
+        order, with what a boundary needs kept in locals. It stops only where something is
+        read or a state snapshot is taken: a delayed sample due between two stops is kept at
+        the next, ahead of its reads (where it would have been in the order). Returns at
+        ``target`` (processed) or at a boundary with inputs to commit, which the general loop
+        handles."""
         model, data, step = self.model, self.data, mujoco.mj_step
         _, gaps = self._schedule  # type: ignore[misc]
         cycle = len(gaps)
         phases = self._defer_phases
         deferral = self._deferral
-        rows, row_ticks, copies = deferral.rows, deferral.ticks, deferral.copies  # type: ignore
+        rows, row_ticks, copies = deferral.row_views, deferral.ticks, deferral.copies  # type: ignore
         capacity = row_ticks.shape[0]
         order = self._trace_buffer
-        ingress = self._ingress
+        handoff = _TRACE_HANDOFF
         deliveries = self._deliveries
+        # In place while this runs (the general loop replaces them, between two calls).
+        recorded, releases = self._recorded, self._releases
+        pending, rejected = self._ingress._pending, self._ingress._rejected
         every = self._snapshot_every
+        next_snapshot = -(-self._tick // every) * every if every else _NEVER
+        completing = self._snapshot_pre is not None  # a snapshot to finish at the boundary
         columns = self._trace_columns
         before_step = self._state_copies[0]
         t = self._tick
@@ -841,6 +849,8 @@ class SimulationInstance:
         try:
             while True:
                 if processed != t:
+                    if deliveries and deliveries[0][0] < t:  # due between two stops
+                        self._deliver(t - 1)
                     if t == next_read:
                         acquired = t - 1
                         phase = acquired % cycle
@@ -861,31 +871,29 @@ class SimulationInstance:
                             row_ticks[used] = acquired
                             deferral.used = used + 1  # type: ignore[union-attr]
                         order.extend(entries)
-                    if deliveries and deliveries[0][0] <= t:
+                    if deliveries and deliveries[0][0] == t:
                         self._deliver(t)
-                    if self._snapshot_pre is not None:
+                    if completing:
                         self._snapshot(t)
+                        completing = False
                     processed = t
-                    if len(order) >= _TRACE_HANDOFF:
+                    if len(order) >= handoff:
                         self._hand_over()
-                if (t >= target or self._recorded or self._releases or ingress._pending
-                        or ingress._rejected):
+                if t >= target or recorded or releases or pending or rejected:
                     return
                 following = next_read
-                if every:
-                    if self._snapshot_pre is None and t % every == 0:
-                        # As _advance does, into the trace's state row (_snapshot fills
-                        # the rest after the step).
-                        row = columns.state_row()
-                        for view, first, end in before_step:
-                            row[first:end] = view
-                        self._snapshot_pre = (t, None)
-                    snapshot = t + 1 if self._snapshot_pre is not None \
-                        else (t // every + 1) * every
-                    if snapshot < following:
-                        following = snapshot
-                if deliveries and deliveries[0][0] < following:
-                    following = deliveries[0][0]
+                if t == next_snapshot:
+                    # As _advance does, into the trace's state row (_snapshot fills the
+                    # rest after the step).
+                    row = columns.state_row()  # type: ignore[union-attr]
+                    for view, first, end in before_step:
+                        row[first:end] = view
+                    self._snapshot_pre = (t, None)
+                    completing = True
+                    next_snapshot = t + every
+                    following = t + 1
+                elif next_snapshot < following:
+                    following = next_snapshot
                 if following > target:
                     following = target
                 step(model, data, following - t)
