@@ -261,6 +261,15 @@ def test_embedded_msg_definitions_match_fibril_msgs() -> None:
         assert _msgtypes.MSG_DEFINITIONS[name] == text, f"{name} drifted from fibril_msgs/msg"
 
 
+def test_the_writers_small_typestore_gives_the_full_stores_schemas_and_hashes() -> None:
+    full, small = _msgtypes.typestore(), _msgtypes.trace_typestore()
+    assert small is _msgtypes.trace_typestore()  # cached
+    for msgtype in [*_msgtypes.MSG_DEFINITIONS, "std_msgs/msg/String"]:
+        assert small.generate_msgdef(msgtype, ros_version=2) == \
+            full.generate_msgdef(msgtype, ros_version=2), msgtype
+        assert small.hash_rihs01(msgtype) == full.hash_rihs01(msgtype), msgtype
+
+
 def test_typestore_is_cached_and_knows_fibril_types() -> None:
     store = _msgtypes.typestore()
     assert store is _msgtypes.typestore()

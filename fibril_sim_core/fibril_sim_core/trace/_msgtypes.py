@@ -142,6 +142,27 @@ def _base_store() -> Stores:
     raise RuntimeError(msg)
 
 
+#: The standard types the traced messages use, as the ROS 2 stores define them.
+_STANDARD_DEFINITIONS: Mapping[str, str] = MappingProxyType({
+    "builtin_interfaces/msg/Time": "int32 sec\nuint32 nanosec\n",
+    "std_msgs/msg/Header": "builtin_interfaces/Time stamp\nstring frame_id\n",
+    "std_msgs/msg/String": "string data\n",
+})
+
+
+@lru_cache(maxsize=1)
+def trace_typestore() -> Typestore:
+    """A typestore of just what a trace writes (fibril_msgs, std_msgs/String and the types
+    they use): the writer's schema texts and type hashes, the same as ``typestore()``'s
+    (tested), built in a few milliseconds where a full ROS 2 store takes ~50."""
+    store = get_typestore(Stores.EMPTY)
+    types = {}
+    for name, text in (*_STANDARD_DEFINITIONS.items(), *MSG_DEFINITIONS.items()):
+        types.update(get_types_from_msg(text, name))
+    store.register(types)
+    return store
+
+
 @lru_cache(maxsize=1)
 def typestore() -> Typestore:
     """Return the shared typestore: a ROS 2 base store plus every fibril_msgs type.

@@ -458,7 +458,7 @@ class TraceWriter:
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         try:
-            bag = _Bag(self.path, mcap, custom_data, _msgtypes.typestore())
+            bag = _Bag(self.path, mcap, custom_data, _msgtypes.trace_typestore())
             # early, so a reader finds provenance and layout even after a SIGKILL
             _write_metadata_yaml(self.path, _dump_metadata(_metadata(bag, None, {}, None, None)))
         except BaseException as exc:
