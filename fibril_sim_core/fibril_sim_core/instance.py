@@ -219,7 +219,7 @@ class _Deferral:
 
     __slots__ = ("devices", "copies", "rows", "row_views", "ticks", "used")
 
-    def __init__(self, devices: tuple[tuple[int, np.ndarray], ...],
+    def __init__(self, devices: tuple[tuple[int, np.ndarray | slice], ...],
                  copies: tuple[tuple[np.ndarray, int, int], ...], width: int) -> None:
         self.devices = devices  # (device index, its columns in a row)
         self.copies = copies  # (MjData array, first column, end column) copied at a read
@@ -233,7 +233,7 @@ class _Deferral:
            ) -> _Deferral | None:
         offsets: dict[str, int] = {}
         copies: list[tuple[np.ndarray, int, int]] = []
-        deferred: list[tuple[int, np.ndarray]] = []
+        deferred: list[tuple[int, np.ndarray | slice]] = []
         width = 0
         for i, device in enumerate(devices):
             inputs = device.block_inputs() if latency[i] <= 1 else None
@@ -247,7 +247,9 @@ class _Deferral:
                     copies.append((view, width, width + view.shape[0]))
                     width += view.shape[0]
                 columns.extend(offsets[name] + index for index in indices)
-            deferred.append((i, np.array(columns, dtype=np.intp)))
+            contiguous = columns == list(range(columns[0], columns[0] + len(columns)))
+            deferred.append((i, slice(columns[0], columns[0] + len(columns)) if contiguous
+                              else np.array(columns, dtype=np.intp)))
         if not deferred:
             return None
         return cls(tuple(deferred), tuple(copies), width)
@@ -288,7 +290,7 @@ class _Deferral:
             device = devices[i]
             taken = np.flatnonzero(acquired % device.descriptor.period_ticks == 0)
             if taken.size:
-                values = device.acquire_block(model, rows[np.ix_(taken, index)])
+                values = device.acquire_block(model, rows[taken][:, index])
                 done.append((i, acquired[taken].tolist(), values))
         self.used = 0
         interrupted: BaseException | None = None
