@@ -288,10 +288,11 @@ class _Deferral:
         done = []
         for i, index in self.devices:
             device = devices[i]
-            taken = np.flatnonzero(acquired % device.descriptor.period_ticks == 0)
-            if taken.size:
-                values = device.acquire_block(model, rows[taken][:, index])
-                done.append((i, acquired[taken].tolist(), values))
+            due = acquired % device.descriptor.period_ticks == 0
+            ticks = acquired[due]
+            if ticks.size:
+                values = device.acquire_block(model, rows[due][:, index])
+                done.append((i, ticks.tolist(), values))
         self.used = 0
         interrupted: BaseException | None = None
         while done:  # all of it, even through Ctrl-C (raised afterwards)

@@ -90,6 +90,8 @@ class Device:
         head = scalars[len(scalars) - take:]
         del scalars[len(scalars) - take:]
         head.reverse()  # kept reversed: the next draw is at the end
+        if take == count:
+            return np.array(head, dtype=np.float64)
         parts = [np.array(head, dtype=np.float64)]
         rest = count - take
         while rest:

@@ -78,11 +78,11 @@ class MotorFeedback(Device):
         out = np.empty((count, 3))
         out[:, :2] = inputs
         out[:, 2] = inputs[:, 0] * self._inv_k
-        noisy = [j for j, std in enumerate(self._std) if std]
+        noisy = [(j, std) for j, std in enumerate(self._std) if std]
         if noisy:  # acquire's draws, sample by sample in this order
             draws = self.normal1_many(count * len(noisy)).reshape(count, len(noisy))
-            for k, j in enumerate(noisy):
-                out[:, j] += self._std[j] * draws[:, k]
+            for k, (j, std) in enumerate(noisy):
+                out[:, j] += std * draws[:, k]
         return out
 
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
