@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
 _NEVER = 1 << 62
 _MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
+#: The record types an instance emits to its sinks (EpisodeStart goes to every subscriber).
+_MADE_HERE = (DeviceOutput, IngressRecord, ActuatorApplication, StateSnapshot)
 _CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
 _TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
 
@@ -621,7 +623,10 @@ class SimulationInstance:
         interest = self._interest
         external = [s for s in self._subscribers if s is not self._trace_sink
                     and s is not self._trace_write]
-        quiet = interest is not None and not interest and external  # nobody wants anything
+        # Nobody wants anything the instance makes (a host's own records, e.g. frame timings,
+        # do not count): the external sinks get nothing.
+        quiet = (interest is not None and external
+                 and not any(kind in interest for kind in _MADE_HERE))
         subscribers = [s for s in self._subscribers if s not in external] if quiet \
             else self._subscribers
         self._sinks[:] = ([self._collected.append] if self._collect else []) + subscribers

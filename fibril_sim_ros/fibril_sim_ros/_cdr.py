@@ -15,9 +15,78 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from rclpy.serialization import serialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 
 _FORMATS = {"time": "<iI", "f64": "<d", "i64": "<q", "u32": "<I"}
+#: Sizes of the rosidl primitive types in CDR.
+_SIZES = {"boolean": 1, "octet": 1, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "int16": 2,
+          "uint16": 2, "int32": 4, "uint32": 4, "float": 4, "int64": 8, "uint64": 8,
+          "double": 8}
+
+
+def canonical_bytes(message: Any) -> bytes:
+    """``message`` as rclpy serializes it, with zeros in the alignment padding.
+
+    rclpy (Fast CDR) skips padding bytes, leaving whatever its new buffer held there (seen: a
+    stray byte before a float64 sequence, and at the end, depending on the process's heap).
+    Every byte that holds no value is zeroed here, found by walking the message's fields as
+    CDR lays them out; rclpy must read the result back as the same values. A template's
+    constant runs come from these bytes, so no message carries the garbage."""
+    zeroed = _zero_padding(message, serialize_message(message))
+    back = deserialize_message(zeroed, type(message))
+    if _zero_padding(back, serialize_message(back)) != zeroed:  # bytes: NaN stays NaN
+        msg = f"{type(message).__name__}: its CDR layout is not the one expected"
+        raise ValueError(msg)
+    return zeroed
+
+
+def _zero_padding(message: Any, data: bytes) -> bytes:
+    """``data`` (``message`` in CDR, 4-byte encapsulation header first) with every byte that
+    is not part of a value set to zero."""
+    kept = bytearray(len(data))
+    kept[:4] = b"\xff" * 4  # the encapsulation header
+    position = 0  # relative to the CDR data (alignment is)
+
+    def hold(size: int, align: int) -> None:
+        nonlocal position
+        position += -position % align
+        kept[4 + position:4 + position + size] = b"\xff" * size
+        position += size
+
+    def text(value: str) -> None:
+        hold(4, 4)
+        hold(len(value.encode()) + 1, 1)
+
+    def walk(kind: str, value: Any) -> None:
+        if hasattr(value, "get_fields_and_field_types"):
+            for name, field_kind in value.get_fields_and_field_types().items():
+                walk(field_kind, getattr(value, name))
+            return
+        if kind.startswith("sequence<") or kind.endswith("]"):
+            sequence = kind.startswith("sequence<")
+            element = (kind[len("sequence<"):-1].split(",")[0] if sequence
+                       else kind[:kind.index("[")])
+            if sequence:
+                hold(4, 4)  # the length
+            if element in _SIZES:  # aligned for its elements even when there are none
+                hold(_SIZES[element] * len(value), _SIZES[element])
+            else:
+                for item in value:
+                    walk(element, item)
+            return
+        if kind.startswith("string"):  # string, string<=N
+            text(value)
+        elif kind in _SIZES:
+            hold(_SIZES[kind], _SIZES[kind])
+        else:
+            msg = f"cannot lay out a field of type {kind!r}"
+            raise ValueError(msg)
+
+    walk("", message)
+    if not 0 <= len(data) - 4 - position < 8:  # only the end's padding may follow
+        msg = f"{type(message).__name__}: its CDR layout is not the one expected"
+        raise ValueError(msg)
+    return bytes(byte if keep else 0 for byte, keep in zip(data, kept, strict=True))
 
 
 def _sentinel(kind: str, k: int, length: int = 1) -> Any:
@@ -58,7 +127,7 @@ class Template:
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
             _assign(prototype, path, kind, _sentinel(kind, k, length))
-        data = serialize_message(prototype)
+        data = canonical_bytes(prototype)
         placed = []  # (offset, format without byte order, field index, size)
         self._spread: list[bool] = []
         for k, field in enumerate(fields):

@@ -10,6 +10,7 @@ joining and going quiet, inputs, resets).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import mujoco
@@ -243,3 +244,49 @@ def test_state_rows_are_the_snapshots_a_subscriber_gets(tmp_path: Path) -> None:
                      "xquat"):
             assert getattr(a, name).shape == getattr(b, name).shape, name
             assert _bits(getattr(a, name)) == _bits(getattr(b, name)), name
+
+
+def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
+        tmp_path: Path, monkeypatch) -> None:
+    """``fibril_sim serve --trace`` with nobody connected: the host's instance has only the
+    trace listening, takes the lean loop, and writes what an offline run of the same ticks
+    writes (frame timings aside, their wall times differ)."""
+    from fibril_sim_core.instance import SimulationInstance
+    from fibril_sim_core.manifest import RuntimeOptions
+    from fibril_sim_core.trace import FRAME_TIMING_TOPIC
+
+    from fibril_sim_core import SimulationRuntime
+
+    lean = 0
+    real = SimulationInstance._advance_traced
+
+    def counted(self, target):
+        nonlocal lean
+        lean += 1
+        return real(self, target)
+
+    monkeypatch.setattr(SimulationInstance, "_advance_traced", counted)
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    live = TraceWriter(tmp_path / "live", provenance={}, layout={})
+    runtime = SimulationRuntime(plan, seed=3, trace=live, server=None,
+                                options=RuntimeOptions(mode="fast", frame_duration_s=0.01))
+    runtime.start()
+    try:
+        deadline = time.monotonic() + 30
+        while runtime.instance.tick < 5000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        runtime.stop()
+        live.close()
+    ticks = runtime.instance.tick
+    assert ticks >= 5000 and lean > 0
+    with TraceWriter(tmp_path / "offline", provenance={}, layout={}) as offline:
+        plan.create_instance(seed=3, trace=offline, collect=False).advance(ticks)
+
+    def content(name: str) -> list[tuple[str, int, bytes]]:
+        return [(topic, log_time, data) for topic, log_time, _, data
+                in _messages(tmp_path / name / f"{name}.mcap") if topic != FRAME_TIMING_TOPIC]
+
+    got = content("live")
+    assert len(got) > 7000
+    assert got == content("offline")
