@@ -1,11 +1,13 @@
 """What a SimulationInstance keeps for the trace writer between hand-overs: device samples as
-columns, other records as objects, and the order in which they were all written.
+columns, state snapshots as rows, other records as objects, and the order in which they were
+all written.
 
-Tracing a device sample this way costs the stepping thread three list appends instead of a
-``DeviceOutput`` (and the trace writer's worker a few numpy passes per block instead of
-picking every field out of every record): the rest of a sample (episode, times, ids, names)
-is the same for every sample of a device in one block, so the worker derives it from the
-acquisition tick.
+Tracing a device sample this way costs the stepping thread its place in the order and its
+tick and values in the device's columns (a block of them at once when the instance computes
+the samples at hand-over) instead of a ``DeviceOutput``, and the lay-out a few numpy passes
+per block instead of picking every field out of every record: the rest of a sample (episode,
+times, ids, names) is the same for every sample of a device in one block, so it is derived
+from the acquisition tick. A state snapshot is one row of its arrays back to back.
 """
 
 from __future__ import annotations
