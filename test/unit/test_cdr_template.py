@@ -34,7 +34,8 @@ def _assert_rclpys(packed: bytes, expected) -> None:
     """``packed`` is rclpy's serialization of ``expected`` with zeros in the padding."""
     raw = serialize_message(expected)
     assert len(packed) == len(raw)
-    differing = [i for i, (ours, theirs) in enumerate(zip(packed, raw, strict=True)) if ours != theirs]
+    differing = [i for i, (ours, theirs) in enumerate(zip(packed, raw, strict=True))
+                 if ours != theirs]
     assert all(packed[i] == 0 for i in differing), differing  # padding only
     assert packed == canonical_bytes(expected)
 
