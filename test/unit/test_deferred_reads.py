@@ -44,13 +44,30 @@ def _fill(data: mujoco.MjData, rng: np.random.Generator, n: int) -> None:
         data.sensordata[:] = rng.integers(-50, 50) * (2 * np.pi / 1024) + np.pi / 1024
 
 
-@pytest.mark.parametrize("device_id", ["wheel_encoder", "chassis_imu", "chassis_pose",
-                                       "drive_feedback"])
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The example, and its model with a quantizing rangefinder and a threshold input."""
+    from _models import build, device
+
+    folder = tmp_path_factory.mktemp("more")
+    more = build(folder, (DRIVETRAIN.parent / "drivetrain.xml").read_text(), [
+        device("ranged", "rangefinder", {"site": "range_front"}, noise=0.01, resolution=0.01,
+               min_range=0.3, max_range=2.0),
+        device("switch", "digital_input", {"joint": "wheel_joint"}, threshold=0.1,
+               invert=True)])
+    return {"example": SimulationBuilder().build(DRIVETRAIN), "more": more}
+
+
+@pytest.mark.parametrize("plan_name, device_id", [
+    ("example", "wheel_encoder"), ("example", "chassis_imu"), ("example", "chassis_pose"),
+    ("example", "drive_feedback"), ("example", "front_range"), ("more", "ranged"),
+    ("more", "switch")])
 @pytest.mark.parametrize("cuts", [(1, 7, 1), (5000, 3000), (2, 4096, 1, 9000)])
-def test_acquire_block_is_acquire_one_by_one(device_id: str, cuts: tuple[int, ...]) -> None:
+def test_acquire_block_is_acquire_one_by_one(plans: dict, plan_name: str, device_id: str,
+                                             cuts: tuple[int, ...]) -> None:
     """Blocks of any size (past the noise buffers' refills of 4096 draws), with single
     ``acquire`` calls between them: the same samples and the same state left behind."""
-    plan = SimulationBuilder().build(DRIVETRAIN)
+    plan = plans[plan_name]
     spec = next(d for d in plan.devices if d.id == device_id)
     one = spec.create(np.random.default_rng(11))
     blocks = spec.create(np.random.default_rng(11))

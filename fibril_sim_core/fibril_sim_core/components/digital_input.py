@@ -88,6 +88,14 @@ class DigitalInput(Device):
                 state = bool((model.geom_bodyid[geoms] == binding["body_id"]).any())
         return np.array((float(state != self._invert),))
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+        adr = self._binding.get("sensor_adr")  # contacts are not an array read
+        return None if adr is None else (("sensordata", (adr,)),)
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        state = inputs[:, :1] > self._threshold
+        return (state != self._invert).astype(np.float64)
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """No noise, no state: nothing to do."""
 

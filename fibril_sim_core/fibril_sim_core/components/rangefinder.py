@@ -66,6 +66,26 @@ class Rangefinder(Device):
             distance = round(distance / self._res) * self._res
         return np.array((min(max(distance, self._min), self._max), 1.0))
 
+    def block_inputs(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return (("sensordata", (self._adr,)),)
+
+    def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
+        distance = inputs[:, 0].copy()
+        # acquire's comparisons (a NaN is a return, as there)
+        hit = ~((distance < 0) | (distance > self._max) | (distance < self._min))
+        if self._std:  # a draw per return, in order
+            distance[hit] += self._std * self.normal(int(np.count_nonzero(hit)))
+        if self._res:  # round() to even; + 0.0 makes -0.0 the 0 that int * res gives
+            distance = (np.rint(distance / self._res) + 0.0) * self._res
+        # min(max(d, low), high) exactly as Python's: the first argument unless the other
+        # is strictly beyond it (signed zeros and NaN as there)
+        distance = np.where(self._min > distance, self._min, distance)
+        distance = np.where(self._max < distance, self._max, distance)
+        out = np.empty((distance.shape[0], 2))
+        out[:, 0] = np.where(hit, distance, self._max)
+        out[:, 1] = hit
+        return out
+
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         if self._std:  # a draw only for a return in range, as in acquire
             distance = self.sensordata(data).item(self._adr)
