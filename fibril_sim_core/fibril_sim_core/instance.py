@@ -49,6 +49,9 @@ _MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
 _MADE_HERE = (DeviceOutput, IngressRecord, ActuatorApplication, StateSnapshot)
 _CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
 _TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
+# advance() calls this long or longer defer the reads of a traced run (computing a block at
+# hand-over costs ~50 us, what reading one by one costs in about 40 ticks)
+_DEFER_TICKS = 64
 
 #: What the subscribers want, by record type: the ids of the devices / endpoints / sources
 #: wanted (None: all of them); a type left out is wanted by nobody. None: everything.
@@ -437,6 +440,7 @@ class SimulationInstance:
                           if self._trace_columns is not None else None)
         self._defer_phases: tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...] | None
         self._defer_phases = None  # set by _follow_reads
+        self._deferring = False  # this advance() defers (long enough: _DEFER_TICKS)
         self._next_read = 1 if self._devices else _NEVER
         # Silent stepping (nothing listens): a device delivering at once whose draws per
         # sample are known is not stopped for; its draws are taken per advance() and, when its
@@ -735,7 +739,7 @@ class SimulationInstance:
         buffer = self._trace_buffer
         columns = self._trace_columns
         if columns is not None:
-            if self._deferral is not None:
+            if self._deferral is not None and self._deferral.used:
                 self._deferral.complete(self.model, self._devices, columns)
             if settle:
                 columns.settle()
@@ -764,7 +768,8 @@ class SimulationInstance:
             self._skip_unheard(target)
         # Only the trace listening, devices deferred: the lean loop of _advance_traced until
         # something else is to be done (inputs to commit) or the target is reached.
-        lean = (self._defer_phases is not None and self._emit_one is self._trace_sink
+        self._deferring = self._defer_phases is not None and ticks >= _DEFER_TICKS
+        lean = (self._deferring and self._emit_one is self._trace_sink
                 and capture is None and self._silent_next == _NEVER)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
@@ -1080,7 +1085,7 @@ class SimulationInstance:
             phase = acquired % len(gaps)
             self._next_read = t + gaps[phase]
             defer = self._defer_phases
-            if defer is not None and self._emit_one is self._trace_sink:
+            if self._deferring and self._emit_one is self._trace_sink:
                 # Only the trace listens: the deferred devices' inputs are copied, their
                 # samples computed at hand-over (_Deferral); the others are read now.
                 entries, now, gather = defer[phase]
@@ -1119,9 +1124,18 @@ class SimulationInstance:
             if not indices:
                 return
         emit = self._emit_one or self._emit
-        if self._trace_columns is not None and emit is self._trace_sink:  # only the trace
-            self._read_columns(t, indices)
-            self._trace_buffer.extend(i for i in indices if reads[i][5] <= 1)
+        columns = self._trace_columns
+        if columns is not None and emit is self._trace_sink:  # only the trace listens
+            ticks, kept, order = columns.ticks, columns.values, columns.order
+            for i in indices:
+                read = reads[i]
+                values = read[0](model, data)
+                if read[5] > 1:
+                    self._delay(t, read, values)
+                else:  # the DeviceOutput, as columns (see sample_block)
+                    ticks[i].append(acquired)
+                    kept[i].append(values)
+                    order.append(i)
             return
         dt = self._dt
         episode = self._episode
@@ -1141,9 +1155,10 @@ class SimulationInstance:
                                         values, names, frame_id)))
 
     def _read_columns(self, t: int, indices: Iterable[int]) -> None:
-        """Read ``indices`` at boundary ``t`` while only the trace listens: a sample
-        delivered at once goes to its device's columns (see sample_block; the caller adds
-        its ``order`` entry), a later one to the delivery queue."""
+        """Read ``indices`` (not deferred) at boundary ``t`` while reads are deferred: a
+        sample delivered at once goes to its device's columns (see sample_block; the caller
+        adds its ``order`` entry with the deferred ones'), a later one to the delivery
+        queue."""
         model, data = self.model, self.data
         reads = self._reads
         columns = self._trace_columns

@@ -132,8 +132,8 @@ class TraceBuffer:
     directly, on the hot path), blocks of samples (``put``), state rows (``state_row``,
     ``commit_state``) and other records (``other``); ``take`` empties it."""
 
-    __slots__ = ("arrays", "devices", "order", "others", "state_rows", "state_sizes",
-                 "state_ticks", "states_used", "ticks", "values")
+    __slots__ = ("arrays", "devices", "order", "others", "put_any", "state_rows",
+                 "state_sizes", "state_ticks", "states_used", "ticks", "values")
 
     def __init__(self, devices: tuple[DeviceColumns, ...],
                  state_sizes: tuple[int, ...] = ()) -> None:
@@ -143,6 +143,7 @@ class TraceBuffer:
         self.ticks: list[list[int]] = [[] for _ in devices]
         self.values: list[list[np.ndarray]] = [[] for _ in devices]
         self.arrays: list[list[np.ndarray]] = [[] for _ in devices]  # put() before values
+        self.put_any = False  # whether any of arrays is not empty
         self.state_sizes = state_sizes
         self.state_rows = np.empty((256, sum(state_sizes)))
         self.state_ticks = np.empty(256, dtype=np.int64)
@@ -161,6 +162,7 @@ class TraceBuffer:
             self.values[device] += list(values)
         else:
             self.arrays[device].append(values)
+            self.put_any = True
 
     def state_row(self) -> np.ndarray:
         """The row the next state snapshot is written to (filled in two steps, see
@@ -182,14 +184,18 @@ class TraceBuffer:
     def take(self, episode: int, session_offset_ns: int, timestep_ns: int) -> SampleBlock:
         """Everything kept so far as a block; the buffer starts empty (its lists are new, so
         the block never changes after this)."""
-        values: list[list[np.ndarray] | np.ndarray] = []
-        for arrays, listed in zip(self.arrays, self.values, strict=True):
-            if not arrays:
-                values.append(listed[:])
-            elif not listed and len(arrays) == 1:
-                values.append(arrays[0])
-            else:
-                values.append(_joined_values(arrays + ([listed[:]] if listed else [])))
+        values: list[list[np.ndarray] | np.ndarray]
+        if not self.put_any:  # (a block read one by one: as cheap as before blocks existed)
+            values = [v[:] for v in self.values]
+        else:
+            values = []
+            for arrays, listed in zip(self.arrays, self.values, strict=True):
+                if not arrays:
+                    values.append(listed[:])
+                elif not listed and len(arrays) == 1:
+                    values.append(arrays[0])
+                else:
+                    values.append(_joined_values(arrays + ([listed[:]] if listed else [])))
         used = self.states_used
         states = None if not used else StateRows(
             self.state_sizes, self.state_ticks[:used].copy(), self.state_rows[:used].copy())
@@ -273,5 +279,7 @@ class TraceBuffer:
             ticks.clear()
         for values in self.values:
             values.clear()
-        for arrays in self.arrays:
-            arrays.clear()
+        if self.put_any:
+            for arrays in self.arrays:
+                arrays.clear()
+            self.put_any = False

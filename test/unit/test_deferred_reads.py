@@ -130,6 +130,30 @@ def test_traced_drivetrain_defers_its_devices_and_reads_the_delayed_one(
     assert trace.record_count == 500 + 200 + 50 + 100 + 500 + 100 + 1 + 2
 
 
+def test_short_advances_read_one_by_one(tmp_path: Path, monkeypatch) -> None:
+    """Computing a block at hand-over has a fixed cost: an ``advance`` shorter than
+    ``_DEFER_TICKS`` (tick by tick, as an experiment with contact observers steps) reads
+    every device at its tick, as before."""
+    from fibril_sim_core.instance import _DEFER_TICKS, _Deferral
+
+    plan = SimulationBuilder().build(DRIVETRAIN)
+    with TraceWriter(tmp_path / "t", provenance={}, layout={}) as trace:
+        instance = plan.create_instance(seed=1, trace=trace, collect=False)
+        computed: list[int] = []
+        complete = _Deferral.complete
+
+        def counted(self, *args):
+            computed.append(self.used)
+            return complete(self, *args)
+
+        monkeypatch.setattr(_Deferral, "complete", counted)
+        for _ in range(40):
+            instance.advance(_DEFER_TICKS - 1)
+        assert not any(computed)  # nothing deferred
+        instance.advance(_DEFER_TICKS)
+        assert sum(computed) > 0
+
+
 def test_mode_changes_keep_the_trace_bit_for_bit(tmp_path: Path) -> None:
     """Deferred, then a subscriber (reads one by one), then that subscriber wanting nothing
     (deferred again), with inputs, a reset and odd advance sizes: the record path's trace."""
@@ -266,8 +290,9 @@ def test_state_rows_are_the_snapshots_a_subscriber_gets(tmp_path: Path) -> None:
 def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
         tmp_path: Path, monkeypatch) -> None:
     """``fibril_sim serve --trace`` with nobody connected: the host's instance has only the
-    trace listening, takes the lean loop, and writes what an offline run of the same ticks
-    writes (frame timings aside, their wall times differ)."""
+    trace listening, takes the lean loop (frames of 100 ticks, as fast as possible), and
+    writes what an offline run of the same ticks writes (frame timings aside, their wall
+    times differ)."""
     from fibril_sim_core.instance import SimulationInstance
     from fibril_sim_core.manifest import RuntimeOptions
     from fibril_sim_core.trace import FRAME_TIMING_TOPIC
@@ -286,7 +311,7 @@ def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
     plan = SimulationBuilder().build(DRIVETRAIN)
     live = TraceWriter(tmp_path / "live", provenance={}, layout={})
     runtime = SimulationRuntime(plan, seed=3, trace=live, server=None,
-                                options=RuntimeOptions(mode="fast", frame_duration_s=0.01))
+                                options=RuntimeOptions(mode="fast", frame_duration_s=0.1))
     runtime.start()
     try:
         deadline = time.monotonic() + 30
