@@ -222,7 +222,7 @@ class _Deferral:
     its trace columns. A device qualifies when it delivers at once and says what it reads
     (``Device.block_inputs``); the samples are bit for bit those of reading one by one."""
 
-    __slots__ = ("devices", "copies", "rows", "row_views", "ticks", "used")
+    __slots__ = ("devices", "copies", "rows", "row_views", "ticks", "used", "_phases")
 
     def __init__(self, devices: tuple[tuple[int, np.ndarray | slice], ...],
                  copies: tuple[tuple[np.ndarray, int, int], ...], width: int) -> None:
@@ -232,6 +232,7 @@ class _Deferral:
         self.row_views = list(self.rows)  # fetched once: indexing makes a new view each time
         self.ticks = np.empty(_TRACE_HANDOFF, dtype=np.int64)  # acquisition tick of a row
         self.used = 0
+        self._phases: dict[int, tuple[Any, tuple]] = {}  # id(due) -> (due, phases)
 
     @classmethod
     def of(cls, devices: Sequence[Device], latency: Sequence[int], data: mujoco.MjData
@@ -262,11 +263,16 @@ class _Deferral:
     def phases(self, due: tuple[tuple[int, ...], ...], latency: Sequence[int]
                ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...]:
         """Per phase of the read schedule: the ``order`` entries of its samples delivered at
-        once, the devices to read now (not deferred) and whether to copy a row."""
-        deferred = {i for i, _ in self.devices}
-        return tuple((tuple(i for i in indices if latency[i] <= 1),
-                      tuple(i for i in indices if i not in deferred),
-                      any(i in deferred for i in indices)) for indices in due)
+        once, the devices to read now (not deferred) and whether to copy a row. Kept per
+        schedule (``_read_schedule`` shares them): an episode's first advance() asks again."""
+        known = self._phases.get(id(due))
+        if known is None:
+            deferred = {i for i, _ in self.devices}
+            known = self._phases[id(due)] = (due, tuple(
+                (tuple(i for i in indices if latency[i] <= 1),
+                 tuple(i for i in indices if i not in deferred),
+                 any(i in deferred for i in indices)) for indices in due))
+        return known[1]
 
     def gather(self, acquired: int, model: mujoco.MjModel, devices: Sequence[Device],
                columns: TraceBuffer) -> None:
@@ -436,8 +442,9 @@ class SimulationInstance:
                         spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
         self._skips = [device.skip for device in self._devices]
-        self._deferral = (_Deferral.of(self._devices, self._latency, self.data)
-                          if self._trace_columns is not None else None)
+        if self._episode == 0:  # what the devices read is the plan's: one for all episodes
+            self._deferral = (_Deferral.of(self._devices, self._latency, self.data)
+                              if self._trace_columns is not None else None)
         self._defer_phases: tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...] | None
         self._defer_phases = None  # set by _follow_reads
         self._deferring = False  # this advance() defers (long enough: _DEFER_TICKS)
@@ -842,9 +849,7 @@ class SimulationInstance:
         _, gaps = self._schedule  # type: ignore[misc]
         cycle = len(gaps)
         phases = self._defer_phases
-        deferral = self._deferral
-        rows, row_ticks, copies = deferral.row_views, deferral.ticks, deferral.copies  # type: ignore
-        capacity = row_ticks.shape[0]
+        read_deferred = self._read_deferred
         order = self._trace_buffer
         handoff = _TRACE_HANDOFF
         deliveries = self._deliveries
@@ -868,22 +873,7 @@ class SimulationInstance:
                         acquired = t - 1
                         phase = acquired % cycle
                         next_read = t + gaps[phase]
-                        entries, now, gather = phases[phase]  # type: ignore[index]
-                        if now:
-                            self._read_columns(t, now)
-                        if gather:
-                            used = deferral.used  # type: ignore[union-attr]
-                            if used == capacity:
-                                self._next_read = next_read
-                                deferral.complete(model, self._devices,  # type: ignore
-                                                  columns)
-                                used = 0
-                            row = rows[used]
-                            for view, first, end in copies:
-                                row[first:end] = view
-                            row_ticks[used] = acquired
-                            deferral.used = used + 1  # type: ignore[union-attr]
-                        order.extend(entries)
+                        read_deferred(t, phases[phase])  # type: ignore[index]
                     if deliveries and deliveries[0][0] == t:
                         self._deliver(t)
                     if completing:
@@ -1084,17 +1074,8 @@ class SimulationInstance:
             due, gaps = schedule
             phase = acquired % len(gaps)
             self._next_read = t + gaps[phase]
-            defer = self._defer_phases
             if self._deferring and self._emit_one is self._trace_sink:
-                # Only the trace listens: the deferred devices' inputs are copied, their
-                # samples computed at hand-over (_Deferral); the others are read now.
-                entries, now, gather = defer[phase]
-                if now:
-                    self._read_columns(t, now)
-                if gather:
-                    self._deferral.gather(acquired, self.model, self._devices,  # type: ignore
-                                          self._trace_columns)
-                self._trace_buffer.extend(entries)
+                self._read_deferred(t, self._defer_phases[phase])  # type: ignore[index]
                 return
             indices = due[phase]
         else:  # periods whose common cycle is too long for a table
@@ -1124,18 +1105,8 @@ class SimulationInstance:
             if not indices:
                 return
         emit = self._emit_one or self._emit
-        columns = self._trace_columns
-        if columns is not None and emit is self._trace_sink:  # only the trace listens
-            ticks, kept, order = columns.ticks, columns.values, columns.order
-            for i in indices:
-                read = reads[i]
-                values = read[0](model, data)
-                if read[5] > 1:
-                    self._delay(t, read, values)
-                else:  # the DeviceOutput, as columns (see sample_block)
-                    ticks[i].append(acquired)
-                    kept[i].append(values)
-                    order.append(i)
+        if self._trace_columns is not None and emit is self._trace_sink:  # only the trace
+            self._read_columns(t, indices, self._trace_buffer)
             return
         dt = self._dt
         episode = self._episode
@@ -1154,10 +1125,24 @@ class SimulationInstance:
                                         deliver_ns, offset + acquired_ns, offset + deliver_ns,
                                         values, names, frame_id)))
 
-    def _read_columns(self, t: int, indices: Iterable[int]) -> None:
-        """Read ``indices`` (not deferred) at boundary ``t`` while reads are deferred: a
-        sample delivered at once goes to its device's columns (see sample_block; the caller
-        adds its ``order`` entry with the deferred ones'), a later one to the delivery
+    def _read_deferred(self, t: int, phase: tuple[tuple[int, ...], tuple[int, ...], bool]
+                       ) -> None:
+        """The reads at boundary ``t`` while they are deferred (only the trace listens): the
+        deferred devices' inputs are copied (``_Deferral.gather``), their samples computed at
+        hand-over; the others (``phase``'s second item) are read now."""
+        entries, now, gather = phase
+        if now:
+            self._read_columns(t, now)
+        if gather:
+            self._deferral.gather(t - 1, self.model, self._devices,  # type: ignore[union-attr]
+                                  self._trace_columns)
+        self._trace_buffer.extend(entries)
+
+    def _read_columns(self, t: int, indices: Iterable[int],
+                      order: list[int] | None = None) -> None:
+        """Read ``indices`` at boundary ``t`` while only the trace listens: a sample delivered
+        at once goes to its device's columns (see sample_block) and its entry to ``order``
+        (None: the caller writes it, with the deferred ones'), a later one to the delivery
         queue."""
         model, data = self.model, self.data
         reads = self._reads
@@ -1172,6 +1157,8 @@ class SimulationInstance:
             else:
                 ticks[i].append(acquired)
                 kept[i].append(values)
+                if order is not None:
+                    order.append(i)
 
     def _delay(self, t: int, read: tuple, values: np.ndarray) -> None:
         """Queue the output of a read at boundary ``t`` for its delivery tick."""

@@ -105,8 +105,7 @@ class SampleBlock:
             others += block.others
             for d in range(len(first.devices)):
                 ticks[d] += block.ticks[d]
-                if len(block.values[d]):
-                    parts[d].append(block.values[d])
+                parts[d].append(block.values[d])
         joined_states = None
         if states:
             joined_states = StateRows(states[0].sizes,
@@ -119,6 +118,7 @@ class SampleBlock:
 
 def _joined_values(parts: list[Any]) -> list[np.ndarray] | np.ndarray:
     """One device's values of consecutive blocks: one 2-D array when they all are."""
+    parts = [p for p in parts if len(p)]
     if parts and all(type(p) is np.ndarray for p in parts):
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
     values: list[np.ndarray] = []
@@ -132,8 +132,8 @@ class TraceBuffer:
     directly, on the hot path), blocks of samples (``put``), state rows (``state_row``,
     ``commit_state``) and other records (``other``); ``take`` empties it."""
 
-    __slots__ = ("arrays", "devices", "order", "others", "put_any", "state_rows",
-                 "state_sizes", "state_ticks", "states_used", "ticks", "values")
+    __slots__ = ("arrays", "devices", "order", "others", "state_rows", "state_sizes",
+                 "state_ticks", "states_used", "ticks", "values")
 
     def __init__(self, devices: tuple[DeviceColumns, ...],
                  state_sizes: tuple[int, ...] = ()) -> None:
@@ -143,7 +143,6 @@ class TraceBuffer:
         self.ticks: list[list[int]] = [[] for _ in devices]
         self.values: list[list[np.ndarray]] = [[] for _ in devices]
         self.arrays: list[list[np.ndarray]] = [[] for _ in devices]  # put() before values
-        self.put_any = False  # whether any of arrays is not empty
         self.state_sizes = state_sizes
         self.state_rows = np.empty((256, sum(state_sizes)))
         self.state_ticks = np.empty(256, dtype=np.int64)
@@ -162,7 +161,6 @@ class TraceBuffer:
             self.values[device] += list(values)
         else:
             self.arrays[device].append(values)
-            self.put_any = True
 
     def state_row(self) -> np.ndarray:
         """The row the next state snapshot is written to (filled in two steps, see
@@ -184,18 +182,10 @@ class TraceBuffer:
     def take(self, episode: int, session_offset_ns: int, timestep_ns: int) -> SampleBlock:
         """Everything kept so far as a block; the buffer starts empty (its lists are new, so
         the block never changes after this)."""
-        values: list[list[np.ndarray] | np.ndarray]
-        if not self.put_any:  # (a block read one by one: as cheap as before blocks existed)
-            values = [v[:] for v in self.values]
-        else:
-            values = []
-            for arrays, listed in zip(self.arrays, self.values, strict=True):
-                if not arrays:
-                    values.append(listed[:])
-                elif not listed and len(arrays) == 1:
-                    values.append(arrays[0])
-                else:
-                    values.append(_joined_values(arrays + ([listed[:]] if listed else [])))
+        values: list[list[np.ndarray] | np.ndarray] = (
+            [_joined_values(arrays + [listed]) for arrays, listed in
+             zip(self.arrays, self.values, strict=True)] if any(self.arrays)
+            else [v[:] for v in self.values])  # (read one by one: as cheap as before blocks)
         used = self.states_used
         states = None if not used else StateRows(
             self.state_sizes, self.state_ticks[:used].copy(), self.state_rows[:used].copy())
@@ -279,7 +269,5 @@ class TraceBuffer:
             ticks.clear()
         for values in self.values:
             values.clear()
-        if self.put_any:
-            for arrays in self.arrays:
-                arrays.clear()
-            self.put_any = False
+        for arrays in self.arrays:
+            arrays.clear()
