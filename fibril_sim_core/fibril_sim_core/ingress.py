@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .components import ActuatorDescriptor, Command, Endpoint
+from .entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, EntityCommand
 from .errors import IngressError
 from .records import ExternalInput, IngressRecord
 
@@ -29,17 +30,25 @@ class AcceptedInput:
 
     acceptance_sequence: int
     input: ExternalInput
-    endpoint: int  # index into the instance's endpoints
-    command: Command
+    endpoint: int  # index into the instance's endpoints; ENTITY for an entity state
+    command: Command | EntityCommand
     commit_tick: int = -1
+
+
+#: ``AcceptedInput.endpoint`` of an entity-state input (no endpoint: see entities.py).
+ENTITY = -1
 
 
 class Ingress:
     """Validation, ordering and the thread-safe pending queue of one instance."""
 
     def __init__(self, actuators: tuple[ActuatorDescriptor, ...],
-                 endpoints: list[Endpoint], clock: Callable[[], tuple[int, int]]) -> None:
+                 endpoints: list[Endpoint], clock: Callable[[], tuple[int, int]],
+                 entities: Entities | None = None) -> None:
         self._index = {a.endpoint: i for i, a in enumerate(actuators)}
+        if entities is not None:
+            self._index[ENTITY_SOURCE] = ENTITY
+        self._entities = entities
         self._actuators = actuators
         self._endpoints = endpoints
         self._clock = clock  # () -> (episode, session_time_ns), read for rejection records
@@ -55,13 +64,14 @@ class Ingress:
     def sources(self) -> list[str]:
         return list(self._index)
 
-    def parse(self, item: ExternalInput) -> tuple[int, Command]:
+    def parse(self, item: ExternalInput) -> tuple[int, Command | EntityCommand]:
         """Check source, payload type and payload; return (endpoint index, command)."""
         index = self._index.get(item.source_id)
         if index is None:
             raise IngressError(f"unknown source_id {item.source_id!r}; known sources: "
                                f"{', '.join(self._index) or 'none'}")
-        expected = self._actuators[index].payload_type
+        expected = ENTITY_PAYLOAD_TYPE if index == ENTITY else \
+            self._actuators[index].payload_type
         if item.payload_type != expected:
             raise IngressError(f"source {item.source_id!r} accepts payload_type {expected!r}, "
                                f"got {item.payload_type!r}")
@@ -69,6 +79,8 @@ class Ingress:
             raise IngressError(f"source {item.source_id!r}: payload must be a JSON object, got "
                                f"{type(item.payload).__name__}")
         try:
+            if index == ENTITY:
+                return index, self._entities.parse(item.payload)  # type: ignore[union-attr]
             command = self._endpoints[index].parse(item.payload)
         except ValueError as exc:
             raise IngressError(f"source {item.source_id!r} sequence {item.source_sequence}: "

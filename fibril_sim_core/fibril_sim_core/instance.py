@@ -31,7 +31,8 @@ import numpy as np
 from mujoco import rollout
 
 from .errors import IngressError, InstanceError
-from .ingress import AcceptedInput, Ingress, external_input
+from .entities import Entities
+from .ingress import ENTITY, AcceptedInput, Ingress, external_input
 from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
 from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
                       IngressRecord, StateSnapshot)
@@ -402,8 +403,10 @@ class SimulationInstance:
         # instance -> ingress -> instance a cycle, which only the cyclic GC frees, and with it
         # the plan and its compiled model (a calibration makes one per candidate).
         this = weakref.ref(self)
+        self.entities = Entities(plan.model)
         self._ingress = Ingress(plan.actuators, self._endpoints,
-                                lambda: this()._clock())  # type: ignore[union-attr]
+                                lambda: this()._clock(),  # type: ignore[union-attr]
+                                self.entities)
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         # MjData's arrays, fetched once (each attribute access makes a new numpy view).
         d = self.data
@@ -1195,6 +1198,9 @@ class SimulationInstance:
                 self._episode, source.source_id, source.source_sequence, source.payload_type,
                 source.payload_json, True, t, item.acceptance_sequence, "",
                 self._session_offset + t * self._dt))
+        if item.endpoint == ENTITY:  # placed now: nothing between commit and the state
+            self.entities.apply(self.data, item.command)  # type: ignore[arg-type]
+            return
         latency = self.plan.actuators[item.endpoint].latency_ticks
         if latency == 0:
             self._release(t, item)

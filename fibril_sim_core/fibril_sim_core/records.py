@@ -137,3 +137,25 @@ class RenderFrame:
     session_time_ns: int
     rgb: np.ndarray
     depth: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateObservation:
+    """Ground truth the host takes on the simulated clock's grid (runtime/observation.py):
+    joint states and the moving bodies' frames, for ``/joint_states`` and ``/tf`` (no noise,
+    no latency; not a sensor). The arrays follow the model's ``StateLayout``; those a stream
+    did not ask for are empty.
+
+    ``joint_effort`` is the actuator force on each joint's dof (``qfrc_actuator``) over the
+    step that led here; ``frame_orientation`` rows are quaternions w x y z.
+    """
+
+    stream: int
+    episode: int
+    tick: int
+    session_time_ns: int
+    joint_position: np.ndarray
+    joint_velocity: np.ndarray
+    joint_effort: np.ndarray
+    frame_position: np.ndarray
+    frame_orientation: np.ndarray

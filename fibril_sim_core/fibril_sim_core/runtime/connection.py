@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InstanceError
 from ..plan import SimulationPlan
-from ..records import ExternalInput, RenderFrame
+from ..entities import EntityState
+from ..records import ExternalInput, RenderFrame, StateObservation
 from .host import RecordCallback, SimulationHost
+from .observation import ObservationRequest, StateLayout
 from .render import RenderRequest
 from .subscription import RecordFilter
 
@@ -129,6 +131,28 @@ class SimulationConnection:
     def stop_render(self, stream: int) -> None:
         self._host.request("stop_render", (stream, self))
 
+    def observe(self, rate_hz: float, *, joints: bool = True, frames: bool = False) -> int:
+        """Start a stream of ground-truth state observations every 1/rate_hz of simulated
+        time, exactly on that grid (a rate that is not a whole number of physics steps is
+        refused): joint states (``joints``) and the moving bodies' frames (``frames``), as
+        ``state_observation`` records to this connection's callbacks, on the host thread.
+        ``state_layout()`` says what the arrays hold. Returns the stream id."""
+        self._check_open()
+        return self._host.request("observe", (ObservationRequest(rate_hz, joints, frames),
+                                              self._deliver_frame, self))
+
+    def stop_observe(self, stream: int) -> None:
+        self._host.request("stop_observe", (stream, self))
+
+    def state_layout(self) -> StateLayout:
+        """The joints and moving bodies a StateObservation's arrays hold, in order."""
+        return StateLayout.of(self._host.instance.model)
+
+    def entity_states(self, names: list[str] | None = None) -> list[EntityState]:
+        """World poses and twists of the bodies ``names`` (all when None) now, between
+        frames; InstanceError naming an unknown body."""
+        return self._host.request("entities", None if names is None else list(names))
+
     def close(self) -> None:
         """Drop this connection's callbacks and render streams; the simulation goes on."""
         with self._lock:
@@ -140,6 +164,7 @@ class SimulationConnection:
             self._host.remove_callback(handle)
         if self._host.running:
             self._host.request("stop_render", (None, self))
+            self._host.request("stop_observe", (None, self))
 
     def __enter__(self) -> SimulationConnection:
         return self
@@ -148,7 +173,7 @@ class SimulationConnection:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _deliver_frame(self, frame: RenderFrame) -> None:
+    def _deliver_frame(self, frame: RenderFrame | StateObservation) -> None:
         for callback, record_filter, _ in self._subscriptions:
             if record_filter.matches(frame):
                 callback(frame)

@@ -21,7 +21,8 @@ from typing import Any
 from ..errors import FibrilError, InstanceError
 from ..instance import Record, SimulationInstance
 from ..manifest import RuntimeOptions
-from ..records import DeviceOutput, FrameTiming, RenderFrame
+from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
+from .observation import ObservationRequest, ObservationStreams
 from .render import RenderRequest, RenderSink, RenderStreams
 from .subscription import (
     RECORD_KINDS,
@@ -41,7 +42,7 @@ _PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 _PACE_S = 0.001
 # The record types the dispatch routes by table (``wanted_records`` leaves render frames out:
 # they go to their streams' sinks).
-_DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame}
+_DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame, StateObservation}
 
 
 @dataclass
@@ -87,6 +88,8 @@ class SimulationHost:
         self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
         self._anchor = (0.0, 0)  # real-time pacing: (perf_counter, session ns) it counts from
         self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
+        self._observations = ObservationStreams(instance.model,
+                                                instance.plan.timebase.timestep_ns)
         instance.subscribe(self._dispatch)
 
     # -------------------------------------------------------------- client side
@@ -330,6 +333,33 @@ class SimulationHost:
                                         f"got {stream_id!r}")
                 elif not self._renders.remove(stream_id):
                     raise InstanceError(f"stop_render: no render stream {stream_id!r}")
+            elif item.action == "observe":
+                request, sink, owner = item.argument
+                if not isinstance(request, ObservationRequest) or not callable(sink):
+                    raise InstanceError(f"observe: not an observation request: {request!r}")
+                item.result = self._observations.add(request, sink, self._session_tick(),
+                                                     owner)
+                return False
+            elif item.action == "stop_observe":
+                stream_id, owner = _pair(item.action, item.argument)
+                if owner is not None and stream_id is None:
+                    self._observations.remove_owned_by(owner)
+                elif isinstance(stream_id, bool) or not isinstance(stream_id, int):
+                    raise InstanceError(f"stop_observe: stream must be a stream id (an "
+                                        f"integer), got {stream_id!r}")
+                elif not self._observations.remove(stream_id):
+                    raise InstanceError(f"stop_observe: no observation stream {stream_id!r}")
+            elif item.action == "entities":
+                names = item.argument
+                if names is not None and (not isinstance(names, (list, tuple)) or not all(
+                        isinstance(n, str) for n in names)):
+                    raise InstanceError(f"entities: names must be a list of body names, got "
+                                        f"{names!r}")
+                try:
+                    item.result = instance.entities.states(instance.data, names)
+                except ValueError as exc:
+                    raise InstanceError(f"entities: {exc}") from None
+                return False
             elif item.action == "rtf":
                 factor = item.argument
                 if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
@@ -371,6 +401,7 @@ class SimulationHost:
             instance.set_interest(wanted_records(f for _, f in self._callbacks))
         start_sim = instance.session_time_ns
         renders = self._renders
+        observations = self._observations
         piece = self._piece
         if paced:
             piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
@@ -383,11 +414,16 @@ class SimulationHost:
             if renders.active:
                 renders.render_due(instance.episode, instance.tick, self._session_tick(),
                                    instance.data)
+            if observations.active:
+                observations.observe_due(instance.episode, instance.tick, self._session_tick(),
+                                         instance.data)
             if done >= ticks or (self._stopping and done):
                 break
             chunk = min(ticks - done, piece)
             if renders.active:
                 chunk = max(1, min(chunk, renders.ticks_until_due(self._session_tick())))
+            if observations.active:
+                chunk = max(1, min(chunk, observations.ticks_until_due(self._session_tick())))
             if paced and done:
                 busy += time.perf_counter() - mark
                 due = self._due(instance.session_time_ns)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import InstanceError
 from ..records import (ActuatorApplication, DeviceOutput, EpisodeStart, FrameTiming,
-                       IngressRecord, RenderFrame, StateSnapshot)
+                       IngressRecord, RenderFrame, StateObservation, StateSnapshot)
 
 #: Record kind name per record type (the names clients subscribe with).
 RECORD_KINDS: dict[type, str] = {
@@ -24,7 +24,10 @@ RECORD_KINDS: dict[type, str] = {
     FrameTiming: "frame_timing",
     EpisodeStart: "episode_start",
     RenderFrame: "render_frame",
+    StateObservation: "state_observation",
 }
+#: Kinds a connection's own streams deliver (never through the host's dispatch).
+STREAM_KINDS = frozenset({"render_frame", "state_observation"})
 KIND_NAMES = frozenset(RECORD_KINDS.values())
 _KIND_TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
 _UNWANTED: Any = object()
@@ -106,8 +109,8 @@ class AnyOf:
 def wanted_records(filters: Iterable[RecordFilter | AnyOf | None]
                    ) -> dict[type, frozenset[str] | None]:
     """What ``filters`` pass together, by record type: the ids wanted (None: every one); a
-    type none of them passes is left out. Render frames are not among them (they never pass
-    through the host's dispatch). The instance makes only these (``set_interest``)."""
+    type none of them passes is left out. Render frames and state observations are not among
+    them (a connection's own streams: they never pass through the host's dispatch). The instance makes only these (``set_interest``)."""
     wanted: dict[type, set[str] | None] = {}
     flat = (f for any_of in filters
             for f in (any_of.filters if isinstance(any_of, AnyOf) else (any_of,)))
@@ -115,7 +118,7 @@ def wanted_records(filters: Iterable[RecordFilter | AnyOf | None]
         kinds = KIND_NAMES if record_filter is None or record_filter.kinds is None \
             else record_filter.kinds
         devices = None if record_filter is None else record_filter.devices
-        for kind in kinds - {"render_frame"}:
+        for kind in kinds - STREAM_KINDS:
             cls = _KIND_TYPES[kind]
             if devices is None:
                 wanted[cls] = None
