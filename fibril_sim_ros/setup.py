@@ -4,11 +4,13 @@ launch/ and config/ live at the repository root (beside this package, not in it)
 installed into this package's share/ directory. Paths in data_files are relative to this
 file's directory, which is where both colcon and pip run setup.py.
 
-config/ and launch/ are installed through the symlinks fibril_sim_ros/config -> ../config and
-fibril_sim_ros/launch -> ../launch, so every source
-lies inside this package: ``colcon build --symlink-install`` mirrors each data_files source to
+config/ and launch/ are installed through the symlinks fibril_sim_ros/config-files ->
+../config and fibril_sim_ros/launch-files -> ../launch, so every source lies inside this
+package: ``colcon build --symlink-install`` mirrors each data_files source to
 build/fibril_sim_ros/<source>, and a ``../config/...`` source would land in build/config/,
-outside the package's build folder (shared by every package of the workspace).
+outside the package's build folder (shared by every package of the workspace). The link names
+are not Python identifiers on purpose: an editable install puts this folder on sys.path, and a
+link named ``launch`` there was imported instead of ROS's ``launch`` package.
 """
 
 from __future__ import annotations
@@ -44,10 +46,10 @@ data_files = [
     ('share/ament_index/resource_index/packages', [f'resource/{package_name}']),
     (f'share/{package_name}', ['package.xml']),
 ]
-launch_files = _files(os.path.join('launch', '*.launch.py'))  # launch -> ../launch
+launch_files = _files(os.path.join('launch-files', '*.launch.py'))  # -> ../launch
 if launch_files:
     data_files.append((f'share/{package_name}/launch', launch_files))
-data_files += _tree('config', f'share/{package_name}/config')
+data_files += _tree('config-files', f'share/{package_name}/config')  # -> ../config
 
 setup(
     name=package_name,
