@@ -18,6 +18,27 @@ class Command:
 
 
 @dataclass(frozen=True)
+class ActuatorKind:
+    """What a MuJoCo actuator is, as far as commands go, and how a command becomes its ctrl.
+
+    ``name`` says what the actuator is ("position servo", "DC motor", ...) and ``detail`` the
+    numbers that make it so (or why it takes no command); a refused mode quotes both. A
+    command's value (after the endpoint's own limits) becomes ``ctrl = value × scale``, then
+    clamped to ``ctrlrange`` when the actuator's ctrl is limited (None: not clamped here).
+    """
+
+    name: str
+    detail: str = ""
+    scale: float = 1.0
+    ctrlrange: tuple[float, float] | None = None
+
+    def describe(self) -> str:
+        """``"a position servo: kp 4500, kv 450"``."""
+        article = "an" if self.name[:1] in ("a", "e", "i", "o") else "a"
+        return f"{article} {self.name}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
 class ActuatorDescriptor:
     """Immutable description of one bound actuator endpoint."""
 
@@ -32,9 +53,20 @@ class ActuatorDescriptor:
     binding: Mapping[str, Any]
     config: Mapping[str, Any]
     factory: Any = field(repr=False, compare=False)
+    kind: ActuatorKind = ActuatorKind("actuator")
 
     def create(self) -> Endpoint:
         return self.factory(self)
+
+    def describe_modes(self) -> str:
+        """The modes this endpoint takes and why: ``"position (a position servo: kp 4500,
+        kv 450)"``, or ``"none (a damper: ...)"``."""
+        return f"{', '.join(self.modes) or 'none'} ({self.kind.describe()})"
+
+    def refusal(self, mode: str) -> str:
+        """The one-line reason ``mode`` is refused, naming the modes accepted and why."""
+        return (f"mode {mode!r} is not accepted by actuator {self.actuator!r} "
+                f"({self.kind.describe()}); accepted: {', '.join(self.modes) or 'none'}")
 
 
 class Endpoint:
