@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(exc.exit_code)
+    _warn(name, result.document.get("warnings"))
     if args.output is not None:
         write_atomic(args.output, result.to_json())
     written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)
@@ -175,6 +176,7 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     metrics: dict[str, Any] = {}
     document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
                                        metrics=metrics)
+    _warn(getattr(args, "command_name", "fibril_sim calibrate"), document.get("warnings"))
     text = to_json(document)
     if args.output is not None:
         write_atomic(args.output, text)
@@ -193,6 +195,15 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
             lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _warn(name: str, warnings: Any) -> None:
+    """Recording warnings go to stderr even with --quiet (they qualify the result); only
+    after a run succeeds, so that an error stays the one line on stderr."""
+    for warning in warnings or ():
+        if warning.get("code") == "recording_unchecked":
+            print(f"{name.split()[0]}: warning: {warning['message']}", file=sys.stderr,
+                  flush=True)
 
 
 def _progress(name: str, message: str) -> None:

@@ -414,8 +414,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     spec = sources.spec(body["source"], where.key("source"))
     source = sources.open(spec)
     if hasattr(source, "prefetch"):  # a bag: every topic the entry names in one pass
-        source.prefetch(_topics([body.get("inputs"), body.get("signals"),
-                                 body.get("initial_state")]))
+        try:
+            source.prefetch(_topics([body.get("inputs"), body.get("signals"),
+                                     body.get("initial_state")]))
+        except SourceError as exc:
+            raise spec.where.key("path").fail(str(exc)) from None
     dt = plan.timebase.timestep_ns
 
     inputs = _inputs(body.get("inputs", []), where.key("inputs"), source, spec, plan)
@@ -505,6 +508,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}
+        if getattr(source, "warnings", ()):  # what its storage could not vouch for
+            info["warnings"] = list(source.warnings)
         fallback = getattr(source, "reader_fallback", None)
         if fallback:  # reader: auto fell back from rosbag2_py to rosbags
             info["reader_fallback"] = fallback

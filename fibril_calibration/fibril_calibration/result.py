@@ -81,6 +81,7 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
     }
     for key, value in solver.items():
         document[key] = value
+    document["warnings"] = [*document.get("warnings", []), *recording_warnings(request)]
     document["context"] = result_context(request, solver)
     document["candidate_plan"] = {
         "values": fitted,
@@ -115,6 +116,22 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
         overlay_parameters, id=str(overlay_id) if overlay_id is not None else None,
         source=source)
     return strict(document)
+
+
+def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
+    """One warning per recording whose bytes could not be fully checked (an MCAP written
+    without CRCs, sqlite3 storage), naming the episodes read from it: the result's
+    ``warnings`` and the CLI's stderr carry them."""
+    found: dict[str, dict[str, Any]] = {}
+    for scope in ("training", "validation"):
+        for episode in request.episodes(scope):
+            for message in (episode.source or {}).get("warnings", ()):
+                entry = found.setdefault(message, {
+                    "code": "recording_unchecked", "path": episode.source["path"],
+                    "episodes": [], "message": message})
+                if episode.id not in entry["episodes"]:
+                    entry["episodes"].append(episode.id)
+    return list(found.values())
 
 
 def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> dict[str, Any]:

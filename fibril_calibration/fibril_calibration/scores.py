@@ -221,7 +221,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
     training and validation episodes without fitting."""
     from .candidate_plan import CandidatePlanBuilder
     from .problem import CalibrationProblem
-    from .result import strict
+    from .result import recording_warnings, strict
 
     scored: dict[str, Any] = {}
     for name in names:
@@ -242,6 +242,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                    "episodes": {scope: [e.id for e in request.episodes(scope)]
                                 for scope in ("training", "validation")},
                    "input_timing": input_timing(request),
+                   "warnings": recording_warnings(request),
                    "scores": scored})
 
 

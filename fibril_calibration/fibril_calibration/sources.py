@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import re
+import sqlite3
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,7 +59,14 @@ def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
     from rosbags.serde import SerdeError
     from rosbags.typesys import TypesysError
 
-    reading = (ReaderError, OSError, ValueError, KeyError, EOFError)
+    reading: tuple[type[BaseException], ...] = (ReaderError, OSError, ValueError, KeyError,
+                                                EOFError, sqlite3.Error)
+    try:  # rosbags reads sqlite3 storage with apsw: a damaged database raises its errors
+        import apsw
+
+        reading += (apsw.Error,)
+    except ImportError:
+        pass
     decoding = (SerdeError, ValueError, IndexError, KeyError, struct.error, TypeError)
     return reading, decoding, (TypesysError, ValueError, KeyError, IndexError)
 
@@ -189,10 +197,40 @@ class BagSource(Source):
             self._fall_back(f"rosbag2_py could not open it ({exc})", opened=False)
         self._open = True
         self._index_connections()
+        # What the storage's own redundancy could not vouch for (said in the result, stderr).
+        self.warnings: tuple[str, ...] = self._check_storage()
         self._typestore: Any = None
         self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
         self._messages: dict[str, list[Any]] = {}
         self._joints: dict[str, _JointTable | None] = {}
+
+    def _storage_files(self) -> list[Path]:
+        if self.format != "rosbag2":
+            return [self.path]
+        listed = getattr(self._reader, "paths", None)
+        return list(listed) if listed else sorted(p for p in self.path.iterdir() if p.is_file()
+                                                  and p.suffix in (".mcap", ".db3"))
+
+    def _check_storage(self) -> tuple[str, ...]:
+        """Check each storage file before its messages are read (``mcap_integrity``, sqlite's
+        quick_check); damage is a SourceError, what cannot be checked a warning."""
+        from .mcap_integrity import McapDamage, check_mcap
+
+        label = f"recording {str(self.path)!r}"
+        warnings: list[str] = []
+        for file in self._storage_files():
+            where = label if file == self.path else f"{label} file {file.name!r}"
+            if file.suffix == ".mcap" or (file == self.path and self.format == "mcap"):
+                try:
+                    found = check_mcap(file)
+                except McapDamage as exc:
+                    raise SourceError(f"{where} is damaged: {exc}") from None
+                except OSError as exc:
+                    raise SourceError(f"cannot read {where}: {exc.strerror or exc}") from None
+                warnings.extend(f"{where}: {w}" for w in found.warnings)
+            elif file.suffix == ".db3" or self.format == "sqlite3":
+                warnings.extend(f"{where}: {w}" for w in _check_sqlite3(file, where))
+        return tuple(dict.fromkeys(warnings))
 
     def _rosbags_reader(self) -> Any:
         from rosbags.rosbag2 import Reader
@@ -283,8 +321,14 @@ class BagSource(Source):
                 times[topic].append(timestamp)
                 raws[topic].append(raw)
         except _READ_ERRORS as exc:
-            raise SourceError(f"cannot read recording {str(self.path)!r}: {exc}") from None
+            raise SourceError(f"cannot read recording {str(self.path)!r}: "
+                              f"{exc or type(exc).__name__}") from None
         for name in wanted:
+            declared = sum(getattr(c, "msgcount", 0) or 0 for c in self._connections[name])
+            if self.format == "rosbag2" and declared and declared != len(raws[name]):
+                raise SourceError(f"recording {str(self.path)!r} topic {name!r}: "
+                                  f"metadata.yaml counts {declared} message(s), the storage "
+                                  f"holds {len(raws[name])} (a damaged or cut bag)")
             self._raw[name] = (np.array(times[name], dtype=np.int64), raws[name])
 
     def _recorded(self, topic: str) -> tuple[np.ndarray, list[bytes]]:
@@ -485,6 +529,25 @@ def _storage_reader(path: Path) -> Any:
         return Reader(path)
     except _READ_ERRORS as exc:
         raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
+
+
+def _check_sqlite3(path: Path, where: str) -> list[str]:
+    """sqlite's own structure check of a .db3 (pages, b-trees, record lengths); its message
+    blobs carry no checksum, which the returned warning says."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise SourceError(f"{where} is not a readable sqlite3 database: {exc}") from None
+    if problems != ["ok"]:
+        raise SourceError(f"{where} is damaged: sqlite's quick_check reports "
+                          f"{problems[0]}" + (f" and {len(problems) - 1} more problem(s)"
+                                              if len(problems) > 1 else ""))
+    return ["sqlite3 storage keeps no checksums, so a damaged message payload cannot be "
+            "detected; its database structure was checked"]
 
 
 def _short(msgtype: str) -> str:
