@@ -1,0 +1,523 @@
+"""Robot description: a URDF and geom markers generated from a compiled MuJoCo model.
+
+RViz's RobotModel and Foxglove's URDF layer draw a robot from a URDF whose links are TF frames.
+The URDF made here has one link per MuJoCo body, named like the TF frames the node publishes
+(``body_frame_names``: the body name with an optional prefix, ``world`` for the world body,
+``body_<id>`` for an unnamed body), so the drawing follows the simulated state through ``/tf``.
+
+Rules (each chosen so that the URDF, composed at joint positions equal to MuJoCo's qpos, puts
+every link exactly where MuJoCo puts the body):
+
+- Joints. A body without joints (and not mocap) is a ``fixed`` joint named ``<link>_fixed`` at
+  ``body_pos``/``body_quat``. A hinge is ``revolute`` (``continuous`` when not limited), a slide
+  ``prismatic``; the URDF joint keeps the MuJoCo joint's name (the ``/joint_states`` name,
+  ``joint_<id>`` when unnamed) and its position *is* MuJoCo's qpos: the joint origin is the body
+  frame at qpos = 0, i.e. turned (moved) by ``-ref`` about (along) the axis from the body's
+  pose at qpos0. A ball or free joint, or a mocap body, is one ``floating`` joint (named after
+  the first joint, or ``<link>_mocap``): its pose comes from TF. Several hinge/slide joints in
+  one body, or a hinge whose anchor is off its axis through the body origin, become a chain
+  through intermediate links named after the joints (prefixed); the last link is the body.
+- Limits: ``jnt_range``; an unlimited slide gets +-``UNLIMITED_SLIDE_RANGE``. Effort: the
+  joint's ``actuatorfrcrange`` when limited, else the sum over the actuators driving the joint
+  of ``|gear| * max|forcerange|`` (or ``|gear| * |gain| * max|ctrlrange|`` for a plain motor);
+  ``DEFAULT_EFFORT`` (0, unknown) otherwise. Velocity: MuJoCo has no joint speed limit:
+  ``DEFAULT_VELOCITY`` (0, unknown).
+- Inertial: ``body_mass`` at ``body_ipos``/``body_iquat`` with the diagonal ``body_inertia``
+  (omitted for massless bodies, the world included).
+- Geometry: a geom in one of ``visual_groups`` (MuJoCo's viewer shows groups 0-2) with alpha > 0
+  is a ``<visual>``; a geom that can collide (contype or conaffinity set) is a ``<collision>``.
+  Box, sphere and cylinder are exact; a capsule is a cylinder plus two spheres; an ellipsoid is
+  a sphere of its largest semi-axis (the markers draw it exactly); a plane is a box
+  ``PLANE_THICKNESS`` thick whose top face is the plane (an infinite plane gets half-sizes of
+  ``INFINITE_PLANE_HALF_SIZE``); a mesh is its file (``file://`` URI, or ``package://`` under a
+  ``package_roots`` entry) with its scale, placed where MuJoCo draws it (MuJoCo recentres and
+  realigns a mesh when compiling; ``mesh_pos``/``mesh_quat`` undo that). Height fields, SDFs
+  and meshes without a file are left out. Colours are the geom's rgba, or its material's when
+  the geom keeps the default rgba (MuJoCo's rule).
+
+Quaternions are w x y z (MuJoCo's order) everywhere in this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from .entities import body_names
+from .errors import FibrilError
+
+UNLIMITED_SLIDE_RANGE = 1.0e6  # m, the +- range of a prismatic joint MuJoCo leaves unlimited
+DEFAULT_EFFORT = 0.0  # no actuator bound known
+DEFAULT_VELOCITY = 0.0  # MuJoCo has no joint velocity limit
+PLANE_THICKNESS = 0.001  # m
+INFINITE_PLANE_HALF_SIZE = 10.0  # m, for a plane whose MJCF size is 0 (infinite)
+VISUAL_GROUPS = (0, 1, 2)  # the geom groups MuJoCo's viewer shows by default
+
+_HINGE, _SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
+_BALL, _FREE = int(mujoco.mjtJoint.mjJNT_BALL), int(mujoco.mjtJoint.mjJNT_FREE)
+_G = mujoco.mjtGeom
+_TRN_JOINT = int(mujoco.mjtTrn.mjTRN_JOINT)
+_GAIN_FIXED, _BIAS_NONE = int(mujoco.mjtGain.mjGAIN_FIXED), int(mujoco.mjtBias.mjBIAS_NONE)
+_DEFAULT_RGBA = (0.5, 0.5, 0.5, 1.0)
+_ON_AXIS = 1e-12
+
+
+class RobotDescriptionError(FibrilError):
+    """The model cannot be described as a URDF (a name clash, a mesh file that is missing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GeomMarker:
+    """One visible geom, as a visualization marker in its body's frame.
+
+    ``kind`` is box, sphere, ellipsoid, cylinder, capsule, plane or mesh; ``scale`` is the
+    marker scale (full extents: box and plane sizes, sphere/ellipsoid diameters, cylinder and
+    capsule diameter x diameter x cylinder length (a capsule adds a sphere of that diameter at
+    each end), a mesh's scale); the pose is in the body frame, quaternion w x y z; ``mesh_uri``
+    is set for meshes only."""
+
+    frame: str
+    name: str
+    kind: str
+    scale: tuple[float, float, float]
+    position: tuple[float, float, float]
+    orientation: tuple[float, float, float, float]
+    rgba: tuple[float, float, float, float]
+    mesh_uri: str | None = None
+
+
+def body_frame_names(model: mujoco.MjModel, frame_prefix: str = "") -> tuple[str, ...]:
+    """The TF frame (and URDF link) name of every body, by body id."""
+    return tuple(frame_prefix + name for name in body_names(model))
+
+
+def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
+                    frame_prefix: str = "",
+                    package_roots: Mapping[str, Path | str] | None = None,
+                    robot_name: str | None = None,
+                    visual_groups: Iterable[int] = VISUAL_GROUPS) -> str:
+    """The URDF document of ``model`` (see the module docstring for the rules).
+
+    Mesh files are found from the compiled model's paths; ``spec`` (the MjSpec the model was
+    compiled from) resolves relative ones against its model directory and meshdir.
+    ``package_roots`` maps package names to share directories: a mesh under one of them gets a
+    ``package://`` URI, any other a ``file://`` URI."""
+    links = _unique_body_links(model, frame_prefix)
+    meshes = _MeshFiles(model, spec, package_roots)
+    groups = frozenset(int(g) for g in visual_groups)
+    name = robot_name or _model_name(model) or "mujoco_model"
+    robot = ET.Element("robot", name=name)
+    link_names = set(links)
+    joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
+    visual_names, collision_names = _Names(set()), _Names(set())
+    elements = {body: _link(links[body]) for body in range(model.nbody)}
+    for body in range(model.nbody):
+        _inertial(model, body, elements[body])
+        for geom in _body_geoms(model, body):
+            _geometry(model, geom, elements[body], meshes, groups,
+                      visual_names, collision_names)
+    robot.extend(elements[b] for b in range(model.nbody))
+    for body in range(1, model.nbody):
+        for element in _body_joints(model, body, links, link_names, joint_names, frame_prefix):
+            robot.append(element)
+    ET.indent(robot)
+    return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
+
+
+def geom_markers(model: mujoco.MjModel, frame_prefix: str = "", *,
+                 spec: mujoco.MjSpec | None = None,
+                 package_roots: Mapping[str, Path | str] | None = None,
+                 visual_groups: Iterable[int] = VISUAL_GROUPS) -> tuple[GeomMarker, ...]:
+    """One marker per visible geom (in ``visual_groups``, alpha > 0), in geom id order.
+
+    A mesh without a file (or a height field, an SDF) has no marker."""
+    links = body_frame_names(model, frame_prefix)
+    meshes = _MeshFiles(model, spec, package_roots)
+    groups = frozenset(int(g) for g in visual_groups)
+    markers = []
+    for geom in range(model.ngeom):
+        rgba = _rgba(model, geom)
+        if int(model.geom_group[geom]) not in groups or rgba[3] <= 0:
+            continue
+        kind, size = int(model.geom_type[geom]), model.geom_size[geom]
+        pose = _Pose(model.geom_pos[geom], model.geom_quat[geom])
+        uri = None
+        if kind == _G.mjGEOM_BOX:
+            shape, scale = "box", 2 * size
+        elif kind == _G.mjGEOM_SPHERE:
+            shape, scale = "sphere", np.full(3, 2 * size[0])
+        elif kind == _G.mjGEOM_ELLIPSOID:
+            shape, scale = "ellipsoid", 2 * size
+        elif kind == _G.mjGEOM_CYLINDER:
+            shape, scale = "cylinder", np.array([2 * size[0], 2 * size[0], 2 * size[1]])
+        elif kind == _G.mjGEOM_CAPSULE:
+            shape, scale = "capsule", np.array([2 * size[0], 2 * size[0], 2 * size[1]])
+        elif kind == _G.mjGEOM_PLANE:
+            half = _plane_half_sizes(size)
+            shape, scale = "plane", np.array([2 * half[0], 2 * half[1], PLANE_THICKNESS])
+            pose = pose * _Pose((0.0, 0.0, -PLANE_THICKNESS / 2))
+        elif kind == _G.mjGEOM_MESH and meshes.has_file(int(model.geom_dataid[geom])):
+            mesh = int(model.geom_dataid[geom])
+            shape, scale, uri = "mesh", model.mesh_scale[mesh], meshes.uri(mesh)
+            pose = pose * meshes.file_frame(mesh).inverse()
+        else:
+            continue
+        markers.append(GeomMarker(
+            links[int(model.geom_bodyid[geom])], _geom_name(model, geom), shape,
+            _triple(scale), _triple(pose.position), _quad(pose.quaternion), rgba, uri))
+    return tuple(markers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pose:
+    """A rigid transform: position and unit quaternion (w x y z)."""
+
+    position: tuple[float, ...] | np.ndarray = (0.0, 0.0, 0.0)
+    quaternion: tuple[float, ...] | np.ndarray = (1.0, 0.0, 0.0, 0.0)
+
+    def __mul__(self, other: _Pose) -> _Pose:
+        position = np.zeros(3)
+        mujoco.mju_rotVecQuat(position, np.asarray(other.position, float),
+                              np.asarray(self.quaternion, float))
+        quaternion = np.zeros(4)
+        mujoco.mju_mulQuat(quaternion, np.asarray(self.quaternion, float),
+                           np.asarray(other.quaternion, float))
+        return _Pose(position + np.asarray(self.position, float), quaternion)
+
+    def inverse(self) -> _Pose:
+        quaternion = np.zeros(4)
+        mujoco.mju_negQuat(quaternion, np.asarray(self.quaternion, float))
+        position = np.zeros(3)
+        mujoco.mju_rotVecQuat(position, -np.asarray(self.position, float), quaternion)
+        return _Pose(position, quaternion)
+
+    def is_identity(self) -> bool:
+        q = np.asarray(self.quaternion, float)
+        return bool(np.allclose(self.position, 0.0, atol=1e-15) and
+                    np.allclose(abs(q[0]), 1.0, atol=1e-15))
+
+
+def _rotation(axis: Sequence[float], angle: float) -> _Pose:
+    quaternion = np.zeros(4)
+    mujoco.mju_axisAngle2Quat(quaternion, np.asarray(axis, float), float(angle))
+    return _Pose((0.0, 0.0, 0.0), quaternion)
+
+
+class _Names:
+    """Unique names in one URDF namespace: a taken name gets ``_1``, ``_2``... appended."""
+
+    def __init__(self, reserved: set[str]) -> None:
+        self._taken = set(reserved)
+
+    def claim(self, wanted: str) -> str:
+        name, n = wanted, 0
+        while name in self._taken:
+            n += 1
+            name = f"{wanted}_{n}"
+        self._taken.add(name)
+        return name
+
+
+def _unique_body_links(model: mujoco.MjModel, prefix: str) -> tuple[str, ...]:
+    links = body_frame_names(model, prefix)
+    seen: dict[str, int] = {}
+    for body, name in enumerate(links):
+        if name in seen:
+            raise RobotDescriptionError(
+                f"robot description: body {body} and body {seen[name]} are both named "
+                f"{name!r} (an unnamed body is called body_<id>); rename one in the MJCF")
+        seen[name] = body
+    return links
+
+
+def _model_name(model: mujoco.MjModel) -> str:
+    return bytes(model.names[:bytes(model.names).index(b"\0")]).decode()
+
+
+def _joint_name(model: mujoco.MjModel, joint: int) -> str:
+    return mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, joint) or f"joint_{joint}"
+
+
+def _geom_name(model: mujoco.MjModel, geom: int) -> str:
+    return mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom) or f"geom_{geom}"
+
+
+def _body_geoms(model: mujoco.MjModel, body: int) -> range:
+    start = int(model.body_geomadr[body])
+    return range(start, start + int(model.body_geomnum[body])) if start >= 0 else range(0)
+
+
+def _link(name: str) -> ET.Element:
+    return ET.Element("link", name=name)
+
+
+def _inertial(model: mujoco.MjModel, body: int, link: ET.Element) -> None:
+    mass = float(model.body_mass[body])
+    if body == 0 or mass <= 0:
+        return
+    inertial = ET.SubElement(link, "inertial")
+    inertial.append(_origin(_Pose(model.body_ipos[body], model.body_iquat[body])))
+    ET.SubElement(inertial, "mass", value=_num(mass))
+    ixx, iyy, izz = (float(v) for v in model.body_inertia[body])
+    ET.SubElement(inertial, "inertia", ixx=_num(ixx), ixy="0", ixz="0", iyy=_num(iyy),
+                  iyz="0", izz=_num(izz))
+
+
+def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: set[str],
+                 joint_names: _Names, prefix: str) -> list[ET.Element]:
+    """The URDF joints (and intermediate links) that attach ``body`` to its parent."""
+    link, parent = links[body], links[int(model.body_parentid[body])]
+    at_qpos0 = _Pose(model.body_pos[body], model.body_quat[body])
+    first, count = int(model.body_jntadr[body]), int(model.body_jntnum[body])
+    joints = list(range(first, first + count)) if count > 0 else []
+    types = [int(model.jnt_type[j]) for j in joints]
+    if model.body_mocapid[body] >= 0 or _BALL in types or _FREE in types:
+        name = _joint_name(model, joints[0]) if joints else joint_names.claim(f"{link}_mocap")
+        return [_joint(name, "floating", parent, link, at_qpos0)]
+    if not joints:
+        return [_joint(joint_names.claim(f"{link}_fixed"), "fixed", parent, link, at_qpos0)]
+    out: list[ET.Element] = []
+    pending, current = at_qpos0, parent
+    for index, joint in enumerate(joints):
+        axis = np.asarray(model.jnt_axis[joint], float)
+        anchor = np.asarray(model.jnt_pos[joint], float)
+        ref = float(model.qpos0[model.jnt_qposadr[joint]])
+        if types[index] == _SLIDE:
+            before, after = _Pose(-ref * axis), _Pose()
+        elif np.linalg.norm(anchor - anchor.dot(axis) * axis) <= _ON_AXIS:
+            before, after = _rotation(axis, -ref), _Pose()
+        else:  # an axis off the body origin: the joint frame sits at the anchor
+            before, after = _Pose(anchor) * _rotation(axis, -ref), _Pose(-anchor)
+        last = index == len(joints) - 1 and after.is_identity()
+        child = link if last else _claim_link(link_names, prefix + _joint_name(model, joint))
+        if not last:
+            out.append(_link(child))
+        out.append(_moving_joint(model, joint, types[index], current, child, pending * before,
+                                 axis))
+        pending, current = after, child
+    if current != link:
+        out.append(_joint(joint_names.claim(f"{link}_fixed"), "fixed", current, link, pending))
+    return out
+
+
+def _claim_link(link_names: set[str], wanted: str) -> str:
+    name, n = wanted, 0
+    while name in link_names:
+        n += 1
+        name = f"{wanted}_{n}"
+    link_names.add(name)
+    return name
+
+
+def _joint(name: str, kind: str, parent: str, child: str, origin: _Pose) -> ET.Element:
+    joint = ET.Element("joint", name=name, type=kind)
+    joint.append(_origin(origin))
+    ET.SubElement(joint, "parent", link=parent)
+    ET.SubElement(joint, "child", link=child)
+    return joint
+
+
+def _moving_joint(model: mujoco.MjModel, joint: int, kind: int, parent: str, child: str,
+                  origin: _Pose, axis: np.ndarray) -> ET.Element:
+    limited = bool(model.jnt_limited[joint])
+    urdf_kind = "prismatic" if kind == _SLIDE else ("revolute" if limited else "continuous")
+    element = _joint(_joint_name(model, joint), urdf_kind, parent, child, origin)
+    ET.SubElement(element, "axis", xyz=_vector(axis))
+    limit = {"effort": _num(_effort(model, joint)), "velocity": _num(DEFAULT_VELOCITY)}
+    if limited:
+        limit["lower"], limit["upper"] = (_num(float(v)) for v in model.jnt_range[joint])
+    elif kind == _SLIDE:
+        limit["lower"], limit["upper"] = _num(-UNLIMITED_SLIDE_RANGE), _num(UNLIMITED_SLIDE_RANGE)
+    ET.SubElement(element, "limit", limit)
+    return element
+
+
+def _effort(model: mujoco.MjModel, joint: int) -> float:
+    """The joint's force bound: its own actuator force range, else its actuators' capacity."""
+    if model.jnt_actfrclimited[joint]:
+        return float(np.max(np.abs(model.jnt_actfrcrange[joint])))
+    total, known = 0.0, False
+    for actuator in range(model.nu):
+        if int(model.actuator_trntype[actuator]) != _TRN_JOINT or \
+                int(model.actuator_trnid[actuator][0]) != joint:
+            continue
+        gear = abs(float(model.actuator_gear[actuator][0]))
+        if model.actuator_forcelimited[actuator]:
+            force = float(np.max(np.abs(model.actuator_forcerange[actuator])))
+        elif int(model.actuator_gaintype[actuator]) == _GAIN_FIXED and \
+                int(model.actuator_biastype[actuator]) == _BIAS_NONE and \
+                model.actuator_ctrllimited[actuator]:
+            force = abs(float(model.actuator_gainprm[actuator][0])) * \
+                float(np.max(np.abs(model.actuator_ctrlrange[actuator])))
+        else:
+            continue
+        total, known = total + gear * force, True
+    return total if known else DEFAULT_EFFORT
+
+
+class _MeshFiles:
+    """Where each mesh's file is, as a URI, and the frame MuJoCo's compiler moved it to."""
+
+    def __init__(self, model: mujoco.MjModel, spec: mujoco.MjSpec | None,
+                 package_roots: Mapping[str, Path | str] | None) -> None:
+        self._model, self._spec = model, spec
+        self._roots = sorted(((name, Path(root).resolve())
+                              for name, root in (package_roots or {}).items()),
+                             key=lambda item: -len(item[1].parts))
+
+    def has_file(self, mesh: int) -> bool:
+        return self._path(mesh) is not None
+
+    def file_frame(self, mesh: int) -> _Pose:
+        """The compiled mesh frame in the file's frame (file vertex = this * compiled vertex)."""
+        return _Pose(self._model.mesh_pos[mesh], self._model.mesh_quat[mesh])
+
+    def uri(self, mesh: int) -> str:
+        path = self._path(mesh)
+        assert path is not None
+        name = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_MESH, mesh) or f"mesh_{mesh}"
+        if not path.is_absolute() or not path.is_file():
+            raise RobotDescriptionError(
+                f"robot description: mesh {name!r}: file {str(path)!r} not found (pass the "
+                f"MjSpec the model was compiled from to resolve relative mesh paths)")
+        resolved = path.resolve()
+        for package, root in self._roots:
+            if resolved.is_relative_to(root):
+                return f"package://{package}/{resolved.relative_to(root).as_posix()}"
+        return resolved.as_uri()
+
+    def _path(self, mesh: int) -> Path | None:
+        """The compiled model's path of the mesh file: absolute when loaded from a file path,
+        else relative to the MjSpec's model directory (meshdir included or not)."""
+        address = int(self._model.mesh_pathadr[mesh])
+        if address < 0:
+            return None
+        raw = bytes(self._model.paths[address:])
+        path = Path(raw[:raw.index(b"\0")].decode())
+        if path.is_absolute() or self._spec is None:
+            return path
+        base = Path(self._spec.modelfiledir or ".")
+        candidates = [base / path, base / (self._spec.meshdir or "") / path]
+        return next((c.absolute() for c in candidates if c.is_file()), candidates[0].absolute())
+
+
+def _plane_half_sizes(size: Sequence[float]) -> tuple[float, float]:
+    return (float(size[0]) or INFINITE_PLANE_HALF_SIZE,
+            float(size[1]) or INFINITE_PLANE_HALF_SIZE)
+
+
+def _rgba(model: mujoco.MjModel, geom: int) -> tuple[float, float, float, float]:
+    rgba = tuple(float(v) for v in model.geom_rgba[geom])
+    material = int(model.geom_matid[geom])
+    if material >= 0 and np.allclose(rgba, _DEFAULT_RGBA, atol=1e-6):
+        rgba = tuple(float(v) for v in model.mat_rgba[material])
+    return rgba  # type: ignore[return-value]
+
+
+def _material(model: mujoco.MjModel, geom: int) -> ET.Element:
+    rgba = _rgba(model, geom)
+    material = int(model.geom_matid[geom])
+    name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_MATERIAL, material) \
+        if material >= 0 and tuple(model.mat_rgba[material]) == rgba else None
+    name = name or "rgba_" + "".join(f"{round(min(max(v, 0.0), 1.0) * 255):02x}"
+                                     for v in rgba)
+    element = ET.Element("material", name=name)
+    ET.SubElement(element, "color", rgba=_vector(rgba))
+    return element
+
+
+def _shapes(model: mujoco.MjModel, geom: int, meshes: _MeshFiles
+            ) -> list[tuple[str, _Pose, ET.Element]]:
+    """The URDF geometry of a geom: (name suffix, pose in the body frame, <geometry>)."""
+    kind, size = int(model.geom_type[geom]), model.geom_size[geom]
+    pose = _Pose(model.geom_pos[geom], model.geom_quat[geom])
+
+    def geometry(tag: str, **attributes: str) -> ET.Element:
+        element = ET.Element("geometry")
+        ET.SubElement(element, tag, attributes)
+        return element
+
+    if kind == _G.mjGEOM_BOX:
+        return [("", pose, geometry("box", size=_vector(2 * size)))]
+    if kind in (_G.mjGEOM_SPHERE, _G.mjGEOM_ELLIPSOID):
+        return [("", pose, geometry("sphere", radius=_num(float(np.max(size[:3]
+                 if kind == _G.mjGEOM_ELLIPSOID else size[:1])))))]
+    if kind == _G.mjGEOM_CYLINDER:
+        return [("", pose, geometry("cylinder", radius=_num(size[0]), length=_num(2 * size[1])))]
+    if kind == _G.mjGEOM_CAPSULE:
+        ends = [(suffix, pose * _Pose((0.0, 0.0, sign * float(size[1]))),
+                 geometry("sphere", radius=_num(size[0])))
+                for suffix, sign in (("_top", 1.0), ("_bottom", -1.0))]
+        return [("", pose, geometry("cylinder", radius=_num(size[0]),
+                                    length=_num(2 * size[1])))] + ends
+    if kind == _G.mjGEOM_PLANE:
+        half = _plane_half_sizes(size)
+        box = geometry("box", size=_vector((2 * half[0], 2 * half[1], PLANE_THICKNESS)))
+        return [("", pose * _Pose((0.0, 0.0, -PLANE_THICKNESS / 2)), box)]
+    if kind == _G.mjGEOM_MESH and meshes.has_file(int(model.geom_dataid[geom])):
+        mesh = int(model.geom_dataid[geom])
+        return [("", pose * meshes.file_frame(mesh).inverse(),
+                 geometry("mesh", filename=meshes.uri(mesh),
+                          scale=_vector(model.mesh_scale[mesh])))]
+    return []  # height field, SDF, mesh without a file
+
+
+def _geometry(model: mujoco.MjModel, geom: int, link: ET.Element, meshes: _MeshFiles,
+              groups: frozenset[int], visual_names: _Names, collision_names: _Names) -> None:
+    visible = int(model.geom_group[geom]) in groups and _rgba(model, geom)[3] > 0
+    collides = bool(model.geom_contype[geom] or model.geom_conaffinity[geom])
+    if not (visible or collides):
+        return
+    shapes = _shapes(model, geom, meshes)
+    name = _geom_name(model, geom)
+    for suffix, pose, geometry in shapes:
+        if visible:
+            visual = ET.SubElement(link, "visual", name=visual_names.claim(name + suffix))
+            visual.append(_origin(pose))
+            visual.append(geometry)
+            visual.append(_material(model, geom))
+        if collides:
+            collision = ET.SubElement(link, "collision", name=collision_names.claim(name + suffix))
+            collision.append(_origin(pose))
+            collision.append(copy.deepcopy(geometry))
+
+
+def _origin(pose: _Pose) -> ET.Element:
+    return ET.Element("origin", xyz=_vector(pose.position), rpy=_vector(_rpy(pose.quaternion)))
+
+
+def _rpy(quaternion: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
+    """URDF roll-pitch-yaw (fixed axes x, y, z: R = Rz(yaw) Ry(pitch) Rx(roll))."""
+    matrix = np.zeros(9)
+    q = np.asarray(quaternion, float)
+    mujoco.mju_quat2Mat(matrix, q / np.linalg.norm(q))
+    r = matrix.reshape(3, 3)
+    pitch = math.atan2(-r[2, 0], math.hypot(r[0, 0], r[1, 0]))
+    if math.hypot(r[0, 0], r[1, 0]) < 1e-9:  # gimbal lock: yaw and roll share one axis
+        return 0.0, pitch, math.atan2(-r[0, 1], r[1, 1])
+    return math.atan2(r[2, 1], r[2, 2]), pitch, math.atan2(r[1, 0], r[0, 0])
+
+
+def _num(value: float) -> str:
+    """Exact to 1e-12 (a compiled model's round-off below that is written as 0)."""
+    text = repr(round(float(value), 12))
+    return "0" if text in ("0.0", "-0.0") else text
+
+
+def _vector(values: Iterable[float]) -> str:
+    return " ".join(_num(v) for v in values)
+
+
+def _triple(values: Iterable[float]) -> tuple[float, float, float]:
+    return tuple(float(v) for v in values)  # type: ignore[return-value]
+
+
+def _quad(values: Iterable[float]) -> tuple[float, float, float, float]:
+    return tuple(float(v) for v in values)  # type: ignore[return-value]
