@@ -69,8 +69,15 @@ OUTPUT_TYPES: dict[str, tuple[str, ...]] = {
 MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")
 JOINT_FIELDS = {"position": "position", "velocity": "velocity", "effort": "torque"}
 STAMPS = ("acquisition", "delivery")
+RADIATION_TYPES = ("infrared", "ultrasound")
 RELIABILITY = ("reliable", "best_effort")
 DURABILITY = ("volatile", "transient_local")
+#: The deepest history a topic may keep (rclpy refuses more than 2**31 - 1; every kept message
+#: is held in memory).
+MAX_QOS_DEPTH = 1_000_000
+#: The longest topic name (ROS refuses fully qualified names above 247 characters; a ``~``
+#: name grows by the node's namespace and name when expanded).
+MAX_TOPIC_LENGTH = 200
 
 
 class BridgeError(FibrilError):
@@ -197,41 +204,55 @@ def _message_type(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
     if len(parts) == 2:
         text = f"{parts[0]}/msg/{parts[1]}"
     if text not in allowed:
-        raise where.fail(f"message type {value!r} is not possible here; expected one of "
-                         f"{', '.join(allowed)}")
+        raise where.fail(f"message type {s.short(value)} is not possible here; expected one "
+                         f"of {', '.join(allowed)}")
     return text
 
 
 def _topic(value: Any, where: s.Where) -> str:
+    """A ROS topic name as rclpy accepts it (ASCII tokens; ``~`` only as a leading ``~/``), so
+    that a name the node cannot create is refused here, not when the node starts."""
     text = s.string(value, where)
+    if len(text) > MAX_TOPIC_LENGTH:
+        raise where.fail(f"a topic name of {len(text)} characters; at most {MAX_TOPIC_LENGTH}")
     name = text if text.startswith(("/", "~")) else "/" + text
-    tokens = name.lstrip("/~").split("/")
-    if not all(t and (t[0].isalpha() or t[0] == "_") and all(c.isalnum() or c == "_" for c in t)
-               for t in tokens):
-        raise where.fail(f"{text!r} is not a valid ROS topic name (tokens of letters, digits "
-                         f"and _, not starting with a digit, separated by single /)")
+    body = name[2:] if name.startswith("~/") else name[1:]
+    tokens = body.split("/")
+    if name.startswith("~") and not name.startswith("~/") or not all(
+            t and (t[0].isalpha() or t[0] == "_") and t.isascii()
+            and all(c.isalnum() or c == "_" for c in t) for t in tokens):
+        raise where.fail(f"{s.short(text)} is not a valid ROS topic name (tokens of ASCII "
+                         f"letters, digits and _, not starting with a digit, separated by "
+                         f"single /; ~/ only at the start)")
     return name
 
 
 def _qos(value: Any, where: s.Where, default_depth: int = 10) -> Qos:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("reliability", "durability", "depth"))
-    reliability = item.get("reliability", "reliable")
-    if reliability not in RELIABILITY:
-        raise where.key("reliability").fail(
-            f"unknown value {reliability!r}; expected one of {', '.join(RELIABILITY)}")
-    durability = item.get("durability", "volatile")
-    if durability not in DURABILITY:
-        raise where.key("durability").fail(
-            f"unknown value {durability!r}; expected one of {', '.join(DURABILITY)}")
-    depth = s.integer(item.get("depth", default_depth), where.key("depth"), minimum=1)
+    reliability = _choice(item.get("reliability", "reliable"), where.key("reliability"),
+                          RELIABILITY)
+    durability = _choice(item.get("durability", "volatile"), where.key("durability"),
+                         DURABILITY)
+    depth = s.integer(item.get("depth", default_depth), where.key("depth"), minimum=1,
+                      maximum=MAX_QOS_DEPTH)
     return Qos(reliability, durability, depth)
+
+
+def _choice(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
+    """One of ``allowed``: anything else (a list, a mapping, a number) is a BridgeError, never
+    a TypeError from a lookup."""
+    if not isinstance(value, str) or value not in allowed:
+        shown = repr(value) if isinstance(value, str) and len(value) <= 60 else \
+            s.describe(value)
+        raise where.fail(f"unknown value {shown}; expected one of {', '.join(allowed)}")
+    return value
 
 
 def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> str:
     name = s.string(value, where)
     if name not in endpoints:
-        raise where.fail(f"no actuator endpoint {name!r} in the manifest; endpoints: "
+        raise where.fail(f"no actuator endpoint {s.short(name)} in the manifest; endpoints: "
                          f"{', '.join(endpoints) or 'none'}")
     return name
 
@@ -240,13 +261,23 @@ def _mode(value: Any, where: s.Where, targets: Sequence[str],
           endpoints: Mapping[str, Any]) -> str:
     mode = s.string(value, where)
     if mode not in MOTOR_MODES:
-        raise where.fail(f"unknown mode {mode!r}; expected one of {', '.join(MOTOR_MODES)}")
+        raise where.fail(f"unknown mode {s.short(mode)}; expected one of "
+                         f"{', '.join(MOTOR_MODES)}")
     for target in targets:
         accepted = endpoints[target].modes
         if mode not in accepted:
             raise where.fail(f"mode {mode!r} is not accepted by endpoint {target!r}; accepted: "
                              f"{', '.join(accepted) or 'none'}")
     return mode
+
+
+def _joint_name(value: Any, where: s.Where) -> str:
+    """A JointState name: a string key (``1: motor`` or ``true: motor`` would compare unequal
+    to the names a message carries)."""
+    if not isinstance(value, str) or not value:
+        raise where.fail(f"a joint name must be a non-empty string, got {s.describe(value)} "
+                         f"(quote it)")
+    return value
 
 
 def _input(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> InputEntry:
@@ -286,12 +317,10 @@ def _input(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> InputEnt
     joints = s.mapping(item["joints"], where.key("joints"))
     if not joints:
         raise where.key("joints").fail("expected at least one joint: endpoint pair")
-    mapped = {str(j): _endpoint(e, where.key("joints").key(str(j)), endpoints)
+    mapped = {_joint_name(j, where.key("joints")): _endpoint(e, where.key("joints").key(str(j)),
+                                                              endpoints)
               for j, e in joints.items()}
-    fieldname = item.get("field", "position")
-    if fieldname not in JOINT_FIELDS:
-        raise where.key("field").fail(f"unknown value {fieldname!r}; expected one of "
-                                      f"{', '.join(JOINT_FIELDS)}")
+    fieldname = _choice(item.get("field", "position"), where.key("field"), tuple(JOINT_FIELDS))
     mode = JOINT_FIELDS[fieldname]
     _mode(mode, where.key("field"), tuple(mapped.values()), endpoints)
     return InputEntry(topic, kind, tuple(mapped.values()), mode, joints=mapped,
@@ -306,7 +335,7 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
     name = s.string(item["device"], where.key("device"))
     device = devices.get(name)
     if device is None:
-        raise where.key("device").fail(f"no device {name!r} in the manifest; devices: "
+        raise where.key("device").fail(f"no device {s.short(name)} in the manifest; devices: "
                                        f"{', '.join(devices) or 'none'}")
     base = _default_output(device)
     allowed = OUTPUT_TYPES.get(device.type, (DEVICE_SAMPLE,))
@@ -316,15 +345,13 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
             kind = _message_type(item["type"], where.key("type"), allowed)
         except BridgeError:
             raise where.key("type").fail(
-                f"message type {item['type']!r} cannot carry device {name!r} "
+                f"message type {s.short(item['type'])} cannot carry device {name!r} "
                 f"({device.type}); possible: {', '.join(allowed)}") from None
     stamp = item.get("stamp", "acquisition")
     if "stamp" in item and kind == DEVICE_SAMPLE:
         raise where.key("stamp").fail(f"{DEVICE_SAMPLE} carries both times (header.stamp: "
                                       f"delivery, acquisition_stamp: acquisition)")
-    if stamp not in STAMPS:
-        raise where.key("stamp").fail(f"unknown value {stamp!r}; expected one of "
-                                      f"{', '.join(STAMPS)}")
+    stamp = _choice(stamp, where.key("stamp"), STAMPS)
     topic = _topic(item["topic"], where.key("topic")) if "topic" in item else base.topic
     raw = _topic(item["raw_topic"], where.key("raw_topic")) if "raw_topic" in item else None
     if raw is not None and kind == DEVICE_SAMPLE:
@@ -343,11 +370,11 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
                         ("radiation_type", RANGE)):
         if key in item and kind != wanted:
             raise where.key(key).fail(f"only used by {wanted} outputs")
-    fov = s.number(item.get("field_of_view", 0.0), where.key("field_of_view"), minimum=0.0)
-    radiation = item.get("radiation_type", "infrared")
-    if radiation not in ("infrared", "ultrasound"):
-        raise where.key("radiation_type").fail(f"unknown value {radiation!r}; expected "
-                                               f"infrared or ultrasound")
+    # An arc in radians: at most a full turn (and so always a float32 of the Range message).
+    fov = s.number(item.get("field_of_view", 0.0), where.key("field_of_view"), minimum=0.0,
+                   maximum=2 * math.pi)
+    radiation = _choice(item.get("radiation_type", "infrared"), where.key("radiation_type"),
+                        RADIATION_TYPES)
     frame = s.string(item["frame_id"], where.key("frame_id")) if "frame_id" in item \
         else base.frame_id
     child = s.string(item["child_frame_id"], where.key("child_frame_id")) \
