@@ -90,7 +90,7 @@ class FrankaSource(CsvSource):
             if bad.size:
                 n = int(bad[0])
                 raise SourceError(f"{label} column 'seq' line {n + 2}: "
-                                  f"{self._rows[n][self._index['seq']]!r} is not a frame number")
+                                  f"{self.cell(n, 'seq')!r} is not a frame number")
             seq = raw.astype(np.int64)
             first = ring.get("seq_first")
             where = f"sidecar {str(self.sidecar_path)!r} ring_log.seq_first"
@@ -270,7 +270,7 @@ class RingTargets(CsvSource):
             if bad.size:
                 n = int(bad[0])
                 raise SourceError(f"{label} column {name!r} line {n + 2}: "
-                                  f"{self._rows[n][self._index[name]]!r} is not an integer")
+                                  f"{self.cell(n, name)!r} is not an integer")
         index = self.column("target_idx").astype(np.int64)
         wrong = np.flatnonzero(index != np.arange(index.size))
         if wrong.size:
@@ -306,7 +306,7 @@ class RingTargets(CsvSource):
         bad = np.flatnonzero(~np.isfinite(used) | (used != np.round(used)) | (used < -1))
         if bad.size:
             n = int(bad[0])
-            raise SourceError(f"{label} line {n + 2}: {run._rows[n][run._index['target_idx']]!r} "
+            raise SourceError(f"{label} line {n + 2}: {run.cell(n, 'target_idx')!r} "
                               f"is not a target row (an integer, -1 before the first)")
         used = used.astype(np.int64)
         beyond = np.flatnonzero(used >= count)

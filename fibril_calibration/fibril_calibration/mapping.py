@@ -413,10 +413,10 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     spec = sources.spec(body["source"], where.key("source"))
     source = sources.open(spec)
-    if hasattr(source, "prefetch"):  # a bag: every topic the entry names in one pass
+    if hasattr(source, "prefetch"):  # every topic / column the entry names in one pass
+        named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
         try:
-            source.prefetch(_topics([body.get("inputs"), body.get("signals"),
-                                     body.get("initial_state")]))
+            source.prefetch(_columns(named) if source.tabular else _topics(named))
         except SourceError as exc:
             raise spec.where.key("path").fail(str(exc)) from None
     dt = plan.timebase.timestep_ns
@@ -545,6 +545,26 @@ def _topics(value: Any) -> list[str]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             found.extend(_topics(item))
+    return found
+
+
+def _columns(value: Any) -> list[str]:
+    """Every CSV column name the entry's mappings may use (``column``, ``columns`` and the
+    keys of ``endpoints``); a name that is no column is left for the stream to report."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key in ("column", "columns"):
+            item = value.get(key)
+            found.extend([item] if isinstance(item, str) else
+                         [c for c in item if isinstance(c, str)] if isinstance(item, list)
+                         else [])
+        if isinstance(value.get("endpoints"), Mapping):
+            found.extend(str(k) for k in value["endpoints"])
+        for item in value.values():
+            found.extend(_columns(item))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found.extend(_columns(item))
     return found
 
 

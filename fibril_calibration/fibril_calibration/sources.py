@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_VALUE",
     "SOURCE_FORMATS",
     "TIME_UNITS",
     "BagSource",
@@ -51,6 +52,9 @@ TIME_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 # Time column names whose unit is implied by the name.
 _IMPLIED_UNITS = {"t_s": "s", "time_s": "s", "time_ms": "ms", "time_us": "us", "time_ns": "ns"}
 MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
+# No sensor reading or command of a robot reaches this in its own units: a larger value is a
+# corrupt log (it would overflow squared residuals or make the simulation unstable).
+MAX_VALUE = 1e12
 MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")  # MotorCommand.MODE_* order
 
 
@@ -738,39 +742,32 @@ def _fields(node: Any) -> list[str]:
 # --------------------------------------------------------------------------- CSV
 
 class CsvSource(Source):
-    """A CSV log with a header row; values are read per column on demand."""
+    """A CSV log with a header row; columns are read on demand (``prefetch`` several in one
+    pass), in chunks with numpy's typed parser (``csv_columns``): only the columns a request
+    maps are held, never the file's rows."""
 
     format = "csv"
     tabular = True
 
     def __init__(self, path: Path, time_column: str | None, time_unit: str | None) -> None:
+        from .csv_columns import CsvProblem, read_layout
+
         self.path = path
         label = f"recording {str(path)!r}"
         try:
-            with path.open(newline="", encoding="utf-8") as handle:
-                reader = csv.reader(handle)
-                header = next(reader, None)
-                rows = list(reader)
+            self._layout = read_layout(path, label)
         except OSError as exc:
             raise SourceError(f"cannot read {label}: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise SourceError(f"cannot read {label} as CSV: {exc}") from None
-        if not header:
-            raise SourceError(f"{label}: expected a header row of column names")
-        self.header = [name.strip() for name in header]
+        except CsvProblem as exc:
+            raise SourceError(str(exc)) from None
+        self.header = list(self._layout.header)
         self._index = {name: i for i, name in enumerate(self.header)}
         if len(self._index) != len(self.header):
             seen: set[str] = set()
             twice = next(n for n in self.header if n in seen or seen.add(n))  # type: ignore
             raise SourceError(f"{label}: column {twice!r} appears twice in the header")
-        width = len(self.header)
-        for n, row in enumerate(rows):
-            if len(row) != width:
-                raise SourceError(f"{label} line {n + 2}: {len(row)} field(s), the header has "
-                                  f"{width}")
-        if not rows:
+        if not self._layout.rows:
             raise SourceError(f"{label} has a header but no rows")
-        self._rows = rows
         self._columns: dict[str, np.ndarray] = {}
         if time_column is None:
             raise SourceError(f"{label}: name its time column (time_column: t_s, time_ns, or a "
@@ -786,39 +783,90 @@ class CsvSource(Source):
             raise SourceError(f"{label}: unknown time_unit {unit!r}; expected one of "
                               f"{', '.join(TIME_UNITS)}")
         self.time_column = time_column
-        raw = self.column(time_column)
-        bad = np.flatnonzero(~np.isfinite(raw))
-        if bad.size:
-            raise SourceError(f"{label} column {time_column!r}: line {int(bad[0]) + 2} has no "
-                              f"time ({self._rows[int(bad[0])][self._index[time_column]]!r})")
-        if unit == "ns":
-            self.times_ns = (_integer_ns(rows, self._index[time_column], f"{label} column "
-                                         f"{time_column!r}")
-                             if np.abs(raw).max(initial=0) > 2 ** 52 else
-                             np.rint(raw).astype(np.int64))
+        self._unit = unit
+        self._times: np.ndarray | None = None
+
+    @property
+    def rows(self) -> int:
+        return self._layout.rows
+
+    @property
+    def times_ns(self) -> np.ndarray:
+        """The time column in int64 ns (read with the first columns asked for)."""
+        if self._times is None:
+            self.prefetch([])
+        assert self._times is not None
+        return self._times
+
+    @times_ns.setter
+    def times_ns(self, value: np.ndarray) -> None:  # a format with its own clock (franka)
+        self._times = value
+
+    def cell(self, row: int, name: str) -> str:
+        """The text of data row ``row`` (0-based) in column ``name``, for error messages."""
+        from .csv_columns import read_cell
+
+        return read_cell(self._layout, row, name)
+
+    def prefetch(self, names: Sequence[str]) -> None:
+        """Read the named columns (those in the header, not read yet) and the time column in
+        one pass over the file."""
+        from .csv_columns import CsvProblem, read_columns
+
+        wanted = [n for n in dict.fromkeys(names) if n in self._index and n not in self._columns]
+        exact = self.time_column if self._unit == "ns" else None
+        if self._times is None:
+            wanted.append(self.time_column)
+        if not wanted:
+            return
+        try:
+            read = read_columns(self._layout, wanted, exact_ns=exact)
+        except OSError as exc:
+            raise SourceError(f"cannot read recording {str(self.path)!r}: "
+                              f"{exc.strerror or exc}") from None
+        except CsvProblem as exc:
+            raise SourceError(str(exc)) from None
+        if self._times is None:
+            raw = read.pop(self.time_column)
+            if exact is None:
+                self._columns[self.time_column] = raw
+            self._times = self._to_ns(raw)
+        for name, values in read.items():
+            self._columns.setdefault(name, values)
+
+    def _to_ns(self, raw: np.ndarray) -> np.ndarray:
+        """int64 ns of the time column; a time that is not finite or beyond 64-bit ns (292
+        years) is refused with its line."""
+        label = f"recording {str(self.path)!r} column {self.time_column!r}"
+        if raw.dtype == np.int64:
+            times = raw
         else:
-            self.times_ns = np.rint(raw * TIME_UNITS[unit]).astype(np.int64)
-        check_times(self.times_ns, f"{label} column {time_column!r}", lines=True)
+            scale = TIME_UNITS[self._unit]
+            with np.errstate(over="ignore", invalid="ignore"):
+                scaled = raw * scale
+                bad = np.flatnonzero(~(np.abs(scaled) < 2.0 ** 63 - 1024))
+            if bad.size:
+                n = int(bad[0])
+                text = self.cell(n, self.time_column)
+                reason = ("has no time" if not np.isfinite(raw[n]) else
+                          "has a time beyond 64-bit nanoseconds (292 years)")
+                raise SourceError(f"{label}: line {n + 2} {reason} ({text!r})")
+            times = np.rint(scaled).astype(np.int64)
+        check_times(times, label, lines=True)
+        return times
 
     def column(self, name: str) -> np.ndarray:
         values = self._columns.get(name)
         if values is None:
-            index = self._index.get(name)
-            if index is None:
+            if name not in self._index:
                 raise SourceError(f"recording {str(self.path)!r} has no column {name!r}; its "
                                   f"columns: {', '.join(self.header)}")
-            text = [row[index] for row in self._rows]
-            try:
-                values = np.array(text, dtype=np.float64)
-            except ValueError:
-                for n, item in enumerate(text):
-                    try:
-                        float(item)
-                    except ValueError:
-                        raise SourceError(f"recording {str(self.path)!r} column {name!r} line "
-                                          f"{n + 2}: {item!r} is not a number") from None
-                raise
-            self._columns[name] = values
+            if name == self.time_column and self._unit == "ns":
+                values = self.times_ns.astype(np.float64)
+                self._columns[name] = values
+                return values
+            self.prefetch([name])
+            values = self._columns[name]
         return values
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
@@ -827,35 +875,13 @@ class CsvSource(Source):
         if topic is not None or field is not None or not columns:
             raise SourceError(f"recording {str(self.path)!r} is a CSV log: name columns, not a "
                               f"topic or field")
+        self.prefetch(columns)
         values = np.column_stack([self.column(c) for c in columns])
         label = f"recording {str(self.path)!r} column{'s' if len(columns) > 1 else ''} " + \
             ", ".join(repr(c) for c in columns)
         stream = Stream(label, self.times_ns, values, tuple(columns))
-        check_stream(stream)
+        check_stream(stream, lines=True)
         return stream
-
-
-def _integer_ns(rows: Sequence[Sequence[str]], index: int, label: str) -> np.ndarray:
-    """Nanosecond times too large for float64 read exactly from their text (``1700000000123``,
-    ``1.7e18``: decimal, rounded to the nearest ns)."""
-    from decimal import Decimal, InvalidOperation
-
-    out = []
-    for n, row in enumerate(rows):
-        text = row[index].strip()
-        try:
-            out.append(int(text))
-            continue
-        except ValueError:
-            pass
-        try:
-            out.append(int(Decimal(text).to_integral_value()))
-        except (InvalidOperation, ValueError, OverflowError):
-            raise SourceError(f"{label}: line {n + 2} has no time in ns ({text!r})") from None
-    try:
-        return np.array(out, dtype=np.int64)
-    except OverflowError:
-        raise SourceError(f"{label}: a time does not fit in 64-bit nanoseconds") from None
 
 
 # --------------------------------------------------------------------------- checks
@@ -875,11 +901,22 @@ def check_times(times: np.ndarray, label: str, *, lines: bool = False) -> None:
                           f"{_t(times[i - 1])}")
 
 
-def check_stream(stream: Stream) -> None:
-    """No backwards time, no NaN rows (the count and the first time are named)."""
-    check_times(stream.times_ns, stream.label)
-    bad = ~np.all(np.isfinite(stream.values), axis=1)
+def check_stream(stream: Stream, *, lines: bool = False) -> None:
+    """No backwards time, no NaN rows (the count and the first time are named), no value
+    beyond ``MAX_VALUE`` (the column and line of a CSV log, the message of a bag)."""
+    check_times(stream.times_ns, stream.label, lines=lines)
+    values = stream.values
+    bad = ~np.all(np.isfinite(values), axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
+        where = f" (line {first + 2})" if lines else f" (message {first})"
         raise SourceError(f"{stream.label}: {int(bad.sum())} row(s) with NaN or infinite "
-                          f"values, the first at {_t(stream.times_ns[first])}")
+                          f"values, the first at {_t(stream.times_ns[first])}{where}")
+    huge = np.abs(values) > MAX_VALUE
+    if huge.any():
+        row, col = (int(i) for i in np.argwhere(huge)[0])
+        where = (f"column {stream.components[col]!r} line {row + 2}" if lines else
+                 f"{stream.components[col]!r} of message {row} at {_t(stream.times_ns[row])}")
+        raise SourceError(f"{stream.label}: {where}: {float(values[row, col])!r} cannot be a "
+                          f"recorded value (beyond {MAX_VALUE:g}; {int(huge.sum())} such "
+                          f"value(s))")
