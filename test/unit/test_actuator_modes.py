@@ -3,14 +3,16 @@ and that a setpoint reaches the joint (models written here, one actuator per joi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mujoco
 import numpy as np
 import pytest
 
-from _models import build, command, motor
-from fibril_sim_core import ActuatorApplication, IngressError
+from _models import MOTOR_PAYLOAD, build, command, motor
+from fibril_sim_core import ActuatorApplication, IngressError, SimulationBuilder
+from fibril_sim_core.records import IngressRecord
 from fibril_sim_core.components.motor import classify_actuator
 
 GRIP_GAIN = 0.01568627  # Menagerie Panda's actuator8: gain 255/16 000, bias 0 -100 -10
@@ -227,3 +229,40 @@ def test_passive_dc_motor_takes_nothing(tmp_path: Path) -> None:
     modes, kind = classify_actuator(model, model.actuator("drive").id)
     assert modes == {} and kind.describe() == "a DC motor: passive, declared with no inputs"
     assert np.isfinite(model.actuator_gainprm).all()
+
+
+def _kp_overlay(actuator: str, kp: float):
+    from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+    return [OverlayParameter(f"{actuator}_kp", kp,
+                             (MujocoTarget("actuator_position_kp", actuator),))]
+
+
+def test_overlays_cannot_make_a_servo_scaled(plan) -> None:
+    """``actuator_position_kp`` sets gain and bias gain alike and is refused on a servo whose
+    bias gain differs from its gain (the gripper's): no overlay changes a servo's ctrl scale,
+    so recorded commands (and their cached control trajectories) mean the same on every
+    calibration candidate."""
+    from fibril_sim_core.overlays import OverlayError
+
+    with pytest.raises(OverlayError, match="'grip' is not a position servo"):
+        SimulationBuilder().build(plan.manifest.path, overlays=_kp_overlay("grip", 200.0))
+    overlaid = SimulationBuilder().build(plan.manifest.path, overlays=_kp_overlay("arm", 2000.0))
+    kind = overlaid.endpoints["arm/cmd"].kind
+    assert (kind.describe(), kind.scale) == ("a position servo: kp 2000, kv 450", 1.0)
+
+
+def test_recorded_position_commands_replay_on_overlaid_candidates(plan) -> None:
+    records = [IngressRecord(0, "arm/cmd", 0, MOTOR_PAYLOAD,
+                             json.dumps({"mode": "position", "value": 0.6}), True, 0, 0, "", 0),
+               IngressRecord(0, "grip/cmd", 0, MOTOR_PAYLOAD,
+                             json.dumps({"mode": "position", "value": 0.025}), True, 0, 1, "",
+                             0)]
+    recorded = plan.prepare_recorded_inputs(records)
+    overlaid = SimulationBuilder().build(plan.manifest.path, overlays=_kp_overlay("arm", 2000.0))
+    for candidate in (plan, overlaid):
+        instance = candidate.create_instance(seed=0)
+        instance.enqueue_recorded_trace_inputs(recorded)
+        instance.advance(2000)
+        assert _qpos(candidate, instance.data, "j_pos") == pytest.approx(0.6, abs=1e-3)
+        assert _qpos(candidate, instance.data, "j_grip") == pytest.approx(0.025, abs=1e-4)
