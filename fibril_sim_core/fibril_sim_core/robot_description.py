@@ -105,8 +105,9 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
                     visual_groups: Iterable[int] = VISUAL_GROUPS) -> str:
     """The URDF document of ``model`` (see the module docstring for the rules).
 
-    Mesh files are found from the compiled model's paths; ``spec`` (the MjSpec the model was
-    compiled from) resolves relative ones against its model directory and meshdir.
+    Mesh files are found from the compiled model's paths (absolute when the model was loaded
+    by absolute path); relative ones are resolved against ``spec``'s model directory (the MjSpec
+    the model was compiled from) and meshdir, else against the working directory.
     ``package_roots`` maps package names to share directories: a mesh under one of them gets a
     ``package://`` URI, any other a ``file://`` URI."""
     links = _unique_body_links(model, frame_prefix)
@@ -383,10 +384,10 @@ class _MeshFiles:
         path = self._path(mesh)
         assert path is not None
         name = mujoco.mj_id2name(self._model, mujoco.mjtObj.mjOBJ_MESH, mesh) or f"mesh_{mesh}"
-        if not path.is_absolute() or not path.is_file():
+        if not path.is_file():
             raise RobotDescriptionError(
-                f"robot description: mesh {name!r}: file {str(path)!r} not found (pass the "
-                f"MjSpec the model was compiled from to resolve relative mesh paths)")
+                f"robot description: mesh {name!r}: file {str(path)!r} not found (a model "
+                f"loaded from a relative path: pass its MjSpec, or load it by absolute path)")
         resolved = path.resolve()
         for package, root in self._roots:
             if resolved.is_relative_to(root):
@@ -401,8 +402,10 @@ class _MeshFiles:
             return None
         raw = bytes(self._model.paths[address:])
         path = Path(raw[:raw.index(b"\0")].decode())
-        if path.is_absolute() or self._spec is None:
+        if path.is_absolute():
             return path
+        if self._spec is None:  # relative to the working directory, as MuJoCo compiled it
+            return path.absolute()
         base = Path(self._spec.modelfiledir or ".")
         candidates = [base / path, base / (self._spec.meshdir or "") / path]
         return next((c.absolute() for c in candidates if c.is_file()), candidates[0].absolute())

@@ -36,7 +36,8 @@ needs_panda = pytest.mark.skipif(not PANDA.is_file(),
 
 # Every kind of body attachment and geom: a multi-joint body (an off-axis hinge with a ref, a
 # slide with a ref, a hinge) chained through intermediate links, an unnamed body whose hinge
-# anchor is off its axis, ball, free and mocap bodies, a fixed body, all geom types but hfield.
+# anchor is off its axis, ball, free and mocap bodies, fixed bodies (one pitched 90 degrees, where
+# roll and yaw are one axis), all geom types but hfield.
 ZOO_XML = """
 <mujoco model="zoo">
   <compiler angle="radian" meshdir="meshes"/>
@@ -67,6 +68,7 @@ ZOO_XML = """
       </body>
       <body name="lamp" pos="0 0.3 0" quat="0.9 0.1 0.2 0.3">
         <geom name="lamp_geom" type="box" size="0.02 0.03 0.04"/>
+        <body name="tilted" pos="0 0 0.1" axisangle="0 1 0 1.5707963267948966"/>
       </body>
     </body>
     <body name="target" mocap="true" pos="1 1 1">
@@ -321,13 +323,14 @@ def test_zoo_urdf_every_attachment_and_geom(zoo: tuple[mujoco.MjModel, Path]) ->
     check_structure(model, urdf)
     root, links, joints = parse(urdf)
     # Bodies first, by id, then the intermediate links named after the chained joints.
-    assert links == ["world", "base", "arm", "body_3", "ballbody", "lamp", "target", "floater",
-                     "j_off", "j_slide", "joint_3"]
+    assert links == ["world", "base", "arm", "body_3", "ballbody", "lamp", "tilted", "target",
+                     "floater", "j_off", "j_slide", "joint_3"]
     kinds = {name: j.kind for name, j in joints.items()}
     assert kinds == {
         "base_fixed": "fixed", "j_off": "revolute", "j_slide": "prismatic",
         "j_last": "continuous", "joint_3": "revolute", "body_3_fixed": "fixed",
-        "ball": "floating", "lamp_fixed": "fixed", "target_mocap": "floating",
+        "ball": "floating", "lamp_fixed": "fixed", "tilted_fixed": "fixed",
+        "target_mocap": "floating",
         "floater_free": "floating"}
     chain = [(joints[n].parent, joints[n].child) for n in ("j_off", "j_slide", "j_last")]
     assert chain == [("base", "j_off"), ("j_off", "j_slide"), ("j_slide", "arm")]
@@ -389,7 +392,9 @@ def test_mesh_uris_under_a_package_root_and_from_a_spec(zoo: tuple[mujoco.MjMode
     compiled = spec.compile()
     assert not Path(bytes(compiled.paths).split(b"\0")[0].decode()).is_absolute()
     assert urdf_from_model(compiled, spec=spec) == urdf_from_model(model)
-    with pytest.raises(RobotDescriptionError, match="pass the MjSpec"):
+    assert urdf_from_model(compiled) == urdf_from_model(model)  # from the working directory
+    monkeypatch.chdir(folder / "meshes")
+    with pytest.raises(RobotDescriptionError, match="mesh 'tet': file .* not found"):
         urdf_from_model(compiled)
 
 
