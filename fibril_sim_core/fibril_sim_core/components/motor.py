@@ -20,7 +20,7 @@ Payload ``fibril_sim/motor_command/v1``: ``{"mode": duty|voltage|torque|velocity
 * anything else (damper, cylinder, muscle, orientation servo, user gains, other biases or
   dynamics) takes no command: its ctrl is not a force or a setpoint.
 
-Every ctrl written for the last four is clamped to the actuator's ctrlrange when it is
+The ctrl written for a motor or a servo is clamped to the actuator's ctrlrange when that is
 limited (after the endpoint's own torque / velocity / position limits, in command units).
 """
 
