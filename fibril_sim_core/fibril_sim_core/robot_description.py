@@ -115,7 +115,7 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
     groups = frozenset(int(g) for g in visual_groups)
     name = robot_name or _model_name(model) or "mujoco_model"
     robot = ET.Element("robot", name=name)
-    link_names = set(links)
+    link_names = _Names(set(links))
     joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
     visual_names, collision_names = _Names(set()), _Names(set())
     elements = {body: _link(links[body]) for body in range(model.nbody)}
@@ -230,6 +230,10 @@ def _unique_body_links(model: mujoco.MjModel, prefix: str) -> tuple[str, ...]:
     links = body_frame_names(model, prefix)
     seen: dict[str, int] = {}
     for body, name in enumerate(links):
+        if name.startswith("/"):
+            raise RobotDescriptionError(
+                f"robot description: body {body}'s frame name {name!r} starts with '/', "
+                f"which tf2 refuses; drop the leading '/' from the name or the prefix")
         if name in seen:
             raise RobotDescriptionError(
                 f"robot description: body {body} and body {seen[name]} are both named "
@@ -271,7 +275,7 @@ def _inertial(model: mujoco.MjModel, body: int, link: ET.Element) -> None:
                   iyz="0", izz=_num(izz))
 
 
-def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: set[str],
+def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: _Names,
                  joint_names: _Names, prefix: str) -> list[ET.Element]:
     """The URDF joints (and intermediate links) that attach ``body`` to its parent."""
     link, parent = links[body], links[int(model.body_parentid[body])]
@@ -297,7 +301,7 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
         else:  # an axis off the body origin: the joint frame sits at the anchor
             before, after = _Pose(anchor) * _rotation(axis, -ref), _Pose(-anchor)
         last = index == len(joints) - 1 and after.is_identity()
-        child = link if last else _claim_link(link_names, prefix + _joint_name(model, joint))
+        child = link if last else link_names.claim(prefix + _joint_name(model, joint))
         if not last:
             out.append(_link(child))
         out.append(_moving_joint(model, joint, types[index], current, child, pending * before,
@@ -306,15 +310,6 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
     if current != link:
         out.append(_joint(joint_names.claim(f"{link}_fixed"), "fixed", current, link, pending))
     return out
-
-
-def _claim_link(link_names: set[str], wanted: str) -> str:
-    name, n = wanted, 0
-    while name in link_names:
-        n += 1
-        name = f"{wanted}_{n}"
-    link_names.add(name)
-    return name
 
 
 def _joint(name: str, kind: str, parent: str, child: str, origin: _Pose) -> ET.Element:

@@ -90,4 +90,5 @@ def _offset(position: Sequence[float], orientation: Sequence[float],
     """``position`` moved ``distance`` along the local z axis of ``orientation`` (w x y z)."""
     w, x, y, z = (float(v) for v in orientation)
     axis = (2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y))
-    return tuple(float(p) + distance * a for p, a in zip(position, axis))  # type: ignore[return-value]
+    px, py, pz = (float(v) for v in position)
+    return px + distance * axis[0], py + distance * axis[1], pz + distance * axis[2]

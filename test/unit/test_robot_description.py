@@ -411,6 +411,8 @@ def test_a_body_name_clash_is_refused() -> None:
         "<body name='body_1'><geom size='.1'/></body></worldbody></mujoco>")
     with pytest.raises(RobotDescriptionError, match="body 2 and body 1 are both named 'body_1'"):
         urdf_from_model(model)
+    with pytest.raises(RobotDescriptionError, match="frame name '/world' starts with '/'"):
+        urdf_from_model(mujoco.MjModel.from_xml_string("<mujoco/>"), frame_prefix="/")
 
 
 @needs_panda
