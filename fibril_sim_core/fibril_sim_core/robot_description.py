@@ -19,9 +19,11 @@ every link exactly where MuJoCo puts the body):
   through intermediate links named after the joints (prefixed); the last link is the body.
 - Limits: ``jnt_range``; an unlimited slide gets +-``UNLIMITED_SLIDE_RANGE``. Effort: the
   joint's ``actuatorfrcrange`` when limited, else the sum over the actuators driving the joint
-  of ``|gear| * max|forcerange|`` (or ``|gear| * |gain| * max|ctrlrange|`` for a plain motor);
+  (directly, or through a fixed tendon times the joint's coefficient) of
+  ``|gear| * max|forcerange|`` (or ``|gear| * |gain| * max|ctrlrange|`` for a plain motor);
   ``DEFAULT_EFFORT`` (0, unknown) otherwise. Velocity: MuJoCo has no joint speed limit:
-  ``DEFAULT_VELOCITY`` (0, unknown).
+  ``DEFAULT_VELOCITY`` (0, unknown). An active linear joint equality (``joint1`` follows
+  ``joint2``) is a ``<mimic>`` on joint1, refs folded into the offset.
 - Inertial: ``body_mass`` at ``body_ipos``/``body_iquat`` with the diagonal ``body_inertia``
   (omitted for massless bodies, the world included).
 - Geometry: a geom in one of ``visual_groups`` (MuJoCo's viewer shows groups 0-2) with alpha > 0
@@ -63,7 +65,9 @@ VISUAL_GROUPS = (0, 1, 2)  # the geom groups MuJoCo's viewer shows by default
 _HINGE, _SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
 _BALL, _FREE = int(mujoco.mjtJoint.mjJNT_BALL), int(mujoco.mjtJoint.mjJNT_FREE)
 _G = mujoco.mjtGeom
-_TRN_JOINT = int(mujoco.mjtTrn.mjTRN_JOINT)
+_TRN_JOINT, _TRN_TENDON = int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON)
+_WRAP_JOINT = int(mujoco.mjtWrap.mjWRAP_JOINT)
+_EQ_JOINT = int(mujoco.mjtEq.mjEQ_JOINT)
 _GAIN_FIXED, _BIAS_NONE = int(mujoco.mjtGain.mjGAIN_FIXED), int(mujoco.mjtBias.mjBIAS_NONE)
 _DEFAULT_RGBA = (0.5, 0.5, 0.5, 1.0)
 _ON_AXIS = 1e-12
@@ -332,30 +336,66 @@ def _moving_joint(model: mujoco.MjModel, joint: int, kind: int, parent: str, chi
     elif kind == _SLIDE:
         limit["lower"], limit["upper"] = _num(-UNLIMITED_SLIDE_RANGE), _num(UNLIMITED_SLIDE_RANGE)
     ET.SubElement(element, "limit", limit)
+    mimic = _mimic(model, joint)
+    if mimic is not None:
+        element.append(mimic)
     return element
 
 
 def _effort(model: mujoco.MjModel, joint: int) -> float:
-    """The joint's force bound: its own actuator force range, else its actuators' capacity."""
+    """The joint's force bound: its own actuator force range, else its actuators' capacity
+    (through the joint itself, or through a fixed tendon with the joint's coefficient)."""
     if model.jnt_actfrclimited[joint]:
         return float(np.max(np.abs(model.jnt_actfrcrange[joint])))
     total, known = 0.0, False
     for actuator in range(model.nu):
-        if int(model.actuator_trntype[actuator]) != _TRN_JOINT or \
-                int(model.actuator_trnid[actuator][0]) != joint:
+        force = _actuator_force(model, actuator)
+        if force is None:
             continue
         gear = abs(float(model.actuator_gear[actuator][0]))
-        if model.actuator_forcelimited[actuator]:
-            force = float(np.max(np.abs(model.actuator_forcerange[actuator])))
-        elif int(model.actuator_gaintype[actuator]) == _GAIN_FIXED and \
-                int(model.actuator_biastype[actuator]) == _BIAS_NONE and \
-                model.actuator_ctrllimited[actuator]:
-            force = abs(float(model.actuator_gainprm[actuator][0])) * \
-                float(np.max(np.abs(model.actuator_ctrlrange[actuator])))
-        else:
-            continue
-        total, known = total + gear * force, True
+        trntype, target = int(model.actuator_trntype[actuator]), \
+            int(model.actuator_trnid[actuator][0])
+        if trntype == _TRN_JOINT and target == joint:
+            total, known = total + gear * force, True
+        elif trntype == _TRN_TENDON:
+            first = int(model.tendon_adr[target])
+            wraps = range(first, first + int(model.tendon_num[target]))
+            if all(int(model.wrap_type[w]) == _WRAP_JOINT for w in wraps):
+                coefficient = sum(abs(float(model.wrap_prm[w])) for w in wraps
+                                  if int(model.wrap_objid[w]) == joint)
+                if coefficient > 0:
+                    total, known = total + coefficient * gear * force, True
     return total if known else DEFAULT_EFFORT
+
+
+def _actuator_force(model: mujoco.MjModel, actuator: int) -> float | None:
+    """The bound of an actuator's force: its force range, or a plain motor's gain x ctrl."""
+    if model.actuator_forcelimited[actuator]:
+        return float(np.max(np.abs(model.actuator_forcerange[actuator])))
+    if int(model.actuator_gaintype[actuator]) == _GAIN_FIXED and \
+            int(model.actuator_biastype[actuator]) == _BIAS_NONE and \
+            model.actuator_ctrllimited[actuator]:
+        return abs(float(model.actuator_gainprm[actuator][0])) * \
+            float(np.max(np.abs(model.actuator_ctrlrange[actuator])))
+    return None
+
+
+def _mimic(model: mujoco.MjModel, joint: int) -> ET.Element | None:
+    """A URDF mimic for a joint that an active, linear joint equality ties to another:
+    MuJoCo's q1 - q1ref = c0 + c1 (q2 - q2ref) is q1 = c1 q2 + (q1ref + c0 - c1 q2ref)."""
+    for eq in range(model.neq):
+        if int(model.eq_type[eq]) != _EQ_JOINT or not model.eq_active0[eq] or \
+                int(model.eq_obj1id[eq]) != joint or int(model.eq_obj2id[eq]) < 0:
+            continue
+        other = int(model.eq_obj2id[eq])
+        c0, c1, *higher = (float(v) for v in model.eq_data[eq][:5])
+        if any(higher) or int(model.jnt_type[other]) not in (_HINGE, _SLIDE):
+            continue
+        offset = float(model.qpos0[model.jnt_qposadr[joint]]) + c0 - \
+            c1 * float(model.qpos0[model.jnt_qposadr[other]])
+        return ET.Element("mimic", joint=_joint_name(model, other), multiplier=_num(c1),
+                          offset=_num(offset))
+    return None
 
 
 class _MeshFiles:

@@ -79,9 +79,16 @@ ZOO_XML = """
       <geom name="can" type="cylinder" size="0.1 0.2"/>
     </body>
   </worldbody>
+  <tendon>
+    <fixed name="pull"><joint joint="j_last" coef="-2"/><joint joint="j_off" coef="0"/></fixed>
+  </tendon>
+  <equality>
+    <joint joint1="j_slide" joint2="j_off" polycoef="0.01 0.5 0 0 0"/>
+  </equality>
   <actuator>
     <motor joint="j_last" gear="2" ctrllimited="true" ctrlrange="-3 3"/>
     <position joint="j_off" kp="10" forcelimited="true" forcerange="-5 5"/>
+    <motor tendon="pull" forcelimited="true" forcerange="-4 4"/>
   </actuator>
 </mujoco>
 """
@@ -337,11 +344,17 @@ def test_zoo_urdf_every_attachment_and_geom(zoo: tuple[mujoco.MjModel, Path]) ->
     # The unnamed body's hinge is off its axis: the joint frame sits at the anchor.
     assert (joints["joint_3"].child, joints["body_3_fixed"].parent) == ("joint_3", "joint_3")
     np.testing.assert_allclose(joints["body_3_fixed"].origin[:3, 3], [0, 0, -0.1], atol=1e-12)
-    # Effort: a joint's own actuator force range, a force-limited servo, a motor's ctrl range.
+    # Effort: a joint's own actuator force range, a force-limited servo, a motor's ctrl range
+    # plus a tendon motor's force times the joint's coefficient (2 x 4).
     assert joints["j_slide"].limit["effort"] == 7.0
     assert joints["j_off"].limit["effort"] == 5.0
-    assert joints["j_last"].limit["effort"] == 6.0
+    assert joints["j_last"].limit["effort"] == 6.0 + 8.0
     assert joints["joint_3"].limit["effort"] == 0.0
+    # The joint equality j_slide - 0.05 = 0.01 + 0.5 (j_off - 0.3), in qpos: a mimic.
+    mimic = root.find("joint[@name='j_slide']/mimic")
+    assert (mimic.get("joint"), float(mimic.get("multiplier")), float(mimic.get("offset"))) == \
+        ("j_off", 0.5, pytest.approx(0.05 + 0.01 - 0.5 * 0.3))
+    assert len(root.findall(".//mimic")) == 1
     # Visual and collision geometry.
     by_name = {link.get("name"): link for link in root.findall("link")}
     base = by_name["base"]
@@ -427,6 +440,10 @@ def test_panda_urdf_structure_and_forward_kinematics() -> None:
     assert [n for n, j in joints.items() if j.kind == "prismatic"] == \
         ["finger_joint1", "finger_joint2"]
     assert [joints[f"joint{i}"].limit["effort"] for i in range(1, 8)] == [87.0] * 4 + [12.0] * 3
+    # The fingers: the tendon "split" (coefficients 0.5) driven up to 100 N; tied by equality.
+    assert [joints[f"finger_joint{i}"].limit["effort"] for i in (1, 2)] == [50.0, 50.0]
+    mimic = root.find("joint[@name='finger_joint1']/mimic")
+    assert mimic.attrib == {"joint": "finger_joint2", "multiplier": "1.0", "offset": "0"}
     check_forward_kinematics(model, urdf, samples=10)
 
 
