@@ -12,6 +12,13 @@
 2. Request load. A request over a 10 s bag of the same kind: 10 windows of 1 s, 7 torque endpoints, 7 position
    signals and 7-joint initial states (70,000 recorded inputs, 70,000 reference samples):
    ``load_calibration_request`` wall time (target <= 1 s), the nominal plan build included.
+3. A large CSV log (``--csv-rows``, default 10^7; ``--csv-rows 0`` skips it): t_s and 8
+   value columns written by the bench into its temporary folder (~1.1 GB at 10^7 rows),
+   three mapped (time + 2 values). Each reader runs in a child process, 3 times, and reports
+   its wall time and peak RSS (``ru_maxrss`` of the child): ``CsvSource.stream`` (ours),
+   ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
+   imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
+   Target: peak memory above the interpreter's baseline <= 3x the mapped data.
 
 The machine it runs on is shared and noisy: figures are rough.
 """
@@ -19,7 +26,10 @@ The machine it runs on is shared and noisy: figures are rough.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -142,13 +152,102 @@ def ours(bag: Path) -> tuple[int, float]:
     return count, time.perf_counter() - started
 
 
+CSV_COLUMNS = ("t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2", "i1", "i2")
+CSV_MAPPED = ("t_s", "tau1", "q2")
+
+
+def write_csv(path: Path, rows: int) -> int:
+    """A 1 kHz log of ``rows`` rows: time and 8 values with 9 significant digits."""
+    rng = np.random.default_rng(0)
+    block = 200_000
+    with path.open("w") as out:
+        out.write(",".join(CSV_COLUMNS) + "\n")
+        for start in range(0, rows, block):
+            n = min(block, rows - start)
+            data = rng.normal(size=(n, len(CSV_COLUMNS)))
+            data[:, 0] = (np.arange(n) + start) * 1e-3
+            np.savetxt(out, data, delimiter=",", fmt="%.9g")
+    return path.stat().st_size
+
+
+def csv_child(method: str, path: Path) -> None:
+    """One reader in this (child) process: prints wall time, peak RSS, its baseline, rows."""
+    import resource
+
+    def peak() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    columns = [CSV_COLUMNS.index(c) for c in CSV_MAPPED]
+    if method == "pandas":
+        import pandas
+    if method == "ours":
+        from fibril_calibration.sources import CsvSource
+    baseline = peak()
+    started = time.perf_counter()
+    if method == "ours":
+        source = CsvSource(path, "t_s", None)
+        stream = source.stream(columns=list(CSV_MAPPED[1:]))
+        rows = len(stream)
+    elif method == "numpy":
+        rows = np.loadtxt(path, delimiter=",", skiprows=1, usecols=columns).shape[0]
+    else:
+        rows = len(pandas.read_csv(path, usecols=list(CSV_MAPPED)))
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "peak": peak(), "baseline": baseline, "rows": rows}))
+
+
+def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
+    path = folder / "log.csv"
+    started = time.perf_counter()
+    size = write_csv(path, rows)
+    print(f"csv: {rows:,} rows x {len(CSV_COLUMNS)} columns, {size / 1e6:.0f} MB "
+          f"(written in {time.perf_counter() - started:.0f} s); mapped: "
+          f"{', '.join(CSV_MAPPED)} = {rows * 8 * len(CSV_MAPPED) / 1e6:.0f} MB as float64")
+    methods = ["ours", "numpy"]
+    try:
+        import pandas  # noqa: F401
+        methods.append("pandas")
+    except ImportError:
+        print("pandas.read_csv: not installed (pip install -r bench/requirements.txt)")
+    medians = {}
+    for method in methods:
+        found = []
+        for _ in range(runs):
+            child = subprocess.run([sys.executable, __file__, "--csv-child", method, str(path)],
+                                   capture_output=True, text=True, check=True)
+            found.append(json.loads(child.stdout.splitlines()[-1]))
+        seconds = statistics.median(f["seconds"] for f in found)
+        peak = statistics.median(f["peak"] for f in found)
+        above = statistics.median(f["peak"] - f["baseline"] for f in found)
+        medians[method] = (seconds, peak)
+        print(f"{method:>6}: {seconds:6.1f} s, peak RSS {peak / 1e6:6.0f} MB ({above / 1e6:.0f} "
+              f"MB above its {found[0]['baseline'] / 1e6:.0f} MB baseline; "
+              f"{above / (rows * 8 * len(CSV_MAPPED)):.2f}x the mapped data), "
+              f"median of {runs}, rows {found[0]['rows']:,}")
+    ours_s, ours_peak = medians["ours"]
+    for method in methods[1:]:
+        seconds, peak = medians[method]
+        print(f"ours / {method}: time {ours_s / seconds:.2f}x, peak RSS {ours_peak / peak:.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    parser.add_argument("--csv-rows", type=int, default=10_000_000)
+    parser.add_argument("--skip-bag", action="store_true", help="only the CSV part")
+    parser.add_argument("--csv-child", nargs=2, metavar=("METHOD", "PATH"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.csv_child:
+        csv_child(args.csv_child[0], Path(args.csv_child[1]))
+        return 0
     folder = Path(tempfile.mkdtemp(prefix="fibril-ingest-"))
     try:
+        if args.csv_rows:
+            csv_bench(folder, args.csv_rows)
+        if args.skip_bag:
+            return 0
         bag, request = write_problem(folder, args.messages, args.storage)
         n_raw, t_raw = raw_read(bag)
         n_ours, t_ours = ours(bag)

@@ -1,15 +1,14 @@
 """The columns of a CSV log, read in chunks with numpy's typed parser.
 
 A robot log can hold tens of millions of rows; a calibration maps a few of its columns. The
-file is read twice, in chunks of ``CHUNK_BYTES`` and never whole: once to count its rows (and
-find its header), once to parse the wanted columns straight into preallocated float64 /
-int64 arrays. Memory is the wanted columns plus one chunk, however many columns and rows the
-file has.
-
-Every row must have the header's number of fields (counted per line, from the comma
-positions, without decoding); a chunk with quotes, a blank line, a wrong field count or a
-value numpy's parser refuses is read again with ``csv`` and ``float``, which names the line
-and column at fault exactly as before. A UTF-8 byte order mark before the header is skipped.
+file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that every row is
+plain (the header's number of fields, counted per line from the comma positions, no quote,
+no blank line); a plain file's wanted columns are then parsed by numpy's C reader over the
+whole file (``usecols``: only those columns are ever held). Otherwise, or when numpy refuses a
+value, the chunks are parsed one by one into preallocated arrays, a chunk numpy refuses with
+``csv`` and ``float``, which name the line and column at fault. Memory is the wanted columns
+plus one chunk, however many columns and rows the file has. A UTF-8 byte order mark before
+the header is skipped.
 """
 
 from __future__ import annotations
@@ -34,56 +33,54 @@ class CsvProblem(ValueError):
 
 @dataclass(frozen=True)
 class CsvLayout:
-    """Header names, where the data rows start and how many there are."""
+    """Header names, where the data rows start, how many there are, and whether every row
+    is plain (the header's field count, no quotes, no blank line): numpy may read it whole."""
 
     path: Path
     label: str  # "recording 'x.csv'"
     header: tuple[str, ...]
     data_start: int  # byte offset of the first data row
     rows: int
+    plain: bool = False
 
 
 def read_layout(path: Path, label: str) -> CsvLayout:
-    """The header row (a BOM before it skipped) and the number of data rows."""
+    """The header row (a BOM before it skipped), the number of data rows, whether all are
+    plain."""
     with path.open("rb") as handle:
         first = handle.readline()
-        start = len(first)
-        if first.startswith(BOM):
-            first = first[len(BOM):]
-        try:
-            text = first.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
-        try:
-            header = next(csv.reader([text]), [])
-        except csv.Error as exc:
-            raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
-        rows = 0
-        last = b"\n"
-        while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                break
-            rows += block.count(b"\n")
-            last = block[-1:]
-        if last != b"\n":
-            rows += 1  # a last row without a line end
+    start = len(first)
+    if first.startswith(BOM):
+        first = first[len(BOM):]
+    try:
+        text = first.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
+    try:
+        header = next(csv.reader([text]), [])
+    except csv.Error as exc:
+        raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
     if not header or not any(name.strip() for name in header):
         raise CsvProblem(f"{label}: expected a header row of column names")
-    return CsvLayout(path, label, tuple(name.strip() for name in header), start, rows)
+    rows = 0
+    plain = True
+    for _, chunk, count in _chunks(path, start):
+        rows += count
+        plain = plain and _plain(chunk, count, len(header))
+    return CsvLayout(path, label, tuple(name.strip() for name in header), start, rows, plain)
 
 
-def _lines(layout: CsvLayout):  # type: ignore[no-untyped-def]
-    """(first row index, chunk bytes ending at a line end) over the data rows."""
-    with layout.path.open("rb") as handle:
-        handle.seek(layout.data_start)
+def _chunks(path: Path, start: int):  # type: ignore[no-untyped-def]
+    """(first row index, chunk bytes ending at a line end, rows in it) from byte ``start``."""
+    with path.open("rb") as handle:
+        handle.seek(start)
         row = 0
         rest = b""
         while True:
             block = handle.read(CHUNK_BYTES)
             if not block:
                 if rest:
-                    yield row, rest + b"\n"
+                    yield row, rest + b"\n", 1
                 return
             block = rest + block
             cut = block.rfind(b"\n")
@@ -92,8 +89,20 @@ def _lines(layout: CsvLayout):  # type: ignore[no-untyped-def]
                 continue
             rest = block[cut + 1:]
             chunk = block[:cut + 1]
-            yield row, chunk
-            row += chunk.count(b"\n")
+            count = chunk.count(b"\n")
+            yield row, chunk, count
+            row += count
+
+
+def _plain(chunk: bytes, count: int, width: int) -> bool:
+    """No blank line, quote or lone CR, and ``width - 1`` commas per line on average; the
+    parse then takes the last column too, so that a short row fails it, and with no short
+    row the average means no long one either."""
+    if chunk[:1] in b"\r\n" or b"\n\n" in chunk or b'"' in chunk or b"\r\n\r\n" in chunk:
+        return False
+    if b"\r" in chunk and chunk.count(b"\r") != chunk.count(b"\r\n"):
+        return False
+    return chunk.count(b",") == count * (width - 1)
 
 
 def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | None = None
@@ -103,47 +112,59 @@ def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | No
     index = {name: i for i, name in enumerate(layout.header)}
     names = list(dict.fromkeys(wanted))
     columns = [index[name] for name in names]
+    out: dict[str, np.ndarray] = {}
+    if layout.plain and _whole(layout, names, columns, out, exact_ns):
+        return out
     out = {name: np.empty(layout.rows, dtype=np.int64 if name == exact_ns else np.float64)
            for name in names}
     width = len(layout.header)
-    for first, chunk in _lines(layout):
-        count = chunk.count(b"\n")
+    for first, chunk, count in _chunks(layout.path, layout.data_start):
         if not _fast(chunk, count, width, names, columns, out, first, exact_ns):
             _exact(chunk, width, names, columns, out, first, layout, exact_ns)
     return out
 
 
+def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], width: int,
+           exact_ns: str | None, skiprows: int) -> dict[str, np.ndarray] | None:
+    """numpy's C reader: the wanted columns (int64 for ``exact_ns``) and the last column (one
+    character of it, so that a short row fails: ``_plain``), as fields of one structured
+    array; None when numpy refuses a value."""
+    order = sorted(zip(columns, names))
+    use = [i for i, _ in order]
+    fields = [(f"f{k}", np.int64 if name == exact_ns else np.float64)
+              for k, (_, name) in enumerate(order)]
+    if width - 1 not in use:
+        use.append(width - 1)
+        fields.append(("last", "U1"))
+    try:
+        table = np.loadtxt(source, delimiter=",", usecols=use, dtype=fields, comments=None,
+                           ndmin=1, skiprows=skiprows, encoding="utf-8")
+    except (ValueError, OverflowError):  # UnicodeDecodeError included
+        return None
+    return {name: table[f"f{k}"] for k, (_, name) in enumerate(order)}
+
+
+def _whole(layout: CsvLayout, names: list[str], columns: list[int],
+           out: dict[str, np.ndarray], exact_ns: str | None) -> bool:
+    """The whole (plain) file in one parse; its columns are views of one array (no second
+    copy). False: a value numpy refuses (the chunks are read again to name it)."""
+    parsed = _parse(layout.path, names, columns, len(layout.header), exact_ns, 1)
+    if parsed is None or any(v.shape[0] != layout.rows for v in parsed.values()):
+        return False
+    out.update(parsed)
+    return True
+
+
 def _fast(chunk: bytes, count: int, width: int, names: list[str], columns: list[int],
           out: dict[str, np.ndarray], first: int, exact_ns: str | None) -> bool:
-    """numpy's parser over a clean chunk; False: read it exactly instead (``_exact``)."""
-    if b'"' in chunk or b"\r\n\r\n" in chunk or b"\n\n" in chunk or chunk[:1] in b"\r\n":
-        return False
-    data = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero(data == 10)
-    commas = np.searchsorted(np.flatnonzero(data == 44), ends)
-    if commas[0] != width - 1 or (np.diff(commas) != width - 1).any():
-        return False
-    try:
-        lines = chunk.decode("utf-8").splitlines()
-    except UnicodeDecodeError:
-        return False
-    if len(lines) != count:  # a stray \r, \v, \f or a Unicode line separator inside a row
-        return False
-    stop = first + count
-    try:
-        floats = [i for name, i in zip(names, columns) if name != exact_ns]
-        if floats:
-            values = np.loadtxt(lines, delimiter=",", usecols=floats, dtype=np.float64,
-                                comments=None, ndmin=2, encoding=None)
-            for k, name in enumerate(n for n in names if n != exact_ns):
-                out[name][first:stop] = values[:, k]
-        if exact_ns is not None:
-            at = columns[names.index(exact_ns)]
-            out[exact_ns][first:stop] = np.loadtxt(lines, delimiter=",", usecols=[at],
-                                                   dtype=np.int64, comments=None, ndmin=2,
-                                                   encoding=None)[:, 0]
-    except (ValueError, OverflowError):
-        return False
+    """numpy's parser over a plain chunk; False: read it exactly instead (``_exact``)."""
+    if not _plain(chunk, count, width):
+        return False  # a row with another field count: _exact names it
+    parsed = _parse(io.BytesIO(chunk), names, columns, width, exact_ns, 0)
+    if parsed is None or any(v.shape[0] != count for v in parsed.values()):
+        return False  # a value numpy refuses, or a line it skipped
+    for name, values in parsed.items():
+        out[name][first:first + count] = values
     return True
 
 
@@ -202,8 +223,7 @@ def _ns(text: str, where: str) -> int:
 def read_cell(layout: CsvLayout, row: int, name: str) -> str:
     """The text of one cell (error messages quote it); reads up to that row."""
     column = layout.header.index(name)
-    for first, chunk in _lines(layout):
-        count = chunk.count(b"\n")
+    for first, chunk, count in _chunks(layout.path, layout.data_start):
         if first <= row < first + count:
             line = chunk.decode("utf-8", errors="replace").split("\n")[row - first]
             fields = next(csv.reader([line]), [])

@@ -145,3 +145,26 @@ def test_memory_stays_within_three_times_the_mapped_data(tmp_path: Path) -> None
     # the mapped arrays (and the stream's stacked copy) plus one chunk's parse working set
     working_set = 48 * 2 ** 20
     assert growth <= 3 * mapped + working_set, (growth / 2 ** 20, mapped / 2 ** 20)
+
+
+def test_a_long_and_a_short_row_that_balance_are_found(tmp_path: Path) -> None:
+    """The comma count per chunk balances; the parse of the last column finds the short row,
+    the exact reading names the first bad line."""
+    path = tmp_path / "log.csv"
+    _write(path, 300)
+    lines = path.read_text().split("\n")
+    lines[101] = "0.1,1,2,3,4,5"
+    lines[102] = "0.101,1,2,3"
+    path.write_text("\n".join(lines))
+    with pytest.raises(SourceError, match=r"line 102: 6 field\(s\), the header has 5"):
+        CsvSource(path, "t_s", None).column("a")
+
+
+def test_a_text_column_beside_the_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "log.csv"
+    path.write_text("t_s,a,note\n" + "".join(f"{n * 0.001},{n},step {n}\n" for n in range(50)))
+    source = CsvSource(path, "t_s", None)
+    assert source._layout.plain
+    np.testing.assert_array_equal(source.column("a"), np.arange(50.0))
+    with pytest.raises(SourceError, match=r"column 'note' line 2: 'step 0' is not a number"):
+        source.column("note")
