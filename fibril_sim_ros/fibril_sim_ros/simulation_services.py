@@ -30,7 +30,8 @@ Everything is answered from a ``SimulationControl`` (the node implements it). Wh
   name filter is a regular expression searched in the name; categories, tags and bounds
   filters are refused (FEATURE_UNSUPPORTED). SetEntityState places a body with a free joint or
   a mocap body; it goes through the ingress like any input (committed at a tick boundary,
-  traced); accelerations are not set (said in the result message).
+  traced: while paused, the next step commits it, and GetEntityState shows it after that);
+  accelerations are not set (said in the result message).
 
 Every handler but GetSimulatorFeatures runs on a worker thread and is awaited from a reentrant
 callback group, so the node's single-threaded executor goes on serving its topics and other
@@ -191,6 +192,7 @@ class SimulationServices:
         self.chunk_ticks = max(1, feedback_period_ns // timestep)
         # Held around "is it paused? then step" (and other changes), so the check holds.
         self._lock = threading.Lock()
+        self._goal_lock = threading.Lock()
         self._goal_running = False
         self._group = ReentrantCallbackGroup()
         self._services = [node.create_service(GetSimulatorFeatures,
@@ -363,17 +365,18 @@ class SimulationServices:
     async def _simulate_steps(self, goal_handle: Any) -> Any:
         total = int(goal_handle.request.steps)
         result = SimulateSteps.Result()
-        if self._goal_running:  # goals run on the executor thread: no race here
-            result.result = _result(Result.RESULT_INCORRECT_STATE,
-                                    "another SimulateSteps goal is running; cancel it or wait")
-            goal_handle.abort()
-            return result
         if total < 1:
             result.result = _result(Result.RESULT_OPERATION_FAILED,
                                     f"steps {total}: step at least 1 tick")
             goal_handle.abort()
             return result
-        self._goal_running = True
+        with self._goal_lock:
+            busy, self._goal_running = self._goal_running, True
+        if busy:
+            result.result = _result(Result.RESULT_INCORRECT_STATE,
+                                    "another SimulateSteps goal is running; cancel it or wait")
+            goal_handle.abort()
+            return result
         try:
             done = 0
             feedback = SimulateSteps.Feedback()
@@ -511,5 +514,6 @@ class SimulationServices:
                 ["nothing set (set_pose and set_twist are false)"] + notes))
             return
         self._control.set_entity_state(payload)
+        when = "the next step (paused)" if self._control.paused else "the next tick boundary"
         response.result = _result(message="; ".join(
-            [f"{name!r}: submitted, committed at the next tick boundary"] + notes))
+            [f"{name!r}: submitted, committed at {when}"] + notes))

@@ -534,7 +534,7 @@ def test_set_entity_state_submits_the_payload(sim: Rig) -> None:
     result = _set(sim, "box", set_pose=True, set_twist=True, position=(1.0, 2.0, 3.0),
                   xyzw=(0.1, 0.2, 0.3, 0.9), linear=(0.5, 0.0, 0.0), angular=(0.0, 0.0, 2.0))
     assert (result.result, result.error_message) == (
-        OK, "'box': submitted, committed at the next tick boundary")
+        OK, "'box': submitted, committed at the next step (paused)")
     assert fake.submitted == [{"body": "box", "position": [1.0, 2.0, 3.0],
                                "orientation": [0.9, 0.1, 0.2, 0.3],  # w x y z
                                "linear_velocity": [0.5, 0.0, 0.0],
@@ -547,6 +547,10 @@ def test_set_entity_state_submits_the_payload(sim: Rig) -> None:
     result = _set(sim, "box")
     assert result.result == OK and "nothing set" in result.error_message
     assert len(fake.submitted) == 2
+    fake.set_paused(False)
+    result = _set(sim, "box", set_pose=True)
+    assert result.error_message == "'box': submitted, committed at the next tick boundary"
+    assert len(fake.submitted) == 3
 
 
 def test_set_entity_state_refusals_say_why(sim: Rig) -> None:
