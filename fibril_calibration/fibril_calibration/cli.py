@@ -17,9 +17,10 @@ same command as the ROS 2 executable ``ros2 run fibril_calibration calibrate cal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     _metrics_folder(args)
     # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
     try:
-        with ShutdownSignals():
+        with ShutdownSignals(), _mujoco_warnings_kept():
             if getattr(args, "evaluate", None):
                 return _evaluate(args, progress)
             result = run_calibration(args.request, progress=progress,
@@ -195,6 +196,21 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
             lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+@contextlib.contextmanager
+def _mujoco_warnings_kept() -> Iterator[None]:
+    """MuJoCo prints "The simulation is unstable" on stderr by itself; during a calibration
+    the rollout reads the same warning from its counters and makes it the candidate's
+    failure (an error, or a set's score recorded as failed), so the print is held back."""
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: None)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def _warn(name: str, warnings: Any) -> None:

@@ -43,8 +43,10 @@ if TYPE_CHECKING:
 
     from .request import EpisodeSpec, SignalSpec
 
+# MuJoCo resets the state (or zeroes a huge control: BADCTRL) and goes on: a rollout that
+# raised any of these has no valid samples.
 _WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-             mujoco.mjtWarning.mjWARN_BADQVEL)
+             mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADCTRL)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from .errors import CalibrationRequestError
 from .losses import LOSS_TYPES, LossSpec
 from .observations import ObservationSpec, parse_observation
 from .parameters import PARAMETERIZATIONS, CalibrationParameter, Prior, parameter_problems
+from .sources import MAX_VALUE
 from .recordings import (Recording, RecordingError, Recordings, TraceError, TraceQueryError,
                          without_scenario_inputs)
 
@@ -1106,6 +1107,10 @@ def _inline_samples(value: Any, where: s.Where,
                 f"({', '.join(observation.components)}), got {len(row)}")
         times[i] = t
         values[i] = [s.number(v, at.key("values").key(j)) for j, v in enumerate(row)]
+        for j, v in enumerate(values[i]):
+            if abs(v) > MAX_VALUE:
+                raise at.key("values").key(j).fail(f"{v!r} cannot be a recorded value (beyond "
+                                                   f"{MAX_VALUE:g})")
     return times, values
 
 
@@ -1114,7 +1119,7 @@ def _csv_samples(path: Path, where: s.Where,
     """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
     try:
         data = path.read_bytes()
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8"), newline="")))
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))  # a BOM
     except OSError as exc:
         raise where.fail(f"cannot read samples file {str(path)!r}: "
                          f"{exc.strerror or exc}") from None
@@ -1165,6 +1170,12 @@ def _csv_samples(path: Path, where: s.Where,
         if not np.all(np.isfinite(values[i])):
             raise CalibrationRequestError(f"{file}: line {line}: values must be finite, got "
                                           f"{s.short(row[1:])}")
+        if np.any(np.abs(values[i]) > MAX_VALUE):
+            raise CalibrationRequestError(f"{file}: line {line}: {s.short(row[1:])} cannot be "
+                                          f"recorded values (beyond {MAX_VALUE:g})")
+    if len(data) == 1:
+        raise CalibrationRequestError(f"{file}: one sample row; a signal needs at least two "
+                                      f"samples (nothing can be fitted or scored on one)")
     return times, values
 
 

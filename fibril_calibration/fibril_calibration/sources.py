@@ -354,11 +354,23 @@ class BagSource(Source):
                 for raw in raws:
                     decoded.append(deserialize(raw, msgtype))
             except _DECODE_ERRORS as exc:
-                at = int(times[len(decoded)])
+                index = len(decoded)
+                at = int(times[index])
                 raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: cannot "
-                                  f"decode {msgtype} at log time {_t(at)}: {exc}") from None
+                                  f"decode message {index} of the topic ({msgtype}) at "
+                                  f"{self._since_start(at)} (log time {_t(at)}): "
+                                  f"{exc}") from None
             self._messages[topic] = decoded
         return times, decoded
+
+    def _since_start(self, time_ns: int) -> str:
+        """``12.345 s after the recording's start`` (the bag's start time, or its earliest
+        message read)."""
+        start = getattr(self._reader, "start_time", None)
+        if not isinstance(start, int) or start > time_ns:
+            firsts = [int(t[0]) for t, _ in self._raw.values() if len(t)]
+            start = min(firsts, default=time_ns)
+        return f"{(time_ns - start) / 1e9:.9g} s after the recording's start"
 
     def _joint_table(self, topic: str, msgtype: str) -> _JointTable | None:
         if topic not in self._joints:
@@ -768,6 +780,9 @@ class CsvSource(Source):
             raise SourceError(f"{label}: column {twice!r} appears twice in the header")
         if not self._layout.rows:
             raise SourceError(f"{label} has a header but no rows")
+        if self._layout.rows == 1:
+            raise SourceError(f"{label} has one row; an episode needs at least two samples "
+                              f"(nothing can be fitted or scored on one)")
         self._columns: dict[str, np.ndarray] = {}
         if time_column is None:
             raise SourceError(f"{label}: name its time column (time_column: t_s, time_ns, or a "
@@ -912,7 +927,7 @@ def check_stream(stream: Stream, *, lines: bool = False) -> None:
         where = f" (line {first + 2})" if lines else f" (message {first})"
         raise SourceError(f"{stream.label}: {int(bad.sum())} row(s) with NaN or infinite "
                           f"values, the first at {_t(stream.times_ns[first])}{where}")
-    huge = np.abs(values) > MAX_VALUE
+    huge = (values > MAX_VALUE) | (values < -MAX_VALUE)  # no |values| copy of a large log
     if huge.any():
         row, col = (int(i) for i in np.argwhere(huge)[0])
         where = (f"column {stream.components[col]!r} line {row + 2}" if lines else
