@@ -81,7 +81,11 @@ _READ_ERRORS, _DECODE_ERRORS, _TYPE_ERRORS = _errors()
 
 class SourceError(ValueError):
     """A recording cannot give the requested stream; the message names file, topic/column and
-    time."""
+    time. It is one line: a reader's multi-line reason (sqlite's) is joined with '; '."""
+
+    def __init__(self, message: str) -> None:
+        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+        super().__init__("; ".join(lines))
 
 
 @dataclass(frozen=True)

@@ -338,3 +338,161 @@ def test_child_process_huge_duration_is_one_line(duration: str, message: str) ->
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("fibril_sim: error: --duration"), lines
     assert message in lines[0]
+
+
+# ------------------------------------------------------------------ recordings (issue 23)
+# Recording sources a calibration request reads: MCAP bags (rosbags writes chunk CRC 0), a raw
+# MCAP file with and without CRCs, a sqlite3 bag and a CSV log, each cut, bit-flipped, given
+# huge values or a BOM. Every mutant loads (its damage is said in a warning, or it changed
+# nothing the calibration reads) or ends in one error line naming the recording; never a
+# traceback, never a numpy RuntimeWarning. Bridge-file fuzzing lives in its own section.
+@dataclass(frozen=True)
+class RecordingKind:
+    name: str
+    file: str  # the file mutated, relative to the recording folder
+    source: str  # the request's source path, relative to the recording folder
+    binary: bool = True
+
+
+RECORDING_KINDS = [
+    RecordingKind("mcap_bag", "bag-mcap/bag-mcap.mcap", "bag-mcap"),
+    RecordingKind("raw_mcap", "raw.mcap", "raw.mcap"),
+    RecordingKind("raw_mcap_crc", "crc.mcap", "crc.mcap"),
+    RecordingKind("sqlite3_bag", "bag-sqlite3/bag-sqlite3.db3", "bag-sqlite3"),
+    RecordingKind("csv_log", "log.csv", "log.csv", binary=False),
+]
+
+
+def _with_chunk_crcs(source: Path, target: Path) -> None:
+    """``source`` with every chunk's CRC32 filled in (rosbags writes 0)."""
+    from binascii import crc32
+
+    blob = bytearray(source.read_bytes())
+    at, end = 8, len(blob) - 8 - 29
+    while at < end:
+        length = int.from_bytes(blob[at + 1:at + 9], "little")
+        if blob[at] == 0x06:  # chunk: start, end, size, crc, compression, records
+            crc_at = at + 9 + 24
+            name = int.from_bytes(blob[crc_at + 4:crc_at + 8], "little")
+            records = crc_at + 8 + name + 8
+            blob[crc_at:crc_at + 4] = crc32(bytes(blob[records:at + 9 + length])).to_bytes(
+                4, "little")
+        at += 9 + length
+    target.write_bytes(bytes(blob))
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import _recording_rig as rig
+
+    folder = tmp_path_factory.mktemp("recordings")
+    data = rig.recording(folder, duration_s=0.3)
+    rig.write_bag(folder / "bag-mcap", data, "mcap")
+    rig.write_bag(folder / "bag-sqlite3", data, "sqlite3")
+    rig.raw_mcap(folder / "bag-mcap", folder / "raw.mcap")
+    _with_chunk_crcs(folder / "raw.mcap", folder / "crc.mcap")
+    rig.write_csv(folder / "log.csv", data)
+    return folder
+
+
+def _recording_request(folder: Path, kind: RecordingKind) -> Path:
+    import _recording_rig as rig
+
+    csv_log = not kind.binary
+    source: dict[str, Any] = {"path": kind.source}
+    if csv_log:
+        source["time_column"] = "t_s"
+    doc = rig.request(folder / "arm.yaml", source, csv_log=csv_log, windows=[[0.0, 0.2]])
+    doc["manifest"] = "arm.yaml"
+    return rig.write_request(folder, doc, f"request-{kind.name}.yaml")
+
+
+def _mutate_recording(rng: random.Random, data: bytes, binary: bool) -> tuple[str, bytes]:
+    """One mutation of a recording file: truncation, bit flips, huge values, a BOM."""
+    kinds = ["truncate", "bit_flip", "bit_flips"] + ([] if binary else
+                                                     ["huge_value", "non_finite", "bom"])
+    kind = rng.choice(kinds)
+    if kind == "truncate":
+        return kind, data[:rng.randrange(len(data))]
+    if kind in ("bit_flip", "bit_flips"):
+        out = bytearray(data)
+        for _ in range(1 if kind == "bit_flip" else rng.randint(2, 6)):
+            out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+        return kind, bytes(out)
+    if kind == "bom":
+        return kind, b"\xef\xbb\xbf" + data
+    text = data.decode()
+    numbers = _numbers(text)
+    new = (rng.choice(["1e300", "-1e300", "1e400", "1e13", "-9" * 30]) if kind == "huge_value"
+           else rng.choice(["nan", "inf", "-inf", "NaN"]))
+    return kind, _replace(text, rng.choice(numbers), new).encode()
+
+
+def _streams_of(path: Path) -> list[Any]:
+    import _recording_rig as rig
+    from fibril_calibration.sources import open_source
+
+    source = open_source(path)
+    try:
+        out = [source.stream(topic="/joint_states", field=f"position[{j}]").values
+               for j in rig.JOINTS]
+        out.append(source.stream(topic="/joint_commands", field="effort").values)
+        out.append(source.stream(topic="/joint_states", field="position[j1]").times_ns)
+    finally:
+        source.close()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", RECORDING_KINDS, ids=lambda k: k.name)
+def test_recording_mutants_fail_with_one_line_naming_the_recording(
+        kind: RecordingKind, recordings: Path, tmp_path: Path, stubs: None) -> None:
+    import warnings
+
+    import numpy as np
+
+    folder = tmp_path / "recordings"
+    shutil.copytree(recordings, folder)
+    request = _recording_request(folder, kind)
+    argv = ["calibrate", str(request), "--quiet"]
+    assert _call(argv)[0] == 0  # the unmutated recording loads
+    target = folder / kind.file
+    original = target.read_bytes()
+    reference = _streams_of(folder / kind.source) if kind.name == "raw_mcap_crc" else None
+    named = str(folder / kind.source)
+    problems: list[str] = []
+    outcomes: dict[str, int] = {}
+    rng = random.Random(SEED + sum(map(ord, kind.name)))
+    for n in range(CASES_PER_KIND):
+        mutation, data = _mutate_recording(rng, original, kind.binary)
+        target.write_bytes(data)
+        label = f"{kind.name} case {n} ({mutation})"
+        started = time.perf_counter()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                code, err = _call(argv)
+        except BaseException as exc:  # noqa: BLE001 - a crash is what this test looks for
+            problems.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        outcomes[mutation] = outcomes.get(mutation, 0) + 1
+        runtime = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        if runtime:
+            problems.append(f"{label}: RuntimeWarning reached the user: {runtime[0][:200]}")
+        if time.perf_counter() - started > CASE_SECONDS:
+            problems.append(f"{label}: took {time.perf_counter() - started:.1f} s")
+        if code == 0:
+            if reference is not None:  # with CRCs nothing may change silently
+                got = _streams_of(folder / kind.source)
+                if not all(a.shape == b.shape and np.array_equal(a, b)
+                           for a, b in zip(got, reference)):
+                    problems.append(f"{label}: loaded with changed values despite its CRCs")
+            continue
+        lines = err.splitlines()
+        if code != 2 or len(lines) != 1 or not lines[0].startswith("fibril_sim: error: "):
+            problems.append(f"{label}: exit {code}, stderr {err[:300]!r}")
+        elif named not in lines[0]:
+            problems.append(f"{label}: the error does not name {named}: {lines[0][:300]}")
+    target.write_bytes(original)
+    assert not problems, "\n".join(problems)
+    assert sum(outcomes.values()) == CASES_PER_KIND
