@@ -2,7 +2,7 @@
 
 Gazebo, Isaac Sim and O3DE answer these services, so a tool written against them drives Fibril
 Sim too. Under ``prefix`` (default ``~/``: ``/fibril_sim/get_simulator_features`` …, the way
-Gazebo serves ``/gzserver/…``; ``prefix=""`` gives Isaac Sim's and O3DE's global names):
+Gazebo serves ``/gzserver/…``; ``prefix=""`` gives global names, ``/get_simulator_features``):
 
     get_simulator_features  get_simulation_state  set_simulation_state  reset_simulation
     step_simulation  get_entities  get_entity_state  get_entities_states  get_entity_info
