@@ -19,6 +19,8 @@ recording. Chunks are decompressed with rosbags' own decompressors (lz4, zstd).
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from binascii import crc32
 from collections import Counter
@@ -130,11 +132,22 @@ class _Chunk:
 
 
 def check_mcap(path: Path) -> McapIntegrity:
-    """Check one MCAP file (see the module docstring); raises McapDamage or OSError."""
-    raw = path.read_bytes()
-    data = memoryview(raw)
-    size = len(raw)
-    if size < 2 * len(MAGIC) + 29 or raw[:8] != MAGIC or raw[-8:] != MAGIC:
+    """Check one MCAP file (see the module docstring); raises McapDamage or OSError. The
+    file is mapped, not read into memory: one chunk at a time is held."""
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < 2 * len(MAGIC) + 29:
+            raise McapDamage(f"{size} bytes is too short for an MCAP file (a cut file)")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            data = memoryview(mapped)
+            try:
+                return _check(data, size)
+            finally:
+                data.release()
+
+
+def _check(data: memoryview, size: int) -> McapIntegrity:
+    if data[:8] != MAGIC or data[size - 8:] != MAGIC:
         raise McapDamage("the MCAP magic bytes at its start or end are missing (a cut or "
                          "damaged file)")
     footer_at = size - 8 - 29

@@ -64,7 +64,7 @@ def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
     from rosbags.typesys import TypesysError
 
     reading: tuple[type[BaseException], ...] = (ReaderError, OSError, ValueError, KeyError,
-                                                EOFError, sqlite3.Error)
+                                                EOFError, OverflowError, sqlite3.Error)
     try:  # rosbags reads sqlite3 storage with apsw: a damaged database raises its errors
         import apsw
 
