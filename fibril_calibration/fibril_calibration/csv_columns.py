@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK_BYTES", "CsvLayout", "read_columns", "read_cell", "read_layout"]
+__all__ = ["CHUNK_BYTES", "CsvLayout", "CsvProblem", "read_cell", "read_columns", "read_layout"]
 
 CHUNK_BYTES = 4 << 20
 BOM = b"\xef\xbb\xbf"

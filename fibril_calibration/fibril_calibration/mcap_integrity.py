@@ -26,7 +26,6 @@ from binascii import crc32
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["MAGIC", "McapDamage", "McapIntegrity", "check_mcap"]
 
@@ -359,8 +358,3 @@ def _check_summary(data: memoryview, summary: list[tuple[int, int, int, int]],
                              f"{len(chunks)}")
     return warnings
 
-
-def describe(result: McapIntegrity) -> dict[str, Any]:
-    """The check's outcome as the episode's source report gives it."""
-    return {"messages": result.messages, "chunks": result.chunks,
-            "crc_checked": result.crc_checked}

@@ -152,8 +152,13 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
             if time_column is not None or time_unit is not None:
                 raise SourceError(f"recording {str(path)!r}: the franka_sysid format takes its "
                                   f"time from seq (1 kHz ring log) or t_s; give no time_column")
-            return FrankaSource(path, sidecar)
-        return CsvSource(path, time_column, time_unit)
+            log: CsvSource = FrankaSource(path, sidecar)
+        else:
+            log = CsvSource(path, time_column, time_unit)
+        if log.rows == 1:  # (a franka ring log's targets file may hold one target)
+            raise SourceError(f"recording {str(path)!r} has one row; an episode needs at least "
+                              f"two samples (nothing can be fitted or scored on one)")
+        return log
     if format == "rosbag2" and not path.is_dir():
         raise SourceError(f"recording {str(path)!r}: a rosbag2 recording is a folder with "
                           f"metadata.yaml (a single file: format mcap or sqlite3)")
@@ -784,9 +789,6 @@ class CsvSource(Source):
             raise SourceError(f"{label}: column {twice!r} appears twice in the header")
         if not self._layout.rows:
             raise SourceError(f"{label} has a header but no rows")
-        if self._layout.rows == 1:
-            raise SourceError(f"{label} has one row; an episode needs at least two samples "
-                              f"(nothing can be fitted or scored on one)")
         self._columns: dict[str, np.ndarray] = {}
         if time_column is None:
             raise SourceError(f"{label}: name its time column (time_column: t_s, time_ns, or a "

@@ -21,7 +21,6 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.mcap_integrity import McapDamage, check_mcap
 from fibril_calibration.sources import SourceError, open_source
 
