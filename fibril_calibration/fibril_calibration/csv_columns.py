@@ -126,19 +126,34 @@ def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | No
 
 def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], width: int,
            exact_ns: str | None, skiprows: int) -> dict[str, np.ndarray] | None:
-    """numpy's C reader: the wanted columns (int64 for ``exact_ns``) and the last column (one
-    character of it, so that a short row fails: ``_plain``), as fields of one structured
-    array; None when numpy refuses a value."""
+    """numpy's C reader: the wanted columns (int64 for ``exact_ns``) and the last column (so
+    that a short row fails: ``_plain``); None when numpy refuses a value. All float64 in one
+    2-D array when it can be (fastest); else fields of one structured array, the last column
+    as one character (a text column)."""
     order = sorted(zip(columns, names))
     use = [i for i, _ in order]
+    extra = width - 1 not in use
+    if extra:
+        use.append(width - 1)
+    options = dict(delimiter=",", usecols=use, comments=None, skiprows=skiprows,
+                   encoding="utf-8")
+    if exact_ns is None:
+        try:
+            if isinstance(source, io.BytesIO):
+                source.seek(0)
+            table = np.loadtxt(source, dtype=np.float64, ndmin=2, **options)
+            return {name: table[:, k] for k, (_, name) in enumerate(order)}
+        except (ValueError, OverflowError):  # a text last column, or a bad value
+            if not extra:
+                return None
     fields = [(f"f{k}", np.int64 if name == exact_ns else np.float64)
               for k, (_, name) in enumerate(order)]
-    if width - 1 not in use:
-        use.append(width - 1)
+    if extra:
         fields.append(("last", "U1"))
     try:
-        table = np.loadtxt(source, delimiter=",", usecols=use, dtype=fields, comments=None,
-                           ndmin=1, skiprows=skiprows, encoding="utf-8")
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        table = np.loadtxt(source, dtype=fields, ndmin=1, **options)
     except (ValueError, OverflowError):  # UnicodeDecodeError included
         return None
     return {name: table[f"f{k}"] for k, (_, name) in enumerate(order)}
