@@ -929,11 +929,16 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
             if not isinstance(payload, Mapping):
                 raise at.key("payload_json").fail(f"the payload must be a JSON object, got "
                                                   f"{type(payload).__name__}")
+            key = "payload_json" if "payload_json" in body else "payload"
             try:
                 endpoint.create().parse(payload)
             except ValueError as exc:
-                raise at.key("payload_json" if "payload_json" in body else "payload").fail(
-                    str(exc)) from None
+                raise at.key(key).fail(str(exc)) from None
+            for name, number in payload.items():
+                if (isinstance(number, (int, float)) and not isinstance(number, bool)
+                        and abs(number) > MAX_VALUE):
+                    raise at.key(key).fail(f"{name} {number!r} cannot be a recorded command "
+                                           f"(beyond {MAX_VALUE:g})")
         record = IngressRecord(0, source, sequence, payload_type, text, accepted, commit_tick,
                                acceptance, "", 0)
         records.append((commit_tick, acceptance, record, at))

@@ -182,3 +182,13 @@ def test_a_bag_decode_error_names_the_message_and_its_time(arm: dict[str, Any],
         source.stream(topic="/torque", field="data")
     text = str(info.value)
     assert "message 5 of the topic" in text and "0.15 s after the recording's start" in text
+
+
+def test_a_huge_recorded_command_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE, folder)
+    inputs = folder / "calibration_data" / "run-01_inputs.yaml"
+    inputs.write_text(inputs.read_text().replace('"value": 0.8}', '"value": 1e300}', 1))
+    code, _, err, runtime = _calibrate([str(folder / "calibration.yaml"), "--quiet"])
+    assert code == 2 and runtime == [] and len(err.splitlines()) == 1
+    assert str(inputs) in err and "1e+300 cannot be a recorded command" in err
