@@ -15,7 +15,7 @@
 3. A large CSV log (``--csv-rows``, default 10^7; ``--csv-rows 0`` skips it): t_s and 8
    value columns written by the bench into its temporary folder (~1.1 GB at 10^7 rows),
    three mapped (time + 2 values). Each reader runs in a child process, 3 times, and reports
-   its wall time and peak RSS (``ru_maxrss`` of the child): ``CsvSource.stream`` (ours),
+   its wall time and peak RSS (``ru_maxrss`` of the child): ``open_source`` + ``stream`` (ours),
    ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
    imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
    Target: peak memory above the interpreter's baseline <= 3x the mapped data.
@@ -181,11 +181,12 @@ def csv_child(method: str, path: Path) -> None:
     if method == "pandas":
         import pandas
     if method == "ours":
-        from fibril_calibration.sources import CsvSource
+        from fibril_calibration.sources import open_source
     baseline = peak()
     started = time.perf_counter()
     if method == "ours":
-        source = CsvSource(path, "t_s", None)
+        # as a request opens it: the time column and the mapped columns in one pass
+        source = open_source(path, time_column="t_s", columns=CSV_MAPPED[1:])
         stream = source.stream(columns=list(CSV_MAPPED[1:]))
         rows = len(stream)
     elif method == "numpy":

@@ -136,7 +136,9 @@ class SourceSet:
                      if "sidecar" in body else None),
             reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None)
 
-    def open(self, spec: _SourceSpec) -> Source:
+    def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
+        """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
+        column when it is opened, in one pass."""
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
                spec.sidecar, spec.reader)
         source = self._open.get(key)
@@ -144,7 +146,7 @@ class SourceSet:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar, reader=spec.reader)
+                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -412,9 +414,9 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     if "horizon_steps" in body:
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     spec = sources.spec(body["source"], where.key("source"))
-    source = sources.open(spec)
+    named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
+    source = sources.open(spec, _columns(named))
     if hasattr(source, "prefetch"):  # every topic / column the entry names in one pass
-        named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
         try:
             source.prefetch(_columns(named) if source.tabular else _topics(named))
         except SourceError as exc:

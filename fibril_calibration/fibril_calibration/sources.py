@@ -124,10 +124,12 @@ class Source:
 
 def open_source(path: Path, format: str | None = None, *, time: str = "log",
                 time_column: str | None = None, time_unit: str | None = None,
-                sidecar: Path | None = None, reader: str | None = None) -> Source:
+                sidecar: Path | None = None, reader: str | None = None,
+                columns: Sequence[str] = ()) -> Source:
     """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
     ``.db3``, ``.csv``); ``reader`` picks a bag's library (``bag_readers``: rosbags by
-    default). Raises SourceError when it is missing or unreadable."""
+    default). A CSV log's time column is read and checked here, with ``columns`` (those the
+    caller will map: one pass). Raises SourceError when it is missing or unreadable."""
     if not path.exists():
         raise SourceError(f"recording {str(path)!r} does not exist")
     if format is None:
@@ -158,6 +160,7 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
         if log.rows == 1:  # (a franka ring log's targets file may hold one target)
             raise SourceError(f"recording {str(path)!r} has one row; an episode needs at least "
                               f"two samples (nothing can be fitted or scored on one)")
+        log.prefetch(columns)
         return log
     if format == "rosbag2" and not path.is_dir():
         raise SourceError(f"recording {str(path)!r}: a rosbag2 recording is a folder with "
