@@ -67,6 +67,21 @@ class SimulationPlan:
         this plan or of any plan with the same endpoints, e.g. calibration candidates)."""
         return prepare_recorded_inputs(self.actuators, records)
 
+    def robot_description(self, frame_prefix: str = "") -> str:
+        """The URDF of the compiled model (links named like the TF frames; see
+        ``robot_description``), its mesh files resolved from the MJCF's own directories."""
+        from .robot_description import urdf_from_model
+
+        spec = mujoco.MjSpec.from_file(str(self.manifest.model))
+        return urdf_from_model(self.model, spec=spec, frame_prefix=frame_prefix)
+
+    def geom_markers(self, frame_prefix: str = "") -> tuple[Any, ...]:
+        """The visible geoms as markers in their bodies' frames (``robot_description``)."""
+        from .robot_description import geom_markers
+
+        spec = mujoco.MjSpec.from_file(str(self.manifest.model))
+        return geom_markers(self.model, frame_prefix, spec=spec)
+
     def device(self, device_id: str) -> DeviceDescriptor:
         for device in self.devices:
             if device.id == device_id:

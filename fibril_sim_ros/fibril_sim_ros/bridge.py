@@ -20,8 +20,14 @@ outputs:
   - {device: wheel_encoder, topic: /wheel_encoder, type: sensor_msgs/msg/JointState,
      frame_id: wheel_joint, raw_topic: /wheel_encoder/counts, stamp: acquisition,
      qos: {reliability: reliable, durability: volatile, depth: 10}}
-joint_states: {topic: /joint_states, rate: 50.0}   # ground truth; off unless given
+joint_states: {topic: /joint_states, rate: 50.0}   # ground truth (default); false: off
+tf: {rate: 50.0, frame_prefix: ""}                 # /tf and /tf_static (default); false: off
+robot_description: {topic: /robot_description}     # URDF from the MJCF (default); false: off
+markers: {topic: /fibril_sim/markers}              # the scene's geoms; off unless given
 ```
+
+Rates are of simulated time and must be a whole number of physics steps (messages are stamped
+exactly ``k / rate``).
 
 This module parses and checks only (no rclpy), so it can be tested and reused without ROS.
 """
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,24 +143,45 @@ class OutputEntry:
 
 @dataclass(frozen=True)
 class JointStatesEntry:
+    topic: str = "/joint_states"
+    rate: float = 50.0
+    qos: Qos = OUTPUT_QOS
+
+
+@dataclass(frozen=True)
+class TfEntry:
+    """Every moving body's pose relative to its parent on /tf at ``rate``; fixed bodies once
+    on /tf_static. Frame names: the body names with ``frame_prefix``."""
+
+    rate: float = 50.0
+    frame_prefix: str = ""
+
+
+@dataclass(frozen=True)
+class TopicEntry:
+    """A latched topic (transient local, depth 1): robot_description, markers."""
+
     topic: str
-    rate: float
-    qos: Qos = Qos()
 
 
 @dataclass(frozen=True)
 class Bridge:
     inputs: tuple[InputEntry, ...]
     outputs: tuple[OutputEntry, ...]
-    joint_states: JointStatesEntry | None = None
+    joint_states: JointStatesEntry | None = JointStatesEntry()
     source: str = "(defaults)"
+    tf: TfEntry | None = TfEntry()
+    robot_description: TopicEntry | None = TopicEntry("/robot_description")
+    markers: TopicEntry | None = None
 
     @property
     def topics(self) -> list[str]:
         names = [e.topic for e in self.inputs] + [e.topic for e in self.outputs]
         names += [t for e in self.outputs for t in (e.raw_topic, e.info_topic) if t]
-        if self.joint_states is not None:
-            names.append(self.joint_states.topic)
+        names += [e.topic for e in (self.joint_states, self.robot_description, self.markers)
+                  if e is not None]
+        if self.tf is not None:
+            names += ["/tf", "/tf_static"]
         return names
 
 
@@ -166,7 +193,8 @@ def topic_for(name: str) -> str:
 def load_bridge(plan: SimulationPlan, path: str | Path | None = None) -> Bridge:
     """The bridge for ``plan``: the file's entries plus defaults for what it does not name."""
     if path is None or str(path) == "":
-        return _complete(plan, [], [], None, True, s.Where("(defaults)", "", BridgeError))
+        return _complete(plan, [], [], Bridge((), ()), True, s.Where("(defaults)", "",
+                                                                     BridgeError))
     file = Path(path)
     root = s.Where(str(file), "", BridgeError)
     document = s.load_yaml(file, BridgeError)
@@ -174,7 +202,8 @@ def load_bridge(plan: SimulationPlan, path: str | Path | None = None) -> Bridge:
         document = {}
     doc = s.mapping(document, root)
     s.keys(doc, root, required=("schema_version",),
-           optional=("defaults", "inputs", "outputs", "joint_states"))
+           optional=("defaults", "inputs", "outputs", "joint_states", "tf",
+                     "robot_description", "markers"))
     s.version(doc["schema_version"], root.key("schema_version"), major=SCHEMA_MAJOR,
               minors=SCHEMA_MINORS)
     defaults = s.boolean(doc.get("defaults", True), root.key("defaults"))
@@ -185,11 +214,18 @@ def load_bridge(plan: SimulationPlan, path: str | Path | None = None) -> Bridge:
     outputs = [_output(item, root.key("outputs").key(n), devices)
                for n, item in enumerate(s.sequence(doc.get("outputs", []),
                                                    root.key("outputs")))]
-    joint_states = None
-    if doc.get("joint_states") is not None:
-        joint_states = _joint_states(doc["joint_states"], root.key("joint_states"))
-    bridge = _complete(plan, inputs, outputs, joint_states, defaults, root)
-    return Bridge(bridge.inputs, bridge.outputs, bridge.joint_states, str(file))
+    timestep_ns = plan.timebase.timestep_ns
+    ground_truth = Bridge(
+        (), (),
+        joint_states=_switch(doc, "joint_states", root, JointStatesEntry(),
+                             lambda v, w: _joint_states(v, w, timestep_ns)),
+        tf=_switch(doc, "tf", root, TfEntry(), lambda v, w: _tf(v, w, timestep_ns)),
+        robot_description=_switch(doc, "robot_description", root,
+                                  TopicEntry("/robot_description"), _latched,
+                                  "/robot_description"),
+        markers=_switch(doc, "markers", root, None, _latched, "/fibril_sim/markers"))
+    bridge = _complete(plan, inputs, outputs, ground_truth, defaults, root)
+    return replace(bridge, source=str(file))
 
 
 def default_bridge(plan: SimulationPlan) -> Bridge:
@@ -266,7 +302,8 @@ def _mode(value: Any, where: s.Where, targets: Sequence[str],
     for target in targets:
         accepted = endpoints[target].modes
         if mode not in accepted:
-            raise where.fail(f"mode {mode!r} is not accepted by endpoint {target!r}; accepted: "
+            raise where.fail(f"mode {mode!r} is not accepted by endpoint {target!r} "
+                             f"({endpoints[target].kind.describe()}); accepted: "
                              f"{', '.join(accepted) or 'none'}")
     return mode
 
@@ -384,13 +421,60 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEnt
                        where.path)
 
 
-def _joint_states(value: Any, where: s.Where) -> JointStatesEntry:
+def _switch(doc: Mapping[str, Any], key: str, root: s.Where, default: Any,
+            parse: Any, topic: str | None = None) -> Any:
+    """A ground-truth entry: absent → ``default``; false → off; true → on with its defaults
+    (``topic`` for one that is off by default); a mapping → parsed."""
+    where = root.key(key)
+    if key not in doc:
+        return default
+    value = doc[key]
+    if isinstance(value, bool):
+        if not value:
+            return None
+        value = {}
+    if topic is not None and isinstance(value, Mapping) and "topic" not in value:
+        value = {**value, "topic": topic}
+    return parse(value, where)
+
+
+def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
+    from fibril_sim_core.errors import InstanceError
+    from fibril_sim_core.runtime.observation import ObservationRequest
+
+    rate = s.number(value, where, positive=True)
+    try:
+        ObservationRequest(rate).period_ticks(timestep_ns)
+    except InstanceError as exc:
+        raise where.fail(str(exc).removeprefix("observe: ")) from None
+    return rate
+
+
+def _joint_states(value: Any, where: s.Where, timestep_ns: int) -> JointStatesEntry:
     item = s.mapping(value, where)
-    s.keys(item, where, required=("rate",), optional=("topic", "qos"))
-    rate = s.number(item["rate"], where.key("rate"), positive=True)
+    s.keys(item, where, optional=("rate", "topic", "qos"))
+    rate = _rate(item.get("rate", JointStatesEntry.rate), where.key("rate"), timestep_ns)
     topic = _topic(item.get("topic", "/joint_states"), where.key("topic"))
     return JointStatesEntry(topic, rate, _qos(item.get("qos", {}), where.key("qos"),
                                               OUTPUT_QOS.depth))
+
+
+def _tf(value: Any, where: s.Where, timestep_ns: int) -> TfEntry:
+    item = s.mapping(value, where)
+    s.keys(item, where, optional=("rate", "frame_prefix"))
+    rate = _rate(item.get("rate", TfEntry.rate), where.key("rate"), timestep_ns)
+    prefix = s.string(item.get("frame_prefix", ""), where.key("frame_prefix")) \
+        if item.get("frame_prefix", "") != "" else ""
+    if prefix and not all(c.isalnum() or c in "_/" for c in prefix):
+        raise where.key("frame_prefix").fail(f"{prefix!r} is not a valid frame prefix "
+                                             f"(letters, digits, _ and /)")
+    return TfEntry(rate, prefix)
+
+
+def _latched(value: Any, where: s.Where) -> TopicEntry:
+    item = s.mapping(value, where)
+    s.keys(item, where, optional=("topic",))
+    return TopicEntry(_topic(item.get("topic"), where.key("topic")))
 
 
 def _default_input(actuator: Any) -> InputEntry:
@@ -412,7 +496,7 @@ def _default_output(device: Any) -> OutputEntry:
 
 
 def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[OutputEntry],
-              joint_states: JointStatesEntry | None, defaults: bool, root: s.Where) -> Bridge:
+              ground_truth: Bridge, defaults: bool, root: s.Where) -> Bridge:
     """Add default entries for components the file does not name; reject duplicate topics."""
     if defaults:
         named = {t for e in inputs for t in e.targets}
@@ -442,9 +526,15 @@ def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[Outp
             claim(entry.raw_topic, f"{entry.where}.raw_topic")
         if entry.info_topic:
             claim(entry.info_topic, f"{entry.where}.info_topic" if own else entry.where)
-    if joint_states is not None:
-        claim(joint_states.topic, "joint_states.topic")
-    return Bridge(tuple(inputs), tuple(outputs), joint_states, root.file)
+    for key in ("joint_states", "robot_description", "markers"):
+        entry = getattr(ground_truth, key)
+        if entry is not None:
+            claim(entry.topic, f"{key}.topic")
+    if ground_truth.tf is not None:
+        claim("/tf", "tf")
+        claim("/tf_static", "tf")
+    return replace(ground_truth, inputs=tuple(inputs), outputs=tuple(outputs),
+                   source=root.file)
 
 
 def covariance_diagonal(std: float) -> list[float]:

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fibril_sim_core.records import DeviceOutput, FrameTiming
+from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
 from ._rcl_publish import publish_many, rcl_publisher
 
@@ -101,6 +101,11 @@ class Outbox:
                 self._failed(exc)
             if self.on_frame is not None:
                 self.on_frame(record)  # sync mode: may raise SyncTimeout, which stops the host
+        elif cls is StateObservation:
+            try:
+                self._node.publish_observation(record)
+            except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
+                self._failed(exc)
 
     def _failed(self, exc: Exception) -> None:
         if not self._stopping:

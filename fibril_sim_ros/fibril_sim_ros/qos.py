@@ -22,6 +22,12 @@ CLOCK_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST,
                        reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
+#: Published once and kept for late joiners (``/tf_static``, ``/robot_description``, markers),
+#: as robot_state_publisher and tf2's static broadcaster offer them.
+LATCHED_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST,
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
 
 def profile(qos: Qos) -> QoSProfile:
     return QoSProfile(

@@ -29,6 +29,7 @@ at a tick boundary and the trace is closed complete first).
 from __future__ import annotations
 
 import gc
+import importlib.util
 import itertools
 import math
 import os
@@ -50,20 +51,23 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 
 from fibril_msgs.msg import FrameTiming as FrameTimingMsg
 from fibril_msgs.srv import GetState, Reset, SetPaused, Step
 from fibril_sim_core import ShutdownSignals
+from fibril_sim_core.entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, placeable
 from fibril_sim_core.errors import FibrilError, IngressError
 from fibril_sim_core.ingress import external_input
-from fibril_sim_core.records import DeviceOutput, FrameTiming
+from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
 from . import messages as m
 from ._rcl_publish import raw_sender
-from .bridge import Bridge, load_bridge
+from .bridge import OUTPUT_QOS, Bridge, load_bridge
+from .ground_truth import FramePublisher, joint_state, tf_available
 from .inputs import InputGroup, InputThread, available as input_thread_available
 from .outbox import Outbox
-from .qos import CLOCK_QOS, profile, publisher_events, subscription_events
+from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
 
 NODE_NAME = "fibril_sim"
@@ -173,6 +177,7 @@ class SimNode(Node):
             raise NodeConfigError(f"parameter 'seed' must be >= 0, got {seed}")
         plan = SimulationBuilder().build(Path(manifest))
         self.plan = plan
+        self.entities = Entities(plan.model)
         timebase = plan.timebase
         bridge_path = str(self._param("bridge") or "")
         self.bridge: Bridge = load_bridge(plan, bridge_path or None)
@@ -252,10 +257,14 @@ class SimNode(Node):
             self.outbox.on_record, kinds="device_output", devices=self._heard_devices)
         self.paced_frame_ticks = self._runtime.host.frame_ticks
         self._apply_mode()
+        self._publish_latched()
         # /clock at the start (so that nodes waiting for time do not deadlock when it starts
-        # paused), before the host runs: nothing is published before it.
-        self.outbox.clock(self._runtime.instance.session_time_ns)
+        # paused), before the host runs: nothing is published before it. Not in sync mode,
+        # where every /clock ends a period and a controller answers each (see sync).
+        if self.sync is None:
+            self.outbox.clock(self._runtime.instance.session_time_ns)
         self._runtime.start()
+        self._start_observations()
         self.paused = start_paused
         if self.sync is not None:
             self.sync.start(paused=start_paused)
@@ -327,6 +336,7 @@ class SimNode(Node):
                 entry.qos.durability == "transient_local",
                 None if heavy or len(topics) > 1 else message))
         self._senders = {topic: raw_sender(p) for topic, p in self._outputs.items()}
+        self._output_publishers = dict(self._outputs)
         for routes in self._routes.values():
             for route in routes:
                 route.send = self._senders[route.topics[0]]
@@ -338,16 +348,85 @@ class SimNode(Node):
             self.destroy_subscription(own)
             self._time_source._clock_sub = None
         self._frame_pub = self.create_publisher(FrameTimingMsg, "~/frame_timing", 10)
-        self._joint_states = None
-        if self.bridge.joint_states is not None:
-            entry = self.bridge.joint_states
-            joints = [j for j in self.plan.layout["joints"] if j["type"] in ("hinge", "slide")]
-            self._joint_states = (publisher(JointState, entry.topic, profile(entry.qos)),
-                                  joints, max(1, round(1e9 / entry.rate)))
-            self._next_joint_states = 0
-            self._joint_event = threading.Event()
-            threading.Thread(target=self._joint_states_loop, name="fibril-sim-joints",
-                             daemon=True).start()
+        self._make_ground_truth(publisher)
+
+    def _make_ground_truth(self, publisher: Any) -> None:
+        """/joint_states and /tf (observation streams the host takes on the sim clock's
+        grid, published from the host thread), /tf_static, robot_description and markers
+        (latched, published once)."""
+        from fibril_sim_core.runtime.observation import StateLayout
+
+        bridge = self.bridge
+        self._layout = StateLayout.of(self.plan.model)
+        self._joint_send = self._tf_send = None
+        self._observation_streams: dict[int, tuple[bool, bool]] = {}
+        if bridge.joint_states is not None:
+            entry = bridge.joint_states
+            joint_pub = publisher(JointState, entry.topic, profile(entry.qos))
+            self._joint_send = raw_sender(joint_pub)
+            self._output_publishers[entry.topic] = joint_pub
+            self._joint_topic = entry.topic
+        self._frames = None
+        if bridge.tf is not None:
+            if tf_available():
+                from tf2_msgs.msg import TFMessage
+
+                self._frames = FramePublisher(self._layout, bridge.tf.frame_prefix)
+                tf_pub = publisher(TFMessage, "/tf", profile(OUTPUT_QOS))
+                self._tf_send = raw_sender(tf_pub)
+                self._output_publishers["/tf"] = tf_pub
+                self._tf_static_pub = publisher(TFMessage, "/tf_static", LATCHED_QOS)
+            else:
+                self.get_logger().warning(
+                    "no /tf: the tf2_msgs package is not installed (a ROS installation has "
+                    "it; in the venv, make setup builds it from ../shared/vendor/ros2)")
+        self._description = None
+        if bridge.robot_description is not None or bridge.markers is not None:
+            self._description = self._robot_description()
+
+    def _robot_description(self) -> str:
+        """The URDF made from the MJCF (also the node's read-only ``robot_description``
+        parameter, as robot_state_publisher offers it)."""
+        prefix = self.bridge.tf.frame_prefix if self.bridge.tf is not None else ""
+        urdf = self.plan.robot_description(prefix)
+        self.declare_parameter("robot_description", urdf,
+                               ParameterDescriptor(read_only=True,
+                                                   description="URDF generated from the MJCF"))
+        return urdf
+
+    def _publish_latched(self) -> None:
+        """/tf_static, /robot_description and the markers, once (transient local)."""
+        bridge = self.bridge
+        if self._frames is not None:
+            from fibril_sim_core.runtime.observation import static_frames
+
+            frames = static_frames(self.plan.model)
+            if frames:
+                self._tf_static_pub.publish(self._frames.static(frames, 0))
+        if bridge.robot_description is not None and self._description is not None:
+            topic = self.create_publisher(String, bridge.robot_description.topic, LATCHED_QOS)
+            topic.publish(String(data=self._description))
+        if bridge.markers is not None:
+            from .visualization import MarkerArray, marker_array
+
+            prefix = bridge.tf.frame_prefix if bridge.tf is not None else ""
+            topic = self.create_publisher(MarkerArray, bridge.markers.topic, LATCHED_QOS)
+            topic.publish(marker_array(self.plan.geom_markers(prefix), 0))
+
+    def _start_observations(self) -> None:
+        """One observation stream per rate (joint states and TF share one when equal)."""
+        bridge = self.bridge
+        wanted: dict[float, list[bool]] = {}
+        if self._joint_send is not None:
+            wanted.setdefault(bridge.joint_states.rate, [False, False])[0] = True
+        if self._tf_send is not None:
+            wanted.setdefault(bridge.tf.rate, [False, False])[1] = True
+        if not wanted:
+            return
+        self.connection.on_record(self.outbox.on_record, kinds="state_observation")
+        for rate, (joints, frames) in wanted.items():
+            stream = self.connection.observe(rate, joints=joints, frames=frames)
+            self._observation_streams[stream] = (joints, frames)
 
     def _make_subscriptions(self) -> None:
         logger = self.get_logger()
@@ -375,6 +454,14 @@ class SimNode(Node):
         sequences = self._sequences
         sync = self.sync
 
+        def deliver(payloads: list[tuple[str, Any]]) -> None:
+            for endpoint, payload in payloads:
+                try:
+                    submit(external_input(endpoint, next(sequences[endpoint]),
+                                          m.MOTOR_PAYLOAD, payload))
+                except IngressError as exc:
+                    self._rejected(topic, str(exc))
+
         def callback(msg: Any) -> None:
             try:
                 payloads = convert(msg)
@@ -382,14 +469,10 @@ class SimNode(Node):
                 self.malformed += 1
                 self._rejected(topic, str(exc))
                 payloads = []
-            for endpoint, payload in payloads:
-                try:
-                    submit(external_input(endpoint, next(sequences[endpoint]),
-                                          m.MOTOR_PAYLOAD, payload))
-                except IngressError as exc:
-                    self._rejected(topic, str(exc))
-            if sync is not None:
-                sync.answer(topic)
+            if sync is None:
+                deliver(payloads)
+            else:  # held while a period is stepped (see sync)
+                sync.receive(topic, lambda: deliver(payloads))
 
         return callback
 
@@ -410,6 +493,15 @@ class SimNode(Node):
                                    (SetPaused, "~/set_paused", self._on_set_paused),
                                    (GetState, "~/get_state", self._on_get_state)):
             self.create_service(cls, name, self._off_executor(handler))
+        self.simulation_services = None
+        if importlib.util.find_spec("simulation_interfaces") is not None:
+            from .simulation_services import SimulationServices
+
+            self.simulation_services = SimulationServices(self, _StandardControl(self))
+        else:
+            self.get_logger().info("no simulation_interfaces services: the package is not "
+                                   "installed (a ROS installation has it; in the venv, make "
+                                   "setup builds it from ../shared/vendor/ros2)")
 
     def _off_executor(self, handler: Any) -> Any:
         """A service callback that runs ``handler`` on a worker thread and awaits it, so that
@@ -449,7 +541,7 @@ class SimNode(Node):
                 for topic, msg in route.convert(output):
                     write(senders[topic], msg, topic)
 
-    def _refresh_listeners(self) -> None:
+    def refresh_listeners(self) -> None:
         """Which routes have subscribers (asked of DDS every LISTENERS_REFRESH_S at most)."""
         self._refreshed = time.monotonic()
         for routes in self._routes.values():
@@ -476,14 +568,20 @@ class SimNode(Node):
 
     def publish_frame(self, frame: FrameTiming) -> None:
         if time.monotonic() - self._refreshed > LISTENERS_REFRESH_S:
-            self._refresh_listeners()
+            self.refresh_listeners()
         if self._frame_listened:
             self._frame_pub.publish(m.frame_timing_message(frame))
         if self.outbox.queued:
             self._adapt_fast_frame(frame.wall_step_time)
-        if self._joint_states is not None and frame.session_time_ns >= self._next_joint_states:
-            self._next_joint_states = frame.session_time_ns + self._joint_states[2]
-            self._joint_event.set()
+
+    def publish_observation(self, observation: StateObservation) -> None:
+        """On the host thread: /joint_states and /tf of one observation, in emission order."""
+        joints, frames = self._observation_streams.get(observation.stream, (False, False))
+        if joints:
+            self.outbox.write(self._joint_send, joint_state(self._layout, observation),
+                              self._joint_topic)
+        if frames:
+            self.outbox.write(self._tf_send, self._frames.moving(observation), "/tf")
 
     def _adapt_fast_frame(self, wall_s: float) -> None:
         """Fast mode, host thread: the next frame's length, toward FAST_FRAME_WALL_S."""
@@ -509,6 +607,15 @@ class SimNode(Node):
             self._own_time_set = now
             self._time_source.clock_callback(m.Clock(clock=m.stamp(session_time_ns)))
 
+    def outputs_matched(self) -> bool:
+        """Every subscription the ROS graph knows on an output topic is matched by its
+        publisher (sync mode waits for this before the first period, so a controller's
+        readers receive the first period's samples)."""
+        for topic, publisher in self._output_publishers.items():
+            if publisher.get_subscription_count() < self.count_subscribers(topic):
+                return False
+        return True
+
     def republish_clock(self, session_time_ns: int) -> None:
         """The same time again (no new period), for a peer that missed it."""
         self._clock_send(m.clock_message(session_time_ns))
@@ -516,41 +623,43 @@ class SimNode(Node):
     def clock_subscribers(self) -> int:
         return self._clock_pub.get_subscription_count()
 
-    def _joint_states_loop(self) -> None:
-        """Ground-truth joint states at the declared rate, from the host's state (between
-        frames, so never a half-stepped state)."""
-        publisher, joints, _ = self._joint_states
-        names = [j["name"] for j in joints]
-        while not self.stop_requested.is_set():
-            if not self._joint_event.wait(0.2):
-                continue
-            self._joint_event.clear()
-            try:
-                state = self.connection.state()
-            except Exception:  # noqa: BLE001 - the host is stopping or stopped
-                return
-            msg = JointState()
-            msg.header.stamp = m.stamp(state["session_time_ns"])
-            msg.name = names
-            msg.position = [float(state["qpos"][j["qposadr"]]) for j in joints]
-            msg.velocity = [float(state["qvel"][j["dofadr"]]) for j in joints]
-            publisher.publish(msg)
-
     # ------------------------------------------------------------------ services
+    # ------------------------------------------------------------------ control (services)
+    def step(self, ticks: int) -> dict[str, Any]:
+        """Advance ``ticks`` while paused (in sync mode, period by period with the answers);
+        the outputs are published before it returns. FibrilError while running."""
+        self.refresh_listeners()  # a subscriber that came while paused gets these steps
+        if self.sync is not None:
+            if self.sync.running:
+                raise NodeConfigError("step: the simulation is running; pause it first "
+                                      "(~/set_paused)")
+            return self.sync.run_ticks(ticks)
+        if not self.paused:
+            raise NodeConfigError("step: the simulation is running; pause it first "
+                                  "(~/set_paused)")
+        state = self.connection.step(ticks)
+        self.outbox.flush()  # its outputs are published before the reply
+        return state
+
+    def set_paused(self, paused: bool) -> dict[str, Any]:
+        self.refresh_listeners()
+        if self.sync is not None:  # pausing: the current period finishes first
+            state = self.sync.set_running(not paused)
+        else:
+            state = self.connection.pause() if paused else self.connection.resume()
+        self.paused = paused
+        return state
+
+    def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
+        """A new episode; /clock goes on (SessionTime never goes back)."""
+        state = self.connection.reset(keyframe, seed)
+        if self.sync is None:  # (sync mode: the next period's /clock follows)
+            self.outbox.clock(state["session_time_ns"])
+        return state
+
     def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
-        self._refresh_listeners()  # a subscriber that came while paused gets these steps
         try:
-            if self.sync is not None:
-                if self.sync.running:
-                    raise NodeConfigError("step: the simulation is running; pause it first "
-                                          "(~/set_paused)")
-                state = self.sync.run_ticks(int(request.steps))
-            else:
-                if not self.paused:
-                    raise NodeConfigError("step: the simulation is running; pause it first "
-                                          "(~/set_paused)")
-                state = self.connection.step(int(request.steps))
-                self.outbox.flush()  # its outputs are published before the reply
+            state = self.step(int(request.steps))
             response.success = True
             response.message = f"stepped {request.steps} tick(s)"
             self._fill(response, state)
@@ -564,9 +673,8 @@ class SimNode(Node):
 
     def _on_reset(self, request: Reset.Request, response: Reset.Response) -> Reset.Response:
         try:
-            state = self.connection.reset(request.keyframe or None,
-                                          int(request.seed) if request.set_seed else None)
-            self.outbox.clock(state["session_time_ns"])
+            state = self.reset(request.keyframe or None,
+                               int(request.seed) if request.set_seed else None)
             response.success = True
             response.message = f"episode {state['episode']} started"
         except FibrilError as exc:
@@ -581,13 +689,8 @@ class SimNode(Node):
 
     def _on_set_paused(self, request: SetPaused.Request,
                        response: SetPaused.Response) -> SetPaused.Response:
-        self._refresh_listeners()
         try:
-            if self.sync is not None:  # pausing: the current period finishes first
-                state = self.sync.set_running(not request.paused)
-            else:
-                state = self.connection.pause() if request.paused else self.connection.resume()
-            self.paused = bool(request.paused)
+            state = self.set_paused(bool(request.paused))
             response.success = True
             response.message = "paused" if request.paused else "running"
         except FibrilError as exc:
@@ -609,6 +712,11 @@ class SimNode(Node):
         response.session_time_ns = int(state.get("session_time_ns", 0))
         response.qpos = [float(v) for v in state.get("qpos", [])]
         response.qvel = [float(v) for v in state.get("qvel", [])]
+        if response.qpos:
+            layout = self._layout
+            response.joint_names = list(layout.joint_names)
+            response.joint_positions = [response.qpos[i] for i in layout.joint_qpos]
+            response.joint_velocities = [response.qvel[i] for i in layout.joint_dof]
         response.seed = int(state.get("seed", 0))
         response.mode = self.mode
         response.target_real_time_factor = float(self.target_rtf)
@@ -709,6 +817,9 @@ class SimNode(Node):
         started = time.monotonic()
         if self.sync is not None:
             self.sync.stop()
+        services, self.simulation_services = getattr(self, "simulation_services", None), None
+        if services is not None:
+            services.destroy()
         runtime, self._runtime = self._runtime, None
         if runtime is not None:
             runtime.stop()
@@ -723,6 +834,49 @@ class SimNode(Node):
                 f"({instance.session_time_ns / 1e9:.3f} s simulated)"
                 + (f"; trace closed complete: {trace.path}" if trace is not None else "")
                 + f" ({time.monotonic() - started:.3f} s)")
+
+
+class _StandardControl:
+    """The node as the standard simulation services see it (``SimulationControl``)."""
+
+    def __init__(self, node: SimNode) -> None:
+        self._node = node
+        self._sequence = itertools.count(1)
+
+    @property
+    def paused(self) -> bool:
+        node = self._node
+        return not node.sync.running if node.sync is not None else bool(node.paused)
+
+    @property
+    def timestep_ns(self) -> int:
+        return int(self._node.plan.timebase.timestep_ns)
+
+    def set_paused(self, paused: bool) -> dict[str, Any]:
+        return self._node.set_paused(paused)
+
+    def step(self, ticks: int) -> dict[str, Any]:
+        return self._node.step(ticks)
+
+    def reset(self) -> dict[str, Any]:
+        return self._node.reset()
+
+    def state(self) -> dict[str, Any]:
+        return self._node.connection.state()
+
+    def entity_names(self) -> tuple[str, ...]:
+        return self._node.entities.names
+
+    def entity_states(self, names: list[str] | None) -> tuple[int, list[Any]]:
+        return self._node.connection.entity_states(names)
+
+    def set_entity_state(self, payload: dict[str, Any]) -> None:
+        self._node.connection.submit(external_input(
+            ENTITY_SOURCE, next(self._sequence), ENTITY_PAYLOAD_TYPE, payload))
+
+    def placeable(self, name: str) -> bool:
+        entities = self._node.entities
+        return placeable(entities.model, entities.body_id(name))
 
 
 # --------------------------------------------------------------------------- entry point

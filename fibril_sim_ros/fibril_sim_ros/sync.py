@@ -11,13 +11,27 @@ wait set (``InputThread.lend``) and takes the answers itself, woken by their arr
 thread hand-off either; without an input thread the callbacks (on the executor) wake it
 through ``answer``. Either way the answers reach the ingress before the next frame is stepped,
 so they are committed at its first tick, whatever the timing.
+
+Which answer belongs to which period is decided by the node alone, never by the timing:
+- only a message received while the host waits for a period's answers counts as an answer
+  (``answer``); any input that arrives while a period is being stepped (a late duplicate, a
+  controller that also reacts to something else) is held and submitted at that period's end
+  (``receive``), so every input is committed at a period's first tick, none in the middle;
+- no ``/clock`` is published outside the periods (none at start, none at reset): a controller
+  answers only the clocks that end a period;
+- the first period starts only once every subscription the ROS graph shows on an output
+  topic is matched (``SimNode.outputs_matched``): a controller's readers get the first
+  period's samples, as they get every later one (its writes reach a subscriber process in
+  order, the samples before the ``/clock``);
+- ``/clock`` is re-sent to a controller that has not answered only before the first answer
+  (discovery), so a slow controller is not asked twice later.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core.errors import FibrilError
@@ -28,8 +42,9 @@ if TYPE_CHECKING:
 
 # Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
 DISCOVERY_TIMEOUT_S = 10.0
-# While waiting for an answer, the current /clock is sent again this often (wall seconds).
-REPUBLISH_S = 0.2
+# Before the first answer, the current /clock is sent again this often (wall seconds), for a
+# controller whose clock subscription matched after it was published.
+REPUBLISH_S = 1.0
 
 
 class SyncTimeout(FibrilError):
@@ -55,6 +70,10 @@ class SyncDriver:
         self.ready = False
         self.periods = 0
         self._stepping_failure: str | None = None
+        # Inputs received while a period is stepped: submitted at its end (``receive``).
+        self._held: list[Callable[[], None]] = []
+        self._held_lock = threading.Lock()
+        self.accepting = False  # the host waits for answers (on_frame)
         # The period being waited for: its wall deadline and the next /clock re-send.
         self._deadline = 0.0
         self._republish = 0.0
@@ -87,7 +106,32 @@ class SyncDriver:
         with self.condition:
             self.generation += 1
 
-    # subscription callbacks, after the message reached the ingress
+    # subscription callbacks
+    def receive(self, topic: str, submit: Callable[[], None]) -> None:
+        """An input arrived: submit it now (the host waits for answers, or is idle between
+        ~/step calls: it is committed at the next period's first tick) and count it as an
+        answer, or, while a period is stepped, hold it until that period's end."""
+        with self._held_lock:  # the host does not start stepping in the middle of this
+            if not self.accepting:
+                self._held.append(submit)
+                return
+            submit()
+        self.answer(topic)
+
+    def _release_held(self) -> None:
+        """Submit the inputs held during the period just stepped (not answers: they arrived
+        before its /clock)."""
+        with self._held_lock:
+            held, self._held = self._held, []
+        for submit in held:
+            submit()
+
+    def _accept(self, accepting: bool) -> None:
+        with self._held_lock:
+            self.accepting = accepting
+        if accepting:
+            self._release_held()
+
     def answer(self, topic: str) -> None:
         if topic in self.answered:
             with self.condition:
@@ -107,6 +151,8 @@ class SyncDriver:
             if not self.ready:
                 self._wait_ready()
             self.running = True
+            self._accept(False)  # from here on the host steps
+            self._release_held()
             return connection.resume()
 
     def run_ticks(self, ticks: int) -> dict[str, Any]:
@@ -121,11 +167,14 @@ class SyncDriver:
             try:
                 while left > 0 and not self.stopping:
                     self._stepping_failure = None
+                    self._accept(False)
+                    self._release_held()
                     state = connection.step(min(self.period_ticks, left))
                     if self._stepping_failure is not None:
                         raise SyncTimeout(self._stepping_failure)
                     left -= self.period_ticks
             finally:
+                self._accept(True)  # idle: an input is committed at the next step's start
                 self._give_back()
             return state or connection.state()
 
@@ -145,13 +194,17 @@ class SyncDriver:
         deadline = time.monotonic() + allowed
         while not self.stopping:
             missing = [t for t in self.topics if node.count_publishers(t) == 0]
-            if not missing and node.clock_subscribers() >= 1:
-                time.sleep(0.3)  # let the remaining endpoints of the controller match
-                self.ready = True
-                return
+            clock = node.clock_subscribers() >= 1
+            if not missing and clock and node.outputs_matched():
+                time.sleep(0.3)  # (the controller's side of the same matches)
+                if node.outputs_matched():
+                    node.refresh_listeners()  # the first period is published to them all
+                    self.ready = True
+                    return
             if time.monotonic() > deadline:
                 what = (f"no publisher on sync topic {missing[0]}" if missing
-                        else "no controller subscribed to /clock")
+                        else "no controller subscribed to /clock" if not clock
+                        else "the outputs' subscriptions were not all matched")
                 raise SyncTimeout(f"sync: {what} within {allowed:g} s of the start")
             time.sleep(0.02)
 
@@ -167,7 +220,7 @@ class SyncDriver:
         now = time.monotonic()
         if now > self._deadline:
             return late, 0.0
-        if now > self._republish:
+        if now > self._republish and self.periods == 0:
             self.node.republish_clock(frame.session_time_ns)
             self._republish = now + REPUBLISH_S
         return late, min(self._deadline, self._republish) - now
@@ -183,6 +236,14 @@ class SyncDriver:
         now = time.monotonic()
         self._deadline = now + self.timeout
         self._republish = now + REPUBLISH_S
+        self._accept(True)  # the held inputs first (committed before this period's answers)
+        try:
+            self._wait_answers(target, frame)
+        finally:
+            if self.running and not self.stopping:
+                self._accept(False)  # the next period is stepped at once
+
+    def _wait_answers(self, target: int, frame: FrameTiming) -> None:
         inputs = self.inputs
         if inputs is not None and inputs.lend():
             # This thread takes the answers from the wait set itself (woken by the message).

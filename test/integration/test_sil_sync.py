@@ -7,6 +7,7 @@ that never answers makes the node fail loudly, naming the topic.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,33 @@ MUTE_CONTROLLER = [sys.executable, '-c', (
     '    rclpy.spin(node)\n'
     'except BaseException:\n'
     '    pass\n')]
+
+
+# A controller that answers every /clock it receives (time 0 too, if it were offered one) from
+# the latest encoder sample: the node alone decides which answer belongs to which period.
+CLOCK_ANSWERER = [sys.executable, '-c', (
+    'import rclpy\n'
+    'from rclpy.qos import QoSProfile, ReliabilityPolicy, DurabilityPolicy\n'
+    'from rosgraph_msgs.msg import Clock\n'
+    'from sensor_msgs.msg import JointState\n'
+    'from fibril_msgs.msg import MotorCommand\n'
+    'rclpy.init()\n'
+    'node = rclpy.create_node("clock_answerer")\n'
+    'seen = [0.0]\n'
+    'def on_encoder(m):\n'
+    '    seen[0] = m.velocity[0] if m.velocity else 0.0\n'
+    'def on_clock(m):\n'
+    '    duty = max(-1.0, min(1.0, 0.05 * (10.0 - seen[0])))\n'
+    '    publisher.publish(MotorCommand(mode=MotorCommand.MODE_DUTY, value=duty))\n'
+    'node.create_subscription(JointState, "/wheel_encoder", on_encoder, 10)\n'
+    'node.create_subscription(Clock, "/clock", on_clock, QoSProfile(depth=10, \n'
+    '    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))\n'
+    'publisher = node.create_publisher(MotorCommand, "/motor/command", 10)\n'
+    'try:\n'
+    '    rclpy.spin(node)\n'
+    'except BaseException:\n'
+    '    pass\n')]
+CPU_HOG = [sys.executable, '-c', 'while True: pass']
 
 
 def _trace_content(trace: Path) -> tuple[list[tuple], list[tuple]]:
@@ -68,6 +96,36 @@ def test_sync_mode_is_reproducible_across_three_runs(fibril_sim, tmp_path: Path)
     assert all(r[5] for r in commands)
     assert len({r[4] for r in commands}) > 50  # real, varying PI outputs
     assert len(encoder) == TICKS // 2
+    for other in runs[1:]:
+        assert other[0] == inputs
+        assert other[1] == encoder
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_lockstep_is_identical_under_load_with_a_controller_answering_every_clock(
+        fibril_sim, tmp_path: Path) -> None:
+    """Three runs with two CPU-burning processes beside them: the same commands at the same
+    commit ticks, the same samples (no /clock outside a period, inputs arriving while a period
+    is stepped held to its end, the first period only once the outputs' readers matched)."""
+    hogs = [subprocess.Popen(CPU_HOG) for _ in range(2)]
+    try:
+        runs = []
+        for run in range(3):
+            trace = tmp_path / f'run{run}'
+            sim = fibril_sim(MANIFEST, seed=5, trace_dir=trace, controller=CLOCK_ANSWERER,
+                             **LOCKSTEP)
+            assert sim.step(TICKS).tick == TICKS
+            sim.close()
+            runs.append(_trace_content(trace))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    inputs, encoder = runs[0]
+    commands = [r for r in inputs if r[1] == 'motor/command' and r[2] > 0]
+    assert [r[6] for r in commands] == list(range(2, TICKS, 2)), [r[6] for r in commands]
+    assert len({r[4] for r in commands}) > 10  # the answers follow the samples
     for other in runs[1:]:
         assert other[0] == inputs
         assert other[1] == encoder

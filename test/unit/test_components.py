@@ -405,10 +405,11 @@ def test_mode_not_accepted_by_actuator(tmp_path: Path, source: str, mode: str,
     plan = build(tmp_path, HINGE_XML, MOTORS)
     instance = plan.create_instance()
     actuator = plan.endpoints[source].actuator
+    kind = plan.endpoints[source].kind.describe()
     with pytest.raises(IngressError) as info:
         instance.enqueue(command(source, 0, mode, 1.0))
     assert str(info.value) == (f"source {source!r} sequence 0: mode {mode!r} is not accepted by "
-                               f"actuator {actuator!r}; accepted: {accepted}")
+                               f"actuator {actuator!r} ({kind}); accepted: {accepted}")
     instance.advance(5)
     records = instance.poll()
     assert not any(isinstance(r, ActuatorApplication) for r in records)

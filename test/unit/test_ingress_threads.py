@@ -38,7 +38,8 @@ def _raw(source: str, sequence, payload_type: str = MOTOR_PAYLOAD,
 
 REJECTIONS = [
     (_raw("brake/command", 0),
-     "unknown source_id 'brake/command'; known sources: drive/command, push/command"),
+     "unknown source_id 'brake/command'; known sources: drive/command, push/command, "
+     "fibril_sim/entity_state"),
     (_raw("drive/command", 0, payload_type="fibril_sim/motor_command/v2"),
      ("source 'drive/command' accepts payload_type 'fibril_sim/motor_command/v1', got "
       "'fibril_sim/motor_command/v2'")),

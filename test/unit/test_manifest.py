@@ -264,7 +264,8 @@ def test_initial_input_mode_not_accepted(tmp_path: Path) -> None:
     doc["scenario"]["initial_inputs"] = [_initial(payload={"mode": "torque", "value": 1})]
     message, path = _build_error(tmp_path, doc)
     assert message == (f"{path}: scenario.initial_inputs[0].payload: mode 'torque' is not "
-                       f"accepted by actuator 'drive'; accepted: voltage, duty")
+                       f"accepted by actuator 'drive' (a DC motor: inputs voltage); accepted: "
+                       f"voltage, duty")
 
 
 def test_initial_input_wrong_payload_type(tmp_path: Path) -> None:

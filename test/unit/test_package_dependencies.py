@@ -42,6 +42,7 @@ ROS_MODULES = {
     "rclpy", "fibril_msgs", "std_msgs", "sensor_msgs", "geometry_msgs", "nav_msgs",
     "rosgraph_msgs", "std_srvs", "builtin_interfaces", "rcl_interfaces", "launch", "launch_ros",
     "ament_index_python", "rosidl_runtime_py", "rosbag2_py", "launch_testing",
+    "tf2_msgs", "visualization_msgs", "simulation_interfaces", "action_msgs",
 }
 
 

@@ -142,10 +142,11 @@ def test_a_rate_off_the_physics_grid_is_refused_with_the_nearest_rates(runtime) 
 def test_entity_states_are_world_poses_and_twists(runtime) -> None:
     connection = runtime.connect()
     connection.step(100)  # the free box falls
-    (box,) = connection.entity_states(["box"])
+    now, (box,) = connection.entity_states(["box"])
+    assert now == 100 * 2_000_000
     assert box.position[2] == pytest.approx(1.0 - 0.5 * 9.81 * 0.2 ** 2, abs=0.01)
     assert box.linear_velocity[2] == pytest.approx(-9.81 * 0.2, abs=0.02)
-    everything = connection.entity_states()
+    _, everything = connection.entity_states()
     assert [e.name for e in everything] == ["world", "box", "base", "arm", "slider", "target"]
     with pytest.raises(InstanceError, match="no body 'ghost' in the model"):
         connection.entity_states(["ghost"])

@@ -148,9 +148,10 @@ class SimulationConnection:
         """The joints and moving bodies a StateObservation's arrays hold, in order."""
         return StateLayout.of(self._host.instance.model)
 
-    def entity_states(self, names: list[str] | None = None) -> list[EntityState]:
-        """World poses and twists of the bodies ``names`` (all when None) now, between
-        frames; InstanceError naming an unknown body."""
+    def entity_states(self, names: list[str] | None = None
+                      ) -> tuple[int, list[EntityState]]:
+        """The session time and the world poses and twists of the bodies ``names`` (all
+        when None) at that time, between frames; InstanceError naming an unknown body."""
         return self._host.request("entities", None if names is None else list(names))
 
     def close(self) -> None:

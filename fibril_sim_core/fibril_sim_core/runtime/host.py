@@ -356,7 +356,8 @@ class SimulationHost:
                     raise InstanceError(f"entities: names must be a list of body names, got "
                                         f"{names!r}")
                 try:
-                    item.result = instance.entities.states(instance.data, names)
+                    item.result = (instance.session_time_ns,
+                                   instance.entities.states(instance.data, names))
                 except ValueError as exc:
                     raise InstanceError(f"entities: {exc}") from None
                 return False
