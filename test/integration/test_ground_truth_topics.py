@@ -122,3 +122,23 @@ def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(paused, peer) -> 
     expected = {(model.body(int(model.body_parentid[b])).name or "world", model.body(b).name)
                 for b in range(1, model.nbody) if model.body_jntnum[b] == 0}
     assert fixed == expected
+
+
+def test_robot_description_is_latched_and_a_parameter_naming_the_tf_frames(paused, peer) -> None:
+    import xml.etree.ElementTree as ET
+
+    from rcl_interfaces.srv import GetParameters
+    from std_msgs.msg import String
+
+    description = peer.subscribe(String, "/robot_description", LATCHED)
+    wait_until(lambda: description, 20, "/robot_description", paused.log)
+    urdf = description[0][0].data
+    peer.unsubscribe(description)
+    robot = ET.fromstring(urdf)
+    links = {link.get("name") for link in robot.iter("link")}
+    assert {"world", "chassis", "axle"} <= links  # the TF frame names
+    joints = {j.get("name"): j.get("type") for j in robot.iter("joint")}
+    assert joints["wheel_joint"] == "continuous"
+    reply = peer.call(GetParameters, "/fibril_sim/get_parameters",
+                      GetParameters.Request(names=["robot_description"]))
+    assert reply.values[0].string_value == urdf
