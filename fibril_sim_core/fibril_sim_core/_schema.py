@@ -46,17 +46,79 @@ MAX_EXPANDED_NODES = 2_000_000
 #: The largest integer a document may hold (int64: every count, tick and seed fits).
 MAX_INTEGER = 2**63 - 1
 
-# YAML 1.2 floats PyYAML's 1.1 resolver reads as strings: an exponent without a dot or without
-# a sign (``1e-3``, ``1e0``, ``5E-2``, ``1.5e3``) and a signed leading dot (``-.5``).
-_FLOAT_12 = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
-                          |[-+]\.[0-9][0-9_]*)$""", re.VERBOSE)
-_FIRST_CHARS = list("-+0123456789.")
+# The YAML 1.2 core schema's implicit types (PyYAML's resolver is YAML 1.1's: ``01024`` octal,
+# ``12:30:45`` base 60, ``yes``/``on`` booleans, ``2001-12-14`` a date, ``1e-3`` a string).
+# Plain scalars matching none of these are strings. As in PyYAML, ``_`` may separate digits
+# (``1_000``); ``<<`` merge keys are kept.
+_IMPLICIT = re.compile(r"""(?:(?P<null>~|null|Null|NULL|)
+                         |(?P<bool>true|True|TRUE|false|False|FALSE)
+                         |(?P<int>[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)
+                         |(?P<float>[-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)
+                                    (?:[eE][-+]?[0-9]+)?
+                                    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))
+                         |(?P<merge><<))\Z""", re.VERBOSE)
+_IMPLICIT_FIRST = frozenset(["", *"~nNtTfF-+0123456789.<"])
+_TAGS = {name: f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "merge")}
+_STR_TAG = "tag:yaml.org,2002:str"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MAP_TAG = "tag:yaml.org,2002:map"
 _DEEP_FLOW = re.compile(rf"(?:[\[{{][ \t\r\n]*){{{MAX_NESTING + 1}}}")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
     """SafeConstructor whose scalar conversions fail as YAML errors at the scalar's position
-    (``2001-13-40`` or a 5,000-digit integer would otherwise raise a bare ValueError)."""
+    (``!!timestamp 2001-13-40`` or a 5,000-digit integer would otherwise raise a bare
+    ValueError), whose integers are YAML 1.2's, and which refuses a key given twice in one
+    mapping (PyYAML keeps the last one silently)."""
+
+    def __init__(self) -> None:
+        yaml.constructor.SafeConstructor.__init__(self)
+        self._explicit_pairs: dict[int, list[Any]] = {}
+
+    def flatten_mapping(self, node: Any) -> None:
+        # PyYAML deletes the merge pairs from this list in place and then rebinds node.value
+        # to merged + explicit pairs: the list kept here ends up holding the explicit pairs.
+        self._explicit_pairs.setdefault(id(node), node.value)
+        super().flatten_mapping(node)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        mapping = super().construct_mapping(node, deep=deep)
+        explicit = self._explicit_pairs.pop(id(node), node.value)
+        # Fast path: nothing merged and as many keys as pairs. Otherwise look closer (keys
+        # are constructed already, so this reads them back from the constructor's memo).
+        if explicit is not node.value or len(mapping) != len(explicit):
+            self._refuse_duplicates(explicit)
+        return mapping
+
+    def _refuse_duplicates(self, pairs: list[Any]) -> None:
+        first: dict[Any, Any] = {}
+        for key_node, _ in pairs:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = self.construct_object(key_node)
+            try:
+                earlier = first.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: SafeConstructor has refused it already
+                continue
+            if earlier is not key_node:
+                one, two = earlier.start_mark, key_node.start_mark
+                where = (f"line {one.line + 1}, again at line {two.line + 1}"
+                         if one.line != two.line else
+                         f"line {one.line + 1} column {one.column + 1}, again at column "
+                         f"{two.column + 1}")
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {short(key)} (first at {where})", two)
+
+
+def _construct_int(self: Any, node: Any) -> int:
+    """A YAML 1.2 integer: decimal (``01024`` is 1024), ``0o`` octal, ``0x`` hexadecimal."""
+    text = self.construct_scalar(node).replace("_", "")
+    sign = -1 if text.startswith("-") else 1
+    text = text[1:] if text.startswith(("-", "+")) else text
+    if text.startswith(("0o", "0x")):
+        return sign * int(text[2:], 8 if text[1] == "o" else 16)
+    return sign * int(text, 10)
 
 
 def _checked(method: Any, what: str) -> Any:
@@ -70,7 +132,8 @@ def _checked(method: Any, what: str) -> Any:
     return construct
 
 
-for _tag, _what in (("int", "integer"), ("float", "number"), ("timestamp", "timestamp"),
+_Constructor.add_constructor("tag:yaml.org,2002:int", _checked(_construct_int, "integer"))
+for _tag, _what in (("float", "number"), ("timestamp", "timestamp"),
                     ("binary", "binary value")):
     _Constructor.add_constructor(
         f"tag:yaml.org,2002:{_tag}",
@@ -82,11 +145,22 @@ class _TooDeep(Exception):
     pass
 
 
-class _Resolver(yaml.resolver.Resolver):
-    """The standard resolver plus YAML 1.2 floats; counts nesting while the composer descends
-    (libyaml or not), so a deep document stops at ``MAX_NESTING`` before anything recurses."""
+class _Resolver(yaml.resolver.BaseResolver):
+    """The YAML 1.2 core schema resolver (null, bool, int, float; merge keys), one regular
+    expression per plain scalar (PyYAML's loop over per-character resolver lists cost more
+    than the rest of loading); counts nesting while the composer descends (libyaml or not),
+    so a deep document stops at ``MAX_NESTING`` before anything recurses."""
 
     _depth = 0
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is not yaml.ScalarNode:
+            return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
+        if implicit[0] and value[:1] in _IMPLICIT_FIRST:
+            match = _IMPLICIT.match(value)
+            if match is not None:
+                return _TAGS[match.lastgroup]  # type: ignore[index]
+        return _STR_TAG
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
         self._depth += 1
@@ -95,9 +169,6 @@ class _Resolver(yaml.resolver.Resolver):
 
     def ascend_resolver(self) -> None:
         self._depth -= 1
-
-
-_Resolver.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, _FIRST_CHARS)
 
 
 class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
@@ -159,10 +230,12 @@ def load_yaml(path: Path, error: type[FibrilError]) -> Any:
 
 def load_yaml_text(text: str, source: str, error: type[FibrilError], *,
                    loader: type | None = None) -> Any:
-    """Parse one YAML document (numbers as YAML 1.2 reads them: ``1e-3`` is a float, ``"1e-3"``
-    a string), bounded: at most ``MAX_NESTING`` levels, ``MAX_EXPANDED_NODES`` nodes with
-    aliases expanded (a "billion laughs" is refused before anything walks it), no recursive
-    aliases. Every error is one line ``<source>: ...`` with the line and column."""
+    """Parse one YAML document with the YAML 1.2 core schema (``1e-3`` is a float, ``01024``
+    the integer 1024, ``yes``, ``12:30:45`` and ``2001-12-14`` strings, ``"1e-3"`` a string),
+    a key given twice in one mapping refused, bounded: at most ``MAX_NESTING`` levels,
+    ``MAX_EXPANDED_NODES`` nodes with aliases expanded (a "billion laughs" is refused before
+    anything walks it), no recursive aliases. Every error is one line ``<source>: ...`` with
+    the line and column."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise error(f"{source}: larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB; not read")
     loader = loader or _Loader

@@ -91,6 +91,12 @@ def test_a_huge_value_is_shown_short(plan, tmp_path: Path) -> None:
     assert message.startswith("inputs[0].field: unknown value str 'xxx") and len(message) < 300
 
 
+def test_yaml_1_1_words_are_not_values(plan, tmp_path: Path) -> None:
+    """``defaults: yes`` is the string 'yes' (YAML 1.2), refused rather than read as true."""
+    assert _error(plan, tmp_path, "defaults: yes") == \
+        "defaults: expected true or false, got str 'yes'"
+
+
 def test_private_and_relative_names_are_kept(plan, tmp_path: Path) -> None:
     path = tmp_path / "bridge.yaml"
     path.write_text(HEADER + "outputs: [{device: chassis_imu, topic: ~/imu, raw_topic: "

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import yaml
 from rosbags.serde import SerdeError
 
+from .. import _schema
 from ..records import (
     ActuatorApplication,
     DeviceOutput,
@@ -292,14 +292,10 @@ class TraceReader:
         except UnicodeDecodeError as exc:
             msg = f"{metadata_path}: not UTF-8 text (byte {exc.start}); the trace metadata is damaged"
             raise TraceError(msg) from None
-        try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-            problem = getattr(exc, "problem", None) or type(exc).__name__
-            msg = f"{metadata_path}: not valid YAML{at}: {problem}; the trace metadata is damaged"
-            raise TraceError(msg) from None
+        try:  # the project's loader: YAML 1.2, bounded, duplicate keys refused
+            document = _schema.load_yaml_text(text, str(metadata_path), TraceError)
+        except TraceError as exc:
+            raise TraceError(f"{exc}; the trace metadata is damaged") from None
         information = document.get("rosbag2_bagfile_information") if isinstance(
             document, dict) else None
         if not isinstance(information, dict):
@@ -327,8 +323,9 @@ class TraceReader:
                    "rosbag2 metadata record)")
             raise TraceError(msg)
         try:
-            information = yaml.safe_load(serialized)
-        except yaml.YAMLError:
+            information = _schema.load_yaml_text(serialized, str(self.mcap_path), TraceError) \
+                if isinstance(serialized, str) else None
+        except TraceError:
             information = None
         if not isinstance(information, dict):
             msg = f"{self.mcap_path}: the embedded rosbag2 metadata is not a YAML mapping"
