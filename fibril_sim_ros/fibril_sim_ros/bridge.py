@@ -444,9 +444,13 @@ def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
 
     rate = s.number(value, where, positive=True)
     try:
-        ObservationRequest(rate).period_ticks(timestep_ns)
+        ticks = ObservationRequest(rate).period_ticks(timestep_ns)
     except InstanceError as exc:
         raise where.fail(str(exc).removeprefix("observe: ")) from None
+    except OverflowError:  # 1e-300 Hz: a period of infinitely many steps
+        ticks = None
+    if ticks is None or ticks > s.MAX_INTEGER:
+        raise where.fail(f"rate {rate:g} Hz is a period longer than 2**63 - 1 physics steps")
     return rate
 
 

@@ -16,6 +16,7 @@ stepped (``_simulate`` is replaced) and a valid calibration request is loaded, n
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import random
@@ -496,3 +497,148 @@ def test_recording_mutants_fail_with_one_line_naming_the_recording(
     target.write_bytes(original)
     assert not problems, "\n".join(problems)
     assert sum(outcomes.values()) == CASES_PER_KIND
+
+
+# ------------------------------------------------------------------ bridge files (issue 23)
+# The sim node's bridge file (topics, message types, QoS, frames for the drivetrain plan),
+# mutated like the documents above, and every key of it given every wrong value: each mutant
+# loads or raises BridgeError with one line naming the file (the node prints that line and
+# exits 2; test/integration/test_bad_bridge_file_node.py checks the process). Never a
+# TypeError or any other exception.
+BRIDGE = """\
+schema_version: {major: 1, minor: 0}
+defaults: true
+inputs:
+  - topic: /motor/command
+    type: fibril_msgs/msg/MotorCommand
+    endpoint: motor/command
+    qos: {reliability: best_effort, durability: volatile, depth: 5}
+  - {topic: /motor/duty_percent, type: std_msgs/msg/Float64, endpoint: motor/command,
+     mode: duty, scale: 0.01, offset: 0.0}
+  - {topic: forward_commands, type: std_msgs/Float64MultiArray, endpoints: [motor/command],
+     mode: voltage, scale: 12.0}
+outputs:
+  - device: wheel_encoder
+    topic: /wheel_encoder
+    type: sensor_msgs/msg/JointState
+    frame_id: wheel_joint
+    raw_topic: /wheel_encoder/counts
+    stamp: acquisition
+    qos: {reliability: reliable, durability: volatile, depth: 10}
+  - {device: chassis_imu, topic: ~/imu, frame_id: imu, stamp: delivery}
+  - {device: front_range, field_of_view: 0.5, radiation_type: ultrasound}
+  - {device: chassis_pose, type: nav_msgs/msg/Odometry, child_frame_id: base_link}
+  - {device: drive_feedback, type: fibril_msgs/msg/DeviceSample}
+joint_states: {topic: /joint_states, rate: 50.0, qos: {depth: 100}}
+"""
+# A JointState input (the drivetrain's motor takes no position, velocity or effort, so this
+# entry is refused as a whole; its keys' wrong values must be refused first, and cleanly).
+JOINT_STATE_BRIDGE = """\
+schema_version: {major: 1, minor: 0}
+inputs:
+  - topic: /joint_commands
+    type: sensor_msgs/msg/JointState
+    joints: {wheel_joint: motor/command}
+    field: velocity
+"""
+WRONG_VALUES: list[Any] = [
+    None, True, False, -1, 0, 2**70, 1.5e300, float("inf"), float("nan"), -0.0, 1e-300, "",
+    "?", "0.5", "yes", "12:30:45", "/caf\u00e9", "~x", "//x", "x" * 10_000, [], {}, [[[]]],
+    {"x": 1}, [1, 2, 3], ["velocity"], {"reliability": "reliable"}]
+BRIDGE_CASES = 4 * CASES_PER_KIND  # a bridge file loads in milliseconds
+
+
+@pytest.fixture(scope="module")
+def drivetrain_plan() -> Any:
+    from fibril_sim_core import SimulationBuilder
+
+    return SimulationBuilder().build(EXAMPLE / "simulation.yaml")
+
+
+def _bridge_outcome(plan: Any, path: Path, data: bytes) -> str | None:
+    """None when ``data`` loads as a bridge or fails as it must; otherwise what went wrong."""
+    from fibril_sim_ros.bridge import BridgeError, load_bridge
+
+    path.write_bytes(data)
+    started = time.perf_counter()
+    try:
+        load_bridge(plan, path)
+    except BridgeError as exc:
+        message = str(exc)
+        if "\n" in message or "\r" in message:
+            return f"not one line: {message[:300]!r}"
+        if not message.startswith(f"{path}: "):
+            return f"does not name the file first: {message[:300]}"
+        if len(message) > 1000:
+            return f"a {len(message)}-character message: {message[:300]}"
+    except BaseException as exc:  # noqa: BLE001 - a crash is what this test looks for
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    seconds = time.perf_counter() - started
+    return f"took {seconds:.1f} s" if seconds > CASE_SECONDS else None
+
+
+@pytest.mark.slow
+def test_bridge_mutants_fail_with_one_bridge_error_line(drivetrain_plan: Any,
+                                                        tmp_path: Path) -> None:
+    from fibril_sim_ros.bridge import load_bridge
+
+    path = tmp_path / "bridge.yaml"
+    path.write_text(BRIDGE)
+    assert {e.topic for e in load_bridge(drivetrain_plan, path).inputs} >= {
+        "/motor/command", "/motor/duty_percent", "/forward_commands"}  # the original is valid
+    rss = _max_rss_mb()
+    problems = []
+    outcomes: dict[str, int] = {}
+    for n, (mutation, data) in enumerate(mutants(BRIDGE, SEED + sum(map(ord, "bridge")),
+                                                 BRIDGE_CASES)):
+        outcomes[mutation] = outcomes.get(mutation, 0) + 1
+        problem = _bridge_outcome(drivetrain_plan, path, data)
+        if problem is not None:
+            problems.append(f"bridge case {n} ({mutation}): {problem}")
+    growth = _max_rss_mb() - rss
+    assert not problems, "\n".join(problems)
+    assert growth < MEMORY_GROWTH_MB, f"max RSS grew by {growth:.0f} MB"
+    assert sum(outcomes.values()) == BRIDGE_CASES and len(outcomes) > 10, outcomes
+
+
+def _key_paths(doc: Any) -> list[tuple[Any, ...]]:
+    """Every key and list index of ``doc``, as paths from the root."""
+    paths: list[tuple[Any, ...]] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), doc)]
+    while stack:
+        prefix, node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for key, value in items:
+            paths.append((*prefix, key))
+            stack.append(((*prefix, key), value))
+    return paths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base", [BRIDGE, JOINT_STATE_BRIDGE], ids=["bridge", "joint_state"])
+def test_every_bridge_key_with_every_wrong_value_is_a_bridge_error(
+        drivetrain_plan: Any, tmp_path: Path, base: str) -> None:
+    """Issue 23 item 10: ``field: [velocity]`` was ``TypeError: unhashable type: 'list'``."""
+    path = tmp_path / "bridge.yaml"
+    problems = []
+    original = _schema.load_yaml_text(base, "base", FibrilError)
+    paths = _key_paths(original)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    for key_path in paths:
+        for value in [*WRONG_VALUES, "<deleted>"]:
+            doc = copy.deepcopy(original)
+            parent = doc
+            for key in key_path[:-1]:
+                parent = parent[key]
+            if value == "<deleted>":
+                del parent[key_path[-1]]
+            else:
+                parent[key_path[-1]] = value
+            problem = _bridge_outcome(drivetrain_plan, path,
+                                      yaml.dump(doc, Dumper=dumper).encode())
+            if problem is not None:
+                shown = "deleted" if value == "<deleted>" else _schema.short(value)
+                problems.append(f"{'.'.join(map(str, key_path))} = {shown}: {problem}")
+    assert len(paths) > (30 if base is BRIDGE else 8)
+    assert not problems, "\n".join(problems)

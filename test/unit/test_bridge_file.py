@@ -103,3 +103,12 @@ def test_private_and_relative_names_are_kept(plan, tmp_path: Path) -> None:
                     "_raw/imu_2}]\n")
     entry = next(e for e in load_bridge(plan, path).outputs if e.device == "chassis_imu")
     assert (entry.topic, entry.raw_topic) == ("~/imu", "/_raw/imu_2")
+
+
+@pytest.mark.parametrize("rate", ["1.0e-300", "1.0e-200"])
+def test_a_rate_whose_period_never_ends_is_a_bridge_error(plan, tmp_path: Path,
+                                                          rate: str) -> None:
+    """1e-300 Hz was ``OverflowError: cannot convert float infinity to integer``."""
+    assert _error(plan, tmp_path, f"joint_states: {{rate: {rate}}}") == (
+        f"joint_states.rate: rate {float(rate):g} Hz is a period longer than 2**63 - 1 physics "
+        f"steps")
