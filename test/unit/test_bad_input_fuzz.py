@@ -530,6 +530,9 @@ outputs:
   - {device: chassis_pose, type: nav_msgs/msg/Odometry, child_frame_id: base_link}
   - {device: drive_feedback, type: fibril_msgs/msg/DeviceSample}
 joint_states: {topic: /joint_states, rate: 50.0, qos: {depth: 100}}
+tf: {rate: 25.0, frame_prefix: sim/}
+robot_description: {topic: /robot_description}
+markers: {topic: /fibril_sim/markers}
 """
 # A JointState input (the drivetrain's motor takes no position, velocity or effort, so this
 # entry is refused as a whole; its keys' wrong values must be refused first, and cleanly).
