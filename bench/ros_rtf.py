@@ -25,8 +25,15 @@ The fast phase and the offline run alternate ``--repeats`` times (default 5) and
 are reported, with the median of the per-pair ratios (a shared machine's load changes from
 minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
 
+3. ``--ground-truth``: the Menagerie-derived Panda (config/examples/panda/panda.yaml, 1 kHz
+   physics) with what a ROS user sees on (``/joint_states`` and ``/tf`` at 50 Hz, the robot
+   description and the geom markers, each with a subscriber in this process) against the same
+   node with all of them off, interleaved: the real-time factor at rtf 1 (from ``/clock``) and
+   the as-fast-as-possible ticks/s, as ratios to ``fibril_sim run`` of the same manifest.
+   Target: rtf >= 0.99 and the fast ratio at most 10 % below the node without them.
+
 Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 20]
-[--repeats 5] [--no-realtime]``
+[--repeats 5] [--no-realtime] [--ground-truth]``
 """
 
 from __future__ import annotations
@@ -341,6 +348,123 @@ def baseline_command(root: Path) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+PANDA = ROOT / "config" / "examples" / "panda" / "panda.yaml"
+GROUND_TRUTH_ON = """schema_version: {major: 1, minor: 0}
+joint_states: {rate: 50.0}
+tf: {rate: 50.0}
+markers: true
+"""
+GROUND_TRUTH_OFF = """schema_version: {major: 1, minor: 0}
+joint_states: false
+tf: false
+robot_description: false
+"""
+
+
+class GroundTruthCounter(_Peer):
+    """Counts /joint_states and /tf messages as they arrive (raw, on the EventsExecutor where
+    there is one, like ``Counter``), and holds the robot description's latched topic."""
+
+    def __init__(self) -> None:
+        super().__init__("fibril_bench_ground_truth")
+        from std_msgs.msg import String
+
+        self.count = 0
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(JointState, "/joint_states", self._on_message, qos,
+                                      raw=True)
+        try:
+            from tf2_msgs.msg import TFMessage
+
+            self.node.create_subscription(TFMessage, "/tf", self._on_message, qos, raw=True)
+        except ImportError:
+            print("(no tf2_msgs here: /tf is off)", file=sys.stderr)
+        self.node.create_subscription(String, "/robot_description", lambda _: None, 1)
+        try:
+            from rclpy.experimental import EventsExecutor
+
+            executor = EventsExecutor(context=self.context)
+        except ImportError:
+            executor = SingleThreadedExecutor(context=self.context)
+        self._start(executor, 0.05)
+
+    def _on_message(self, _: bytes) -> None:
+        self.count += 1
+
+
+def ground_truth_run(scratch: Path, bridge: Path, rtf: float, seconds: float
+                     ) -> tuple[float, int, float]:
+    """One node on the Panda: (simulated / wall time from /clock at rtf 1, or ticks/s as
+    fast as possible from get_state; ground-truth messages received; node CPU us a tick)."""
+    peer = Subscriber()
+    if rtf == 0:
+        peer.encoder_only()  # no /clock subscription as fast as possible
+    counter = GroundTruthCounter()
+    node = start_node(PANDA, scratch, "gt", None, real_time_factor=rtf, bridge=bridge)
+    try:
+        first = peer.state()
+        time.sleep(1.0)
+        peer.clear()
+        peer.recording = True
+        first = peer.state()
+        received0 = counter.count
+        t0 = time.monotonic()
+        cpu0 = process_cpu_s(node.pid)
+        time.sleep(seconds)
+        cpu1 = process_cpu_s(node.pid)
+        last = peer.state()
+        t1 = time.monotonic()
+        received = counter.count - received0
+        peer.recording = False
+    finally:
+        stop_node(node)
+        counter.close()
+        peer.close()
+    ticks = last.tick - first.tick
+    cpu = (cpu1 - cpu0) / (ticks * seconds / (t1 - t0)) * 1e6 if ticks else math.nan
+    if rtf > 0:
+        clock = peer.clock
+        value = (ns(clock[-1][0].clock) - ns(clock[0][0].clock)) / (clock[-1][2] - clock[0][2])
+    else:
+        value = ticks / (t1 - t0)
+    return value, received, cpu
+
+
+def ground_truth(args: argparse.Namespace) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-bench-"))
+    bridges = {"ground truth on": scratch / "on.yaml", "ground truth off": scratch / "off.yaml"}
+    bridges["ground truth on"].write_text(GROUND_TRUTH_ON)
+    bridges["ground truth off"].write_text(GROUND_TRUTH_OFF)
+    rt: dict[str, list[float]] = {name: [] for name in bridges}
+    fast: dict[str, list[float]] = {name: [] for name in bridges}
+    messages: dict[str, list[int]] = {name: [] for name in bridges}
+    cpu: dict[str, list[float]] = {name: [] for name in bridges}
+    offline: list[float] = []
+    for _ in range(max(1, args.repeats)):
+        for name, bridge in bridges.items():
+            rate, count, _ = ground_truth_run(scratch, bridge, 1.0, args.seconds)
+            rt[name].append(rate)
+            messages[name].append(count)
+            rate, _, per_tick = ground_truth_run(scratch, bridge, 0.0, args.fast_seconds)
+            fast[name].append(rate)
+            cpu[name].append(per_tick)
+        offline.append(offline_rate(PANDA, 20.0))
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"Panda (1 kHz physics), median of {len(offline)} interleaved repeats; fibril_sim "
+          f"run {np.median(offline):.0f} ticks/s:")
+    for name in bridges:
+        ratios = [f / o for f, o in zip(fast[name], offline)]
+        print(f"  [{name}] real time: rtf {np.median(rt[name]):.4f} (runs "
+              f"{', '.join(f'{r:.4f}' for r in rt[name])}), {np.median(messages[name]):.0f} "
+              f"/joint_states + /tf messages in {args.seconds:g} s; as fast as possible "
+              f"{np.median(fast[name]):.0f} ticks/s, ratio to fibril_sim run "
+              f"{np.median(ratios):.2f} (per pair {', '.join(f'{r:.2f}' for r in ratios)}), "
+              f"node CPU {np.median(cpu[name]):.1f} us a tick")
+    on = [f / o for f, o in zip(fast["ground truth on"], fast["ground truth off"])]
+    print(f"  on / off as fast as possible: {np.median(on):.3f} (per pair "
+          f"{', '.join(f'{r:.3f}' for r in on)})   target >= 0.90; real time target >= 0.99")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -354,7 +478,13 @@ def main() -> None:
     parser.add_argument("--rich-subscriber", action="store_true",
                         help="fast phase: the deserializing SingleThreadedExecutor subscriber "
                              "of earlier releases instead of the lean counter")
+    parser.add_argument("--ground-truth", action="store_true",
+                        help="only the Panda with /joint_states, /tf, robot description and "
+                             "markers on against off (see the module docstring)")
     args = parser.parse_args()
+    if args.ground_truth:
+        ground_truth(args)
+        return
     scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-bench-"))
     manifest = scratch / "bench.yaml"
     manifest.write_text(MANIFEST)

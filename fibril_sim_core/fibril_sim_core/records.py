@@ -139,15 +139,15 @@ class RenderFrame:
     depth: np.ndarray | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StateObservation:
+class StateObservation(NamedTuple):
     """Ground truth the host takes on the simulated clock's grid (runtime/observation.py):
     joint states and the moving bodies' frames, for ``/joint_states`` and ``/tf`` (no noise,
     no latency; not a sensor). The arrays follow the model's ``StateLayout``; those a stream
     did not ask for are empty.
 
     ``joint_effort`` is the actuator force on each joint's dof (``qfrc_actuator``) over the
-    step that led here; ``frame_orientation`` rows are quaternions w x y z.
+    step that led here; ``frame_orientation`` rows are quaternions w x y z. A NamedTuple
+    (cheap to create: as fast as possible, thousands are made a second).
     """
 
     stream: int

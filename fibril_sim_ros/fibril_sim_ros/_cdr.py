@@ -104,8 +104,8 @@ def _sentinel(kind: str, k: int, length: int = 1) -> Any:
 def _assign(msg: Any, path: str, kind: str, value: Any) -> None:
     *parents, name = path.split(".")
     target = msg
-    for parent in parents:
-        target = getattr(target, parent)
+    for parent in parents:  # (a number indexes a sequence of messages)
+        target = target[int(parent)] if parent.isdigit() else getattr(target, parent)
     if kind == "time":
         stamp = getattr(target, name)
         stamp.sec, stamp.nanosec = value

@@ -64,7 +64,7 @@ from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 from . import messages as m
 from ._rcl_publish import raw_sender
 from .bridge import OUTPUT_QOS, Bridge, load_bridge
-from .ground_truth import FramePublisher, joint_state, tf_available
+from .ground_truth import FramePublisher, JointStates, tf_available
 from .inputs import InputGroup, InputThread, available as input_thread_available
 from .outbox import Outbox
 from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events, subscription_events
@@ -364,6 +364,7 @@ class SimNode(Node):
             entry = bridge.joint_states
             joint_pub = publisher(JointState, entry.topic, profile(entry.qos))
             self._joint_send = raw_sender(joint_pub)
+            self._joint_states = JointStates(self._layout)
             self._output_publishers[entry.topic] = joint_pub
             self._joint_topic = entry.topic
         self._frames = None
@@ -578,10 +579,12 @@ class SimNode(Node):
         """On the host thread: /joint_states and /tf of one observation, in emission order."""
         joints, frames = self._observation_streams.get(observation.stream, (False, False))
         if joints:
-            self.outbox.write(self._joint_send, joint_state(self._layout, observation),
+            self.outbox.write(self._joint_send, self._joint_states.message(observation),
                               self._joint_topic)
         if frames:
-            self.outbox.write(self._tf_send, self._frames.moving(observation), "/tf")
+            message = self._frames.moving(observation)
+            if message is not None:
+                self.outbox.write(self._tf_send, message, "/tf")
 
     def _adapt_fast_frame(self, wall_s: float) -> None:
         """Fast mode, host thread: the next frame's length, toward FAST_FRAME_WALL_S."""

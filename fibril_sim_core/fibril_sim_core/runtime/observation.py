@@ -28,6 +28,7 @@ from ..records import StateObservation
 
 ObservationSink = Callable[[StateObservation], None]
 _HINGE, _SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
+_EMPTY = np.empty(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,7 @@ class ObservationStreams:
     _next_id: int = 1
     _layout: StateLayout | None = None
     _scratch: mujoco.MjData | None = None
+    _cached: tuple[Any, ...] | None = None  # see _views
 
     @property
     def active(self) -> bool:
@@ -163,16 +165,13 @@ class ObservationStreams:
                     data: mujoco.MjData) -> None:
         frames: tuple[np.ndarray, np.ndarray] | None = None
         joints: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        layout = self.layout
-        empty = np.empty(0)
+        empty = _EMPTY
         for stream in list(self.streams.values()):
             if stream.due > session_tick:
                 continue
             request = stream.request
             if request.joints and joints is None:
-                dofs = list(layout.joint_dof)
-                joints = (data.qpos[list(layout.joint_qpos)].copy(), data.qvel[dofs].copy(),
-                          data.qfrc_actuator[dofs].copy())
+                joints = self._joints(data)
             if request.frames and frames is None:
                 frames = self._frames(data)
             stream.due = session_tick + stream.period_ticks
@@ -181,33 +180,55 @@ class ObservationStreams:
                 stream.id, episode, tick, session_tick * self.timestep_ns, position, velocity,
                 effort, *(frames if request.frames else (empty, empty))))
 
+    def _views(self, data: mujoco.MjData) -> tuple[Any, ...]:
+        """The arrays read at every observation, fetched once (an MjData attribute makes a
+        new view each time): the instance's, the scratch MjData's, the index arrays."""
+        views = self._cached
+        if views is None or views[0] is not data:
+            model, layout = self.model, self.layout
+            scratch = self._scratch = mujoco.MjData(model)
+            pairs = np.array([*layout.frame_bodies, *layout.parent_bodies], dtype=np.intp)
+            views = self._cached = (
+                data, data.qpos, data.qvel, data.qfrc_actuator, data.mocap_pos, data.mocap_quat,
+                scratch.qpos, scratch.mocap_pos, scratch.mocap_quat, scratch.xpos,
+                scratch.xquat, scratch.xmat, pairs, len(layout.frame_bodies),
+                np.array(layout.joint_qpos, dtype=np.intp),
+                np.array(layout.joint_dof, dtype=np.intp), model.nmocap > 0)
+        return views
+
+    def _joints(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        views = self._views(data)
+        qpos, qvel, force, dofs = views[1], views[2], views[3], views[15]
+        return qpos.take(views[14]), qvel.take(dofs), force.take(dofs)
+
     def _frames(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
         """Poses of the moving bodies relative to their parents, at x(t)."""
-        model, layout = self.model, self.layout
-        scratch = self._scratch
-        if scratch is None:
-            scratch = self._scratch = mujoco.MjData(model)
-        scratch.qpos[:] = data.qpos
-        scratch.mocap_pos[:] = data.mocap_pos
-        scratch.mocap_quat[:] = data.mocap_quat
-        mujoco.mj_kinematics(model, scratch)
-        bodies, parents = list(layout.frame_bodies), list(layout.parent_bodies)
-        child_pos, child_quat = scratch.xpos[bodies], scratch.xquat[bodies]
-        parent_pos, parent_quat = scratch.xpos[parents], scratch.xquat[parents]
-        rotation = scratch.xmat[parents].reshape(-1, 3, 3)
-        position = np.einsum("nji,nj->ni", rotation, child_pos - parent_pos)
-        return position, _multiply(_conjugate(parent_quat), child_quat)
+        (_, qpos, _, _, mocap_pos, mocap_quat, scratch_qpos, scratch_mocap_pos,
+         scratch_mocap_quat, xpos, xquat, xmat, pairs, n, _, _, mocap) = self._views(data)
+        scratch_qpos[:] = qpos
+        if mocap:
+            scratch_mocap_pos[:] = mocap_pos
+            scratch_mocap_quat[:] = mocap_quat
+        mujoco.mj_kinematics(self.model, self._scratch)
+        pos, quat = xpos.take(pairs, axis=0), xquat.take(pairs, axis=0)
+        rotation = xmat.take(pairs[n:], axis=0).reshape(n, 3, 3)
+        position = np.einsum("nji,nj->ni", rotation, pos[:n] - pos[n:])
+        return position, np.einsum("ijk,nj,nk->ni", _RELATIVE, quat[n:], quat[:n])
 
 
-def _conjugate(q: np.ndarray) -> np.ndarray:
-    return q * np.array([1.0, -1.0, -1.0, -1.0])
+def _relative_product() -> np.ndarray:
+    """T with ``conj(a) * b = einsum("ijk,j,k->i", T, a, b)`` for quaternions w x y z (the
+    Hamilton product with ``a`` conjugated), so a batch is one einsum."""
+    table = np.zeros((4, 4, 4))
+    basis = np.eye(4)
+    for j in range(4):
+        for k in range(4):
+            a, b = basis[j] * np.array([1.0, -1.0, -1.0, -1.0]), basis[k]
+            table[:, j, k] = [a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
+                              a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
+                              a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
+                              a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0]]
+    return table
 
 
-def _multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton products of rows of quaternions (w x y z)."""
-    aw, ax, ay, az = a.T
-    bw, bx, by, bz = b.T
-    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw], axis=1)
+_RELATIVE = _relative_product()
