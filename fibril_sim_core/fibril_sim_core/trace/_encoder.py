@@ -55,6 +55,36 @@ class _Shape:
     label: str = ""  # what its records are counted as: the device id, else the record type
 
 
+class ShapeCache:
+    """The message shapes met so far, least recently used first, bounded in count and in
+    template bytes: records whose strings vary (rejected inputs carry client-chosen ids and
+    reasons) cannot grow it without end. A shape evicted and met again is made again (the same
+    layout, the same channel)."""
+
+    def __init__(self, limit: int = 1024, budget: int = 64 << 20) -> None:
+        self.limit = limit  # shapes kept at most
+        self.budget = budget  # template bytes kept at most (a shape's row size)
+        self.size = 0  # template bytes kept now
+        self._shapes: dict[tuple, _Shape] = {}
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def get(self, key: tuple) -> _Shape | None:
+        shape = self._shapes.pop(key, None)
+        if shape is not None:
+            self._shapes[key] = shape  # the most recently used is last
+        return shape
+
+    def add(self, key: tuple, shape: _Shape) -> None:
+        self._shapes[key] = shape
+        self.size += shape.layout.size
+        while len(self._shapes) > 1 and (len(self._shapes) > self.limit
+                                         or self.size > self.budget):
+            oldest = next(iter(self._shapes))
+            self.size -= self._shapes.pop(oldest).layout.size
+
+
 _DEVICE_FIELDS = {name: operator.itemgetter(index) for name, index in (
     ("log", 7), ("acquisition", 6), ("acquisition_episode_time_ns", 4),
     ("delivery_episode_time_ns", 5), ("episode", 0))}
@@ -98,7 +128,8 @@ def _ingress_columns(recs: list[IngressRecord]) -> dict[str, Any]:
     cols["stamp"] = cols["log"]
     for name in ("episode", "source_sequence", "commit_tick", "acceptance_sequence"):
         cols[name] = [getattr(r, name) for r in recs]
-    cols["payload_json"] = [r.payload_json.encode() for r in recs]
+    for name in ("source_id", "payload_type", "payload_json", "reject_reason"):
+        cols[name] = [getattr(r, name).encode() for r in recs]
     cols["accepted"] = [bool(r.accepted) for r in recs]
     return cols
 
@@ -137,9 +168,9 @@ def _shape_key(record: Any) -> tuple:
                 r.sensordata.size, r.xpos.size, r.xquat.size)
     if kind is ActuatorApplication:
         return (kind, record.endpoint, record.actuator, record.mode)
-    if kind is IngressRecord:
-        return (kind, record.source_id, record.payload_type, len(record.payload_json.encode()),
-                record.reject_reason)
+    if kind is IngressRecord:  # its strings come from clients: their lengths only
+        return (kind, len(record.source_id.encode()), len(record.payload_type.encode()),
+                len(record.payload_json.encode()), len(record.reject_reason.encode()))
     if kind is EpisodeStart:
         return (kind, len(_episode_text(record)))
     return (kind,)
@@ -178,11 +209,12 @@ def _make_shape(key: tuple) -> _Shape:
         return _Shape(layout, actuator_topic(endpoint), _msgtypes.ACTUATOR_APPLICATION,
                       _actuator_columns)
     if kind is IngressRecord:
-        _, source_id, payload_type, payload_size, reject_reason = key
-        layout.field("episode", "<u4").string(source_id).field("source_sequence", "<u8")
-        layout.string(payload_type).text("payload_json", payload_size)
+        _, source_size, type_size, payload_size, reason_size = key
+        layout.field("episode", "<u4").text("source_id", source_size)
+        layout.field("source_sequence", "<u8").text("payload_type", type_size)
+        layout.text("payload_json", payload_size)
         layout.field("commit_tick", "<i8").field("acceptance_sequence", "<u8")
-        layout.field("accepted", "u1").string(reject_reason)
+        layout.field("accepted", "u1").text("reject_reason", reason_size)
         return _Shape(layout, INPUTS_TOPIC, _msgtypes.EXTERNAL_INPUT, _ingress_columns)
     layout.field("episode", "<u4").field("tick", "<u8").field("episode_time_ns", "<i8")
     layout.field("session_time_ns", "<i8")
@@ -299,7 +331,7 @@ class Encoder:
     at a time, under its lock)."""
 
     def __init__(self) -> None:
-        self.shapes: dict[tuple, _Shape] = {}
+        self.shapes = ShapeCache()
         self.channels: dict[str, int] = {}  # topic -> channel id
         self.written = 0  # records taken so far (the next message's sequence)
         self.msgtypes: dict[int, str] = {}  # channel id -> message type
@@ -437,7 +469,8 @@ class Encoder:
                 key = _shape_key(recs[0])
             shape = self.shapes.get(key)
             if shape is None:
-                shape = self.shapes[key] = self._shape(key)
+                shape = self._shape(key)
+                self.shapes.add(key, shape)
             sequence = np.asarray(positions, dtype=np.int64) + first
             try:
                 if columns is None:
