@@ -866,16 +866,18 @@ class CsvSource(Source):
             times = raw
         else:
             scale = TIME_UNITS[self._unit]
-            with np.errstate(over="ignore", invalid="ignore"):
-                scaled = raw * scale
-                bad = np.flatnonzero(~(np.abs(scaled) < 2.0 ** 63 - 1024))
+            limit = 2.0 ** 63 - 1024
+            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                scaled = raw * scale  # one temporary, rounded in place: a long log's memory
+                bad = np.flatnonzero(~((scaled < limit) & (scaled > -limit)))
             if bad.size:
                 n = int(bad[0])
                 text = self.cell(n, self.time_column)
                 reason = ("has no time" if not np.isfinite(raw[n]) else
                           "has a time beyond 64-bit nanoseconds (292 years)")
                 raise SourceError(f"{label}: line {n + 2} {reason} ({text!r})")
-            times = np.rint(scaled).astype(np.int64)
+            times = np.rint(scaled, out=scaled).astype(np.int64)
+            del scaled
         check_times(times, label, lines=True)
         return times
 
