@@ -1,5 +1,7 @@
 # Injected with -DCMAKE_PROJECT_INCLUDE=... by scikit-build-core (see ../pyproject.toml) when
-# fibril_msgs is built with `pip install ./fibril_msgs`. Never used by colcon/ament.
+# fibril_msgs is built with `pip install ./fibril_msgs`, and when scripts/bootstrap.sh builds
+# the vendored ROS 2 interface packages (scripts/ros_interfaces/pyproject.toml.in). Never used
+# by colcon/ament.
 #
 # The ROS 2 wheels on PyPI install a ROS prefix (share/, lib/, include/) into the Python
 # environment's data directory. This file makes that prefix visible as if it were a sourced
@@ -19,11 +21,11 @@ execute_process(
   RESULT_VARIABLE _fibril_result)
 if(NOT _fibril_result EQUAL 0 OR NOT EXISTS "${_fibril_ros_prefix}/share/ament_cmake_core")
   message(FATAL_ERROR
-    "fibril_msgs: cannot find the ROS 2 wheels' prefix (python module ament_package / "
+    "${PROJECT_NAME}: cannot find the ROS 2 wheels' prefix (python module ament_package / "
     "share/ament_cmake_core) for ${Python_EXECUTABLE}; install the build requirements "
-    "listed in fibril_msgs/pyproject.toml")
+    "listed in the package's pyproject.toml")
 endif()
-message(STATUS "fibril_msgs: using ROS 2 wheels prefix ${_fibril_ros_prefix}")
+message(STATUS "${PROJECT_NAME}: using ROS 2 wheels prefix ${_fibril_ros_prefix}")
 
 list(PREPEND CMAKE_PREFIX_PATH "${_fibril_ros_prefix}")
 if(DEFINED ENV{AMENT_PREFIX_PATH} AND NOT "$ENV{AMENT_PREFIX_PATH}" STREQUAL "")
