@@ -1,7 +1,10 @@
 # Fibril Sim developer entry points. Everything runs from .venv/, set up from the package
 # registries by scripts/bootstrap.sh (idempotent: a second `make setup` changes nothing).
 #
-#   make setup   create/refresh .venv/ (pinned requirements, fibril_msgs, editable packages)
+#   make setup   create/refresh .venv/ (pinned requirements, fibril_msgs, editable packages
+#                with their ament index for `ros2 run` / `ros2 launch`, and the ROS 2 tools:
+#                ros2, launch, launch_testing, tf2_msgs, simulation_interfaces ... built from
+#                ../shared/vendor/ros2 when it is there, FIBRIL_ROS_VENDOR=PATH to point elsewhere)
 #   make test    setup, then the whole pytest suite (PYTEST_ARGS="-k smoke" to narrow it)
 #   make test-distro  the whole suite again in .venv-distro/ (Python 3.12 when available):
 #                requirements.txt with the Ubuntu 24.04 versions of numpy, scipy and PyYAML

@@ -6,7 +6,18 @@
 #   2. requirements.txt (every version pinned) is installed; with REQUIREMENTS listing several
 #      files, each later file's pins replace the earlier ones' of the same package.
 #   3. ./fibril_msgs is built from PyPI's ROS 2 wheels (scikit-build-core) and installed.
-#   4. ./fibril_sim_core, ./fibril_calibration, ./fibril_sim_ros are installed editable.
+#   4. ./fibril_sim_core, ./fibril_calibration, ./fibril_sim_ros are installed editable, and
+#      scripts/ament_layout.py links their ament index entries, share/ files (package.xml,
+#      launch files, configurations) and lib/<pkg>/ executables into the venv prefix and puts
+#      the prefix on AMENT_PREFIX_PATH (a .pth), for `ros2 run` / `ros2 launch`.
+#   5. The ROS 2 tools (launch, launch_ros, launch_testing, launch_testing_ros, the ros2 command,
+#      rosidl_runtime_py) and the interface packages composition_interfaces, tf2_msgs and
+#      simulation_interfaces, from their unmodified upstream sources in ../shared/vendor/ros2
+#      (or FIBRIL_ROS_VENDOR=PATH), each copied to a scratch folder first (that folder may be
+#      read-only): the interfaces built like fibril_msgs (scripts/ros_interfaces/), the
+#      pure-Python packages with `pip install --no-deps` (their PyPI dependencies are pinned in
+#      requirements.txt). Without the folder they are not installed (one line says so) and the
+#      tests that need them skip.
 #
 # Each step is skipped when a stamp file holds the hash of its inputs; a stamp is written only
 # after the step (and a check of its result) succeeded, so an interrupted or failed run is
@@ -15,7 +26,8 @@
 #
 # Environment: VENV (default <repo>/.venv), PYTHON (default python3 on PATH), REQUIREMENTS
 # (default requirements.txt: space-separated files relative to the repo root, e.g.
-# "requirements.txt requirements-distro.txt" for the Ubuntu 24.04 versions of `make test-distro`).
+# "requirements.txt requirements-distro.txt" for the Ubuntu 24.04 versions of `make test-distro`),
+# FIBRIL_ROS_VENDOR (default <repo>/../shared/vendor/ros2: the ROS 2 tools' sources, step 5).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +61,12 @@ hash_inputs() {
       esac
     done
   ) | sha256sum | cut -d' ' -f1
+}
+
+# Hash of every file under an absolute directory (names relative to it, and contents).
+hash_tree() {
+  (cd "$1" && find . -type f -not -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z \
+     | xargs -0 -r sha256sum) | sha256sum | cut -d' ' -f1
 }
 
 stamp_ok() { [ -f "$STATE/$1.stamp" ] && [ "$(cat "$STATE/$1.stamp")" = "$2" ]; }
@@ -162,9 +180,95 @@ else
   say "  installed in $((SECONDS - t0)) s"
 fi
 
+# --- 4b. ament layout of the editable packages ---------------------------------------------------
+# Links, not copies: re-laid when a setup.py changes or a launch/config file comes or goes.
+LAYOUT_HASH="$( (echo "$PY_HASH"; hash_inputs scripts/ament_layout.py;
+  cd "$ROOT" && find config launch -type f | LC_ALL=C sort) | sha256sum | cut -d' ' -f1)"
+if ! stamp_ok ament_layout "$LAYOUT_HASH"; then
+  "$VENV/bin/python" "$ROOT/scripts/ament_layout.py" "$VENV" "${PKGS[@]/#/$ROOT/}" \
+    > "$STATE/ament_layout.log" 2>&1 \
+    || die "laying out the ament index of ${PKGS[*]} failed: $(grep -m1 error: "$STATE/ament_layout.log" || tail -n 1 "$STATE/ament_layout.log")"
+  stamp_write ament_layout "$LAYOUT_HASH"
+fi
+
+# --- 5. the ROS 2 tools from the vendored upstream sources ---------------------------------------
+ROS_VENDOR="${FIBRIL_ROS_VENDOR:-$ROOT/../shared/vendor/ros2}"
+# Interface packages (ament_cmake + rosidl), in dependency order: launch_ros imports
+# composition_interfaces when it is imported.
+ROS_INTERFACES=(rcl_interfaces/composition_interfaces geometry2/tf2_msgs simulation_interfaces)
+ROS_PYTHON=(launch/launch launch/launch_xml launch/launch_yaml launch/launch_testing
+  launch/launch_pytest launch_ros/launch_ros launch_ros/launch_testing_ros launch_ros/ros2launch
+  ros2cli/ros2cli ros2cli/ros2run ros2cli/ros2pkg ros2cli/ros2topic ros2cli/ros2service
+  ros2cli/ros2param ros2cli/ros2node ros2cli/ros2interface rosidl_runtime_py)
+SCRATCH="$STATE/ros-src"
+
+# Copy vendored package folders (relative to ROS_VENDOR) into $SCRATCH, writable.
+copy_vendored() {
+  local rel
+  rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+  for rel in "$@"; do
+    [ -f "$ROS_VENDOR/$rel/package.xml" ] || die "$ROS_VENDOR/$rel/package.xml not found (FIBRIL_ROS_VENDOR must hold the vendored ROS 2 sources, see its README)"
+    cp -R "$ROS_VENDOR/$rel" "$SCRATCH/"
+  done
+  chmod -R u+w "$SCRATCH"
+}
+
+if [ -d "$ROS_VENDOR" ]; then
+  ROS_VENDOR="$(cd "$ROS_VENDOR" && pwd)"
+  # 5a. interface packages, built from a scratch copy with the generic pyproject template.
+  IFACE_HASH="$( (echo "$REQ_HASH"; for rel in "${ROS_INTERFACES[@]}"; do echo "$rel";
+    hash_tree "$ROS_VENDOR/$rel"; done; hash_inputs scripts/ros_interfaces fibril_msgs/cmake) \
+    | sha256sum | cut -d' ' -f1)"
+  if ! stamp_ok ros_interfaces "$IFACE_HASH"; then
+    say "building ${ROS_INTERFACES[*]##*/} from $ROS_VENDOR (about 2-4 min) ..."; t0=$SECONDS
+    copy_vendored "${ROS_INTERFACES[@]}"
+    IFACE_DIRS=()
+    for rel in "${ROS_INTERFACES[@]}"; do
+      name="${rel##*/}"
+      version="$(sed -n 's:.*<version>\(.*\)</version>.*:\1:p' "$SCRATCH/$name/package.xml" | head -n 1)"
+      sed -e "s|@NAME@|$name|g" -e "s|@DIST@|ros-${name//_/-}|g" -e "s|@VERSION@|$version|g" \
+        -e "s|@PROJECT_INCLUDE@|$ROOT/fibril_msgs/cmake/pip_wheel_prefix.cmake|g" \
+        "$ROOT/scripts/ros_interfaces/pyproject.toml.in" > "$SCRATCH/$name/pyproject.toml"
+      IFACE_DIRS+=("$SCRATCH/$name")
+    done
+    run_pip "building ${ROS_INTERFACES[*]##*/}" ros_interfaces --no-build-isolation --no-deps \
+      --force-reinstall "${IFACE_DIRS[@]}"
+    "$VENV/bin/python" -c 'from composition_interfaces.srv import LoadNode
+from tf2_msgs.msg import TFMessage
+from simulation_interfaces.srv import GetSimulatorFeatures
+from simulation_interfaces.action import SimulateSteps' > "$STATE/ros_interfaces-check.log" 2>&1 \
+      || die "the ROS 2 interface packages were built but cannot be imported (see ${STATE#"$ROOT"/}/ros_interfaces-check.log)"
+    rm -rf "$SCRATCH"
+    stamp_write ros_interfaces "$IFACE_HASH"
+    say "  built and installed in $((SECONDS - t0)) s"
+  fi
+  # 5b. the pure-Python packages (setup.py, no compiled code), from a scratch copy.
+  TOOLS_HASH="$( (echo "$REQ_HASH"; for rel in "${ROS_PYTHON[@]}"; do echo "$rel";
+    hash_tree "$ROS_VENDOR/$rel"; done) | sha256sum | cut -d' ' -f1)"
+  if ! stamp_ok ros_tools "$TOOLS_HASH"; then
+    say "installing the ROS 2 tools (launch, launch_testing, ros2 ...) from $ROS_VENDOR ..."; t0=$SECONDS
+    copy_vendored "${ROS_PYTHON[@]}"
+    TOOL_DIRS=()
+    for rel in "${ROS_PYTHON[@]}"; do TOOL_DIRS+=("$SCRATCH/${rel##*/}"); done
+    run_pip "installing the ROS 2 tools" ros_tools --no-build-isolation --no-deps \
+      --force-reinstall "${TOOL_DIRS[@]}"
+    rm -rf "$SCRATCH"
+    (cd / && "$VENV/bin/python" -c 'import launch, launch_ros, launch_testing, launch_testing_ros, ros2cli, rosidl_runtime_py' \
+      && "$VENV/bin/ros2" --help) > "$STATE/ros_tools-check.log" 2>&1 \
+      || die "the ROS 2 tools were installed but '${VENV#"$ROOT"/}/bin/ros2 --help' fails (see ${STATE#"$ROOT"/}/ros_tools-check.log)"
+    stamp_write ros_tools "$TOOLS_HASH"
+    say "  installed in $((SECONDS - t0)) s"
+  fi
+elif [ -n "${ROS_DISTRO:-}" ]; then
+  say "ROS 2 tools: not installed in ${VENV#"$ROOT"/} (no $ROS_VENDOR); the sourced ROS 2 $ROS_DISTRO installation's are used"
+else
+  say "ROS 2 tools (ros2, launch, launch_testing) not installed: no $ROS_VENDOR (FIBRIL_ROS_VENDOR=PATH names their vendored sources); the tests that need them skip"
+fi
+
 # A sourced ROS 2 installation next to this venv: they must stay apart (README, "Building in a
 # ROS 2 workspace"). Only a warning: `make test` may still be what the user wants.
-if [ -n "${ROS_DISTRO:-}${AMENT_PREFIX_PATH:-}" ]; then
+# (AMENT_PREFIX_PATH naming only this venv is the venv's own .pth, e.g. when a test runs make.)
+if [ -n "${ROS_DISTRO:-}" ] || { [ -n "${AMENT_PREFIX_PATH:-}" ] && [ "${AMENT_PREFIX_PATH:-}" != "$VENV" ]; }; then
   echo "setup: warning: a ROS 2 environment is sourced (ROS_DISTRO=${ROS_DISTRO:-?}): its" \
     "PYTHONPATH/AMENT_PREFIX_PATH reach ${VENV#"$ROOT"/} (PyPI's ROS 2 wheels) and may mix the" \
     "two; run make from a shell without ROS sourced, and never run colcon with" \
