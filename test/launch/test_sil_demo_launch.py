@@ -1,9 +1,11 @@
 """launch_testing suite: the SIL demo as a user's regression suite would write it, with
-``fibril_sim_ros.testing.sim_launch_description`` (needs a ROS 2 installation: launch,
-launch_ros, launch_testing).
+``fibril_sim_ros.testing.sim_launch_description`` (launch, launch_ros, launch_testing: from
+`make setup` or a ROS 2 installation).
 
-The node starts paused in sync mode with the example controller; the test steps 1 s of sim time
-and asserts the wheel tracks its setpoint: within 5 % after 0.5 s, no more than 10 % overshoot.
+The node starts paused in sync mode with the example controller; the test steps 1.5 s of sim
+time and asserts what test/integration/test_sil_regression.py asserts with SimHarness (the
+README's bounds): the wheel speed comes within 5 % of the setpoint within 0.5 s, overshoots it by
+no more than 10 %, and from 1 s on its mean is within 2 %.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip(
-    'launch_testing', reason='launch_testing comes with a ROS 2 installation; it is not '
-    'installable from the package registries (test/integration/test_sil_regression.py runs '
-    'the same check with SimHarness)')
+    'launch_testing', reason='launch_testing is not installed: make setup installs it from '
+    '../shared/vendor/ros2 (absent here), a ROS 2 installation has it')
 
 import os  # noqa: E402
 import unittest  # noqa: E402
+from statistics import mean  # noqa: E402
 
 import rclpy  # noqa: E402
 from ament_index_python.packages import get_package_share_directory  # noqa: E402
@@ -46,10 +48,18 @@ class TestSilDemo(unittest.TestCase):
         node = rclpy.create_node('test_sil_demo')
         try:
             samples: list[JointState] = []
-            node.create_subscription(JointState, '/wheel_encoder', samples.append, 1000)
+            subscription = node.create_subscription(JointState, '/wheel_encoder',
+                                                    samples.append, 1000)
             client = node.create_client(Step, '/fibril_sim/step')
             self.assertTrue(client.wait_for_service(timeout_sec=30.0))
-            for _ in range(20):  # 1 s in 50 ms steps; sync mode waits for the controller
+            for _ in range(600):  # matched before the first step: every sample from time 0
+                if subscription.get_publisher_count():
+                    break
+                rclpy.spin_once(node, timeout_sec=0.05)
+            self.assertTrue(subscription.get_publisher_count())
+            for _ in range(10):  # the publisher's side of the match
+                rclpy.spin_once(node, timeout_sec=0.05)
+            for _ in range(30):  # 1.5 s in 50 ms steps; sync mode waits for the controller
                 future = client.call_async(Step.Request(steps=50))
                 rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
                 self.assertTrue(future.done() and future.result().success)
@@ -57,13 +67,18 @@ class TestSilDemo(unittest.TestCase):
                 rclpy.spin_once(node, timeout_sec=0.05)
             times = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in samples]
             positions = [m.position[0] for m in samples]
-            # 50 ms average speed from the encoder angle
-            speeds = [(t, (positions[i + 25] - positions[i]) / (times[i + 25] - times[i]))
-                      for i, t in enumerate(times[:-25])]
-            self.assertLessEqual(max(v for _, v in speeds), 1.10 * SETPOINT)
-            settled = [v for t, v in speeds if t >= times[0] + 0.5]
-            self.assertTrue(settled)
-            self.assertTrue(all(abs(v - SETPOINT) <= 0.05 * SETPOINT for v in settled))
+            # 50 ms average speed from the encoder angle (its own velocity is one period's
+            # difference of quantized angles)
+            speeds = [(times[i], (positions[i] - positions[i - 25]) / (times[i] - times[i - 25]))
+                      for i in range(25, len(samples))]
+            start = times[0]
+            reached = next((t for t, v in speeds if abs(v - SETPOINT) <= 0.05 * SETPOINT), None)
+            self.assertIsNotNone(reached, speeds[::25])
+            self.assertLessEqual(reached - start, 0.5, speeds[::25])
+            self.assertLessEqual(max(v for _, v in speeds), 1.10 * SETPOINT, speeds[::25])
+            steady = [v for t, v in speeds if t - start >= 1.0]
+            self.assertGreater(len(steady), 100, len(samples))
+            self.assertLessEqual(abs(mean(steady) - SETPOINT), 0.02 * SETPOINT, mean(steady))
         finally:
             node.destroy_node()
             rclpy.shutdown()

@@ -1,5 +1,6 @@
-"""launch_testing suite for sim.launch.py (needs a ROS 2 installation: launch, launch_ros,
-launch_testing; run with ``launch_test test/launch/test_sim_launch.py`` or colcon test).
+"""launch_testing suite for sim.launch.py (launch, launch_ros, launch_testing: from `make setup`
+or a ROS 2 installation). pytest runs it through launch_testing's plugin; also
+``launch_test test/launch/test_sim_launch.py`` or colcon test.
 
 The simulation node starts paused on the drivetrain example; ``~/step`` advances exactly the
 ticks asked for, ``/clock`` follows, and the node shuts down cleanly.
@@ -10,9 +11,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip(
-    'launch_testing', reason='launch_testing comes with a ROS 2 installation; it is not '
-    'installable from the package registries (the rest of the suite covers the node and the '
-    'harness without it)')
+    'launch_testing', reason='launch_testing is not installed: make setup installs it from '
+    '../shared/vendor/ros2 (absent here), a ROS 2 installation has it')
 
 import os  # noqa: E402
 import unittest  # noqa: E402

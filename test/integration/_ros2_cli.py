@@ -1,0 +1,166 @@
+"""The ``ros2`` command and ``ros2 launch`` as processes, for the tests of the ROS 2 tools.
+
+The tools (``ros2``, launch, launch_testing) come from ``make setup`` when the vendored sources
+are beside the repository (scripts/bootstrap.sh, step 5); without them these tests skip.
+Each test runs on a ROS domain of its own (the harness's lock files, so no other test session
+on the machine shares it), with Fast DDS over shared memory, and never leaves a ``ros2``
+daemon behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ROS2 = BIN / 'ros2'
+# Wall-time limits: generous, the machine may be busy.
+START_WALL = 90.0
+STOP_WALL = 60.0
+
+
+def tools_missing() -> str | None:
+    """Why the ROS 2 tools cannot be used here, or None."""
+    if not ROS2.is_file():
+        return (f'{ROS2} not installed: make setup installs the ROS 2 tools from '
+                f'../shared/vendor/ros2 (or FIBRIL_ROS_VENDOR), absent here')
+    for module in ('launch', 'launch_ros', 'launch_testing', 'launch_testing_ros'):
+        if importlib.util.find_spec(module) is None:
+            return f'the {module} package is not installed (make setup, step 5)'
+    return None
+
+
+needs_tools = pytest.mark.skipif(tools_missing() is not None, reason=str(tools_missing()))
+
+
+def ros_environment(domain_id: int, log_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(ROS_DOMAIN_ID=str(domain_id), FASTDDS_BUILTIN_TRANSPORTS='SHM',
+               ROS_LOG_DIR=str(log_dir), PYTHONUNBUFFERED='1', RCUTILS_COLORIZED_OUTPUT='0')
+    return env
+
+
+@contextmanager
+def ros_domain(log_dir: Path) -> Iterator[dict[str, str]]:
+    """An environment on a ROS domain held by this test only; the ``ros2`` daemon a command
+    may have started on it is stopped at the end."""
+    from fibril_sim_ros.testing import DEFAULT_DOMAIN_POOL, _lock_domain
+
+    lock = _lock_domain(DEFAULT_DOMAIN_POOL)
+    env = ros_environment(lock.domain_id, log_dir)
+    try:
+        yield env
+    finally:
+        try:
+            subprocess.run([str(ROS2), 'daemon', 'stop'], env=env, timeout=STOP_WALL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        finally:
+            lock.release()
+
+
+def _default_sigint() -> None:
+    # The suite may run as a background job with SIGINT ignored; a child inherits that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class RosProcess:
+    """A long-running ``ros2 ...`` command in its own session, output to a file."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str], log: Path,
+                 cwd: Path = REPO) -> None:
+        self.command = [str(c) for c in command]
+        self.log = log
+        with open(log, 'wb') as out:
+            self.popen = subprocess.Popen(
+                self.command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_default_sigint)
+
+    def output(self) -> str:
+        return self.log.read_text(errors='replace')
+
+    def context(self) -> str:
+        return f'{" ".join(self.command)} (exit {self.popen.poll()}):\n{self.output()[-3000:]}'
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def interrupt(self, timeout: float = STOP_WALL) -> int:
+        """Ctrl-C in a terminal: SIGINT to the command's whole process group (``ros2 run``
+        relies on its child getting it too; ``ros2 launch`` also forwards it to its
+        processes); the command's exit status."""
+        os.killpg(self.popen.pid, signal.SIGINT)
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f'no exit within {timeout} s of SIGINT: {self.context()}')
+
+    def kill(self) -> None:
+        """Whatever is left of the session (the command and its children)."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@contextmanager
+def ros_process(command: Sequence[str], env: dict[str, str], log: Path,
+                cwd: Path = REPO) -> Iterator[RosProcess]:
+    process = RosProcess(command, env, log, cwd)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def ros2(args: Sequence[str], env: dict[str, str], *, timeout: float = 120.0,
+         cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``ros2 ARGS`` to completion (stdout and stderr together)."""
+    return subprocess.run([str(ROS2), *map(str, args)], env=env, cwd=cwd, timeout=timeout,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, check=False,
+                          preexec_fn=_default_sigint)
+
+
+def wait_for_graph(env: dict[str, str], process: RosProcess, *, topics: Sequence[str] = (),
+                   nodes: Sequence[str] = (), timeout: float = START_WALL) -> None:
+    """Until ``ros2 topic list`` / ``ros2 node list`` show every topic and node (the process
+    still running), polling without the daemon."""
+    deadline = time.monotonic() + timeout
+    seen_topics: set[str] = set()
+    seen_nodes: set[str] = set()
+    while True:
+        assert process.alive(), f'exited before it was up: {process.context()}'
+        if topics:
+            seen_topics = set(ros2(['topic', 'list', '--no-daemon'], env).stdout.split())
+        if nodes:
+            seen_nodes = set(ros2(['node', 'list', '--no-daemon'], env).stdout.split())
+        if set(topics) <= seen_topics and set(nodes) <= seen_nodes:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f'within {timeout} s: topics {sorted(seen_topics)} (wanted {list(topics)}), '
+                f'nodes {sorted(seen_nodes)} (wanted {list(nodes)}): {process.context()}')
+        time.sleep(0.5)
+
+
+def echo_once(env: dict[str, str], topic: str, *, timeout: float = START_WALL) -> str:
+    """``ros2 topic echo --once TOPIC``: the message as YAML."""
+    result = ros2(['topic', 'echo', '--once', topic], env, timeout=timeout)
+    assert result.returncode == 0, f'ros2 topic echo --once {topic}: {result.stdout}'
+    return result.stdout

@@ -1,0 +1,189 @@
+"""Every ``ros2 ...`` command in README.md runs, as a user would type it.
+
+The commands are read from the README itself: each line of a fenced code block that starts with
+``ros2 `` (with its ``\\`` continuations, without its ``#`` comment), and each inline code span
+``ros2 ...`` of four words or more that is not the beginning of one of those (a prose mention
+like ``ros2 run fibril_sim_ros sim_node`` is run as the full command it refers to). A synopsis's
+optional ``[...]`` arguments are left out and its placeholders replaced (``my_robot.yaml``: the
+drivetrain example, ``calibration.yaml``: its calibration request; ``/tmp/...``: a temporary
+folder).
+
+How each runs depends on what it is: a node or launch file runs until its topics are seen and
+is then stopped with SIGINT as Ctrl-C sends it (exit 0 for ``ros2 launch`` and the controller,
+the simulation node's documented SIGINT status 130 through ``ros2 run``); ``--help``, a
+calibration and ``ros2 param set`` (against a running node) run to completion with status 0.
+A README command this test does not know how to run fails it: add its runner here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from _ros2_cli import REPO, ROS2, needs_tools, ros2, ros_domain, ros_process, wait_for_graph
+
+README = REPO / 'README.md'
+EXAMPLE = 'config/examples/drivetrain/simulation.yaml'
+# A synopsis's file placeholders, as the drivetrain example's files.
+PLACEHOLDERS = {'my_robot.yaml': REPO / EXAMPLE,
+                'calibration.yaml': REPO / 'config/examples/drivetrain/calibration.yaml'}
+# Words of an inline mention at least this long are a command.
+MIN_INLINE_WORDS = 4
+
+
+def _block_commands(text: str) -> list[str]:
+    commands, in_block, pending = [], False, ''
+    for line in text.splitlines():
+        if line.lstrip().startswith('```'):
+            in_block, pending = not in_block, ''
+            continue
+        if not in_block:
+            continue
+        stripped = line.strip()
+        if pending:
+            pending += ' ' + stripped
+        elif stripped.startswith('ros2 '):
+            pending = stripped
+        else:
+            continue
+        if pending.endswith('\\'):
+            pending = pending[:-1].rstrip()
+            continue
+        commands.append(pending)
+        pending = ''
+    return [_without_comment(c) for c in commands]
+
+
+def _without_comment(command: str) -> str:
+    return re.sub(r'\s+#.*$', '', command).strip()
+
+
+def _inline_commands(text: str) -> list[str]:
+    spans = re.findall(r'`(ros2 [^`]+)`', text)
+    return [' '.join(span.split()) for span in spans]
+
+
+def readme_commands(text: str) -> list[str]:
+    """The README's ros2 commands, each once, in order (see the module docstring)."""
+    blocks = _block_commands(text)
+    commands = list(dict.fromkeys(blocks))
+    for span in _inline_commands(text):
+        words = _synopsis(span).split()
+        if len(words) < MIN_INLINE_WORDS:
+            continue  # names a tool (`ros2 param`, `ros2 bag info/play`), not a command
+        if any(block.split()[:len(words)] == words for block in blocks):
+            continue  # the beginning of a command the README gives in full
+        if span not in commands:
+            commands.append(span)
+    return commands
+
+
+def _synopsis(command: str) -> str:
+    """Optional ``[...]`` parts left out."""
+    return ' '.join(re.sub(r'\[[^\]]*\]', ' ', command).split())
+
+
+def _concrete(command: str, tmp_path: Path) -> list[str]:
+    """The command as run here: a synopsis's options left out, placeholders filled."""
+    words = shlex.split(_synopsis(command))
+    concrete = []
+    for word in words:
+        word = re.sub(r'(^|=)/tmp/(\w+)', lambda m: m.group(1) + str(tmp_path / m.group(2)),
+                      word)
+        for placeholder, path in PLACEHOLDERS.items():
+            word = re.sub(rf'(^|=){re.escape(placeholder)}$', lambda m: m.group(1) + str(path),
+                          word)
+        concrete.append(word)
+    assert concrete[0] == 'ros2'
+    return [str(ROS2), *concrete[1:]]
+
+
+# ------------------------------------------------------------------------------- runners
+def _run_to_completion(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
+    result = ros2(command[1:], env)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert result.stdout.strip(), 'no output'
+
+
+def _run_until_up(topics: list[str], nodes: list[str], status: int) -> Callable[..., None]:
+    def run(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
+        with ros_process(command, env, tmp_path / 'out.txt') as process:
+            wait_for_graph(env, process, topics=topics, nodes=nodes)
+            code = process.interrupt()
+            assert code == status, f'exit {code}, wanted {status}: {process.context()}'
+    return run
+
+
+def _param_set_on_running_node(command: list[str], env: dict[str, str],
+                               tmp_path: Path) -> None:
+    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p',
+            f'manifest:={EXAMPLE}']
+    with ros_process(node, env, tmp_path / 'node.txt') as process:
+        wait_for_graph(env, process, nodes=['/fibril_sim'])
+        result = ros2(command[1:], env)
+        assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
+            result.stdout)
+        name, value = command[-2:]
+        got = ros2(['param', 'get', '/fibril_sim', name], env).stdout
+        assert value in got, got
+        process.interrupt()
+
+
+SIM_TOPICS = ['/clock', '/wheel_encoder', '/motor/command']
+RUNNERS: list[tuple[str, Callable[..., None]]] = [
+    (r'^ros2 run \S+ \S+ --help$', _run_to_completion),
+    (r'^ros2 run fibril_calibration calibrate \S+\.yaml$', _run_to_completion),
+    (r'^ros2 run fibril_sim_ros sim_node\b', _run_until_up(SIM_TOPICS, ['/fibril_sim'], 130)),
+    (r'^ros2 run fibril_sim_ros sil_controller\b',
+     _run_until_up(['/motor/command'], ['/sil_controller'], 0)),
+    (r'^ros2 launch fibril_sim_ros sil_demo\.launch\.py\b',
+     _run_until_up(SIM_TOPICS, ['/fibril_sim', '/sil_controller'], 0)),
+    (r'^ros2 launch fibril_sim_ros sim\.launch\.py\b',
+     _run_until_up(SIM_TOPICS, ['/fibril_sim'], 0)),
+    (r'^ros2 param set /fibril_sim \S+ \S+$', _param_set_on_running_node),
+]
+
+
+def _runner(command: str) -> Callable[..., None] | None:
+    for pattern, runner in RUNNERS:
+        if re.search(pattern, _synopsis(command)):
+            return runner
+    return None
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+def test_the_readme_has_ros2_commands() -> None:
+    assert len(COMMANDS) >= 8, COMMANDS
+
+
+def test_extraction() -> None:
+    text = '\n'.join([
+        'Run it (`ros2 run pkg exe`, `ros2 param`), or `ros2 param set /n a\n  1`.',
+        '```bash', 'ros2 run pkg exe --ros-args \\', '    -p a:=1   # comment',
+        'python -m other', '```'])
+    assert readme_commands(text) == ['ros2 run pkg exe --ros-args -p a:=1',
+                                     'ros2 param set /n a 1']
+    assert _synopsis('ros2 launch p f.py a:=1 [b:=...] [c:=2]') == 'ros2 launch p f.py a:=1'
+
+
+@pytest.mark.parametrize('command', COMMANDS)
+def test_every_readme_command_has_a_runner(command: str) -> None:
+    assert _runner(command) is not None, f'README command {command!r}: no runner in this test'
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+@needs_tools
+@pytest.mark.parametrize('command', COMMANDS)
+def test_readme_command_runs(command: str, tmp_path: Path) -> None:
+    runner = _runner(command)
+    if runner is None:
+        pytest.fail(f'README command {command!r}: no runner in this test')
+    with ros_domain(tmp_path / 'log') as env:
+        runner(_concrete(command, tmp_path), env, tmp_path)
