@@ -375,8 +375,11 @@ def _serve(args: argparse.Namespace) -> int:
     # Connections and refused clients are logged on stderr.
     logging.basicConfig(level=logging.INFO, format="fibril_sim serve: %(message)s",
                         stream=sys.stderr)
-    if args.rtf is not None and not args.rtf > 0:
-        raise FibrilError(f"--rtf must be > 0, got {args.rtf}")
+    from .manifest import real_time_factor_problem
+
+    problem = None if args.rtf is None else real_time_factor_problem(args.rtf)
+    if problem is not None:
+        raise FibrilError(f"--rtf {problem}")
     token = _read_token(args.token_file) if args.token_file is not None else None
     if args.tcp is not None and token is None:
         raise FibrilError("--tcp needs --token-file: TCP clients must prove a shared token")

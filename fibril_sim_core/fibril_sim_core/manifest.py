@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,27 @@ OPTIONAL_KEYS = {
     1: ("profiles", "components", "extensions", "trace", "runtime", "parameter_overlays",
         "scenario"),
 }
+#: A real-time factor paces simulated against wall time: within these bounds (0 is "as fast
+#: as possible" where a caller allows it). Beyond them a frame's wall time overflows the
+#: platform's timers (1e-12: an OverflowError) or pacing means nothing.
+MIN_REAL_TIME_FACTOR = 1e-6
+MAX_REAL_TIME_FACTOR = 1e6
+
+
+def real_time_factor_problem(value: object, zero_allowed: bool = False) -> str | None:
+    """Why ``value`` is not a real-time factor (None when it is one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if value == 0 and zero_allowed:
+        return None
+    if not MIN_REAL_TIME_FACTOR <= value <= MAX_REAL_TIME_FACTOR:
+        allowed = "0 (as fast as possible) or " if zero_allowed else ""
+        return (f"must be {allowed}between {MIN_REAL_TIME_FACTOR:g} and "
+                f"{MAX_REAL_TIME_FACTOR:g}, got {value!r}")
+    return None
+
+
 RUNTIME_MODES = ("paused", "lockstep", "realtime", "fast")
 #: A runtime frame (the pacing unit of a live run) is at most an hour of simulated time.
 MAX_FRAME_DURATION_S = 3600.0
@@ -241,7 +263,8 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
     return RuntimeOptions(
         mode=mode,
         real_time_factor=s.number(body.get("real_time_factor", 1.0),
-                                  where.key("real_time_factor"), positive=True),
+                                  where.key("real_time_factor"), minimum=MIN_REAL_TIME_FACTOR,
+                                  maximum=MAX_REAL_TIME_FACTOR),
         frame_duration_s=s.number(body.get("frame_duration", 0.01),
                                   where.key("frame_duration"), positive=True,
                                   maximum=MAX_FRAME_DURATION_S),

@@ -58,6 +58,7 @@ from fibril_msgs.srv import GetState, Reset, SetPaused, Step
 from fibril_sim_core import ShutdownSignals
 from fibril_sim_core.entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, placeable
 from fibril_sim_core.errors import FibrilError, IngressError
+from fibril_sim_core.manifest import real_time_factor_problem
 from fibril_sim_core.ingress import external_input
 from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
@@ -169,9 +170,9 @@ class SimNode(Node):
         if not manifest:
             raise NodeConfigError("parameter 'manifest' is required (-p manifest:=PATH)")
         rtf = self._number("real_time_factor")
-        if rtf < 0:
-            raise NodeConfigError(f"parameter 'real_time_factor' must be >= 0 (0: as fast as "
-                                  f"possible), got {rtf!r}")
+        problem = real_time_factor_problem(rtf, zero_allowed=True)
+        if problem is not None:
+            raise NodeConfigError(f"parameter 'real_time_factor' {problem}")
         seed = int(self._param("seed"))
         if seed < 0:
             raise NodeConfigError(f"parameter 'seed' must be >= 0, got {seed}")
@@ -757,11 +758,10 @@ class SimNode(Node):
             if parameter.name != "real_time_factor":
                 continue
             value = parameter.value
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                return SetParametersResult(
-                    successful=False, reason=f"real_time_factor must be a number >= 0 (0: as "
-                                             f"fast as possible), got {value!r}")
+            problem = real_time_factor_problem(value, zero_allowed=True)
+            if problem is not None:
+                return SetParametersResult(successful=False,
+                                           reason=f"real_time_factor {problem}")
             if self.sync is not None:
                 return SetParametersResult(
                     successful=False, reason="real_time_factor: sync mode runs as fast as "

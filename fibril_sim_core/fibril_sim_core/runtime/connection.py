@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InstanceError
+from ..manifest import real_time_factor_problem
 from ..plan import SimulationPlan
 from ..entities import EntityState
 from ..records import ExternalInput, RenderFrame, StateObservation
@@ -104,8 +105,9 @@ class SimulationConnection:
         return self._host.request("reset", (keyframe, seed))
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-            raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+        problem = real_time_factor_problem(factor)
+        if problem is not None:
+            raise InstanceError(f"real_time_factor {problem}")
         return self._host.request("rtf", factor)
 
     def set_mode(self, mode: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import FibrilError, InstanceError
 from ..instance import Record, SimulationInstance
-from ..manifest import RuntimeOptions
+from ..manifest import RuntimeOptions, real_time_factor_problem
 from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
 from .observation import ObservationRequest, ObservationStreams
 from .render import RenderRequest, RenderSink, RenderStreams
@@ -363,9 +363,9 @@ class SimulationHost:
                 return False
             elif item.action == "rtf":
                 factor = item.argument
-                if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-                        not 0 < factor < math.inf:
-                    raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+                problem = real_time_factor_problem(factor)
+                if problem is not None:
+                    raise InstanceError(f"real_time_factor {problem}")
                 self._rtf = float(factor)
             elif item.action == "mode":
                 if item.argument not in ("realtime", "fast"):
