@@ -11,7 +11,8 @@ folder).
 How each runs depends on what it is: a node or launch file runs until its topics are seen and
 is then stopped with SIGINT as Ctrl-C sends it (exit 0 for ``ros2 launch`` and the controller,
 the simulation node's documented SIGINT status 130 through ``ros2 run``); ``--help``, a
-calibration and ``ros2 param set`` (against a running node) run to completion with status 0.
+calibration, ``ros2 param set``, ``ros2 topic echo --once`` and ``ros2 service call`` (against a
+running node; a simulation_interfaces call must answer RESULT_OK) run to completion with status 0.
 A README command this test does not know how to run fails it: add its runner here.
 """
 
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -118,19 +120,46 @@ def _run_until_up(topics: list[str], nodes: list[str], status: int) -> Callable[
     return run
 
 
+@contextmanager
+def _running_node(env: dict[str, str], tmp_path: Path, *, paused: bool = False,
+                  topics: Sequence[str] = ()) -> Iterator[None]:
+    """The README's ``ros2 run fibril_sim_ros sim_node`` on the drivetrain example."""
+    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p',
+            f'manifest:={EXAMPLE}', *(['-p', 'start_paused:=true'] if paused else [])]
+    with ros_process(node, env, tmp_path / 'node.txt') as process:
+        wait_for_graph(env, process, nodes=['/fibril_sim'], topics=topics)
+        yield
+        process.interrupt()
+
+
 def _param_set_on_running_node(command: list[str], env: dict[str, str],
                                tmp_path: Path) -> None:
-    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p',
-            f'manifest:={EXAMPLE}']
-    with ros_process(node, env, tmp_path / 'node.txt') as process:
-        wait_for_graph(env, process, nodes=['/fibril_sim'])
+    with _running_node(env, tmp_path):
         result = ros2(command[1:], env)
         assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
             result.stdout)
         name, value = command[-2:]
         got = ros2(['param', 'get', '/fibril_sim', name], env).stdout
         assert value in got, got
-        process.interrupt()
+
+
+def _echo_once_on_running_node(command: list[str], env: dict[str, str],
+                               tmp_path: Path) -> None:
+    topic = command[3]
+    with _running_node(env, tmp_path, topics=[topic]):
+        result = ros2(command[1:], env)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith('---'), result.stdout
+
+
+def _service_call(*, paused: bool) -> Callable[..., None]:
+    """A simulation_interfaces call answered with ``result: 1`` (RESULT_OK)."""
+    def run(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
+        with _running_node(env, tmp_path, paused=paused):
+            result = ros2(command[1:], env)
+        assert result.returncode == 0, result.stdout
+        assert re.search(r'response:.*result=1\b', result.stdout, re.S) or re.search(
+            r'result:\s+result: 1\b', result.stdout), result.stdout
+    return run
 
 
 SIM_TOPICS = ['/clock', '/wheel_encoder', '/motor/command']
@@ -145,6 +174,10 @@ RUNNERS: list[tuple[str, Callable[..., None]]] = [
     (r'^ros2 launch fibril_sim_ros sim\.launch\.py\b',
      _run_until_up(SIM_TOPICS, ['/fibril_sim'], 0)),
     (r'^ros2 param set /fibril_sim \S+ \S+$', _param_set_on_running_node),
+    (r'^ros2 topic echo /\S+ --once$', _echo_once_on_running_node),
+    # pausing a running simulation; stepping a paused one
+    (r'^ros2 service call /fibril_sim/set_simulation_state \S+ ', _service_call(paused=False)),
+    (r'^ros2 service call /fibril_sim/step_simulation \S+ ', _service_call(paused=True)),
 ]
 
 
