@@ -33,6 +33,8 @@ MAGIC = b"\x89MCAP0\r\n"
 _FOOTER, _SCHEMA, _CHANNEL, _MESSAGE, _CHUNK = 0x02, 0x03, 0x04, 0x05, 0x06
 _MESSAGE_INDEX, _CHUNK_INDEX, _STATISTICS, _DATA_END = 0x07, 0x08, 0x0B, 0x0F
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+_RECORD = struct.Struct("<BQ")  # opcode, length
+_MESSAGE_HEAD = struct.Struct("<HIQ")  # channel id, sequence, log time
 
 
 class McapDamage(ValueError):
@@ -243,23 +245,35 @@ def _read_chunk(data: memoryview, at: int, start: int, end: int, schemas: dict[i
         raise McapDamage(f"{what}: {len(body)} record byte(s), it declares {uncompressed}")
     if crc and crc32(body) != crc:
         raise McapDamage(f"{what}: its checksum does not match its bytes")
-    view = memoryview(body)
     messages: dict[int, list[tuple[int, int]]] = {}
-    for opcode, offset, content, stop in _records(view, 0, len(body), what):
-        if opcode in (_SCHEMA, _CHANNEL):
-            _declare(schemas if opcode == _SCHEMA else channels, body[content:stop],
+    header = _RECORD.unpack_from
+    fields = _MESSAGE_HEAD.unpack_from
+    size = len(body)
+    offset = 0
+    while offset < size:  # the hot loop of a large bag: plain unpacks, no objects
+        if offset + 9 > size:
+            raise McapDamage(f"{what}: a record header at offset {offset} is cut off")
+        opcode, length = header(body, offset)
+        stop = offset + 9 + length
+        if stop > size:
+            raise McapDamage(f"{what}: the record at offset {offset} (opcode {opcode:#04x}) "
+                             f"claims {length} bytes, only {size - offset - 9} remain")
+        if opcode == _MESSAGE:
+            if length < 22:
+                raise McapDamage(f"{what}: the message at offset {offset} is {length} bytes, "
+                                 f"shorter than its header")
+            channel, _sequence, log_time = fields(body, offset + 9)
+            if not first <= log_time <= last:
+                raise McapDamage(f"{what}: a message at offset {offset} has log time "
+                                 f"{log_time}, outside the chunk's {first}..{last}")
+            found = messages.get(channel)
+            if found is None:
+                found = messages[channel] = []
+            found.append((log_time, offset))
+        elif opcode in (_SCHEMA, _CHANNEL):
+            _declare(schemas if opcode == _SCHEMA else channels, body[offset + 9:stop],
                      "schema" if opcode == _SCHEMA else "channel", at)
-        if opcode != _MESSAGE:
-            continue
-        message = _Cursor(view, content, stop, f"a message in {what}")
-        channel = message.u16()
-        message.u32()
-        log_time = message.u64()
-        message.u64()
-        if not first <= log_time <= last:
-            raise McapDamage(f"{what}: a message at offset {offset} has log time {log_time}, "
-                             f"outside the chunk's {first}..{last}")
-        messages.setdefault(channel, []).append((log_time, offset))
+        offset = stop
     chunk = _Chunk(at, end - at, first, last, compression, len(records), uncompressed,
                    messages, {}, end)
     return chunk, bool(crc)
@@ -273,10 +287,10 @@ def _check_message_index(data: memoryview, at: int, start: int, end: int,
     if length % 16 or cursor.at + length != end:
         raise McapDamage(f"the message index at byte {at}: {length} entry byte(s) do not fit "
                          f"its record")
-    entries = sorted(struct.unpack_from(f"<{length // 8}Q", data, cursor.at)
-                     [i:i + 2] for i in range(0, length // 8, 2))
+    flat = struct.unpack_from(f"<{length // 8}Q", data, cursor.at)
+    entries = sorted(zip(flat[0::2], flat[1::2]))
     held = sorted(chunk.messages.get(channel, []))
-    if [tuple(e) for e in entries] != held:
+    if entries != held:
         raise McapDamage(f"the message index at byte {at} lists {len(entries)} message(s) of "
                          f"channel {channel}; the chunk at byte {chunk.start} holds "
                          f"{len(held)} that differ from it (a changed time, length or "
