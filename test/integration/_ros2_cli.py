@@ -139,17 +139,19 @@ def ros2(args: Sequence[str], env: dict[str, str], *, timeout: float = 120.0,
 
 def wait_for_graph(env: dict[str, str], process: RosProcess, *, topics: Sequence[str] = (),
                    nodes: Sequence[str] = (), timeout: float = START_WALL) -> None:
-    """Until ``ros2 topic list`` / ``ros2 node list`` show every topic and node (the process
-    still running), polling without the daemon."""
+    """Until ``ros2 topic list`` / ``ros2 node list`` have shown every topic and node (the
+    process still running), polling without the daemon; each poll waits 2 s for discovery
+    (0.5 s by default, too short on a busy machine)."""
     deadline = time.monotonic() + timeout
     seen_topics: set[str] = set()
     seen_nodes: set[str] = set()
+    discovery = ['--no-daemon', '--spin-time', '2']
     while True:
         assert process.alive(), f'exited before it was up: {process.context()}'
-        if topics:
-            seen_topics = set(ros2(['topic', 'list', '--no-daemon'], env).stdout.split())
-        if nodes:
-            seen_nodes = set(ros2(['node', 'list', '--no-daemon'], env).stdout.split())
+        if not set(topics) <= seen_topics:
+            seen_topics |= set(ros2(['topic', 'list', *discovery], env).stdout.split())
+        if not set(nodes) <= seen_nodes:
+            seen_nodes |= set(ros2(['node', 'list', *discovery], env).stdout.split())
         if set(topics) <= seen_topics and set(nodes) <= seen_nodes:
             return
         if time.monotonic() > deadline:
