@@ -114,6 +114,12 @@ if [ ! -e "$VENV" ]; then
   echo "$PY_ID" > "$STATE/python.id"
 fi
 mkdir -p "$STATE"
+# One set-up of a venv at a time: two at once would install over each other and build in the
+# same scratch folder (step 5). A second `make setup` waits here, then finds its work done.
+if command -v flock > /dev/null 2>&1; then
+  exec 9> "$STATE/setup.lock"
+  flock -n 9 || { say "waiting for another set-up of $VENV to finish ..."; flock 9; }
+fi
 
 # --- 2. pinned requirements ------------------------------------------------------------------
 # The files merged into one (later pins of a package replace earlier ones, names compared as
