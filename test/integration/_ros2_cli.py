@@ -95,11 +95,15 @@ class RosProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def interrupt(self, timeout: float = STOP_WALL) -> int:
-        """Ctrl-C in a terminal: SIGINT to the command's whole process group (``ros2 run``
-        relies on its child getting it too; ``ros2 launch`` also forwards it to its
-        processes); the command's exit status."""
-        os.killpg(self.popen.pid, signal.SIGINT)
+    def interrupt(self, timeout: float = STOP_WALL, *, group: bool = True) -> int:
+        """SIGINT; the command's exit status. ``group``: to the whole process group, as Ctrl-C
+        in a terminal sends it (``ros2 run`` relies on its child getting it too); else to the
+        command alone, as a supervisor sends it (``ros2 launch`` forwards it to its
+        processes)."""
+        if group:
+            os.killpg(self.popen.pid, signal.SIGINT)
+        else:
+            self.popen.send_signal(signal.SIGINT)
         try:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -161,8 +165,28 @@ def wait_for_graph(env: dict[str, str], process: RosProcess, *, topics: Sequence
         time.sleep(0.5)
 
 
-def echo_once(env: dict[str, str], topic: str, *, timeout: float = START_WALL) -> str:
-    """``ros2 topic echo --once TOPIC``: the message as YAML."""
-    result = ros2(['topic', 'echo', '--once', topic], env, timeout=timeout)
-    assert result.returncode == 0, f'ros2 topic echo --once {topic}: {result.stdout}'
-    return result.stdout
+def echo_once(env: dict[str, str], topic: str, msg_type: str | None = None, *,
+              timeout: float = START_WALL) -> str:
+    """``ros2 topic echo --once TOPIC [TYPE]``: the message as YAML. Without the type, echo
+    must discover the topic first and gives up at once when it has not yet: retried, as a
+    user would."""
+    return run_until_discovered(['topic', 'echo', '--once', topic,
+                                 *([msg_type] if msg_type else [])], env, timeout=timeout)
+
+
+NOT_YET_DISCOVERED = 'does not appear to be published yet'
+
+
+def run_until_discovered(args: Sequence[str], env: dict[str, str], *,
+                         timeout: float = START_WALL) -> str:
+    """``ros2 ARGS`` to a 0 exit; again while it fails because its fresh node has not yet
+    discovered the topic (the graph was seen from another process)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = ros2(args, env, timeout=timeout)
+        if result.returncode == 0:
+            return result.stdout
+        if NOT_YET_DISCOVERED not in result.stdout or time.monotonic() > deadline:
+            raise AssertionError(f'ros2 {" ".join(args)}: exit {result.returncode}: '
+                                 f'{result.stdout}')
+        time.sleep(0.5)

@@ -26,7 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from _ros2_cli import REPO, ROS2, needs_tools, ros2, ros_domain, ros_process, wait_for_graph
+from _ros2_cli import (
+    REPO,
+    ROS2,
+    needs_tools,
+    ros2,
+    ros_domain,
+    ros_process,
+    run_until_discovered,
+    wait_for_graph,
+)
 
 README = REPO / 'README.md'
 EXAMPLE = 'config/examples/drivetrain/simulation.yaml'
@@ -147,8 +156,8 @@ def _echo_once_on_running_node(command: list[str], env: dict[str, str],
                                tmp_path: Path) -> None:
     topic = command[3]
     with _running_node(env, tmp_path, topics=[topic]):
-        result = ros2(command[1:], env)
-    assert result.returncode == 0 and result.stdout.rstrip().endswith('---'), result.stdout
+        output = run_until_discovered(command[1:], env)
+    assert output.rstrip().endswith('---'), output
 
 
 def _service_call(*, paused: bool) -> Callable[..., None]:
