@@ -58,15 +58,17 @@ _WHERE = 'import json, launch, sys; print(json.dumps([launch.__file__, sys.path]
 def test_import_launch_is_ros_launch(where: str, tmp_path: Path) -> None:
     cwd = REPO if where == 'repo-root' else tmp_path
     launch_file, path = json.loads(_python(_WHERE, cwd))
+    environment = Path(sys.prefix).resolve()  # the venv (which may lie in the repository)
     assert 'site-packages' in Path(launch_file).parts, launch_file
     assert Path(launch_file).parent.name == 'launch'
-    assert not Path(launch_file).resolve().is_relative_to(REPO), launch_file
+    assert Path(launch_file).resolve().is_relative_to(environment), launch_file
     # No sys.path entry the project put there (the editable packages' folders) holds a
     # `launch` or `config` module or package; cwd ('' or the repo root with -c) is the user's.
     for entry in path:
         if not entry or Path(entry).resolve() == cwd.resolve():
             continue
-        if Path(entry).resolve().is_relative_to(REPO):
+        resolved = Path(entry).resolve()
+        if resolved.is_relative_to(REPO) and not resolved.is_relative_to(environment):
             for name in ('launch', 'config'):
                 for candidate in (Path(entry) / name, Path(entry) / f'{name}.py'):
                     assert not candidate.exists(), f'{candidate} is importable as {name}'
