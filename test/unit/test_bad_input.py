@@ -80,7 +80,12 @@ def test_exponent_value_in_an_experiment_variant(example: Path) -> None:
 def test_non_finite_settings_are_request_errors(example: Path, section: str, text: str,
                                                 key: str) -> None:
     request = example / "calibration.yaml"
-    request.write_text(request.read_text() + f"\n{text}\n")
+    # The setting replaces the example's own section (a key given twice is an error).
+    lines = request.read_text().splitlines(keepends=True)
+    start = next(n for n, line in enumerate(lines) if line.startswith(f"{section}:"))
+    end = next((n for n in range(start + 1, len(lines))
+                if lines[n][:1].isalpha()), len(lines))
+    request.write_text("".join(lines[:start] + [f"{text}\n"] + lines[end:]))
     with pytest.raises(CalibrationRequestError) as caught:
         load_calibration_request(request)
     message = str(caught.value)

@@ -134,6 +134,8 @@ def test_a_rate_off_the_physics_grid_is_refused_with_the_nearest_rates(runtime) 
     with pytest.raises(InstanceError, match=r"rate 33 Hz .* 0\.002 s; nearest valid rates: "
                                             r"33\.3333 Hz or 31\.25 Hz"):
         connection.observe(33.0)
+    with pytest.raises(InstanceError, match=r"longer than 2\*\*63 - 1 physics steps"):
+        connection.observe(1e-300)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(InstanceError, match="rate_hz must be a number > 0"):
             connection.observe(bad)

@@ -98,6 +98,9 @@ class ObservationRequest:
                 not 0 < rate < math.inf:
             raise InstanceError(f"observe: rate_hz must be a number > 0, got {rate!r}")
         exact = 1e9 / rate / timestep_ns
+        if not exact < 2 ** 63:
+            raise InstanceError(f"observe: rate {rate:g} Hz is a period longer than 2**63 - 1 "
+                                f"physics steps")
         ticks = round(exact)
         if ticks < 1 or abs(exact - ticks) > 1e-6 * exact:
             below, above = max(1, math.floor(exact)), max(1, math.ceil(exact))
