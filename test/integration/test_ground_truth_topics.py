@@ -93,35 +93,51 @@ def test_joint_states_are_on_by_default_on_the_grid_with_effort(paused, peer) ->
     assert state.joint_positions[0] == pytest.approx(last.position[0], abs=1e-12)
 
 
-def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(paused, peer) -> None:
+def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -> None:
     tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs is not installed (make "
                                    "setup builds it from ../shared/vendor/ros2)")
-    tf = peer.subscribe(tf2_msgs.TFMessage, "/tf")
-    static = peer.subscribe(tf2_msgs.TFMessage, "/tf_static", LATCHED)
-    wait_until(lambda: peer.node.count_publishers("/tf") > 0, 20, "the /tf publisher",
-               paused.log)
-    start = _step(peer, 1).session_time_ns
-    end = _step(peer, 200).session_time_ns
-    wait_until(lambda: tf and ns(tf[-1][0].transforms[0].header.stamp) >= end - end % (20 * MS),
-               20, "/tf up to the last step", paused.log)
-    messages = [m for m, _ in snapshot(tf, peer.lock)]
-    peer.unsubscribe(tf)
-    pairs = {(t.header.frame_id, t.child_frame_id) for t in messages[-1].transforms}
-    assert pairs == {("world", "chassis"), ("chassis", "axle")}
-    stamps = sorted({ns(t.header.stamp) for m in messages for t in m.transforms})
-    assert all(s % (20 * MS) == 0 for s in stamps) and stamps[-1] > start
-    for msg in messages:
-        for item in msg.transforms:
-            q = item.transform.rotation
-            assert abs(q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w - 1.0) < 1e-9
-    wait_until(lambda: static, 20, "/tf_static", paused.log)
-    fixed = {(t.header.frame_id, t.child_frame_id) for m, _ in snapshot(static, peer.lock)
-             for t in m.transforms}
-    model = pytest.importorskip("mujoco").MjModel.from_xml_path(
-        str(Path(MANIFEST).parent / "drivetrain.xml"))
-    expected = {(model.body(int(model.body_parentid[b])).name or "world", model.body(b).name)
-                for b in range(1, model.nbody) if model.body_jntnum[b] == 0}
-    assert fixed == expected
+    import yaml
+
+    # The drivetrain with a fixed sensor mount on the chassis (a frame for /tf_static).
+    source = Path(MANIFEST)
+    model = (source.parent / "drivetrain.xml").read_text().replace(
+        '<body name="axle"', '<body name="mount" pos="0 0 0.03" quat="0 0 0 1"><geom '
+        'type="box" size=".01 .01 .01" mass="0.01"/></body>\n<body name="axle"', 1)
+    (tmp_path / "drivetrain.xml").write_text(model)
+    document = yaml.safe_load(source.read_text())
+    (tmp_path / "simulation.yaml").write_text(yaml.safe_dump(document))
+    sim = SimProcess(tmp_path, {"manifest": str(tmp_path / "simulation.yaml"),
+                                "start_paused": True, "real_time_factor": 0.0}, name="tf")
+    try:
+        peer.wait_for_service(Step, "/fibril_sim/step", sim)
+        tf = peer.subscribe(tf2_msgs.TFMessage, "/tf")
+        static = peer.subscribe(tf2_msgs.TFMessage, "/tf_static", LATCHED)
+        wait_until(lambda: peer.node.count_publishers("/tf") > 0, 20, "the /tf publisher",
+                   sim.log)
+        start = _step(peer, 1).session_time_ns
+        end = _step(peer, 200).session_time_ns
+        wait_until(lambda: tf and ns(tf[-1][0].transforms[0].header.stamp)
+                   >= end - end % (20 * MS), 20, "/tf up to the last step", sim.log)
+        messages = [m for m, _ in snapshot(tf, peer.lock)]
+        peer.unsubscribe(tf)
+        pairs = {(t.header.frame_id, t.child_frame_id) for t in messages[-1].transforms}
+        assert pairs == {("world", "chassis"), ("chassis", "axle")}
+        stamps = sorted({ns(t.header.stamp) for m in messages for t in m.transforms})
+        assert all(s % (20 * MS) == 0 for s in stamps) and stamps[-1] > start
+        for msg in messages:
+            for item in msg.transforms:
+                q = item.transform.rotation
+                assert abs(q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w - 1.0) < 1e-9
+        wait_until(lambda: static, 20, "/tf_static", sim.log)
+        (latched,) = [m for m, _ in snapshot(static, peer.lock)]
+        peer.unsubscribe(static)
+        (mount,) = latched.transforms
+        assert (mount.header.frame_id, mount.child_frame_id) == ("chassis", "mount")
+        t, q = mount.transform.translation, mount.transform.rotation
+        assert (t.x, t.y, t.z) == pytest.approx((0.0, 0.0, 0.03))
+        assert (q.x, q.y, q.z, q.w) == pytest.approx((0.0, 0.0, 1.0, 0.0))  # ROS: x y z w
+    finally:
+        sim.stop()
 
 
 def test_robot_description_is_latched_and_a_parameter_naming_the_tf_frames(paused, peer) -> None:
