@@ -9,6 +9,15 @@ bit. Nothing is ever unpickled.
 Authentication (required on TCP, optional on a Unix socket): the server answers ``hello`` with a
 random nonce, the client proves it knows the shared token with HMAC-SHA256(token, label +
 server nonce + client nonce).
+
+Size limits (what a client sends; the server's messages are not limited: a render frame of a
+large camera is megabytes). A message is one frame. Before authentication a peer may send
+``MAX_UNAUTHENTICATED_BYTES`` (4 KiB: ``hello``, ``auth`` and ``attach`` are under 200 bytes);
+a longer one is refused unread. After it, ``MAX_REQUEST_BYTES`` (1 MiB: the largest legitimate
+request is a ``subscribe`` naming thousands of devices; an input is a small JSON object). The
+server's ZeroMQ socket enforces that limit on every frame: a longer frame closes the peer's
+connection before it is read into memory. A RemoteConnection refuses to send a longer request
+(``ServerError``), as the server could not answer it.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from ..records import DeviceOutput, ExternalInput
 from .subscription import RECORD_KINDS
 
 PROTOCOL_VERSION = 1
+MAX_UNAUTHENTICATED_BYTES = 4096  # a message from a peer that has not authenticated
+MAX_REQUEST_BYTES = 1 << 20  # a frame from any peer (ZeroMQ's MAXMSGSIZE on the server)
 _ARRAY_EXT = 1
 _AUTH_LABEL = b"fibril-sim/1/auth"
 _TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}

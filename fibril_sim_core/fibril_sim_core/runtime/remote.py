@@ -220,7 +220,12 @@ class RemoteConnection:
         with self._lock:
             self._next_id += 1
             rid = self._next_id
-            self._control.send(protocol.request(op, id=rid, **fields))
+            data = protocol.request(op, id=rid, **fields)
+            if len(data) > protocol.MAX_REQUEST_BYTES:  # the server would drop the connection
+                raise ServerError(f"{self.url}: a {op!r} request of {len(data)} bytes is too "
+                                  f"large (the server takes at most "
+                                  f"{protocol.MAX_REQUEST_BYTES})")
+            self._control.send(data)
             deadline = time.monotonic() + self._request_timeout
             while True:
                 if not self._control.poll(200):
@@ -229,6 +234,7 @@ class RemoteConnection:
                                           f"{self._request_timeout:g} s")
                     continue
                 reply = protocol.check_version(protocol.unpack(self._control.recv()))
+                # anything else, e.g. the server's "ping" to an idle client, is skipped
                 if reply.get("t") == "refused":
                     raise ServerError(f"{self.url}: refused by the server: "
                                       f"{reply.get('reason')}")
