@@ -30,6 +30,7 @@ from fibril_sim_core.trace import TraceReader
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "config" / "examples" / "drivetrain" / "simulation.yaml"
 DUTY = "fibril_sim/motor_command/v1"
+ACCEPTED = 10**15  # the one accepted input's sequence number: every later one is stale
 
 
 def rss_mb(pid: int) -> float:
@@ -41,11 +42,12 @@ def rss_mb(pid: int) -> float:
 
 def malformed(n: int):
     """The n-th malformed input (a reason naming its sequence number, strings of its own)."""
-    if n % 3 == 0:
+    if n % 3 == 0:  # stale: below the accepted ACCEPTED
         return external_input("motor/command", n, DUTY, {"mode": "duty", "value": 0.1})
     if n % 3 == 1:
         return external_input(f"ghost/{n}", n, f"x/{n % 11}", {"n": n})
-    return external_input("motor/command", 10**12 + n, DUTY, {"mode": "duty", "value": f"v{n}"})
+    return external_input("motor/command", 2 * ACCEPTED + n, DUTY,
+                          {"mode": "duty", "value": f"v{n}"})
 
 
 def main() -> int:
@@ -68,7 +70,7 @@ def main() -> int:
             raise SystemExit(f"the server did not start: {line!r}")
         address = line.split(" ", 1)[1]
         with SimulationConnection.connect(address, name="soak") as client:
-            client.submit(external_input("motor/command", 10**6, DUTY,
+            client.submit(external_input("motor/command", ACCEPTED, DUTY,
                                          {"mode": "duty", "value": 0.3}))
             time.sleep(2)
             before = rss_mb(server.pid)
@@ -96,7 +98,7 @@ def main() -> int:
         end = rss_mb(server.pid)
         warm = warm if warm is not None else before
         print(f"rejected inputs sent: {sent} ({sent / args.seconds:.0f}/s); server counted "
-              f"{state['rejected_inputs']}")
+              f"{state['rejected_inputs']} rejected, {state['accepted_inputs']} accepted")
         print(f"server RSS: before {before:.1f} MB, after the {args.warmup:g} s warm-up "
               f"{warm:.1f} MB, end {end:.1f} MB, max {max(r for _, r in samples):.1f} MB")
         growth = (end - warm) / warm
