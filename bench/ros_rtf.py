@@ -395,25 +395,46 @@ class GroundTruthCounter(_Peer):
 def ground_truth_run(scratch: Path, bridge: Path, rtf: float, seconds: float
                      ) -> tuple[float, int, float]:
     """One node on the Panda: (simulated / wall time from /clock at rtf 1, or ticks/s as
-    fast as possible from get_state; ground-truth messages received; node CPU us a tick)."""
+    fast as possible; ground-truth messages received; node CPU us a tick).
+
+    As fast as possible the node starts paused and runs the same window of simulated time
+    in every run (``seconds`` x 20 000 ticks from tick 0): the Panda's cost per step depends
+    on its state (it falls and settles), so windows of equal wall time would compare
+    different motions."""
+    from fibril_msgs.srv import SetPaused
+
     peer = Subscriber()
     if rtf == 0:
         peer.encoder_only()  # no /clock subscription as fast as possible
     counter = GroundTruthCounter()
-    node = start_node(PANDA, scratch, "gt", None, real_time_factor=rtf, bridge=bridge)
+    params = dict(real_time_factor=rtf, bridge=bridge)
+    if rtf == 0:
+        params["start_paused"] = "true"
+    node = start_node(PANDA, scratch, "gt", None, **params)
     try:
-        first = peer.state()
+        peer.state()
         time.sleep(1.0)
         peer.clear()
         peer.recording = True
         first = peer.state()
         received0 = counter.count
-        t0 = time.monotonic()
         cpu0 = process_cpu_s(node.pid)
-        time.sleep(seconds)
-        cpu1 = process_cpu_s(node.pid)
-        last = peer.state()
+        t0 = time.monotonic()
+        if rtf > 0:
+            time.sleep(seconds)
+            last = peer.state()
+        else:
+            target = first.tick + int(seconds * 20_000)
+            client = peer.node.create_client(SetPaused, "/fibril_sim/set_paused")
+            client.wait_for_service(timeout_sec=30)
+            future = client.call_async(SetPaused.Request(paused=False))
+            last = first
+            while last.tick < target:
+                time.sleep(0.02)
+                last = peer.state()
+            assert future.done()
         t1 = time.monotonic()
+        cpu1 = process_cpu_s(node.pid)
         received = counter.count - received0
         peer.recording = False
     finally:
@@ -421,7 +442,7 @@ def ground_truth_run(scratch: Path, bridge: Path, rtf: float, seconds: float
         counter.close()
         peer.close()
     ticks = last.tick - first.tick
-    cpu = (cpu1 - cpu0) / (ticks * seconds / (t1 - t0)) * 1e6 if ticks else math.nan
+    cpu = (cpu1 - cpu0) / ticks * 1e6 if ticks else math.nan
     if rtf > 0:
         clock = peer.clock
         value = (ns(clock[-1][0].clock) - ns(clock[0][0].clock)) / (clock[-1][2] - clock[0][2])
@@ -448,7 +469,7 @@ def ground_truth(args: argparse.Namespace) -> None:
             rate, _, per_tick = ground_truth_run(scratch, bridge, 0.0, args.fast_seconds)
             fast[name].append(rate)
             cpu[name].append(per_tick)
-        offline.append(offline_rate(PANDA, 20.0))
+        offline.append(offline_rate(PANDA, args.fast_seconds * 20.0))
     shutil.rmtree(scratch, ignore_errors=True)
     print(f"Panda (1 kHz physics), median of {len(offline)} interleaved repeats; fibril_sim "
           f"run {np.median(offline):.0f} ticks/s:")

@@ -4,7 +4,10 @@
 both must leave complete traces and no half-written results. The first signal asks the command
 to stop: it stops stepping at a tick boundary, closes its trace (MCAP summary, metadata.yaml)
 and exits with 128 + the signal number (130 for SIGINT, 143 for SIGTERM), without writing
-results it did not finish. A second signal exits at once with the same code.
+results it did not finish. A second signal exits at once with the same code, unless it is the
+same signal within ``DUPLICATE_S`` of the first: Ctrl-C on ``ros2 launch`` in a terminal
+reaches the node twice (from the terminal's process group, and from launch passing it on), and
+that is one request to stop, not two.
 
 A process started with SIGINT ignored (a background job of a non-interactive shell) keeps
 ignoring it, as POSIX shells expect; SIGTERM always stops it cleanly.
@@ -15,10 +18,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+DUPLICATE_S = 1.0
 
 
 def exit_code(signum: int) -> int:
@@ -55,6 +60,7 @@ class ShutdownSignals:
         self.received: int | None = None
         self.event = threading.Event()
         self._previous: dict[int, Any] = {}
+        self._first_at = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -83,10 +89,13 @@ class ShutdownSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None:
+            if signum == self.received and time.monotonic() - self._first_at < DUPLICATE_S:
+                return  # the same request delivered twice (see the module docstring)
             os.write(2, f"fibril_sim: {signal.Signals(signum).name} again: exiting "
                         f"now\n".encode())
             os._exit(exit_code(signum))
         self.received = signum
+        self._first_at = time.monotonic()
         self.event.set()
         if self.raise_interrupt:
             raise Interrupted(signum)

@@ -141,11 +141,16 @@ class OutputEntry:
     where: str = ""
 
 
+#: Running free as fast as possible, ground truth goes out at most this often (wall Hz).
+FAST_WALL_RATE = 100.0
+
+
 @dataclass(frozen=True)
 class JointStatesEntry:
     topic: str = "/joint_states"
     rate: float = 50.0
     qos: Qos = OUTPUT_QOS
+    fast_wall_rate: float = FAST_WALL_RATE
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,7 @@ class TfEntry:
 
     rate: float = 50.0
     frame_prefix: str = ""
+    fast_wall_rate: float = FAST_WALL_RATE
 
 
 @dataclass(frozen=True)
@@ -456,23 +462,29 @@ def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
 
 def _joint_states(value: Any, where: s.Where, timestep_ns: int) -> JointStatesEntry:
     item = s.mapping(value, where)
-    s.keys(item, where, optional=("rate", "topic", "qos"))
+    s.keys(item, where, optional=("rate", "topic", "qos", "fast_wall_rate"))
     rate = _rate(item.get("rate", JointStatesEntry.rate), where.key("rate"), timestep_ns)
     topic = _topic(item.get("topic", "/joint_states"), where.key("topic"))
     return JointStatesEntry(topic, rate, _qos(item.get("qos", {}), where.key("qos"),
-                                              OUTPUT_QOS.depth))
+                                              OUTPUT_QOS.depth), _fast_wall_rate(item, where))
 
 
 def _tf(value: Any, where: s.Where, timestep_ns: int) -> TfEntry:
     item = s.mapping(value, where)
-    s.keys(item, where, optional=("rate", "frame_prefix"))
+    s.keys(item, where, optional=("rate", "frame_prefix", "fast_wall_rate"))
     rate = _rate(item.get("rate", TfEntry.rate), where.key("rate"), timestep_ns)
     prefix = s.string(item.get("frame_prefix", ""), where.key("frame_prefix")) \
         if item.get("frame_prefix", "") != "" else ""
     if prefix and not all(c.isalnum() or c in "_/" for c in prefix):
         raise where.key("frame_prefix").fail(f"{prefix!r} is not a valid frame prefix "
                                              f"(letters, digits, _ and /)")
-    return TfEntry(rate, prefix)
+    return TfEntry(rate, prefix, _fast_wall_rate(item, where))
+
+
+def _fast_wall_rate(item: Mapping[str, Any], where: s.Where) -> float:
+    """Wall Hz (0: every grid point) while running free as fast as possible."""
+    return s.number(item.get("fast_wall_rate", FAST_WALL_RATE), where.key("fast_wall_rate"),
+                    minimum=0.0, maximum=1e6)
 
 
 def _latched(value: Any, where: s.Where) -> TopicEntry:

@@ -418,16 +418,22 @@ class SimNode(Node):
     def _start_observations(self) -> None:
         """One observation stream per rate (joint states and TF share one when equal)."""
         bridge = self.bridge
-        wanted: dict[float, list[bool]] = {}
+        # Sync mode never skips a grid point (the controllers' answers may depend on them).
+        sync = self.sync is not None
+        wanted: dict[tuple[float, float], list[bool]] = {}
         if self._joint_send is not None:
-            wanted.setdefault(bridge.joint_states.rate, [False, False])[0] = True
+            entry = bridge.joint_states
+            key = (entry.rate, 0.0 if sync else entry.fast_wall_rate)
+            wanted.setdefault(key, [False, False])[0] = True
         if self._tf_send is not None:
-            wanted.setdefault(bridge.tf.rate, [False, False])[1] = True
+            key = (bridge.tf.rate, 0.0 if sync else bridge.tf.fast_wall_rate)
+            wanted.setdefault(key, [False, False])[1] = True
         if not wanted:
             return
         self.connection.on_record(self.outbox.on_record, kinds="state_observation")
-        for rate, (joints, frames) in wanted.items():
-            stream = self.connection.observe(rate, joints=joints, frames=frames)
+        for (rate, wall_rate), (joints, frames) in wanted.items():
+            stream = self.connection.observe(rate, joints=joints, frames=frames,
+                                             fast_wall_rate_hz=wall_rate)
             self._observation_streams[stream] = (joints, frames)
 
     def _make_subscriptions(self) -> None:

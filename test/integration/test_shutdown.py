@@ -183,3 +183,26 @@ def test_calibrate_stops_cleanly_without_a_result(tmp_path: Path) -> None:
     assert exit_code == 143 and seconds < 2.0, (seconds, err)
     assert err.rstrip().endswith("fibril_sim: terminated") and "Traceback" not in err, err
     assert not result.exists() and not overlay.exists()
+
+
+def test_the_same_signal_twice_at_once_is_one_request_to_stop(tmp_path: Path) -> None:
+    """Ctrl-C on ``ros2 launch`` in a terminal reaches the node twice (its process group and
+    launch passing it on): the duplicate is ignored; the same signal later still forces exit."""
+    child = subprocess.Popen([sys.executable, "-c", SECOND_SIGNAL], env=environment(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGINT)
+        child.send_signal(signal.SIGINT)
+        assert child.stdout.readline() == "cleaning up\n"
+        time.sleep(0.3)
+        assert child.poll() is None  # still cleaning up: the duplicate did not force exit
+        time.sleep(1.0)
+        child.send_signal(signal.SIGINT)  # a second request, a second later
+        out, err = child.communicate(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130
+    assert err == "fibril_sim: SIGINT again: exiting now\n"

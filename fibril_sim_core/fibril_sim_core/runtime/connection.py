@@ -133,15 +133,18 @@ class SimulationConnection:
     def stop_render(self, stream: int) -> None:
         self._host.request("stop_render", (stream, self))
 
-    def observe(self, rate_hz: float, *, joints: bool = True, frames: bool = False) -> int:
+    def observe(self, rate_hz: float, *, joints: bool = True, frames: bool = False,
+                fast_wall_rate_hz: float = 0.0) -> int:
         """Start a stream of ground-truth state observations every 1/rate_hz of simulated
         time, exactly on that grid (a rate that is not a whole number of physics steps is
         refused): joint states (``joints``) and the moving bodies' frames (``frames``), as
         ``state_observation`` records to this connection's callbacks, on the host thread.
-        ``state_layout()`` says what the arrays hold. Returns the stream id."""
+        ``state_layout()`` says what the arrays hold. ``fast_wall_rate_hz``: running free as
+        fast as possible, at most this many a second of wall time (see ObservationRequest).
+        Returns the stream id."""
         self._check_open()
-        return self._host.request("observe", (ObservationRequest(rate_hz, joints, frames),
-                                              self._deliver_frame, self))
+        request = ObservationRequest(rate_hz, joints, frames, fast_wall_rate_hz)
+        return self._host.request("observe", (request, self._deliver_frame, self))
 
     def stop_observe(self, stream: int) -> None:
         self._host.request("stop_observe", (stream, self))

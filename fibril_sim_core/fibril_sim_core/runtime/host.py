@@ -268,7 +268,7 @@ class SimulationHost:
                     self._anchor = (time.perf_counter(), instance.session_time_ns)
                 continue
             if not self._paused:
-                self._frame(self.frame_ticks, paced=self._mode == "realtime")
+                self._frame(self.frame_ticks, paced=self._mode == "realtime", free=True)
 
     def _idle(self, due: float) -> None:
         """Offer the time until ``due`` to the idle tasks, if there is any."""
@@ -391,7 +391,7 @@ class SimulationHost:
             item.done.set()
         return item.action in ("resume", "reset", "rtf", "mode", "step")
 
-    def _frame(self, ticks: int, paced: bool = False) -> None:
+    def _frame(self, ticks: int, paced: bool = False, free: bool = False) -> None:
         """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
         long ``step(n)`` is served at a tick boundary. ``paced``: in real time, each piece of
         about ``_PACE_S`` waits for its wall time (the frame's FrameTiming counts the
@@ -403,6 +403,7 @@ class SimulationHost:
         start_sim = instance.session_time_ns
         renders = self._renders
         observations = self._observations
+        free_fast = free and not paced and self._mode == "fast"
         piece = self._piece
         if paced:
             piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
@@ -417,7 +418,7 @@ class SimulationHost:
                                    instance.data)
             if observations.active:
                 observations.observe_due(instance.episode, instance.tick, self._session_tick(),
-                                         instance.data)
+                                         instance.data, free_fast)
             if done >= ticks or (self._stopping and done):
                 break
             chunk = min(ticks - done, piece)

@@ -15,6 +15,7 @@ Bodies that cannot move relative to their parent (no joint, not mocap) are the s
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,11 +86,18 @@ def _moves(model: mujoco.MjModel, body: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class ObservationRequest:
     """A stream of state observations at ``rate_hz`` of simulated time: joint states
-    (``joints``) and/or the moving bodies' frames (``frames``)."""
+    (``joints``) and/or the moving bodies' frames (``frames``).
+
+    ``fast_wall_rate_hz`` (0: no limit): while the host runs free as fast as possible, at most
+    this many observations a second of wall time; the grid points in between are skipped (the
+    stamps stay on the grid). At a hundred times real time, 50 Hz of simulated time is
+    thousands of messages a second, each a DDS write costing more than a physics step, for a
+    viewer that draws 60 a second. Stepping (lockstep, ``step(n)``) and real time never skip."""
 
     rate_hz: float
     joints: bool = True
     frames: bool = False
+    fast_wall_rate_hz: float = 0.0
 
     def period_ticks(self, timestep_ns: int) -> int:
         """The period in whole ticks; InstanceError naming the nearest valid rates."""
@@ -120,6 +128,9 @@ class _Stream:
     period_ticks: int
     due: int  # session tick of the next observation
     owner: Any = None
+    interval_s: float = 0.0  # free running as fast as possible: at least this much wall time
+    last_wall: float = -math.inf
+    last_tick: int = 0
 
 
 @dataclass
@@ -148,8 +159,14 @@ class ObservationStreams:
             owner: Any = None) -> int:
         """Start a stream; its first observation is at the first grid tick from now on."""
         period = request.period_ticks(self.timestep_ns)
+        limit = request.fast_wall_rate_hz
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or \
+                not 0 <= limit < math.inf:
+            raise InstanceError(f"observe: fast_wall_rate_hz must be a number >= 0 (0: no "
+                                f"limit), got {limit!r}")
         stream = _Stream(self._next_id, request, sink, period,
-                         -(-session_tick // period) * period, owner)
+                         -(-session_tick // period) * period, owner,
+                         1.0 / limit if limit else 0.0)
         self.streams[stream.id] = stream
         self._next_id += 1
         return stream.id
@@ -165,19 +182,37 @@ class ObservationStreams:
         return min(s.due for s in self.streams.values()) - session_tick
 
     def observe_due(self, episode: int, tick: int, session_tick: int,
-                    data: mujoco.MjData) -> None:
+                    data: mujoco.MjData, free_running: bool = False) -> None:
+        """Observe for the streams due at ``session_tick``; ``free_running``: the host runs
+        free as fast as possible (streams with a wall-rate limit skip grid points)."""
         frames: tuple[np.ndarray, np.ndarray] | None = None
         joints: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         empty = _EMPTY
+        now = time.perf_counter() if free_running else 0.0
         for stream in list(self.streams.values()):
             if stream.due > session_tick:
                 continue
+            period = stream.period_ticks
+            if free_running and stream.interval_s:
+                elapsed = now - stream.last_wall
+                if elapsed < stream.interval_s:
+                    stream.due = session_tick + period
+                    continue
+                # The next stop: the grid point about one interval of wall time ahead at the
+                # pace of the last one (the host stops stepping at every due tick, and a stop
+                # costs more than the steps between two grid points).
+                ticks = session_tick - stream.last_tick
+                ahead = int(stream.interval_s * ticks / elapsed) // period if elapsed < 1 \
+                    else 0
+                stream.last_wall, stream.last_tick = now, session_tick
+                stream.due = session_tick + max(1, ahead) * period
+            else:
+                stream.due = session_tick + period
             request = stream.request
             if request.joints and joints is None:
                 joints = self._joints(data)
             if request.frames and frames is None:
                 frames = self._frames(data)
-            stream.due = session_tick + stream.period_ticks
             position, velocity, effort = joints if request.joints else (empty,) * 3
             stream.sink(StateObservation(
                 stream.id, episode, tick, session_tick * self.timestep_ns, position, velocity,

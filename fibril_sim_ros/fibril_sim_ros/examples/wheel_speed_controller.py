@@ -192,6 +192,12 @@ def spin(node: Node, executor: Executor) -> None:
             executor.spin_once(timeout_sec=0.1)
         except ExternalShutdownException:
             return
+        except RuntimeError:
+            # SIGINT shuts the context down while spin_once converts a callback's arguments
+            # (rclpy raises "Unable to convert call argument"): a shutdown, not a failure.
+            if context.ok():
+                raise
+            return
 
 
 def _sets_use_sim_time(args: list[str]) -> bool:
