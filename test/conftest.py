@@ -14,6 +14,8 @@ from __future__ import annotations
 import ctypes.util
 import os
 
+import pytest
+
 os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
 os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
 
