@@ -178,6 +178,16 @@ class Subscriber(_Peer):
             self.node.destroy_client(client)
 
 
+def _events_executor(context: Any) -> Any:
+    """rclpy's EventsExecutor where there is one (cheaper per message), else the default."""
+    try:
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor(context=context)
+    except ImportError:
+        return SingleThreadedExecutor(context=context)
+
+
 class Counter(_Peer):
     """A lean subscriber for the fast phase: counts encoder messages as they arrive (raw
     bytes, no deserialization) on rclpy's EventsExecutor where there is one. It shares the
@@ -189,13 +199,7 @@ class Counter(_Peer):
         self.count = 0
         self.node.create_subscription(JointState, "/wheel_encoder", self._on_message,
                                       RELIABLE, raw=True)
-        try:
-            from rclpy.experimental import EventsExecutor
-
-            executor = EventsExecutor(context=self.context)
-        except ImportError:
-            executor = SingleThreadedExecutor(context=self.context)
-        self._start(executor, 0.05)
+        self._start(_events_executor(self.context), 0.05)
 
     def _on_message(self, _: bytes) -> None:
         self.count += 1
@@ -380,13 +384,7 @@ class GroundTruthCounter(_Peer):
         except ImportError:
             print("(no tf2_msgs here: /tf is off)", file=sys.stderr)
         self.node.create_subscription(String, "/robot_description", lambda _: None, 1)
-        try:
-            from rclpy.experimental import EventsExecutor
-
-            executor = EventsExecutor(context=self.context)
-        except ImportError:
-            executor = SingleThreadedExecutor(context=self.context)
-        self._start(executor, 0.05)
+        self._start(_events_executor(self.context), 0.05)
 
     def _on_message(self, _: bytes) -> None:
         self.count += 1

@@ -325,14 +325,7 @@ class SimulationHost:
                 item.result = self._renders.add(request, sink, self._session_tick(), owner)
                 return False
             elif item.action == "stop_render":
-                stream_id, owner = _pair(item.action, item.argument)
-                if owner is not None and stream_id is None:
-                    self._renders.remove_owned_by(owner)
-                elif isinstance(stream_id, bool) or not isinstance(stream_id, int):
-                    raise InstanceError(f"stop_render: stream must be a stream id (an integer), "
-                                        f"got {stream_id!r}")
-                elif not self._renders.remove(stream_id):
-                    raise InstanceError(f"stop_render: no render stream {stream_id!r}")
+                self._renders.stop(item.action, *_pair(item.action, item.argument), "render")
             elif item.action == "observe":
                 request, sink, owner = item.argument
                 if not isinstance(request, ObservationRequest) or not callable(sink):
@@ -341,14 +334,8 @@ class SimulationHost:
                                                      owner)
                 return False
             elif item.action == "stop_observe":
-                stream_id, owner = _pair(item.action, item.argument)
-                if owner is not None and stream_id is None:
-                    self._observations.remove_owned_by(owner)
-                elif isinstance(stream_id, bool) or not isinstance(stream_id, int):
-                    raise InstanceError(f"stop_observe: stream must be a stream id (an "
-                                        f"integer), got {stream_id!r}")
-                elif not self._observations.remove(stream_id):
-                    raise InstanceError(f"stop_observe: no observation stream {stream_id!r}")
+                self._observations.stop(item.action, *_pair(item.action, item.argument),
+                                        "observation")
             elif item.action == "entities":
                 names = item.argument
                 if names is not None and (not isinstance(names, (list, tuple)) or not all(

@@ -26,6 +26,7 @@ import numpy as np
 from ..entities import body_names
 from ..errors import InstanceError
 from ..records import StateObservation
+from .streams import StreamTable
 
 ObservationSink = Callable[[StateObservation], None]
 _HINGE, _SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
@@ -134,7 +135,7 @@ class _Stream:
 
 
 @dataclass
-class ObservationStreams:
+class ObservationStreams(StreamTable):
     """The host's observation streams (host thread only)."""
 
     model: mujoco.MjModel
@@ -144,10 +145,6 @@ class ObservationStreams:
     _layout: StateLayout | None = None
     _scratch: mujoco.MjData | None = None
     _cached: tuple[Any, ...] | None = None  # see _views
-
-    @property
-    def active(self) -> bool:
-        return bool(self.streams)
 
     @property
     def layout(self) -> StateLayout:
@@ -164,22 +161,9 @@ class ObservationStreams:
                 not 0 <= limit < math.inf:
             raise InstanceError(f"observe: fast_wall_rate_hz must be a number >= 0 (0: no "
                                 f"limit), got {limit!r}")
-        stream = _Stream(self._next_id, request, sink, period,
-                         -(-session_tick // period) * period, owner,
-                         1.0 / limit if limit else 0.0)
-        self.streams[stream.id] = stream
-        self._next_id += 1
-        return stream.id
-
-    def remove(self, stream_id: int) -> bool:
-        return self.streams.pop(stream_id, None) is not None
-
-    def remove_owned_by(self, owner: Any) -> None:
-        for stream_id in [s.id for s in self.streams.values() if s.owner is owner]:
-            del self.streams[stream_id]
-
-    def ticks_until_due(self, session_tick: int) -> int:
-        return min(s.due for s in self.streams.values()) - session_tick
+        return self._keep(_Stream(self._next_id, request, sink, period,
+                                  -(-session_tick // period) * period, owner,
+                                  1.0 / limit if limit else 0.0))
 
     def observe_due(self, episode: int, tick: int, session_tick: int,
                     data: mujoco.MjData, free_running: bool = False) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import InstanceError
 from ..records import RenderFrame
+from .streams import StreamTable
 
 RenderSink = Callable[[RenderFrame], None]
 _SCENE_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -70,7 +71,7 @@ class _Stream:
 
 
 @dataclass
-class RenderStreams:
+class RenderStreams(StreamTable):
     """The host's render streams and the renderers (one per image size) they share."""
 
     model: mujoco.MjModel
@@ -81,10 +82,6 @@ class RenderStreams:
     _data: mujoco.MjData | None = None
     _state: np.ndarray | None = None
 
-    @property
-    def active(self) -> bool:
-        return bool(self.streams)
-
     def add(self, request: RenderRequest, sink: RenderSink, session_tick: int,
             owner: Any = None) -> int:
         """Start a stream (host thread); its first frame is taken at the next boundary."""
@@ -92,20 +89,7 @@ class RenderStreams:
         self._renderer(request.width, request.height)  # refuse now if there is no GL
         period_ns = 1e9 / request.rate_hz
         period = max(1, round(period_ns / self.timestep_ns))
-        stream = _Stream(self._next_id, request, sink, period, session_tick, owner)
-        self.streams[stream.id] = stream
-        self._next_id += 1
-        return stream.id
-
-    def remove(self, stream_id: int) -> bool:
-        return self.streams.pop(stream_id, None) is not None
-
-    def remove_owned_by(self, owner: Any) -> None:
-        for stream_id in [s.id for s in self.streams.values() if s.owner is owner]:
-            del self.streams[stream_id]
-
-    def ticks_until_due(self, session_tick: int) -> int:
-        return min(s.due for s in self.streams.values()) - session_tick
+        return self._keep(_Stream(self._next_id, request, sink, period, session_tick, owner))
 
     def render_due(self, episode: int, tick: int, session_tick: int,
                    data: mujoco.MjData) -> None:
