@@ -39,3 +39,16 @@ def pytest_pycollect_makemodule(module_path, parent):
         return (yield)
     except (pytest.skip.Exception, Exception):
         return pytest.Module.from_parent(parent, path=module_path)
+
+
+@pytest.fixture(autouse=True)
+def _project_loggers_propagate():
+    """launch (imported by launch_testing's pytest plugin) makes every logger created after
+    it a LaunchLogger that does not propagate, so caplog would see none of the project's
+    records: they propagate to the root logger again, as outside that plugin."""
+    import logging
+
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("fibril_sim") and isinstance(logger, logging.Logger):
+            logger.propagate = True
+    yield
