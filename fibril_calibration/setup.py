@@ -17,7 +17,7 @@ setup(
     # Lowest supported versions (numpy, scipy: Ubuntu 24.04's; tested by `make test-distro`);
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
     install_requires=['fibril_sim_core', 'numpy>=1.26.4', 'scipy>=1.11.4', 'mujoco>=4.0.0',
-                      'rosbags>=0.11.9'],
+                      'rosbags>=0.11.9', 'apsw>=3.54.1.0'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

@@ -27,6 +27,7 @@ THIRD_PARTY = {
     "yaml": ("python3-yaml", "PyYAML"),
     "mujoco": ("python3-mujoco-pip", "mujoco"),
     "rosbags": ("python3-rosbags-pip", "rosbags"),
+    "apsw": ("python3-apsw", "apsw"),
     "zstandard": ("python3-zstandard", "zstandard"),
     "zmq": ("python3-zmq", "pyzmq"),
     "msgpack": ("python3-msgpack", "msgpack"),
