@@ -312,7 +312,8 @@ def _fibril_sim(args: list[str], *, memory_mb: int = 3072, timeout: float = 60.0
     ("non-utf8", "schema_version: {major: 3, minor: 1}\nmodel: drive\xfftrain.xml\n"),
     ("huge-period", (EXAMPLE / "simulation.yaml").read_text().replace("period: 0.002",
                                                                       "period: 1.0e+300", 1)),
-])
+], ids=["bomb", "deep", "non-utf8", "huge-period"])  # (an id is PYTEST_CURRENT_TEST in the
+# child's environment: a 200 kB one is more than execve takes)
 def test_child_process_bad_manifest_is_one_line(tmp_path: Path, name: str,
                                                 content: str) -> None:
     path = tmp_path / f"{name}.yaml"
