@@ -45,6 +45,9 @@ DISCOVERY_TIMEOUT_S = 10.0
 # Before the first answer, the current /clock is sent again this often (wall seconds), for a
 # controller whose clock subscription matched after it was published.
 REPUBLISH_S = 1.0
+# Sync mode starts once every output subscription the graph shows is matched, or this long
+# after the controllers were seen.
+UNMATCHED_GRACE_S = 3.0
 
 
 class SyncTimeout(FibrilError):
@@ -73,7 +76,9 @@ class SyncDriver:
         # Inputs received while a period is stepped: submitted at its end (``receive``).
         self._held: list[Callable[[], None]] = []
         self._held_lock = threading.Lock()
-        self.accepting = False  # the host waits for answers (on_frame)
+        # True while the host waits for answers (on_frame) or is idle between steps (an input
+        # is then committed at the next step's first tick); False while a period is stepped.
+        self.accepting = True
         # The period being waited for: its wall deadline and the next /clock re-send.
         self._deadline = 0.0
         self._republish = 0.0
@@ -103,8 +108,11 @@ class SyncDriver:
 
     # called before /clock of a period is written
     def next_generation(self) -> None:
+        """The period is stepped and its /clock is about to go out: from here on an input
+        is an answer (one sent at once in reply to the clock must not be held)."""
         with self.condition:
             self.generation += 1
+        self._accept(True)
 
     # subscription callbacks
     def receive(self, topic: str, submit: Callable[[], None]) -> None:
@@ -192,19 +200,25 @@ class SyncDriver:
         node = self.node
         allowed = max(self.timeout, DISCOVERY_TIMEOUT_S)
         deadline = time.monotonic() + allowed
+        found = None  # when the controllers were first seen
         while not self.stopping:
             missing = [t for t in self.topics if node.count_publishers(t) == 0]
             clock = node.clock_subscribers() >= 1
-            if not missing and clock and node.outputs_matched():
-                time.sleep(0.3)  # (the controller's side of the same matches)
-                if node.outputs_matched():
+            if not missing and clock:
+                found = time.monotonic() if found is None else found
+                matched = node.outputs_matched()
+                # A subscription that never matches (a QoS it asks for and the node does not
+                # offer, logged as a QoS mismatch) must not keep sync mode from starting.
+                if matched or time.monotonic() - found > UNMATCHED_GRACE_S:
+                    time.sleep(0.3)  # (the controller's side of the same matches)
                     node.refresh_listeners()  # the first period is published to them all
                     self.ready = True
                     return
+            else:
+                found = None
             if time.monotonic() > deadline:
                 what = (f"no publisher on sync topic {missing[0]}" if missing
-                        else "no controller subscribed to /clock" if not clock
-                        else "the outputs' subscriptions were not all matched")
+                        else "no controller subscribed to /clock")
                 raise SyncTimeout(f"sync: {what} within {allowed:g} s of the start")
             time.sleep(0.02)
 

@@ -18,6 +18,8 @@ A README command this test does not know how to run fails it: add its runner her
 
 from __future__ import annotations
 
+import time
+
 import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
@@ -144,7 +146,11 @@ def _running_node(env: dict[str, str], tmp_path: Path, *, paused: bool = False,
 def _param_set_on_running_node(command: list[str], env: dict[str, str],
                                tmp_path: Path) -> None:
     with _running_node(env, tmp_path):
-        result = ros2(command[1:], env)
+        for _ in range(10):  # the CLI's own discovery of the node, on a busy machine
+            result = ros2(command[1:], env)
+            if 'Node not found' not in result.stdout:
+                break
+            time.sleep(1.0)
         assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
             result.stdout)
         name, value = command[-2:]

@@ -38,9 +38,13 @@ MUTE_CONTROLLER = [sys.executable, '-c', (
     '    pass\n')]
 
 
-# A controller that answers every /clock it receives (time 0 too, if it were offered one) from
-# the latest encoder sample: the node alone decides which answer belongs to which period.
+# A controller that answers every /clock it receives (time 0 too, if it were offered one) with
+# a duty that depends on the clock's time alone: which answer belongs to which period is the
+# node's decision, and the runs must agree on it. (A controller that also reads the encoder
+# depends on its own executor's order between the sample and the clock, which the node
+# cannot decide; the example controller's test covers that case.)
 CLOCK_ANSWERER = [sys.executable, '-c', (
+    'import math\n'
     'import rclpy\n'
     'from rclpy.qos import QoSProfile, ReliabilityPolicy, DurabilityPolicy\n'
     'from rosgraph_msgs.msg import Clock\n'
@@ -52,7 +56,8 @@ CLOCK_ANSWERER = [sys.executable, '-c', (
     'def on_encoder(m):\n'
     '    seen[0] = m.velocity[0] if m.velocity else 0.0\n'
     'def on_clock(m):\n'
-    '    duty = max(-1.0, min(1.0, 0.05 * (10.0 - seen[0])))\n'
+    '    t = m.clock.sec + m.clock.nanosec * 1e-9\n'
+    '    duty = 0.5 + 0.4 * math.sin(25.0 * t)\n'
     '    publisher.publish(MotorCommand(mode=MotorCommand.MODE_DUTY, value=duty))\n'
     'node.create_subscription(JointState, "/wheel_encoder", on_encoder, 10)\n'
     'node.create_subscription(Clock, "/clock", on_clock, QoSProfile(depth=10, \n'
