@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,8 +154,12 @@ def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], widt
     try:
         if isinstance(source, io.BytesIO):
             source.seek(0)
-        table = np.loadtxt(source, dtype=fields, ndmin=1, **options)
-    except (ValueError, OverflowError):  # UnicodeDecodeError included
+        with warnings.catch_warnings():
+            # numpy < 2 reads "1.7e18" into int64 through a float (losing the last digits) and
+            # only warns: refused here, so that the exact reader takes the chunk.
+            warnings.simplefilter("error", DeprecationWarning)
+            table = np.loadtxt(source, dtype=fields, ndmin=1, **options)
+    except (ValueError, OverflowError, DeprecationWarning):  # UnicodeDecodeError included
         return None
     return {name: table[f"f{k}"] for k, (_, name) in enumerate(order)}
 
