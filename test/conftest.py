@@ -31,6 +31,13 @@ if "MUJOCO_GL" not in os.environ and _offscreen_gl():
     os.environ["MUJOCO_GL"] = _offscreen_gl()  # type: ignore[assignment]
 
 
+def pytest_report_header() -> str:
+    """The machine's speed factor at start (see ``_patience``): a slow or busy machine shows."""
+    from _patience import speed_factor
+
+    return f"fibril: machine speed factor {speed_factor():.1f} (timeouts scale by it)"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makemodule(module_path, parent):
     """launch_testing's plugin imports each module itself; a module-level skip or import
