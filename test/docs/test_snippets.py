@@ -14,10 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _snippets as sn  # noqa: E402
 from conftest import SNIPPET_COUNTS  # noqa: E402
 
-PAGES = [p for p in sn.pages() if sn.extract(p)]
+# A page with ROS-marked snippets is a ``ros`` test (``-m "not ros"`` leaves it out).
+PAGES = [pytest.param(p, id=str(p.relative_to(sn.DOCS)),
+                      marks=[pytest.mark.ros] if any("ros" in s.options for s in sn.extract(p))
+                      else [])
+         for p in sn.pages() if sn.extract(p)]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(sn.DOCS)) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES)
 def test_page_snippets_run(page: Path, tmp_path: Path) -> None:
     work = sn.workspace(tmp_path)
     skipped = []
