@@ -104,9 +104,9 @@ def write(result: InitResult, output: str | Path, *, force: bool = False) -> tup
             if target.exists():
                 raise InitError(f"{target}: exists already; not overwritten (--force to "
                                 f"replace it)")
+    temporaries: list[Path] = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        temporaries = []
         for target, text in zip(targets, (result.manifest_text, result.bridge_text)):
             temporary = target.with_name(f".{target.name}.tmp{os.getpid()}")
             temporary.write_text(text, encoding="utf-8")
@@ -114,9 +114,10 @@ def write(result: InitResult, output: str | Path, *, force: bool = False) -> tup
         for temporary, target in zip(temporaries, targets):
             os.replace(temporary, target)
     except OSError as exc:
-        for temporary in locals().get("temporaries", []):
-            temporary.unlink(missing_ok=True)
         raise InitError(f"{out_dir}: cannot write: {exc.strerror or exc}") from None
+    finally:  # also on SIGINT: no temporary file is left behind
+        for temporary in temporaries:
+            temporary.unlink(missing_ok=True)
     return targets
 
 
@@ -378,9 +379,9 @@ class _Builder:
             f"# (MuJoCo {mujoco.__version__}). Edit freely: it is yours now. Times are in "
             f"seconds; the physics",
             f"# timestep ({_number(self.timestep)} s) comes from the MJCF. Every component "
-            f"type and config key:",
-            "# docs/reference/manifest.md (or `fibril_sim inspect THIS_FILE` for the resolved "
-            "plan).",
+            f"type and config key: the",
+            "# manifest reference (docs/, `make docs`); `fibril_sim inspect THIS_FILE` shows "
+            "the resolved plan.",
             f"schema_version: {{major: {SCHEMA_MAJOR}, minor: 1}}",
             f"model: {_scalar(model_relative)}",
             "components:",
