@@ -2,10 +2,11 @@
 
 A fenced block is a snippet by its language:
 
-- ``yaml``: validated by the real loader of its kind: a manifest is recognised by itself
-  (``schema_version`` 3 and a ``model``); other kinds are named by a marker (below):
-  ``kind=bridge|inputs`` (with ``manifest=PATH``), ``kind=experiment``, ``kind=calibration``,
-  ``kind=fragment`` (an excerpt: parsed only);
+- ``yaml``: validated by the real loader of its kind, recognised by its keys (a manifest, a
+  bridge file, recorded inputs, an experiment, a calibration request) or named by a marker
+  (below): ``kind=manifest|bridge|inputs|experiment|calibration``, or ``kind=fragment`` for an
+  excerpt (parsed only). A bridge or inputs document is checked against the plan of
+  ``manifest=PATH`` (default: the drivetrain example's manifest);
 - ``bash`` / ``sh`` / ``shell``: run by bash (``set -euo pipefail``; a line ending in ``&``
   starts a background process that is stopped (SIGTERM) when the block ends); ``console``: the ``$ ``
   lines only;
@@ -226,9 +227,9 @@ def _yaml(snippet: Snippet, work: Path, cwd: Path) -> str:
     document = s.load_yaml_text(snippet.text, snippet.label, FibrilError)
     kind = options.get("kind") or _detect(document)
     if kind is None:
-        raise AssertionError(f"{snippet.label}: a YAML snippet that is not a manifest needs "
-                             f"<!-- snippet: kind=bridge|inputs|experiment|calibration|"
-                             f"fragment -->")
+        raise AssertionError(f"{snippet.label}: a YAML snippet of no recognised kind: mark it "
+                             f"<!-- snippet: kind=manifest|bridge|inputs|experiment|"
+                             f"calibration|fragment -->")
     target.parent.mkdir(parents=True, exist_ok=True)
     if kind != "fragment":
         target.write_text(snippet.text, encoding="utf-8")
@@ -239,25 +240,43 @@ def _yaml(snippet: Snippet, work: Path, cwd: Path) -> str:
     return kind
 
 
+#: The manifest a bridge or inputs snippet is checked against unless ``manifest=PATH`` says.
+DEFAULT_MANIFEST = "config/examples/drivetrain/simulation.yaml"
+_BRIDGE_KEYS = {"defaults", "outputs", "joint_states", "tf", "robot_description", "markers"}
+
+
 def _detect(document: object) -> str | None:
-    if isinstance(document, dict) and "model" in document and \
-            isinstance(document.get("schema_version"), dict) and \
-            document["schema_version"].get("major") == 3:
+    """The kind of a whole document, recognised by its keys (None: mark it)."""
+    if not isinstance(document, dict):
+        return None
+    version = document.get("schema_version")
+    major = version.get("major") if isinstance(version, dict) else None
+    model = document.get("model")
+    if major == 3 and isinstance(model, str):
         return "manifest"
+    if "manifest" in document and "parameters" in document:
+        return "calibration"
+    if isinstance(model, dict) and "parameters" in document and "id" in document:
+        return "experiment"
+    if major == 1:
+        inputs = document.get("inputs")
+        first = inputs[0] if isinstance(inputs, list) and inputs else {}
+        if _BRIDGE_KEYS & set(document) or (isinstance(first, dict) and "topic" in first):
+            return "bridge"
+        if isinstance(first, dict) and "source_id" in first:
+            return "inputs"
     return None
 
 
-def _plan(options: dict[str, str], cwd: Path):  # type: ignore[no-untyped-def]
+def _plan(options: dict[str, str], work: Path, cwd: Path):  # type: ignore[no-untyped-def]
     from fibril_sim_core.plan import SimulationBuilder
 
-    if "manifest" not in options:
-        raise AssertionError("kind=bridge / inputs snippets need manifest=PATH")
-    return SimulationBuilder().build(cwd / options["manifest"])
+    if "manifest" in options:
+        return SimulationBuilder().build(cwd / options["manifest"])
+    return SimulationBuilder().build(work / DEFAULT_MANIFEST)
 
 
 def _validate(kind: str, target: Path, work: Path, cwd: Path, options: dict[str, str]) -> None:
-    if kind == "fragment":
-        return
     if kind == "manifest":
         from fibril_sim_core.plan import SimulationBuilder
 
@@ -265,11 +284,11 @@ def _validate(kind: str, target: Path, work: Path, cwd: Path, options: dict[str,
     elif kind == "bridge":
         from fibril_sim_ros.bridge import load_bridge
 
-        load_bridge(_plan(options, cwd), target)
+        load_bridge(_plan(options, work, cwd), target)
     elif kind == "inputs":
         from fibril_sim_core.inputs_file import load_inputs
 
-        plan = _plan(options, cwd)
+        plan = _plan(options, work, cwd)
         load_inputs(target, plan.timebase, plan.endpoints)
     elif kind == "experiment":
         from fibril_sim_core.experiments.experiment import load_experiment
@@ -279,7 +298,7 @@ def _validate(kind: str, target: Path, work: Path, cwd: Path, options: dict[str,
         from fibril_calibration.request import load_calibration_request
 
         load_calibration_request(target)
-    else:
+    elif kind != "fragment":
         raise AssertionError(f"unknown snippet kind {kind!r}")
 
 

@@ -55,3 +55,22 @@ def test_a_failing_snippet_fails_naming_page_and_line(tmp_path: Path) -> None:
                          "--duration 0.1\n")
     with pytest.raises(AssertionError, match=r"index\.md:9: exit status 2"):
         sn.run(command, tmp_path)
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("schema_version: {major: 3, minor: 1}\nmodel: drivetrain.xml\n", "manifest"),
+    ("schema_version: {major: 1, minor: 0}\ninputs:\n  - {topic: /a, "
+     "type: fibril_msgs/msg/MotorCommand, endpoint: motor/command}\n", "bridge"),
+    ("schema_version: {major: 1, minor: 0}\ninputs:\n  - {time: 0.5, "
+     "source_id: motor/command, source_sequence: 1, payload_type: "
+     "fibril_sim/motor_command/v1, payload: {mode: duty, value: 0.8}}\n", "inputs"),
+], ids=["manifest", "bridge", "inputs"])
+def test_yaml_kinds_are_recognised_and_validated(text: str, kind: str, tmp_path: Path) -> None:
+    work = sn.workspace(tmp_path)
+    options = {"cwd": "config/examples/drivetrain"} if kind == "manifest" else {}
+    assert sn.run(sn.Snippet(sn.DOCS / "p.md", 3, "yaml", text, options), work) == f"yaml:{kind}"
+    broken = text.replace("motor/command", "nothing/command").replace("drivetrain.xml", "x.xml")
+    with pytest.raises(AssertionError, match=r"p\.md:3: "):
+        sn.run(sn.Snippet(sn.DOCS / "p.md", 3, "yaml", broken, options), work)
+    with pytest.raises(AssertionError, match="no recognised kind"):
+        sn.run(sn.Snippet(sn.DOCS / "p.md", 3, "yaml", "a: 1\n"), work)
