@@ -17,6 +17,7 @@ pytest.importorskip(
     '../shared/vendor/ros2 (absent here), a ROS 2 installation has it')
 
 import os  # noqa: E402
+import sys  # noqa: E402
 import unittest  # noqa: E402
 from statistics import mean  # noqa: E402
 
@@ -29,6 +30,10 @@ from fibril_sim_ros.testing import (  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
 from fibril_msgs.srv import Step  # noqa: E402
+
+# test/ on the path when launch_test runs this file without pytest (for _patience)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _patience import patience  # noqa: E402
 
 MANIFEST = os.path.join(get_package_share_directory('fibril_sim_ros'), 'config', 'examples',
                         'drivetrain', 'simulation.yaml')
@@ -51,8 +56,8 @@ class TestSilDemo(unittest.TestCase):
             subscription = node.create_subscription(JointState, '/wheel_encoder',
                                                     samples.append, 1000)
             client = node.create_client(Step, '/fibril_sim/step')
-            self.assertTrue(client.wait_for_service(timeout_sec=30.0))
-            for _ in range(600):  # matched before the first step: every sample from time 0
+            self.assertTrue(client.wait_for_service(timeout_sec=patience(30.0)))
+            for _ in range(int(patience(30.0) / 0.05)):  # matched before the first step
                 if subscription.get_publisher_count():
                     break
                 rclpy.spin_once(node, timeout_sec=0.05)
@@ -61,7 +66,7 @@ class TestSilDemo(unittest.TestCase):
                 rclpy.spin_once(node, timeout_sec=0.05)
             for _ in range(30):  # 1.5 s in 50 ms steps; sync mode waits for the controller
                 future = client.call_async(Step.Request(steps=50))
-                rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
+                rclpy.spin_until_future_complete(node, future, timeout_sec=patience(60.0))
                 self.assertTrue(future.done() and future.result().success)
             for _ in range(20):
                 rclpy.spin_once(node, timeout_sec=0.05)

@@ -15,6 +15,7 @@ pytest.importorskip(
     '../shared/vendor/ros2 (absent here), a ROS 2 installation has it')
 
 import os  # noqa: E402
+import sys  # noqa: E402
 import unittest  # noqa: E402
 
 import launch_testing.actions  # noqa: E402
@@ -27,6 +28,10 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 
 from fibril_msgs.srv import Step  # noqa: E402
 from launch import LaunchDescription  # noqa: E402
+
+# test/ on the path when launch_test runs this file without pytest (for _patience)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _patience import patience  # noqa: E402
 
 SHARE = get_package_share_directory('fibril_sim_ros')
 
@@ -55,11 +60,11 @@ class TestSimLaunch(unittest.TestCase):
         self.node.create_subscription(
             Clock, '/clock', lambda m: clocks.append(m.clock.sec * 10**9 + m.clock.nanosec), 10)
         client = self.node.create_client(Step, '/fibril_sim/step')
-        self.assertTrue(client.wait_for_service(timeout_sec=30.0))
+        self.assertTrue(client.wait_for_service(timeout_sec=patience(30.0)))
         replies = []
         for _ in range(2):
             future = client.call_async(Step.Request(steps=250))
-            rclpy.spin_until_future_complete(self.node, future, timeout_sec=30.0)
+            rclpy.spin_until_future_complete(self.node, future, timeout_sec=patience(30.0))
             self.assertTrue(future.done())
             replies.append(future.result())
         self.assertTrue(all(r.success for r in replies))
