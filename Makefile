@@ -30,6 +30,9 @@ DISTRO_REQUIREMENTS := requirements.txt requirements-distro.txt
 # Ubuntu 24.04's Python is 3.12; python3 when no python3.12 runs here (setup prints which).
 DISTRO_PYTHON ?= $(shell python3.12 -c '' > /dev/null 2>&1 && echo python3.12 || echo python3)
 PYTEST_ARGS ?=
+# Test files run in this many worker processes (pytest-xdist; 0: in pytest's own process).
+# Each file stays in one worker, so its module fixtures start once.
+PYTEST_WORKERS ?= 2
 
 # Two processes on this machine talk over Fast DDS shared memory only: no network traffic.
 export FASTDDS_BUILTIN_TRANSPORTS := SHM
@@ -40,7 +43,8 @@ setup:
 	@VENV="$(CURDIR)/$(VENV)" scripts/bootstrap.sh
 
 # pytest exits 5 when it collected no tests: that is a failure here, like any non-zero code.
-pytest = rc=0; $(1)/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
+pytest = rc=0; $(1)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) \
+	|| rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
@@ -48,7 +52,8 @@ test: setup
 	@$(call pytest,$(VENV))
 
 test-busy: setup
-	@scripts/beside_cpu_hogs.sh 2 $(VENV)/bin/python -m pytest -m "ros or slow" $(PYTEST_ARGS)
+	@scripts/beside_cpu_hogs.sh 2 $(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) \
+	  --dist loadfile -m "ros or slow" $(PYTEST_ARGS)
 
 test-distro:
 	@VENV="$(CURDIR)/$(DISTRO_VENV)" REQUIREMENTS="$(DISTRO_REQUIREMENTS)" PYTHON="$(DISTRO_PYTHON)" \
