@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import signal
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from _sim_node_peer import (BEST_EFFORT, CLOCK, LIVE_CLOCK, MANIFEST, Peer,  # noqa: E402
                             SimProcess, ns, snapshot, wait_until)
+from _patience import patience, speed_factor  # noqa: E402
 from fibril_msgs.msg import DeviceSample, FrameTiming, MotorCommand  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from fibril_msgs.srv import GetState, Reset, SetPaused, Step  # noqa: E402
@@ -68,6 +70,7 @@ class Live:
 
     def __init__(self, sim: SimProcess, peer: Peer, trace: Path) -> None:
         self.sim, self.peer, self.trace = sim, peer, trace
+        self.rtf = 0.0  # the node's real-time factor (set by the fixture)
         self.clock = peer.subscribe(Clock, "/clock", LIVE_CLOCK)
         self.encoder = peer.subscribe(JointState, "/wheel_encoder")
         self.counts = peer.subscribe(DeviceSample, "/wheel_encoder/counts")
@@ -154,9 +157,13 @@ def live(peer, tmp_path_factory):
     bridge = tmp / "bridge.yaml"
     bridge.write_text(BRIDGE)
     trace = tmp / "trace"
-    sim = SimProcess(tmp, {"manifest": MANIFEST, "bridge": bridge, "real_time_factor": 2.0,
+    # Twice real time on a quiet machine; slower on a busy one, where this process, reading
+    # ~3 000 messages a (wall) second, would fall behind the node.
+    rtf = 2.0 / speed_factor()
+    sim = SimProcess(tmp, {"manifest": MANIFEST, "bridge": bridge, "real_time_factor": rtf,
                            "seed": 3, "trace_dir": trace})
     state = Live(sim, peer, trace)
+    state.rtf = rtf
     peer.wait_for_service(GetState, "/fibril_sim/get_state", sim)
     yield state
     sim.stop()
@@ -180,7 +187,10 @@ def test_clock_ticks_and_devices_arrive_at_their_period_published_at_delivery(li
     for samples, period, latency, frame in devices:
         assert len(samples) > 50, live.sim.log()
         stamps = [ns(m.header.stamp) for m, _ in samples]
-        assert {b - a for a, b in zip(stamps, stamps[1:])} == {period}  # none lost, none late
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        # every period's sample, in order (this process, starved on a busy machine, may lose
+        # some from the writer's keep-last history: a gap of whole periods then)
+        assert all(g > 0 and g % period == 0 for g in gaps) and statistics.mode(gaps) == period
         assert {m.header.frame_id for m, _ in samples} == {frame}
         assert all(s % period == 0 for s in stamps)  # stamped at acquisition (tick multiple)
         assert _published_at_delivery(samples, clock, latency) > 40
@@ -281,7 +291,7 @@ def test_malformed_commands_are_rejected_with_a_logged_reason(live) -> None:
 def test_get_state_and_real_time_factor_parameter(live) -> None:
     state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
     assert state.mode == "realtime" and not state.paused and state.seed == 3
-    assert state.target_real_time_factor == 2.0
+    assert state.target_real_time_factor == live.rtf
     assert state.real_time_factor > 0  # (its value is checked below, at a factor any load allows)
     assert state.episode == 0 and state.tick > 0 and len(state.qpos) == 8
     request = SetParameters.Request(parameters=[ParameterMsg(
@@ -325,7 +335,7 @@ def test_sigterm_leaves_a_complete_trace_that_replays_bit_for_bit(live, tmp_path
     started = time.monotonic()
     live.sim.process.send_signal(signal.SIGTERM)
     assert live.sim.wait(5) == 143, live.sim.log()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < patience(2.0)
     with TraceReader(live.trace) as reader:
         inputs = list(reader.external_inputs())
         outputs = sorted((o.device_id, o.episode, o.acquisition_tick, o.values.tobytes())
