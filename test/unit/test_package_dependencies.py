@@ -130,9 +130,9 @@ def test_distro_versions_are_ubuntu_24_04s() -> None:
 
 @pytest.mark.parametrize("package", ("fibril_sim_core", "fibril_calibration"))
 def test_optional_dependencies_are_declared(package: str) -> None:
-    """matplotlib (reports): rosdep installs it, pip installs it with ``[report]``, at the
-    version the distro run tests."""
-    assert "matplotlib" in imported_modules(package)
+    """matplotlib (reports, drawn through fibril_sim_core.reporting): rosdep installs it, pip
+    installs it with ``[report]``, at the version the distro run tests."""
+    assert "matplotlib" in imported_modules("fibril_sim_core")
     tested = distro_versions()["matplotlib"]
     assert exec_depends(package).get("python3-matplotlib") == tested
     setup = (REPO / package / "setup.py").read_text()
