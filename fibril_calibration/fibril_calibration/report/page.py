@@ -127,9 +127,8 @@ def _source_text(source: Mapping[str, Any]) -> str:
     if not source:
         return "samples files of the request"
     keep = []
-    for key in ("path", "recording", "bag", "topics", "topic", "window", "start_s", "end_s",
-                "episode"):
-        if key in source:
+    for key in ("path", "format", "reader", "entry", "window_s", "sidecar", "topics", "topic"):
+        if source.get(key) is not None:
             keep.append(f"{key}: {source[key]}")
     return "; ".join(keep) or ", ".join(f"{k}: {v}" for k, v in source.items()
                                         if k != "input_timing")
