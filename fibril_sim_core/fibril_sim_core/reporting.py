@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import html
 import math
+import multiprocessing
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +83,26 @@ class ReportFolder:
 
     def save(self, fig: Any, name: str) -> str:
         """Write ``fig`` as ``name``.png; returns the file name (relative to the page)."""
-        filename = f"{name}.png"
-        # Fast zlib level: the default level spends as long compressing as drawing.
-        fig.savefig(self.staging / filename, dpi=72, pil_kwargs={"compress_level": 2})
-        fig.clear()
+        filename = _save(fig, self.staging, name)
         self.figures.append(filename)
         return filename
+
+    def draw_many(self, jobs: Sequence[tuple[str, Callable[..., Any], tuple]]) -> list[str]:
+        """``name, function, args`` per figure (``function(*args)`` returns a Figure), drawn
+        and saved; file names in job order. Many figures are drawn by forked worker processes
+        on a multi-core machine (matplotlib draws in one thread), only while this process
+        runs no other thread (a fork then copies no lock a thread holds)."""
+        workers = min(len(jobs) // 3, os.cpu_count() or 1, 4)
+        if workers < 2 or threading.active_count() > 1 or \
+                "fork" not in multiprocessing.get_all_start_methods():
+            return [self.save(function(*args), name) for name, function, args in jobs]
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            names = list(pool.map(_draw_job, [(self.staging, name, function, args)
+                                              for name, function, args in jobs]))
+        self.figures.extend(names)
+        return names
 
     def commit(self, page_text: str) -> Path:
         (self.staging / "index.html").write_text(page_text, encoding="utf-8")
@@ -109,6 +125,19 @@ class ReportFolder:
     def __exit__(self, kind: Any, *rest: Any) -> None:
         if self.staging.exists():
             self.discard()
+
+
+def _save(fig: Any, folder: Path, name: str) -> str:
+    filename = f"{name}.png"
+    # zlib level 2: the default level spends about as long compressing as drawing.
+    fig.savefig(folder / filename, dpi=72, pil_kwargs={"compress_level": 2})
+    fig.clear()
+    return filename
+
+
+def _draw_job(job: tuple[Path, str, Callable[..., Any], tuple]) -> str:
+    folder, name, function, args = job
+    return _save(function(*args), folder, name)
 
 
 def escape(value: Any) -> str:

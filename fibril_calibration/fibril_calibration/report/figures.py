@@ -18,7 +18,8 @@ from .series import SignalSeries
 
 MAX_POINTS = 1000
 _SET_STYLE = {"nominal": dict(color="tab:orange", linestyle=":"),
-              "fitted": dict(color="tab:blue", linestyle="--")}
+              "fitted": dict(color="tab:blue", linestyle="--"),
+              "zero": dict(color="gray", linestyle="-")}
 
 
 def _stride(count: int) -> int:
@@ -34,13 +35,15 @@ def episode_figure(episode: str, scope: str, signals: Sequence[SignalSeries],
     rows = len(signals)
     height = 1.5 * rows + 1.0
     fig = figure(11.0, height, layout=None)
-    fig.subplots_adjust(left=0.13, right=0.995, top=1 - 0.4 / height, bottom=0.5 / height,
+    fig.subplots_adjust(left=0.13, right=0.975, top=1 - 0.4 / height, bottom=0.5 / height,
                         wspace=0.3)
     left, right = fig.subplots(1, 2)
     label = "validation: not used by the fit" if scope == "validation" else "training"
     fig.suptitle(f"{episode} ({label})", fontsize=10)
     left.set_title("recorded (black) vs simulated", fontsize=8)
     right.set_title("simulated - recorded", fontsize=8)
+    # One LineCollection per style and panel: a Line2D per curve costs more than its drawing.
+    lines: dict[tuple[int, str | None], list[np.ndarray]] = {}
     for i, series in enumerate(signals):
         base = rows - 1 - i
         step = _stride(series.times_s.shape[0])
@@ -55,24 +58,39 @@ def episode_figure(episode: str, scope: str, signals: Sequence[SignalSeries],
             curves += [(series.recorded[::step, c] + series.errors[n][::step, c], n)
                        for n in present for c in range(series.recorded.shape[1])]
             title = f"{series.signal}\n[{series.unit}]"
-        _strip(left, t, curves, base, title)
+        _strip(left, lines, 0, t, curves, base, title)
         errors = [(series.errors[n][::step, c], n) for n in present
                   for c in range(series.errors[n].shape[1])]
-        _strip(right, t, errors, base, f"{series.signal}\n[{series.unit}]", symmetric=True)
+        _strip(right, lines, 1, t, errors, base, f"{series.signal}\n[{series.unit}]",
+               symmetric=True)
+    from matplotlib.collections import LineCollection
+
+    for (panel, name), segments in lines.items():
+        style = (dict(colors="black", linewidths=1.2, alpha=0.6) if name is None else
+                 dict(colors=_style(name)["color"], linewidths=1,
+                      linestyles=_style(name)["linestyle"]))
+        (left, right)[panel].add_collection(LineCollection(segments, **style))
     for ax in (left, right):
+        ax.set_xlim(min(float(s.times_s[0]) for s in signals if s.times_s.size) if any(
+            s.times_s.size for s in signals) else 0.0,
+            max((float(s.times_s[-1]) for s in signals if s.times_s.size), default=1.0))
         ax.set_ylim(-0.05, rows + 0.05)
         ax.set_yticks([])
         ax.set_xlabel("time [s]", fontsize=8)
         ax.tick_params(labelsize=7)
-        for name in names:
-            ax.plot([], [], lw=1, label=name, **_style(name))
+        for i in range(rows + 1):
+            ax.axhline(i, color="#bbbbbb", lw=0.6)
+    for name in names:
+        left.plot([], [], lw=1, label=name, **_style(name))
     left.plot([], [], color="black", lw=1.2, alpha=0.6, label="recorded")
     left.legend(fontsize=7, loc="upper right", ncol=3, framealpha=0.7)
     return fig
 
 
-def _strip(ax: Any, t: np.ndarray, curves: Sequence[tuple[np.ndarray, str | None]],
-           base: float, title: str, symmetric: bool = False) -> None:
+def _strip(ax: Any, lines: dict[tuple[int, str | None], list[np.ndarray]], panel: int,
+           t: np.ndarray, curves: Sequence[tuple[np.ndarray, str | None]], base: float,
+           title: str, symmetric: bool = False) -> None:
+    """One row: its curves scaled into [base, base + 1] (added to ``lines``), its label."""
     finite = [c[np.isfinite(c)] for c, _ in curves if c.size]
     values = np.concatenate(finite) if finite else np.zeros(1)
     if values.size == 0:
@@ -84,18 +102,12 @@ def _strip(ax: Any, t: np.ndarray, curves: Sequence[tuple[np.ndarray, str | None
         low, high = float(np.min(values)), float(np.max(values))
         if high <= low:
             low, high = low - 1.0, high + 1.0
-
-    def place(v: np.ndarray) -> np.ndarray:
-        return base + 0.08 + 0.84 * (v - low) / (high - low)
-
     for curve, name in curves:
-        if name is None:
-            ax.plot(t, place(curve), color="black", lw=1.2, alpha=0.6)
-        else:
-            ax.plot(t, place(curve), lw=1, **_style(name))
+        placed = base + 0.08 + 0.84 * (curve - low) / (high - low)
+        lines.setdefault((panel, name), []).append(np.column_stack([t, placed]))
     if symmetric:
-        ax.axhline(place(np.zeros(1))[0], color="gray", lw=0.5)
-    ax.axhline(base, color="#bbbbbb", lw=0.6)
+        lines.setdefault((panel, "zero"), []).append(
+            np.array([[t[0], base + 0.5], [t[-1], base + 0.5]]) if t.size else np.zeros((0, 2)))
     scale = f"±{high:.3g}" if symmetric else f"{low:.4g} … {high:.4g}"
     ax.text(-0.005, base + 0.5, f"{title}\n{scale}", va="center", ha="right", fontsize=7,
             transform=ax.get_yaxis_transform())
