@@ -109,15 +109,15 @@ def _summary(document: Mapping[str, Any], result_path: str | None) -> str:
     source_rows = []
     for scope, episodes in (document.get("episodes") or {}).items():
         for episode in episodes:
+            if not isinstance(episode, Mapping):  # an --evaluate document: ids only
+                source_rows.append((episode, scope, "see the request", "", ""))
+                continue
             source = episode.get("source") or {}
             where = _source_text(source)
             signals = ", ".join(f"{s['observation']} ({s['samples']} samples, "
                                 f"{s['alignment']})" for s in episode.get("signals", []))
             source_rows.append((episode["id"], scope, where, signals,
                                 episode.get("rollout_ticks")))
-    if not source_rows:  # an --evaluate document lists episode ids only
-        for scope, ids in (document.get("episodes") or {}).items():
-            source_rows += [(i, scope, "see the request", "", "") for i in ids]
     parts.append(table(["episode", "scope", "recording / files", "signals", "rollout ticks"],
                        source_rows, classes=[r[1] for r in source_rows]))
     return "\n".join(parts)

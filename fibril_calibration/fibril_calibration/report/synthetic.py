@@ -71,7 +71,9 @@ def synthetic_result(episodes: int = 3, signals: int = 2, samples: int = 200,
             for eid in dict.fromkeys(s.episode for s in items)]
             for scope, items in by_scope.items()},
     }
-    if evaluate:
+    if evaluate:  # an --evaluate document lists the episode ids only
+        document["episodes"] = {scope: list(dict.fromkeys(s.episode for s in items))
+                                for scope, items in by_scope.items()}
         return document, series
     p = len(pids)
     singular = np.geomspace(100.0, 1.0, p)
