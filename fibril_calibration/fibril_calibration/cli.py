@@ -193,7 +193,7 @@ def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
 def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
-    from .request import load_calibration_request
+    from .request.document import load_calibration_request
     from .result import strict, to_json, write_atomic
     from .scores import evaluate_parameter_sets, scores_text
 
@@ -208,9 +208,10 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
                                        metrics=metrics)
     from .report import error_summary, floor_scores
+    from .scores import _units
 
     document["error_summary"] = strict(error_summary(document["scores"],
-                                                     floor_scores(request)))
+                                                     floor_scores(request, _units(request))))
     name = getattr(args, "command_name", "fibril_sim calibrate")
     _warn(name, document.get("warnings"))
     _error_lines(name, document, args.quiet)

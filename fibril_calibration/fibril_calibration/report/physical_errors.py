@@ -67,11 +67,9 @@ def aggregate(parts: Iterable[Part]) -> list[dict[str, Any]]:
     return out
 
 
-def floor_scores(request: Any) -> dict[str, Any]:
-    """The hold-last predictor's scores of every scope of a request (recorded values only)."""
-    from ..scores import _units
-
-    units = _units(request)
+def floor_scores(request: Any, units: Mapping[str, str]) -> dict[str, Any]:
+    """The hold-last predictor's scores of every scope of a request (recorded values only);
+    ``units``: observation id → its physical unit (as the scores name it)."""
     observations = {o.id: o for o in request.observations}
     out: dict[str, Any] = {}
     for scope in ("training", "validation"):
@@ -84,7 +82,7 @@ def floor_scores(request: Any) -> dict[str, Any]:
             for signal in episode.signals:
                 observation = observations[signal.observation]
                 parts.append((signal.observation, observation.residual_components,
-                              units[signal.observation],
+                              units.get(signal.observation, NO_UNIT),
                               hold_last_error(signal.values, observation.quaternion)))
         out[scope] = {"signals": aggregate(parts)}
     return out
@@ -148,6 +146,17 @@ def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"unit": unit, "components": [f"{r['signal']}.{r['component']}"
                                                  for r in members],
                     "samples": count, "rms": rms})
+    return out
+
+
+def units_of(document: Mapping[str, Any]) -> dict[str, str]:
+    """Observation id → unit, as a result's scores name them."""
+    out: dict[str, str] = {}
+    for entry in (document.get("scores") or {}).values():
+        for scope in ("training", "validation"):
+            block = (entry or {}).get(scope) if isinstance(entry, Mapping) else None
+            for signal in (block or {}).get("signals") or []:
+                out.setdefault(signal["signal"], signal["unit"])
     return out
 
 

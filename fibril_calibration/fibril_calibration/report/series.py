@@ -76,7 +76,7 @@ def load_request(document: Mapping[str, Any], where: str) -> Any:
     """The result's request, loaded from disk and checked against the result's hashes."""
     from fibril_sim_core.errors import FibrilError
 
-    from ..request import load_calibration_request
+    from ..request.document import load_calibration_request
 
     path = (document.get("request") or {}).get("path")
     if not path:
@@ -93,16 +93,14 @@ def load_request(document: Mapping[str, Any], where: str) -> Any:
     return request
 
 
-def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]], *,
-                    fitted_compiled_sha256: str | None = None,
+def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
+                    units: Mapping[str, str], *, fitted_compiled_sha256: str | None = None,
                     where: str = "report") -> list[SignalSeries]:
     """Replay each parameter set on every episode; ``fitted_compiled_sha256`` (the result's
     fitted plan) is checked against the plan built at the ``fitted`` values."""
-    from ..problem import CalibrationProblem
-    from ..scores import _units
-    from .physical_errors import hold_last_error
+    from ..solve.problem import CalibrationProblem
+    from .physical_errors import NO_UNIT, hold_last_error
 
-    units = _units(request)
     observations = {o.id: o for o in request.observations}
     errors: dict[tuple[str, str, str], dict[str, np.ndarray]] = {}
     with CalibrationProblem(request) as problem:
@@ -138,7 +136,8 @@ def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]], *,
                 out.append(SignalSeries(
                     scope=scope, episode=episode.id, signal=signal.observation,
                     components=tuple(observation.residual_components),
-                    unit=units[signal.observation], quaternion=observation.quaternion,
+                    unit=units.get(signal.observation, NO_UNIT),
+                    quaternion=observation.quaternion,
                     times_s=signal.times_ns.astype(np.float64) / 1e9, recorded=signal.values,
                     scales=np.asarray(signal.residual_scales, dtype=float),
                     errors=errors.get((scope, episode.id, signal.observation), {}),

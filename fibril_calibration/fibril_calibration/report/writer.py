@@ -42,7 +42,9 @@ def report_result(document: Mapping[str, Any], folder: Path, *, where: str,
     if progress is not None:
         progress(f"report: re-simulating {len(parameter_sets(document))} parameter set(s)")
     provenance = (document.get("candidate_plan") or {}).get("provenance") or {}
-    series = simulate_series(request, parameter_sets(document),
+    from .physical_errors import units_of
+
+    series = simulate_series(request, parameter_sets(document), units_of(document),
                              fitted_compiled_sha256=provenance.get("compiled_model_sha256"),
                              where=where)
     return write_report(document, folder, series, result_path=result_path)
@@ -55,9 +57,9 @@ def export_fitted_mjcf(document: Mapping[str, Any], request: Any, path: Path, *,
     from fibril_sim_core.mjcf_export import export_mjcf
     from fibril_sim_core.overlays import OverlayParameter
 
-    from ..candidate_plan import CandidatePlanBuilder
+    from ..model.candidate_plan import CandidatePlanBuilder
     from ..errors import CalibrationError
-    from ..time_offsets import is_time_offset
+    from ..recordings.time_offsets import is_time_offset
 
     values = document.get("fitted_parameters")
     if not values:
