@@ -40,8 +40,8 @@ def episode_figure(episode: str, scope: str, signals: Sequence[SignalSeries],
     left, right = fig.subplots(1, 2)
     label = "validation: not used by the fit" if scope == "validation" else "training"
     fig.suptitle(f"{episode} ({label})", fontsize=10)
-    left.set_title("recorded (black) vs simulated", fontsize=8)
-    right.set_title("simulated - recorded", fontsize=8)
+    _title(left, "recorded (black) vs simulated", fontsize=8)
+    _title(right, "simulated - recorded", fontsize=8)
     # One LineCollection per style and panel: a Line2D per curve costs more than its drawing.
     lines: dict[tuple[int, str | None], list[np.ndarray]] = {}
     for i, series in enumerate(signals):
@@ -113,12 +113,21 @@ def _strip(ax: Any, lines: dict[tuple[int, str | None], list[np.ndarray]], panel
             transform=ax.get_yaxis_transform())
 
 
+def _title(ax: Any, text: str, fontsize: float = 9, **_: Any) -> None:
+    """A title as plain text above the frame: ``Axes.set_title`` measures the axes'
+    decorations again at every draw (a tenth of a second per panel here)."""
+    ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom",
+            fontsize=fontsize)
+
+
 def _style(name: str) -> dict[str, Any]:
     return dict(_SET_STYLE.get(name, dict(color="tab:green", linestyle="-.")))
 
 
 def error_bars(summary: Mapping[str, Any]) -> Any:
     """Per signal component and scope: RMS error of each set and the hold-last floor (log)."""
+    from matplotlib.ticker import NullLocator
+
     scopes = [s for s in ("training", "validation") if summary.get(s)]
     fig = figure(9.0, 3.4 * len(scopes))
     fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.14, hspace=0.6)
@@ -135,8 +144,9 @@ def error_bars(summary: Mapping[str, Any]) -> Any:
         ax.set_xticklabels([f"{r['signal']}.{r['component']}\n[{r['unit']}]" for r in rows],
                            fontsize=7)
         ax.set_yscale("log")
+        ax.yaxis.set_minor_locator(NullLocator())  # minor log ticks cost more than the bars
         ax.set_ylabel("rms error")
-        ax.set_title(f"{scope}: rms of (simulated - recorded) in physical units", fontsize=9)
+        _title(ax, f"{scope}: rms of (simulated - recorded) in physical units", fontsize=9)
         ax.legend(fontsize=7)
     return fig
 
@@ -154,10 +164,15 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     threshold = profile.get("threshold_delta_objective")
     for ax, entry in zip(axes, entries):
-        points = [p for p in entry["points"] if p.get("delta_objective") is not None]
-        x = np.array([p["value"] for p in points])
-        y = np.array([max(p["delta_objective"], 0.0) for p in points])
-        ax.plot(x, y, "o-", ms=3, lw=1)
+        points = [(p["value"], max(p["delta_objective"], 0.0)) for p in entry["points"]
+                  if p.get("delta_objective") is not None]
+        interval = entry.get("confidence_interval")
+        if interval and threshold is not None:  # the refined crossings are profile points too
+            points += [(v, threshold) for v in interval if v is not None]
+        points.sort()
+        x = np.array([p[0] for p in points])
+        y = np.array([p[1] for p in points])
+        ax.plot(x, y, "o-", ms=3, lw=1, label="profile")
         if threshold is not None:
             ax.axhline(threshold, color="tab:red", lw=0.8, label=f"χ² 95 % ({threshold:.3g})")
         interval = entry.get("confidence_interval")
@@ -178,7 +193,7 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
                 grid = np.linspace(lo, hi, 200)
                 ax.plot(grid, ((grid - centre) / sd) ** 2, color="gray", lw=0.8, ls="--",
                         label="local quadratic (Wald)")
-        ax.set_title(entry["parameter"], fontsize=9)
+        _title(ax, entry["parameter"], fontsize=9)
         ax.set_ylabel("Δ objective", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=6)
@@ -188,6 +203,8 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
 
 
 def singular_values_figure(values: Sequence[float], tolerance: float | None) -> Any:
+    from matplotlib.ticker import NullLocator
+
     fig = figure(5.0, 3.0)
     fig.subplots_adjust(left=0.15, right=0.97, top=0.9, bottom=0.16)
     ax = fig.subplots()
@@ -196,15 +213,18 @@ def singular_values_figure(values: Sequence[float], tolerance: float | None) -> 
         ax.axhline(tolerance, color="tab:red", lw=0.8, label="rank tolerance")
         ax.legend(fontsize=7)
     ax.set_yscale("log")
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("direction (largest first)")
     ax.set_ylabel("singular value")
-    ax.set_title("Jacobian singular values (dimensionless coordinates)", fontsize=9)
+    _title(ax, "Jacobian singular values (dimensionless coordinates)", fontsize=9)
     return fig
 
 
 def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Any:
     size = max(3.5, 0.5 * len(names) + 2.5)
-    fig = figure(size + 1.0, size, layout="constrained")
+    fig = figure(size + 1.0, size)
+    margin = 0.12 + 0.012 * max((len(n) for n in names), default=0)
+    fig.subplots_adjust(left=min(margin, 0.4), bottom=min(margin, 0.4), right=0.95, top=0.92)
     ax = fig.subplots()
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     ax.set_xticks(range(len(names)))
@@ -217,7 +237,7 @@ def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Any:
                 if np.isfinite(matrix[i, j]):
                     ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8)
-    ax.set_title("parameter correlation", fontsize=9)
+    _title(ax, "parameter correlation", fontsize=9)
     return fig
 
 
