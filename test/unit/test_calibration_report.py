@@ -162,3 +162,14 @@ def test_report_of_a_saved_result_and_its_stale_check(tmp_path: Path, capsys) ->
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "changed since the result" in err[0], err
     assert not (tmp_path / "r2").exists()
+
+
+def test_a_set_that_could_not_be_simulated_is_named(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    document, series = synthetic_result(episodes=2, signals=1, samples=50)
+    series = [replace(s, errors={"fitted": s.errors["fitted"]}) if s.scope == "validation"
+              else s for s in series]  # the nominal rollout failed on the validation episode
+    write_report(document, tmp_path / "r", series)
+    text = " ".join(" ".join(_parse(tmp_path / "r").text).split())
+    assert "Not simulated on the validation episodes" in text and "nominal." in text

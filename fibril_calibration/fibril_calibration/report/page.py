@@ -235,6 +235,12 @@ def _episodes(series: Sequence[SignalSeries], names: Sequence[str],
     parts = [note("Black: recorded. Dotted orange: nominal; dashed blue: fitted. Residual "
                   "panels show simulated - recorded in the signal's units; orientations are "
                   "drawn as angle error. Long episodes are decimated for drawing only.")]
+    for scope in ("training", "validation"):
+        failed = [n for n in names if not any(n in s.errors for s in series if s.scope == scope)
+                  and any(s.scope == scope for s in series)]
+        if failed:
+            parts.append(note(f"Not simulated on the {scope} episodes (the rollout failed; the "
+                              f"result's scores give the reason): {', '.join(failed)}."))
     grouped: dict[tuple[str, str], list[SignalSeries]] = {}
     for item in series:
         grouped.setdefault((item.scope, item.episode), []).append(item)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CalibrationError
+from ..errors import CalibrationError, EvaluationError
 
 __all__ = ["SignalSeries", "load_request", "simulate_series", "stale_reason"]
 
@@ -117,9 +117,13 @@ def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
             for scope in ("training", "validation"):
                 if not request.episodes(scope):
                     continue
-                if problem.fits_initial_states:
-                    problem.refresh_initial_state_fit(vector)
-                evaluation = problem.evaluate(vector, scope)  # type: ignore[arg-type]
+                try:
+                    if problem.fits_initial_states:
+                        problem.refresh_initial_state_fit(vector)
+                    evaluation = problem.evaluate(vector, scope)  # type: ignore[arg-type]
+                except EvaluationError:
+                    # The result's scores say why (``{"error": ...}``); the figures lack the set.
+                    continue
                 episodes = {e.id: e for e in request.episodes(scope)}
                 for block in evaluation.blocks:
                     observation = observations[block.signal]
