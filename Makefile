@@ -16,7 +16,8 @@
 #                when Sphinx is missing) into docs/_build/html, warnings as errors; the Reference
 #                pages are generated from the code
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
-#                wheel-damping experiment and the drivetrain calibration (results in .demo/),
+#                wheel-damping experiment and the drivetrain calibration (results, HTML reports
+#                and the fitted MJCF in .demo/; open .demo/calibration-report/index.html),
 #                then the SIL demo: the ROS 2 simulation node and the example controller as
 #                processes, 3 s of sim time in real time and in sync mode
 #   make clean   remove .venv/, .demo/ and build/test leftovers
@@ -72,9 +73,11 @@ demo: setup
 	$(VENV)/bin/fibril_sim run config/examples/drivetrain/simulation.yaml --duration 2.0 --trace .demo/trace
 	$(VENV)/bin/fibril_sim trace query .demo/trace body:chassis.position --format csv | tail -5
 	$(VENV)/bin/fibril_sim experiment run config/examples/drivetrain/wheel-damping-study.yaml \
-	  --output .demo/experiment.json --traces .demo/experiment.traces
+	  --output .demo/experiment.json --traces .demo/experiment.traces \
+	  --report .demo/experiment-report
 	$(VENV)/bin/fibril_sim calibrate config/examples/drivetrain/calibration.yaml --quiet \
-	  --output .demo/calibration.json --output-overlay .demo/drivetrain-fit.json
+	  --output .demo/calibration.json --output-overlay .demo/drivetrain-fit.json \
+	  --report .demo/calibration-report --export-mjcf .demo/drivetrain-fitted.xml
 	$(PY) -m fibril_sim_ros.examples.sil_demo --duration 3
 
 clean:

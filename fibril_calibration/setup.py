@@ -18,6 +18,8 @@ setup(
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
     install_requires=['fibril_sim_core', 'numpy>=1.26.4', 'scipy>=1.11.4', 'mujoco>=4.0.0',
                       'rosbags>=0.11.9', 'apsw>=3.54.1.0'],
+    # `pip install fibril_...[report]`: --report draws its figures with matplotlib.
+    extras_require={'report': ['matplotlib>=3.6.3']},
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

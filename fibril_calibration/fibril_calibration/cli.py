@@ -34,7 +34,25 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "calibrate", help="fit physical parameters to recorded episodes", description=_DESCRIPTION)
     _add_arguments(parser, "fibril_sim calibrate")
+    _register_report(subparsers)
     return parser
+
+
+def _register_report(subparsers: Any) -> None:
+    """``fibril_sim report RESULT.json --output DIR``: the report of an existing result."""
+    parser = subparsers.add_parser(
+        "report", help="draw a calibration result as an HTML + PNG report",
+        description="Write the HTML + PNG report of an existing calibration (or --evaluate) "
+                    "result, re-simulating only the scored parameter sets; refuses when the "
+                    "request, model or data on disk no longer hash to what the result "
+                    "recorded.")
+    parser.add_argument("result", type=Path, help="calibration result JSON (--output)")
+    parser.add_argument("--output", type=Path, metavar="DIR",
+                        help="report folder (index.html + PNG figures)")
+    parser.add_argument("--export-mjcf", type=Path, metavar="FITTED.xml",
+                        help="also write the model with the fitted values as one MJCF file")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.set_defaults(handler=run_report, command_name="fibril_sim report")
 
 
 def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -56,6 +74,12 @@ def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="write the lab's metrics.json (sim vs real, schema 1) of every "
                              "validation episode to DIR/<episode>/ (with --evaluate: "
                              "DIR/<set>/<episode>/)")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="write the HTML + PNG report of the result to this folder "
+                             "(needs matplotlib: fibril_calibration[report])")
+    parser.add_argument("--export-mjcf", type=Path, metavar="FITTED.xml",
+                        help="write the model with the fitted values as one MJCF file (for "
+                             "tools that cannot read overlays)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run, command_name=name)
 
@@ -79,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "--output")
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
+    _check_report_options(args)
     from fibril_sim_core._signals import Interrupted, ShutdownSignals
 
     name = getattr(args, "command_name", "fibril_sim calibrate")
@@ -99,16 +124,19 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(exc.exit_code)
     _warn(name, result.document.get("warnings"))
+    _error_lines(name, result.document, args.quiet)
     if args.output is not None:
         write_atomic(args.output, result.to_json())
     written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)
     if args.output_overlay is not None:
         write_atomic(args.output_overlay, to_json(result.parameter_overlay))
+    _report_outputs(args, result.document, result.request, progress)
     if args.json:
         sys.stdout.write(result.to_json())
     else:
         sys.stdout.write(result.summary())
-        for label, path in (("result", args.output), ("overlay", args.output_overlay)):
+        for label, path in (("result", args.output), ("overlay", args.output_overlay),
+                            ("report", args.report), ("mjcf", args.export_mjcf)):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
         if written:
@@ -166,21 +194,31 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
     from .request.document import load_calibration_request
-    from .result import to_json, write_atomic
+    from .result import strict, to_json, write_atomic
     from .scores import evaluate_parameter_sets, scores_text
 
     if args.output_overlay is not None:
         raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")
+    if getattr(args, "export_mjcf", None) is not None:
+        raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
     if progress is not None:
         progress(f"loading {args.request}")
     request = load_calibration_request(args.request)
     metrics: dict[str, Any] = {}
     document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
                                        metrics=metrics)
-    _warn(getattr(args, "command_name", "fibril_sim calibrate"), document.get("warnings"))
+    from .report import error_summary, floor_scores
+    from .scores import _units
+
+    document["error_summary"] = strict(error_summary(document["scores"],
+                                                     floor_scores(request, _units(request))))
+    name = getattr(args, "command_name", "fibril_sim calibrate")
+    _warn(name, document.get("warnings"))
+    _error_lines(name, document, args.quiet)
     text = to_json(document)
     if args.output is not None:
         write_atomic(args.output, text)
+    _report_outputs(args, document, request, progress)
     written = _write_metrics(args, metrics, single=False)
     if args.json:
         sys.stdout.write(text)
@@ -192,6 +230,8 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
         lines.extend(scores_text(document["scores"]))
         if args.output is not None:
             lines.append(f"result       {args.output}")
+        if getattr(args, "report", None) is not None:
+            lines.append(f"report       {args.report}")
         if written:
             lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
         sys.stdout.write("\n".join(lines) + "\n")
@@ -224,3 +264,89 @@ def _warn(name: str, warnings: Any) -> None:
 
 def _progress(name: str, message: str) -> None:
     print(f"{name}: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- report hooks
+
+def _check_report_options(args: argparse.Namespace) -> None:
+    """--report / --export-mjcf: fail before any fitting (matplotlib missing, bad folder)."""
+    from .result import check_writable
+
+    if getattr(args, "report", None) is not None:
+        from fibril_sim_core.reporting import check_report_folder, require_matplotlib
+
+        require_matplotlib("--report")
+        check_report_folder(args.report, "--report")
+    if getattr(args, "export_mjcf", None) is not None:
+        check_writable(args.export_mjcf, "--export-mjcf")
+
+
+def _report_outputs(args: argparse.Namespace, document: Any, request: Any,
+                    progress: Any, result_path: Path | None = None) -> None:
+    from .report import export_fitted_mjcf, report_result
+
+    result_path = result_path or getattr(args, "output", None)
+    if getattr(args, "export_mjcf", None) is not None:
+        export_fitted_mjcf(document, request, args.export_mjcf,
+                           result_path=None if result_path is None else str(result_path))
+    folder = getattr(args, "report", None)
+    if folder is not None:
+        index = report_result(document, folder, where=str(folder), request=request,
+                              result_path=None if result_path is None else str(result_path),
+                              progress=progress)
+        if progress is not None:
+            progress(f"report: {index}")
+
+
+def _error_lines(name: str, document: Any, quiet: bool) -> None:
+    """The physical-unit error per signal and pooled (nominal, fitted, hold-last) on stderr:
+    the numbers of the result's ``error_summary``."""
+    from .report import error_lines
+
+    if quiet:
+        return
+    for line in error_lines(document.get("error_summary")):
+        print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """``fibril_sim report RESULT.json --output DIR [--export-mjcf FITTED.xml]``."""
+    import json
+
+    from .errors import CalibrationError
+    from .report import load_request
+
+    if args.output is None and args.export_mjcf is None:
+        raise CalibrationError("report: give --output DIR and/or --export-mjcf FITTED.xml")
+    if args.output is not None:
+        from fibril_sim_core.reporting import check_report_folder, require_matplotlib
+
+        require_matplotlib("report")
+        check_report_folder(args.output, "--output")
+    if args.export_mjcf is not None:
+        from .result import check_writable
+
+        check_writable(args.export_mjcf, "--export-mjcf")
+    try:
+        document = json.loads(args.result.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CalibrationError(f"report: {str(args.result)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CalibrationError(f"report: {str(args.result)!r} is not a readable JSON "
+                               f"document: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") not in (
+            "fibril_calibration/result", "fibril_calibration/evaluation"):
+        raise CalibrationError(f"report: {str(args.result)!r} is not a calibration result "
+                               f"(format fibril_calibration/result or /evaluation)")
+    name = args.command_name
+    progress = None if args.quiet else (lambda message: _progress(name, message))
+    from fibril_sim_core._signals import ShutdownSignals
+
+    with ShutdownSignals(), _mujoco_warnings_kept():
+        request = load_request(document, str(args.result))
+        args.report = args.output
+        _report_outputs(args, document, request, progress, result_path=args.result)
+    for label, path in (("report", args.output), ("mjcf", args.export_mjcf)):
+        if path is not None:
+            sys.stdout.write(f"{label:<11}  {path}\n")
+    return 0

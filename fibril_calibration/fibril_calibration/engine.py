@@ -158,6 +158,11 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
                                      statistics, rollout_ticks)
     document["scores"] = strict(scores)
+    from .report.physical_errors import error_summary, floor_scores
+    from .scores import _units
+
+    document["error_summary"] = strict(error_summary(scores, floor_scores(request,
+                                                                          _units(request))))
     if state_fit is not None:
         document["initial_state_fit"] = strict(state_fit)
     document["input_timing"] = strict(input_timing(request))

@@ -162,6 +162,13 @@ def _parser() -> argparse.ArgumentParser:
                          help="new folder for the runs' traces (default: <output>.traces)")
     exp_run.add_argument("--overwrite", action="store_true",
                          help="replace an existing trace folder (never done without it)")
+    exp_run.add_argument("--report", type=Path, metavar="DIR",
+                         help="also write an HTML + PNG report (metrics against the baseline, "
+                              "run status, parameter differences, signals across runs); needs "
+                              "matplotlib")
+    exp_run.add_argument("--report-signal", action="append", metavar="SELECTOR",
+                         help="a trace selector to overlay across runs in the report "
+                              "(repeatable; default: the signal metrics' selectors)")
     exp_run.set_defaults(handler=_experiment_run)
     _register_plugins(commands)
     return parser
@@ -188,12 +195,24 @@ def _experiment_run(args: argparse.Namespace) -> int:
     from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
+    report = getattr(args, "report", None)
+    if report is not None:  # before any run: no matplotlib, or a folder that is not a report's
+        from .reporting import check_report_folder, require_matplotlib
+
+        require_matplotlib("--report")
+        check_report_folder(report, "--report")
     # SIGINT/SIGTERM raise Interrupted: runs stop, their traces close, no result is written.
     with ShutdownSignals():
         document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
                                   progress=lambda line: print(line, file=sys.stderr,
                                                               flush=True))
     write_json_atomically(args.output, document)
+    if report is not None:
+        from .experiments.experiment import load_experiment
+        from .experiments.report import default_signals, write_experiment_report
+
+        signals = args.report_signal or default_signals(load_experiment(args.experiment))
+        write_experiment_report(document, report, signals)
     summary = document["summary"]
     print(f"{summary['succeeded']}/{summary['runs']} run(s) succeeded: "
           + ", ".join(f"{n} {s}" for s, n in sorted(summary["by_status"].items())))
@@ -201,6 +220,8 @@ def _experiment_run(args: argparse.Namespace) -> int:
         metrics = ", ".join(f"{k}={_short(v)}" for k, v in run["metrics"].items())
         print(f"  {run['id']:<16} {run['status']:<18} {metrics}")
     print(f"results: {args.output}\ntraces:  {traces}")
+    if report is not None:
+        print(f"report:  {report}")
     return 0 if summary["succeeded"] == summary["runs"] else 1
 
 

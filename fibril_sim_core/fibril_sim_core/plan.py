@@ -310,6 +310,23 @@ class SimulationBuilder:
                 family.issued[id(plan)] = plan
         return plan
 
+    def model_spec(self, manifest: SimulationManifest | str | Path,
+                   overlays: ParameterOverlays | Sequence[OverlayParameter] | None = None
+                   ) -> mujoco.MjSpec:
+        """The MjSpec ``build`` compiles for the same arguments: the model with the MuJoCo
+        overlays applied and the components' additions (``mjcf_export`` writes it out)."""
+        if not isinstance(manifest, SimulationManifest):
+            manifest = load_manifest(manifest)
+        overlays = self._overlays(manifest, overlays)
+        registry = self._registry_with_extensions(manifest)
+        components = self._components(manifest, registry, overlays)
+        spec, model_key, _ = self._parse_model(manifest)
+        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
+                              inertials=self._inertials, model_key=model_key)
+        for component in components:
+            registry.get(component.type).prepare(component, spec)
+        return spec
+
     def release(self, plan: SimulationPlan) -> None:
         """The caller is done with ``plan``: it keeps no reference to the plan, its instances,
         its model or arrays of that model. The builder may then write a later candidate's

@@ -37,7 +37,9 @@ THIRD_PARTY = {
 #: Imported only where present, for an optional feature, and so not declared: lz4 reads the
 #: lz4-compressed MCAP chunks of bags other tools wrote (Fibril writes zstd; rosbags brings lz4);
 #: pytest is imported by fibril_sim_ros.testing_pytest, a plugin only pytest itself loads.
-OPTIONAL = {"lz4", "pytest"}
+#: matplotlib draws the optional reports (--report): declared as the ``report`` extra of setup.py
+#: and in package.xml (``optional_dependencies_are_declared`` below), imported lazily.
+OPTIONAL = {"lz4", "pytest", "matplotlib"}
 #: ROS packages whose Python module has the package's name (rosdep key = name), from ROS only.
 ROS_MODULES = {
     "rclpy", "fibril_msgs", "std_msgs", "sensor_msgs", "geometry_msgs", "nav_msgs",
@@ -124,3 +126,14 @@ def test_nothing_declared_that_is_not_imported(package: str) -> None:
 def test_distro_versions_are_ubuntu_24_04s() -> None:
     pins = distro_versions()
     assert (pins["numpy"], pins["scipy"], pins["pyyaml"]) == ("1.26.4", "1.11.4", "6.0.1")
+
+
+@pytest.mark.parametrize("package", ("fibril_sim_core", "fibril_calibration"))
+def test_optional_dependencies_are_declared(package: str) -> None:
+    """matplotlib (reports, drawn through fibril_sim_core.reporting): rosdep installs it, pip
+    installs it with ``[report]``, at the version the distro run tests."""
+    assert "matplotlib" in imported_modules("fibril_sim_core")
+    tested = distro_versions()["matplotlib"]
+    assert exec_depends(package).get("python3-matplotlib") == tested
+    setup = (REPO / package / "setup.py").read_text()
+    assert f"extras_require={{'report': ['matplotlib>={tested}']}}" in setup

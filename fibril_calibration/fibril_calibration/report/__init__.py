@@ -1,0 +1,17 @@
+"""See the fit: the calibration report (HTML + PNG) and the fitted-model MJCF export.
+
+    fibril_sim calibrate calibration.yaml --report report/ --export-mjcf fitted.xml
+    fibril_sim report result.json --output report/ --export-mjcf fitted.xml
+
+``write_report`` draws a result (and its re-simulated time series) into one folder: a
+self-contained ``index.html`` and every figure as a PNG. ``physical_errors`` holds the
+nominal-vs-fitted table in physical units that the result JSON and the stderr summary share.
+matplotlib is needed only to draw (``fibril_calibration[report]``).
+"""
+
+from .physical_errors import error_lines, error_summary, floor_scores
+from .writer import export_fitted_mjcf, report_result, write_report
+from .series import SignalSeries, load_request, simulate_series
+
+__all__ = ["SignalSeries", "error_lines", "error_summary", "export_fitted_mjcf",
+           "floor_scores", "load_request", "report_result", "simulate_series", "write_report"]

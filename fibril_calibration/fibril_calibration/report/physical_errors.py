@@ -1,0 +1,183 @@
+"""Nominal vs fitted error in physical units, with a hold-last predictor as the floor.
+
+The standardized RMS says how well a fit explains the data relative to the declared scales;
+an engineer asks "what is the held-out joint error in radians, before and after, and is that
+better than doing nothing?". ``error_summary`` answers it per signal component and pooled per
+unit (every component with the same physical unit together: the seven joints of an arm in rad),
+training and validation apart, for each scored parameter set and for the **hold-last**
+predictor: each signal held at its first recorded value of the episode (the last value known
+when the simulation starts; a model worse than it explains nothing of the motion).
+
+The same function serves the result JSON (``error_summary``, from the scores and the request's
+recorded values), the stderr summary line and the report's table (from the re-simulated
+residuals), so the three show the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FLOOR", "aggregate", "error_lines", "error_summary", "floor_scores",
+           "hold_last_error"]
+
+FLOOR = "hold_last"
+FLOOR_DESCRIPTION = ("hold_last: each signal held at its first recorded value of the episode "
+                     "(no model); a floor the simulation should beat on moving signals")
+NO_UNIT = "observation units"  # never pooled: two such signals need not be commensurable
+
+Part = tuple[str, Sequence[str], str, np.ndarray]  # signal, components, unit, (n, r) errors
+
+
+def hold_last_error(values: np.ndarray, quaternion: bool) -> np.ndarray:
+    """(held - recorded) of one episode's signal, in its units (rotation vector for an
+    orientation), with the first recorded sample held."""
+    if values.shape[0] == 0:
+        return np.empty((0, 3 if quaternion else values.shape[1]))
+    held = np.broadcast_to(values[:1], values.shape)
+    if quaternion:
+        from ..alignment import quat_error
+
+        return quat_error(np.array(held), values)
+    return held - values
+
+
+def aggregate(parts: Iterable[Part]) -> list[dict[str, Any]]:
+    """Per signal (in first-seen order, all its episodes together): samples and each
+    component's RMS and largest absolute error."""
+    merged: dict[str, tuple[Sequence[str], str, list[np.ndarray]]] = {}
+    for name, components, unit, errors in parts:
+        merged.setdefault(name, (components, unit, []))[2].append(errors)
+    out = []
+    for name, (components, unit, arrays) in merged.items():
+        samples = sum(a.shape[0] for a in arrays)
+        if samples == 0:
+            rms: list[float | None] = [None] * len(components)
+            peak: list[float | None] = [None] * len(components)
+        else:
+            squares = sum(np.sum(a * a, axis=0) for a in arrays)
+            rms = np.sqrt(np.asarray(squares) / samples).tolist()
+            peak = np.max([np.max(np.abs(a), axis=0) for a in arrays if a.shape[0]],
+                          axis=0).tolist()
+        out.append({"signal": name, "unit": unit, "samples": int(samples),
+                    "components": list(components), "rms": rms, "max_abs": peak})
+    return out
+
+
+def floor_scores(request: Any, units: Mapping[str, str]) -> dict[str, Any]:
+    """The hold-last predictor's scores of every scope of a request (recorded values only);
+    ``units``: observation id → its physical unit (as the scores name it)."""
+    observations = {o.id: o for o in request.observations}
+    out: dict[str, Any] = {}
+    for scope in ("training", "validation"):
+        episodes = request.episodes(scope)
+        if not episodes:
+            out[scope] = None
+            continue
+        parts = []
+        for episode in episodes:
+            for signal in episode.signals:
+                observation = observations[signal.observation]
+                parts.append((signal.observation, observation.residual_components,
+                              units.get(signal.observation, NO_UNIT),
+                              hold_last_error(signal.values, observation.quaternion)))
+        out[scope] = {"signals": aggregate(parts)}
+    return out
+
+
+def error_summary(scores: Mapping[str, Any], floor: Mapping[str, Any] | None
+                  ) -> dict[str, Any]:
+    """Per scope, each signal component's RMS for every parameter set and the floor, and the
+    same pooled per physical unit."""
+    names = list(scores)
+    summary: dict[str, Any] = {
+        "quantity": "root mean square of (simulated - recorded) in the observation's units "
+                    "(an orientation: the rotation-vector components, rad)",
+        "sets": names, "floor": FLOOR_DESCRIPTION if floor else None}
+    for scope in ("training", "validation"):
+        columns: dict[str, list[dict[str, Any]]] = {}
+        for name in names:
+            entry = (scores[name] or {}).get(scope)
+            if entry and "error" not in entry:
+                columns[name] = entry["signals"]
+        if floor and floor.get(scope):
+            columns[FLOOR] = floor[scope]["signals"]
+        if not columns:
+            summary[scope] = None
+            continue
+        rows: list[dict[str, Any]] = []
+        keyed: dict[tuple[str, str], dict[str, Any]] = {}
+        for column, signals in columns.items():
+            for signal in signals:
+                for c, component in enumerate(signal["components"]):
+                    key = (signal["signal"], component)
+                    row = keyed.get(key)
+                    if row is None:
+                        row = keyed[key] = {"signal": signal["signal"], "component": component,
+                                            "unit": signal["unit"],
+                                            "samples": signal["samples"],
+                                            "rms": {n: None for n in [*names, *(
+                                                [FLOOR] if FLOOR in columns else [])]}}
+                        rows.append(row)
+                    row["rms"][column] = signal["rms"][c]
+        summary[scope] = {"signals": rows, "pooled": _pooled(rows)}
+    return summary
+
+
+def _pooled(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row["unit"] != NO_UNIT:
+            groups.setdefault(row["unit"], []).append(row)
+    out = []
+    for unit, members in groups.items():
+        count = sum(r["samples"] for r in members)
+        rms: dict[str, float | None] = {}
+        for column in members[0]["rms"]:
+            values = [r["rms"][column] for r in members]
+            if count == 0 or any(v is None for v in values):
+                rms[column] = None
+            else:
+                rms[column] = math.sqrt(sum(v * v * r["samples"] for v, r in
+                                            zip(values, members)) / count)
+        out.append({"unit": unit, "components": [f"{r['signal']}.{r['component']}"
+                                                 for r in members],
+                    "samples": count, "rms": rms})
+    return out
+
+
+def units_of(document: Mapping[str, Any]) -> dict[str, str]:
+    """Observation id → unit, as a result's scores name them."""
+    out: dict[str, str] = {}
+    for entry in (document.get("scores") or {}).values():
+        for scope in ("training", "validation"):
+            block = (entry or {}).get(scope) if isinstance(entry, Mapping) else None
+            for signal in (block or {}).get("signals") or []:
+                out.setdefault(signal["signal"], signal["unit"])
+    return out
+
+
+def error_lines(summary: Mapping[str, Any] | None) -> list[str]:
+    """One line per scope: pooled per unit first, then every signal component, each
+    ``set value`` ... ``hold_last value`` in its unit."""
+    lines: list[str] = []
+    for scope in ("training", "validation"):
+        block = (summary or {}).get(scope)
+        if not block:
+            continue
+        cells = [f"pooled [{p['unit']}] {_cells(p['rms'])}" for p in block["pooled"]]
+        cells += [f"{r['signal']}.{r['component']} [{r['unit']}] {_cells(r['rms'])}"
+                  for r in block["signals"]]
+        lines.append(f"{scope} rms in physical units: " + "; ".join(cells))
+    return lines
+
+
+def _cells(rms: Mapping[str, Any]) -> str:
+    return " ".join(f"{name} {_g(value)}" for name, value in rms.items())
+
+
+def _g(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

@@ -1,0 +1,206 @@
+"""Shared pieces of the HTML + PNG reports (calibration, experiments).
+
+A report is one folder: ``index.html`` that opens from disk with no network and no JavaScript,
+and every figure beside it as a PNG. matplotlib is optional: ``require_matplotlib`` fails at
+start-up (before any work) with one line naming the package and the install command, and
+figures are drawn on Agg ``Figure`` objects (no pyplot state, headless). The folder is written
+under a temporary name and renamed into place: an error or SIGINT leaves no half report.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import FibrilError
+
+__all__ = ["Raw", "ReportError", "ReportFolder", "check_report_folder", "escape", "figure",
+           "image", "note", "number", "page", "require_matplotlib", "table"]
+
+INSTALL_HINT = ("pip install 'fibril_calibration[report]' (or pip install matplotlib; "
+                "apt: python3-matplotlib)")
+
+
+class ReportError(FibrilError):
+    """A report cannot be written (missing matplotlib, a folder that is not a report's)."""
+
+
+def require_matplotlib(option: str = "--report") -> None:
+    """Fail now, with one line, when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError:
+        raise ReportError(f"{option} needs the Python package matplotlib, which is not "
+                          f"installed: {INSTALL_HINT}") from None
+
+
+def figure(width: float = 8.0, height: float = 4.0, *, layout: str | None = None) -> Any:
+    """A new Agg-backed matplotlib Figure (no pyplot, no display). Placed by hand
+    (``subplots_adjust``) by default: constrained layout measures every label and costs as
+    much as the drawing."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=72, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def check_report_folder(path: Path, option: str = "--report") -> None:
+    """Before any work: ``path`` is a new or empty folder, or an earlier report (replaced)."""
+    if path.exists():
+        if not path.is_dir():
+            raise ReportError(f"{option} {str(path)!r} is a file, not a folder")
+        entries = list(path.iterdir())
+        if entries and not (path / "index.html").is_file():
+            raise ReportError(f"{option} {str(path)!r} is a non-empty folder that holds no "
+                              f"report (index.html); choose a new or empty folder")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise ReportError(f"{option} {str(path)!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ReportError(f"{option} {str(path)!r}: folder {str(parent)!r} is not writable")
+
+
+class ReportFolder:
+    """Figures and the page are written into a temporary sibling folder; ``commit`` renames
+    it over ``path`` (an earlier report there is replaced), ``discard`` removes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        parent = path.absolute().parent
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=parent))
+        self.figures: list[str] = []
+
+    def save(self, fig: Any, name: str) -> str:
+        """Write ``fig`` as ``name``.png; returns the file name (relative to the page)."""
+        filename = _save(fig, self.staging, name)
+        self.figures.append(filename)
+        return filename
+
+    def draw_many(self, jobs: Sequence[tuple[str, Callable[..., Any], tuple]]) -> list[str]:
+        """``name, function, args`` per figure (``function(*args)`` returns a Figure), drawn
+        and saved; file names in job order. Many figures are drawn by forked worker processes
+        on a multi-core machine (matplotlib draws in one thread), only while this process
+        runs no other thread (a fork then copies no lock a thread holds)."""
+        workers = min(len(jobs) // 3, os.cpu_count() or 1, 4)
+        if workers < 2 or threading.active_count() > 1 or \
+                "fork" not in multiprocessing.get_all_start_methods():
+            return [self.save(function(*args), name) for name, function, args in jobs]
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            names = list(pool.map(_draw_job, [(self.staging, name, function, args)
+                                              for name, function, args in jobs]))
+        self.figures.extend(names)
+        return names
+
+    def commit(self, page_text: str) -> Path:
+        (self.staging / "index.html").write_text(page_text, encoding="utf-8")
+        os.chmod(self.staging, 0o755)
+        old: Path | None = None
+        if self.path.exists():
+            old = self.path.with_name(f".{self.path.name}.old-{os.getpid()}")
+            os.rename(self.path, old)
+        os.rename(self.staging, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.path / "index.html"
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def __enter__(self) -> ReportFolder:
+        return self
+
+    def __exit__(self, kind: Any, *rest: Any) -> None:
+        if self.staging.exists():
+            self.discard()
+
+
+def _save(fig: Any, folder: Path, name: str) -> str:
+    filename = f"{name}.png"
+    # zlib level 2: the default level spends about as long compressing as drawing.
+    fig.savefig(folder / filename, dpi=72, pil_kwargs={"compress_level": 2})
+    fig.clear()
+    return filename
+
+
+def _draw_job(job: tuple[Path, str, Callable[..., Any], tuple]) -> str:
+    folder, name, function, args = job
+    return _save(function(*args), folder, name)
+
+
+def escape(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def number(value: Any, digits: int = 4) -> str:
+    """A number for a table cell (``n/a`` for None or non-finite)."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "n/a"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
+          classes: Sequence[str] | None = None) -> str:
+    """An HTML table; cells are escaped unless given as ``Raw``."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{escape(classes[i])}"' if classes and classes[i] else ""
+        cells = "".join(f"<td>{c if isinstance(c, Raw) else escape(c)}</td>" for c in row)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+class Raw(str):
+    """Cell or section content that is already HTML."""
+
+
+_STYLE = """
+body{font-family:sans-serif;margin:1.5em auto;max-width:1100px;color:#222;line-height:1.4}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
+th{background:#f0f0f0}tr.warn td{background:#fff3cd}tr.bad td{background:#f8d7da}
+tr.validation td{background:#eef6ff}.note{color:#555;font-style:italic}
+img{max-width:100%;border:1px solid #ddd;margin:.3em 0}code{background:#f5f5f5}
+.verdict{font-size:1.1em;font-weight:bold}nav a{margin-right:.8em}
+"""
+
+
+def page(title: str, sections: Sequence[tuple[str, str, str]]) -> str:
+    """The whole page: ``sections`` are (anchor, heading, HTML body); a contents line on top.
+    Inline CSS only: nothing is fetched when it opens."""
+    nav = " ".join(f'<a href="#{escape(a)}">{escape(h)}</a>' for a, h, _ in sections)
+    body = "\n".join(f'<section id="{escape(a)}"><h2>{escape(h)}</h2>\n{b}\n</section>'
+                     for a, h, b in sections)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>"
+            f"<h1>{escape(title)}</h1>\n<nav>{nav}</nav>\n{body}\n</body></html>\n")
+
+
+def image(filename: str, alt: str) -> str:
+    return f'<img src="{escape(filename)}" alt="{escape(alt)}">'
+
+
+def note(text: str) -> str:
+    return f'<p class="note">{escape(text)}</p>'
