@@ -226,8 +226,8 @@ class SimNode(Node):
         if trace_dir:
             from fibril_sim_core.trace import TraceWriter
 
-            self._trace = TraceWriter(trace_dir, provenance=dict(
-                plan.provenance, seed=seed, live_session=True,
+            self._trace = TraceWriter(trace_dir, provenance=plan.run_provenance(
+                seed, live_session=True,
                 bridge=self.bridge.source), layout=dict(plan.layout))
         # A SimulationServer only when asked for (a viewer or a test harness attaching to the
         # node's simulation): its hook sees every record on the host thread.
