@@ -254,7 +254,7 @@ def _write_lab_files(args: argparse.Namespace, sysid: dict[str, Any] | None,
 def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
-    from .request import load_calibration_request
+    from .request.document import load_calibration_request
     from .result import to_json, write_atomic
     from .scores import evaluate_parameter_sets, scores_text
 
