@@ -79,8 +79,8 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
                    values: Mapping[str, float] | None = None,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
-    from .franka import FrankaSource
-    from .sources import SourceError
+    from .recordings.franka import FrankaSource
+    from .recordings.sources import SourceError
 
     label = f"--write-sim-csv: episode {episode.id!r}"
     info = dict(episode.source or {})
@@ -364,9 +364,9 @@ def sim_episodes(request: Any) -> tuple[Any, ...]:
 def set_plan(request: Any, name: str) -> tuple[Any, dict[str, float]]:
     """The plan and parameter values of one ``--evaluate`` set (``nominal`` or an overlay
     artifact), built as ``evaluate_parameter_sets`` builds its candidates."""
-    from .candidate_plan import CandidatePlanBuilder
+    from .model.candidate_plan import CandidatePlanBuilder
     from .scores import nominal_set, overlay_values
-    from .time_offsets import candidate_builder
+    from .recordings.time_offsets import candidate_builder
 
     if name == "nominal":
         chosen, fixed = nominal_set(request), ()
