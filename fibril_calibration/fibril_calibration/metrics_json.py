@@ -108,7 +108,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
 
 def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     """The episode's franka_sysid recording (opened once per path), or None."""
-    from .recordings.formats import open_source
+    from .recordings.franka import episode_recording
     from .recordings.sources import SourceError
 
     source = episode.source or {}
@@ -116,9 +116,8 @@ def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
         return None
     key = (source["path"], source.get("sidecar"))
     if key not in cache:
-        sidecar = Path(source["sidecar"]) if source.get("sidecar") else None
         try:
-            cache[key] = open_source(Path(source["path"]), "franka_sysid", sidecar=sidecar)
+            cache[key] = episode_recording(source)
         except SourceError:
             cache[key] = None
     return cache[key]

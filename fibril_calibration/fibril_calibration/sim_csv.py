@@ -79,7 +79,7 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
                    values: Mapping[str, float] | None = None,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
-    from .recordings.franka import FrankaSource
+    from .recordings.franka import episode_recording
     from .recordings.sources import SourceError
 
     label = f"--write-sim-csv: episode {episode.id!r}"
@@ -90,7 +90,7 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
                                f"{info.get('format') or 'a trace'}")
     real_path = Path(info["path"])
     try:
-        real = FrankaSource(real_path, Path(info["sidecar"]) if info.get("sidecar") else None)
+        real = episode_recording(info)
     except SourceError as exc:
         raise CalibrationError(f"{label}: {exc}") from None
     model = plan.model
@@ -374,7 +374,8 @@ def set_plan(request: Any, name: str) -> tuple[Any, dict[str, float]]:
         chosen, fixed = overlay_values(request, Path(name))
     values = dict(chosen[1])
     builder = candidate_builder(
-        lambda m, p, f=fixed: CandidatePlanBuilder(m, p, fixed_overlays=f),
+        lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
+            m, p, fixed_overlays=f),
         request.manifest, request.parameters)
     try:
         return builder.build(values), values

@@ -33,7 +33,7 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
                              anchor_relative, check_schema, parse_abort, ring_log_issues)
 from .sources import CsvSource, SourceError, Stream, check_times
 
-__all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets"]
+__all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets", "episode_recording"]
 
 _VECTORS = {"x": "x_", "x_des": "x_des_", "dx_des": "dx_des_"}
 _QUATERNIONS = {"quat": "quat_", "quat_des": "quat_des_"}
@@ -339,6 +339,16 @@ class FrankaSource(CsvSource):
             return replace(stream, components=tuple(expanded))
         return super().stream(topic=topic, field=field, columns=expanded, time=time,
                               message_type=message_type)
+
+
+def episode_recording(info: Mapping[str, Any]) -> FrankaSource:
+    """The franka_sysid run of an episode's source info, opened again as the request read it
+    (its sidecar, the ring-log problems it accepted, an abort it truncated at)."""
+    report = info.get("ring_log") or {}
+    return FrankaSource(Path(info["path"]),
+                        Path(info["sidecar"]) if info.get("sidecar") else None,
+                        accept=tuple(report.get("accepted") or ()),
+                        abort="truncate" if report.get("abort") else "refuse")
 
 
 class FrankaTargetSource(FrankaSource):

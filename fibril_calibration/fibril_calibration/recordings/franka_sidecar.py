@@ -180,3 +180,31 @@ def _numbers(value: Any, count: int) -> bool:
     return (isinstance(value, (list, tuple)) and len(value) == count
             and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                     and math.isfinite(v) for v in value))
+
+
+#: Where the gains go by default: the Cartesian impedance of config/examples/panda (MuJoCo
+#: position actuators on the end-effector site, kp / kv).
+POSITION_ACTUATORS = ("ee_x", "ee_y", "ee_z")
+ORIENTATION_ACTUATORS = ("ee_rx", "ee_ry", "ee_rz")
+
+
+def gain_overlays(sidecar: Mapping[str, Any], path: Path, *,
+                  position: Sequence[str] = POSITION_ACTUATORS,
+                  orientation: Sequence[str] = ORIENTATION_ACTUATORS) -> tuple[Any, ...]:
+    """The run's ``args.kp_*`` / ``kd_*`` as overlay parameters of the impedance's actuators:
+    ``actuator_position_kp`` / ``_kv`` of ``position`` (kp_pos, kd_pos) and ``orientation``
+    (kp_ori, kd_ori), so the replay uses the gains the run was recorded with."""
+    from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
+
+    values = gains(sidecar, path)
+    out = []
+    for key, kind, actuators, unit in (("kp_pos", "actuator_position_kp", position, "N_per_m"),
+                                       ("kd_pos", "actuator_position_kv", position, "N_s_per_m"),
+                                       ("kp_ori", "actuator_position_kp", orientation,
+                                        "N_m_per_rad"),
+                                       ("kd_ori", "actuator_position_kv", orientation,
+                                        "N_m_s_per_rad")):
+        out.append(OverlayParameter(key, values[key],
+                                    tuple(MujocoTarget(kind, a) for a in actuators), unit,
+                                    f"sidecar {path} args.{key}"))
+    return tuple(out)
