@@ -318,3 +318,23 @@ def test_bad_target_csvs_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=r"line 6: '0.0045' is 1.5 ms after the row before; "
                                           r"a target CSV is a 1 kHz reference"):
         open_source(target, "franka_target")
+
+
+def test_the_documents_ring_log_block_with_every_problem(tmp_path: Path) -> None:
+    """gaps, dropped frames and a save error in one ring_log block: accepting the dropped
+    frames and the save error still refuses a window across the gap, and uses the others."""
+    run = _write_run(tmp_path, drop=range(300, 321))
+    sidecar = copy.deepcopy(SPEC_SIDECAR)
+    sidecar["q_init"] = json.loads(run.with_suffix(".json").read_text())["q_init"]
+    sidecar["ring_log"].update(gaps=[[SEQ_FIRST + 300, SEQ_FIRST + 320]], dropped_frames=7,
+                               save_error="partial fetch", path=None, targets_path=None)
+    run.with_suffix(".json").write_text(json.dumps(sidecar))
+    accepted = _source(_request(tmp_path, run), accept=["dropped_frames", "save_error"])
+    with pytest.raises(CalibrationRequestError, match="ring log gap of frames 5300..5320"):
+        _load(tmp_path, accepted)
+    accepted["training"][0]["windows"] = [[0.0, 0.2], [0.4, 0.6]]
+    request = _load(tmp_path, accepted)
+    assert [e.source["ring_log"] for e in request.training] == [
+        {"dropped_frames": 7, "save_error": "partial fetch",
+         "accepted": ["dropped_frames", "save_error"]}] * 2
+    assert len(recording_warnings(request)) == 2
