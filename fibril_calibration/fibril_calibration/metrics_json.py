@@ -91,6 +91,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "real_csv": path, "sim_csv": None, "real_sidecar": sidecar, "sim_sidecar": None,
             "sysid_params": _sysid_params(provenance),
             "parameter_set": parameter_set, "episode": episode_id, "scope": scope,
+            "episode_seed": int(episode.seed),
             "window_s": source.get("window_s"),
             "num_samples": int(times.shape[0]),
             "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,

@@ -242,6 +242,8 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                    "request": {"path": str(request.path), "sha256": request.sha256},
                    "episodes": {scope: [e.id for e in request.episodes(scope)]
                                 for scope in ("training", "validation")},
+                   "episode_seeds": {e.id: e.seed for e in request.training
+                                     + request.validation},
                    "input_timing": input_timing(request),
                    "warnings": recording_warnings(request),
                    "scores": scored})

@@ -141,8 +141,11 @@ def _check_sim_files(csv_path: Path, sidecar_path: Path, metrics: dict[str, Any]
 def test_evaluate_writes_the_sim_csv_of_every_validation_episode(tmp_path: Path) -> None:
     request = _request(tmp_path)
     code = main(["calibrate", str(request), "--quiet", "--evaluate", "nominal",
-                 "--metrics", str(tmp_path / "m"), "--write-sim-csv", str(tmp_path / "s")])
+                 "--metrics", str(tmp_path / "m"), "--write-sim-csv", str(tmp_path / "s"),
+                 "--output", str(tmp_path / "scores.json")])
     assert code == 0
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["episode_seeds"] == {"loop-01": 0, "loop-02": 0, "loop-03": 0}
     folder = tmp_path / "s" / "nominal" / "loop-03"
     assert sorted(p.name for p in folder.iterdir()) == ["loop-03_sim.csv", "loop-03_sim.json"]
     metrics = json.loads((tmp_path / "m" / "nominal" / "loop-03" / "metrics.json").read_text())
@@ -151,6 +154,7 @@ def test_evaluate_writes_the_sim_csv_of_every_validation_episode(tmp_path: Path)
     sidecar = json.loads((folder / "loop-03_sim.json").read_text())
     assert sidecar["applied_params"]["values"]["damping_joint1"] == 1.0
     assert metrics["sysid_params"] is None  # not from a lab file
+    assert metrics["episode_seed"] == 0 and sidecar["args"]["episode_seed"] == 0
 
 
 def test_fit_writes_sim_csv_and_sysid_best_params(tmp_path: Path) -> None:

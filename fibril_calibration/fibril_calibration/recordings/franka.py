@@ -525,13 +525,7 @@ def _xrel(source: Any, column: Any) -> list[np.ndarray]:
     """The xrel_des columns: ``x_des_*`` in the anchor frame (``x_anchor``,
     ``q_anchor_xyzw``): the position setpoints of site actuators whose reference site is the
     anchor, as rotvec_des are the orientation ones."""
-    target = np.column_stack([column(f"x_des_{c}") for c in "xyz"])
-    bad = ~np.all(np.isfinite(target), axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise SourceError(f"recording {str(source.path)!r} columns x_des_*: "
-                          f"{int(bad.sum())} row(s) with NaN, the first at "
-                          f"{source.times_ns[first] / 1e9:.9g} s")
+    target = _finite_columns(source, column, "x_des_", "xyz")
     try:
         relative = anchor_relative(target, source.sidecar, source.sidecar_path)
     except SidecarProblem as exc:
@@ -549,12 +543,18 @@ def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
         raise SourceError(f"sidecar {str(sidecar_path)!r} has no q_anchor_xyzw (4 "
                           f"numbers) for the rotvec_des columns")
     x, y, z, w = (float(v) for v in anchor)
-    target = np.column_stack([column(f"quat_des_{c}") for c in "wxyz"])
-    bad = ~np.all(np.isfinite(target), axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise SourceError(f"recording {str(source.path)!r} columns quat_des_*: "
-                          f"{int(bad.sum())} row(s) with NaN, the first at "
-                          f"{source.times_ns[first] / 1e9:.9g} s")
+    target = _finite_columns(source, column, "quat_des_", "wxyz")
     rotvec = quat_error(target, np.tile([w, x, y, z], (target.shape[0], 1)))
     return [np.ascontiguousarray(rotvec[:, i]) for i in range(3)]
+
+
+def _finite_columns(source: Any, column: Any, stem: str, axes: str) -> np.ndarray:
+    """The columns ``stem + axis`` side by side; a row with NaN is a SourceError."""
+    values = np.column_stack([column(f"{stem}{c}") for c in axes])
+    bad = ~np.all(np.isfinite(values), axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise SourceError(f"recording {str(source.path)!r} columns {stem}*: "
+                          f"{int(bad.sum())} row(s) with NaN, the first at "
+                          f"{source.times_ns[first] / 1e9:.9g} s")
+    return values
