@@ -12,6 +12,9 @@
 #                (set up like .venv/, idempotent)
 #   make test-busy  the `ros or slow` tests again beside two CPU-burning processes (CI runs it
 #                after make test), so that no test depends on an idle machine
+#   make docs    the documentation (Sphinx + MyST, docs/requirements.txt installed into .venv/
+#                when Sphinx is missing) into docs/_build/html, warnings as errors; the Reference
+#                pages are generated from the code
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
 #                wheel-damping experiment and the drivetrain calibration (results in .demo/),
 #                then the SIL demo: the ROS 2 simulation node and the example controller as
@@ -31,7 +34,7 @@ PYTEST_ARGS ?=
 # Two processes on this machine talk over Fast DDS shared memory only: no network traffic.
 export FASTDDS_BUILTIN_TRANSPORTS := SHM
 
-.PHONY: setup test test-busy test-distro demo clean
+.PHONY: setup test test-busy test-distro docs demo clean
 
 setup:
 	@VENV="$(CURDIR)/$(VENV)" scripts/bootstrap.sh
@@ -52,6 +55,13 @@ test-distro:
 	  scripts/bootstrap.sh
 	@$(call pytest,$(DISTRO_VENV))
 
+# Not after setup: the docs build needs the venv's packages only (CI runs it after make test).
+docs:
+	@$(PY) -c 'import sphinx, myst_parser' 2>/dev/null || \
+	  $(PY) -m pip install --quiet --no-deps -r docs/requirements.txt
+	$(PY) -m sphinx -W --keep-going -b html -q docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 demo: setup
 	@rm -rf .demo && mkdir -p .demo
 	$(VENV)/bin/fibril_sim run config/examples/drivetrain/simulation.yaml --duration 2.0 --trace .demo/trace
@@ -63,7 +73,7 @@ demo: setup
 	$(PY) -m fibril_sim_ros.examples.sil_demo --duration 3
 
 clean:
-	rm -rf $(VENV) $(DISTRO_VENV) .demo .pytest_cache
+	rm -rf $(VENV) $(DISTRO_VENV) .demo .pytest_cache docs/_build docs/reference/generated
 	rm -rf fibril_msgs/build fibril_sim_core/build fibril_calibration/build fibril_sim_ros/build
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 \
 	  | xargs -0 rm -rf

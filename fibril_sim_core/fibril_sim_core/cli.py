@@ -1,4 +1,5 @@
-"""``fibril_sim``: inspect a plan, run a simulation into a trace, query traces.
+"""``fibril_sim``: write a manifest for a model, inspect a plan, run a simulation into a trace,
+query traces.
 
 User mistakes print one line ``fibril_sim: error: ...`` and exit 2; never a traceback.
 """
@@ -125,6 +126,32 @@ def _parser() -> argparse.ArgumentParser:
                             "missing is listed as warnings on stderr")
     query.set_defaults(handler=_trace_query)
 
+    init = commands.add_parser(
+        "init", help="write a commented manifest and bridge file for an MJCF model",
+        description="Write DIR/simulation.yaml (a SimulationManifest: every actuator an "
+                    "endpoint in the modes its MuJoCo type accepts, every hinge/slide joint an "
+                    "encoder, MJCF sensors as devices where a device type fits) and "
+                    "DIR/bridge.yaml, validated before they are written.")
+    init.add_argument("model", type=Path, help="the MJCF file (.xml)")
+    init.add_argument("--output", "-o", type=Path, required=True, metavar="DIR",
+                      help="folder for simulation.yaml and bridge.yaml (created)")
+    init.add_argument("--joints", action="append", default=[], metavar="PATTERN",
+                      help="give encoders only to the joints matching this glob (repeatable; "
+                           "default: every hinge and slide joint)")
+    init.add_argument("--no-encoders", action="store_true",
+                      help="no encoders (the bridge's /joint_states still carries every joint)")
+    init.add_argument("--cameras", action="store_true",
+                      help="make the model's named cameras devices (default: commented out; "
+                           "rendering needs an offscreen OpenGL)")
+    init.add_argument("--encoder-rate", type=float, default=500.0, metavar="HZ",
+                      help="encoder sample rate, Hz of sim time (default 500)")
+    init.add_argument("--sensor-rate", type=float, default=100.0, metavar="HZ",
+                      help="IMU, rangefinder and touch sample rate, Hz (default 100)")
+    init.add_argument("--camera-rate", type=float, default=30.0, metavar="HZ",
+                      help="camera frame rate, Hz (default 30)")
+    init.add_argument("--force", action="store_true", help="replace existing files in DIR")
+    init.set_defaults(handler=_init)
+
     experiment = commands.add_parser("experiment", help="parameter experiments")
     experiment_commands = experiment.add_subparsers(title="experiment commands",
                                                     metavar="COMMAND")
@@ -177,6 +204,27 @@ def _experiment_run(args: argparse.Namespace) -> int:
         print(f"  {run['id']:<16} {run['status']:<18} {metrics}")
     print(f"results: {args.output}\ntraces:  {traces}")
     return 0 if summary["succeeded"] == summary["runs"] else 1
+
+
+def _init(args: argparse.Namespace) -> int:
+    from .manifest_init import InitOptions, command_line, generate, write
+
+    extra = [f"--joints={p}" for p in args.joints]
+    extra += ["--no-encoders"] * args.no_encoders + ["--cameras"] * args.cameras
+    options = InitOptions(
+        encoder_rate=args.encoder_rate, sensor_rate=args.sensor_rate,
+        camera_rate=args.camera_rate, joints=tuple(args.joints), encoders=not args.no_encoders,
+        cameras=args.cameras, command=command_line(str(args.model), str(args.output), extra))
+    result = generate(args.model, args.output, options)
+    manifest, bridge = write(result, args.output, force=args.force)
+    print(f"wrote {manifest}: {len(result.endpoints)} endpoint(s), "
+          f"{len(result.devices)} device(s)")
+    print(f"wrote {bridge}")
+    for line in result.skipped:
+        print(f"  as a comment: {line}")
+    print(f"next: python -m fibril_sim_ros.sim_node --ros-args -p manifest:={manifest} "
+          f"-p bridge:={bridge}")
+    return 0
 
 
 def _short(value: Any) -> str:

@@ -137,9 +137,9 @@ def ros_process(command: Sequence[str], env: dict[str, str], log: Path,
 def ros2(args: Sequence[str], env: dict[str, str], *, timeout: float = 120.0,
          cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """``ros2 ARGS`` to completion (stdout and stderr together)."""
-    return subprocess.run([str(ROS2), *map(str, args)], env=env, cwd=cwd, timeout=timeout,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, check=False,
+    return subprocess.run([str(ROS2), *map(str, args)], env=env, cwd=cwd,
+                          timeout=patience(timeout), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
                           preexec_fn=_default_sigint)
 
 

@@ -41,7 +41,7 @@ def _peer_output(tmp_path: Path) -> str:
 @pytest.mark.ros
 def test_device_samples_and_step_service_across_processes(tmp_path: Path) -> None:
     assert os.environ.get('FASTDDS_BUILTIN_TRANSPORTS') == 'SHM'
-    assert int(os.environ['ROS_DOMAIN_ID']) in range(1, 101)
+    assert int(os.environ['ROS_DOMAIN_ID']) in range(1, 201)
     namespace = f'/fibril_smoke_{os.getpid()}'
 
     with open(tmp_path / 'peer.out', 'w') as out, open(tmp_path / 'peer.err', 'w') as err:

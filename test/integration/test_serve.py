@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -107,31 +106,28 @@ def test_tcp_client_with_the_wrong_token_is_refused(serve, tmp_path: Path) -> No
         loose.close()
 
 
-def _ticks_per_second(connection, seconds: float = 1.0) -> float:
-    first = connection.state()
-    time.sleep(seconds)
-    last = connection.state()
-    return (last["session_time_ns"] - first["session_time_ns"]) / 1e6 / seconds
-
-
-def test_a_client_that_stops_reading_does_not_slow_the_host(serve) -> None:
-    # Paced at 5x real time (5,000 ticks/s): the host must keep its pace whatever a client
-    # does; the stalled client's records are dropped and counted.
+def test_a_client_that_stops_reading_loses_records_not_ticks(serve) -> None:
+    """A client whose reader never returns does not hold the host: its records are dropped and
+    counted, the host keeps stepping and the other clients keep receiving. (That the host keeps
+    its pace beside it is a wall-clock figure: bench/stalled_client.py.)"""
     child, address = serve("--mode", "realtime", "--rtf", "5")
     with SimulationConnection.connect(address, name="observer") as observer:
-        without = [_ticks_per_second(observer) for _ in range(2)]
+        seen: list[int] = []
+        observer.on_record(lambda record: seen.append(1), kinds=None)
         stuck = threading.Event()
         slow = SimulationConnection.connect(address, name="stalled")
         slow.on_record(lambda record: stuck.wait(), kinds=None)  # its reader never returns
-        with_slow = [_ticks_per_second(observer) for _ in range(2)]
+        wait_for(lambda: observer.state()["drops"].get("stalled#2", 0) > 1000, 30,
+                 "the stalled client's records to be dropped")
+        first, received = observer.state(), len(seen)
+        wait_for(lambda: observer.state()["tick"] > first["tick"] + 2000, 30,
+                 "the host to step on beside the stalled client")
+        wait_for(lambda: len(seen) > received + 100, 30, "the observer to keep receiving")
         state = observer.state()
         stuck.set()
         slow.close()
-    assert statistics.median(with_slow) >= 0.9 * statistics.median(without), (without,
-                                                                               with_slow)
-    assert 4_500 < statistics.median(without) < 5_500
     drops = state["drops"]
-    assert drops["stalled#2"] > 1000 and drops["observer#1"] == 0, drops
+    assert drops["stalled#2"] > first["drops"]["stalled#2"] and drops["observer#1"] == 0, drops
     assert state["dropped_records"] >= drops["stalled#2"]
     code, _ = child.stop(signal.SIGINT)
     assert code == 130

@@ -25,7 +25,8 @@ class Field:
     """One config key of a component type.
 
     ``kind``: ``float``, ``int``, ``bool``, ``str``, ``floats`` (a list of numbers) or
-    ``duration`` (seconds in YAML, whole ticks once bound).
+    ``duration`` (seconds in YAML, whole ticks once bound). ``unit`` and ``doc`` are what the
+    generated reference (docs/reference) says of the key.
     """
 
     kind: str
@@ -35,6 +36,7 @@ class Field:
     positive: bool = False
     choices: tuple[str, ...] = ()
     doc: str = ""
+    unit: str = ""
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,10 @@ class BodyKinematicsType(ComponentType):
     bind_keys = (("body",), ())
     fields = {
         **DEVICE_FIELDS,
-        "position_noise": Field("float", 0.0, minimum=0.0),
-        "velocity_noise": Field("float", 0.0, minimum=0.0),
+        "position_noise": Field("float", 0.0, minimum=0.0, unit="m",
+                                doc="position noise standard deviation"),
+        "velocity_noise": Field("float", 0.0, minimum=0.0, unit="m/s",
+                                doc="linear velocity noise standard deviation"),
     }
 
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:

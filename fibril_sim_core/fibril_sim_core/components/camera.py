@@ -25,9 +25,9 @@ class CameraType(ComponentType):
     bind_keys = (("camera",), ())
     fields = {
         **DEVICE_FIELDS,
-        "width": Field("int", 320, minimum=1),
-        "height": Field("int", 240, minimum=1),
-        "depth": Field("bool", False),
+        "width": Field("int", 320, minimum=1, unit="px", doc="image width"),
+        "height": Field("int", 240, minimum=1, unit="px", doc="image height"),
+        "depth": Field("bool", False, doc="depth image in metres instead of RGB"),
     }
 
     def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:

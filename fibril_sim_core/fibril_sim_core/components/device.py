@@ -12,8 +12,10 @@ import numpy as np
 from .base import BuildContext, Field, ResolvedComponent
 
 DEVICE_FIELDS: dict[str, Field] = {
-    "period": Field("duration", positive=True, doc="acquisition period, s (whole ticks)"),
-    "latency": Field("duration", 0.0, minimum=0.0, doc="acquisition → delivery, s (whole ticks)"),
+    "period": Field("duration", positive=True, unit="s",
+                    doc="acquisition period (a whole number of physics steps)"),
+    "latency": Field("duration", 0.0, minimum=0.0, unit="s",
+                     doc="acquisition → delivery (a whole number of physics steps)"),
     "frame_id": Field("str", "", doc="frame of the samples (default: the bound object's name)"),
 }
 

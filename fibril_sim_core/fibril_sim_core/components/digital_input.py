@@ -24,9 +24,12 @@ class DigitalInputType(ComponentType):
     bind_keys = ((), ("joint", "sensor", "body", "geom"))
     fields = {
         **DEVICE_FIELDS,
-        "mode": Field("str", "threshold", choices=("threshold", "contact")),
-        "threshold": Field("float", 0.0),
-        "invert": Field("bool", False),
+        "mode": Field("str", "threshold", choices=("threshold", "contact"),
+                      doc="threshold: a joint position or sensor value above threshold; "
+                          "contact: any contact on the body or geom"),
+        "threshold": Field("float", 0.0, unit="joint or sensor units",
+                           doc="the state is 1 above this value (threshold mode)"),
+        "invert": Field("bool", False, doc="flip the state"),
     }
 
     def check_bind(self, component: ResolvedComponent) -> None:

@@ -27,11 +27,13 @@ class EncoderType(ComponentType):
     bind_keys = (("joint",), ())
     fields = {
         **DEVICE_FIELDS,
-        "counts_per_revolution": Field("float", 4096.0, positive=True,
+        "counts_per_revolution": Field("float", 4096.0, positive=True, unit="1/rev or 1/m",
                                        doc="hinge: counts per 2π rad; slide: counts per metre"),
-        "offset": Field("float", 0.0, doc="mounting offset added to the joint value"),
-        "bias": Field("float", 0.0, doc="reading bias added to the joint value"),
-        "noise_counts": Field("float", 0.0, minimum=0.0, doc="white noise std, in counts"),
+        "offset": Field("float", 0.0, unit="rad or m",
+                        doc="mounting offset added to the joint value"),
+        "bias": Field("float", 0.0, unit="rad or m", doc="reading bias added to the joint value"),
+        "noise_counts": Field("float", 0.0, minimum=0.0, unit="counts",
+                              doc="white noise standard deviation"),
     }
 
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:

@@ -21,10 +21,13 @@ class ImuType(ComponentType):
     bind_keys = (("site",), ())
     fields = {
         **DEVICE_FIELDS,
-        "gyro_noise": Field("float", 0.0, minimum=0.0, doc="gyro white noise std, rad/s"),
-        "accel_noise": Field("float", 0.0, minimum=0.0, doc="accelerometer noise std, m/s²"),
-        "gyro_bias": Field("floats", (0.0, 0.0, 0.0), doc="gyro bias per axis, rad/s"),
-        "accel_bias": Field("floats", (0.0, 0.0, 0.0), doc="accelerometer bias, m/s²"),
+        "gyro_noise": Field("float", 0.0, minimum=0.0, unit="rad/s",
+                            doc="gyro white noise standard deviation"),
+        "accel_noise": Field("float", 0.0, minimum=0.0, unit="m/s²",
+                             doc="accelerometer white noise standard deviation"),
+        "gyro_bias": Field("floats", (0.0, 0.0, 0.0), unit="rad/s", doc="gyro bias [x, y, z]"),
+        "accel_bias": Field("floats", (0.0, 0.0, 0.0), unit="m/s²",
+                            doc="accelerometer bias [x, y, z]"),
     }
 
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:

@@ -51,13 +51,18 @@ class MotorType(ComponentType):
     role = "actuator"
     bind_keys = (("actuator",), ())
     fields = {
-        "supply_voltage": Field("float", 12.0, positive=True, doc="V; duty 1.0 ↦ this voltage"),
-        "duty_limit": Field("float", 1.0, positive=True, maximum=1.0),
-        "torque_limit": Field("float", 0.0, minimum=0.0, doc="|torque| clamp (0: none)"),
-        "velocity_limit": Field("float", 0.0, minimum=0.0, doc="|velocity| clamp (0: none)"),
-        "position_limits": Field("floats", (), doc="[min, max] setpoint clamp (empty: none)"),
-        "command_latency": Field("duration", 0.0, minimum=0.0,
-                                 doc="commit → release, s (whole ticks)"),
+        "supply_voltage": Field("float", 12.0, positive=True, unit="V",
+                                doc="duty 1.0 ↦ this voltage; voltage commands clamp to it"),
+        "duty_limit": Field("float", 1.0, positive=True, maximum=1.0, unit="1",
+                            doc="|duty| clamp"),
+        "torque_limit": Field("float", 0.0, minimum=0.0, unit="N·m or N",
+                              doc="|torque| command clamp (0: none)"),
+        "velocity_limit": Field("float", 0.0, minimum=0.0, unit="rad/s or m/s",
+                                doc="|velocity| command clamp (0: none)"),
+        "position_limits": Field("floats", (), unit="rad or m",
+                                 doc="[min, max] position setpoint clamp (empty: none)"),
+        "command_latency": Field("duration", 0.0, minimum=0.0, unit="s",
+                                 doc="commit → release (a whole number of physics steps)"),
     }
 
     def bind(self, component: ResolvedComponent, ctx: BuildContext) -> ActuatorDescriptor:

@@ -22,9 +22,12 @@ class MotorFeedbackType(ComponentType):
     bind_keys = (("actuator",), ())
     fields = {
         **DEVICE_FIELDS,
-        "force_noise": Field("float", 0.0, minimum=0.0),
-        "velocity_noise": Field("float", 0.0, minimum=0.0),
-        "current_noise": Field("float", 0.0, minimum=0.0),
+        "force_noise": Field("float", 0.0, minimum=0.0, unit="N·m or N",
+                             doc="actuator force noise standard deviation"),
+        "velocity_noise": Field("float", 0.0, minimum=0.0, unit="rad/s or m/s",
+                                doc="actuator velocity noise standard deviation"),
+        "current_noise": Field("float", 0.0, minimum=0.0, unit="A",
+                               doc="motor current noise standard deviation (DC motors)"),
     }
 
     def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:

@@ -25,12 +25,14 @@ class PlanarLidarType(ComponentType):
     bind_keys = (("site",), ())
     fields = {
         **DEVICE_FIELDS,
-        "rays": Field("int", 360, minimum=1),
-        "fov": Field("float", 2 * math.pi, positive=True, maximum=2 * math.pi,
-                     doc="field of view, rad, centred on the site +x axis"),
-        "min_range": Field("float", 0.0, minimum=0.0),
-        "max_range": Field("float", 10.0, positive=True),
-        "noise": Field("float", 0.0, minimum=0.0, doc="range noise std, m"),
+        "rays": Field("int", 360, minimum=1, doc="rays per scan"),
+        "fov": Field("float", 2 * math.pi, positive=True, maximum=2 * math.pi, unit="rad",
+                     doc="field of view, centred on the site +x axis"),
+        "min_range": Field("float", 0.0, minimum=0.0, unit="m",
+                           doc="returns closer than this are no return"),
+        "max_range": Field("float", 10.0, positive=True, unit="m",
+                           doc="farthest return; rays without one report it"),
+        "noise": Field("float", 0.0, minimum=0.0, unit="m", doc="range noise standard deviation"),
     }
 
     def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:

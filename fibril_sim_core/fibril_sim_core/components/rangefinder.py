@@ -21,10 +21,14 @@ class RangefinderType(ComponentType):
     bind_keys = (("site",), ())
     fields = {
         **DEVICE_FIELDS,
-        "min_range": Field("float", 0.0, minimum=0.0),
-        "max_range": Field("float", 10.0, positive=True),
-        "noise": Field("float", 0.0, minimum=0.0, doc="distance noise std, m"),
-        "resolution": Field("float", 0.0, minimum=0.0, doc="distance quantum, m (0: none)"),
+        "min_range": Field("float", 0.0, minimum=0.0, unit="m",
+                           doc="returns closer than this are no return"),
+        "max_range": Field("float", 10.0, positive=True, unit="m",
+                           doc="farthest return; no return reports [max_range, 0]"),
+        "noise": Field("float", 0.0, minimum=0.0, unit="m",
+                       doc="distance noise standard deviation"),
+        "resolution": Field("float", 0.0, minimum=0.0, unit="m",
+                            doc="distance quantum (0: none)"),
     }
 
     def prepare(self, component: ResolvedComponent, spec: mujoco.MjSpec) -> None:

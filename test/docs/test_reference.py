@@ -1,0 +1,171 @@
+"""The generated Reference covers every key the loaders accept.
+
+The manifest and bridge loaders are run on documents that reach every section, with the schema
+helper ``keys`` (the check of which keys a mapping may hold) recorded: each key any of those
+checks accepts must be a documented key of that section. Component types are covered from their
+``fields`` and ``bind_keys`` (what the loader validates with); the CLI from its parsers; the
+node's parameters from its declarations. The summary line counts the keys covered.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from fibril_sim_core import _schema
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "_ext"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fibril_reference as ref  # noqa: E402
+from conftest import REFERENCE_COUNTS  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVETRAIN = REPO / "config" / "examples" / "drivetrain"
+
+
+def _recording(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """Every key set ``_schema.keys`` is asked to check, by normalised section path."""
+    seen: dict[str, set[str]] = {}
+    original = _schema.keys
+
+    def keys(value, where, required=(), optional=()):  # noqa: ANN001, ANN202
+        seen.setdefault(_section(where.path), set()).update(required, optional)
+        return original(value, where, required=required, optional=optional)
+
+    monkeypatch.setattr(_schema, "keys", keys)
+    return seen
+
+
+def _section(path: str) -> str:
+    path = re.sub(r"\[\d+\]", "[]", path)
+    path = re.sub(r"^profiles\.[^.]+", "profiles.<name>", path)
+    return re.sub(r"^.*\.qos$", "<entry>.qos", path)
+
+
+def missing(recorded: dict[str, set[str]], documented: list[ref.Key]) -> list[str]:
+    paths = {key.path for key in documented}
+    return sorted(f"{section}.{key}" if section else key
+                  for section, keys in recorded.items() for key in keys
+                  if (f"{section}.{key}" if section else key) not in paths)
+
+
+def _manifest_document(tmp_path: Path) -> Path:
+    text = (DRIVETRAIN / "simulation.yaml").read_text()
+    text = text.replace("model: drivetrain.xml", f"model: {DRIVETRAIN / 'drivetrain.xml'}")
+    text = text.replace("trace:\n", "extensions: []\nparameter_overlays: []\ntrace:\n")
+    path = tmp_path / "simulation.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_every_manifest_key_is_in_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    from fibril_sim_core.plan import SimulationBuilder
+
+    recorded = _recording(monkeypatch)
+    SimulationBuilder().build(_manifest_document(tmp_path))
+    config = recorded.pop("components[].config")  # per type: the next test
+    bind = recorded.pop("components[].bind")
+    assert {"", "trace", "runtime", "scenario", "scenario.initial_inputs[]", "components[]",
+            "profiles.<name>", "schema_version"} <= set(recorded), sorted(recorded)
+    documented = ref.manifest_keys()
+    assert missing(recorded, documented) == []
+    assert config and bind
+    REFERENCE_COUNTS["manifest"] = len(documented)
+
+
+def test_every_component_key_is_in_the_reference() -> None:
+    from fibril_sim_core.components.registry import ComponentRegistry
+
+    page = ref.manifest_page()
+    documented = {kind.type_id: {k.path for k in keys} for kind, keys in ref.component_types()}
+    registry = ComponentRegistry.standard()
+    count = 0
+    for type_id in registry:
+        kind = registry.get(type_id)
+        section = page.split(f"### `{type_id}`", 1)[1].split("\n### ", 1)[0]
+        required, optional = kind.bind_keys
+        for name in (*required, *optional):
+            assert f"{type_id}.bind.{name}" in documented[type_id]
+            assert f"| `{name}` |" in section, (type_id, "bind", name)
+            count += 1
+        for name, field in kind.fields.items():
+            assert f"{type_id}.config.{name}" in documented[type_id]
+            assert f"| `{name}` |" in section, (type_id, name)
+            if field.kind == "duration":
+                assert "| s |" in section.split(f"| `{name}` |", 1)[1].split("\n", 1)[0]
+            count += 1
+    REFERENCE_COUNTS["component"] = count
+
+
+BRIDGE = """\
+schema_version: {major: 1, minor: 0}
+defaults: true
+inputs:
+  - {topic: /a, type: fibril_msgs/msg/MotorCommand, endpoint: motor/command, qos: {depth: 5}}
+  - {topic: /b, type: std_msgs/msg/Float64, endpoint: motor/command, mode: duty, scale: 2.0,
+     offset: 0.1}
+  - {topic: /c, type: std_msgs/msg/Float64MultiArray, endpoints: [motor/command], mode: duty}
+outputs:
+  - {device: wheel_encoder, topic: /w, raw_topic: /w/raw, stamp: delivery, qos: {depth: 3}}
+  - {device: front_range, field_of_view: 0.1, radiation_type: ultrasound}
+joint_states: {rate: 100.0, qos: {reliability: best_effort}, fast_wall_rate: 10.0}
+tf: {rate: 25.0, frame_prefix: sim/}
+robot_description: {topic: /rd}
+markers: {}
+"""
+
+
+def test_every_bridge_key_is_in_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    from fibril_sim_core.plan import SimulationBuilder
+    from fibril_sim_ros.bridge import load_bridge
+
+    plan = SimulationBuilder().build(DRIVETRAIN / "simulation.yaml")
+    (tmp_path / "bridge.yaml").write_text(BRIDGE)
+    recorded = _recording(monkeypatch)
+    load_bridge(plan, tmp_path / "bridge.yaml")
+    assert {"", "inputs[]", "outputs[]", "<entry>.qos", "joint_states", "tf",
+            "robot_description", "markers", "schema_version"} <= set(recorded)
+    documented = ref.bridge_keys()
+    assert missing(recorded, documented) == []
+    page = ref.bridge_page()
+    for key in documented:
+        assert f"## `{key.section or '(top level)'}`" in page and f"| `{key.name}` |" in page
+    REFERENCE_COUNTS["bridge"] = len(documented)
+
+
+def test_a_key_missing_from_the_reference_is_found() -> None:
+    documented = [k for k in ref.manifest_keys() if k.path != "runtime.start_paused"]
+    assert missing({"runtime": {"mode", "start_paused"}}, documented) == \
+        ["runtime.start_paused"]
+
+
+def test_every_cli_option_is_in_the_reference() -> None:
+    page = ref.cli_page()
+    count = 0
+    for name, parser in ref.cli_commands():
+        assert f"## `{name}`" in page
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}`" in page, (name, option)
+                    count += 1
+    assert "## `fibril_sim init`" in page and "## `fibril_sim calibrate`" in page
+    REFERENCE_COUNTS["cli"] = count
+
+
+def test_every_sim_node_parameter_is_in_the_reference() -> None:
+    pytest.importorskip("rclpy")
+    declared = ref.sim_node_parameters()
+    names = [name for name, _, _ in declared]
+    assert "manifest" in names and "sync_topics" in names
+    assert sorted(set(names) - set(ref.SIM_NODE_PARAMETERS)) == []
+    page = ref.sim_node_page()
+    for name in names:
+        assert f"| `{name}` |" in page
+    REFERENCE_COUNTS["sim_node"] = len(names)
