@@ -107,6 +107,8 @@ def manifest_keys() -> list[Key]:
           "and component config, in order (3.1)", "[]"),
         k("", "scenario", "mapping", "how every episode starts", "{}"),
         k("scenario", "keyframe", "str", "the MJCF keyframe restored at tick 0", ""),
+        k("scenario", "seed", "int", "the episode seed instances start from when the caller "
+          "names none (`--seed` overrides it); the plan's provenance `episode_seed`", "0"),
         k("scenario", "initial_inputs", "list", "inputs committed at tick 0 of every episode",
           "[]"),
         k("scenario.initial_inputs[]", "source_id", "str", "the endpoint addressed",
