@@ -1,7 +1,7 @@
 """Launch the Fibril simulation node (``fibril_sim``) on a manifest.
 
     ros2 launch fibril_sim_ros sim.launch.py [manifest:=PATH] [bridge:=PATH] [rtf:=1.0]
-        [paused:=false] [seed:=0] [trace_dir:=DIR] [sync_topics:=/motor/command[,...]]
+        [paused:=false] [seed:=N] [trace_dir:=DIR] [sync_topics:=/motor/command[,...]]
         [sync_timeout:=5.0] [control_period:=0.002]
 
 ``manifest`` defaults to the installed drivetrain example; an empty ``bridge`` means the
@@ -24,7 +24,7 @@ ARGUMENTS = (
     ('bridge', '', 'bridge YAML (empty: defaults derived from the manifest)'),
     ('rtf', '1.0', 'real-time factor (0: as fast as possible)'),
     ('paused', 'false', 'start paused (step with ~/step, resume with ~/set_paused)'),
-    ('seed', '0', 'episode seed'),
+    ('seed', '-1', "episode seed (-1: the manifest's scenario.seed)"),
     ('trace_dir', '', 'write the session trace into this directory (empty: no trace)'),
     ('sync_topics', '', 'comma-separated controller topics for sync mode (empty: off)'),
     ('sync_timeout', '5.0', 'sync mode: wall seconds a controller topic may take to answer'),

@@ -107,6 +107,8 @@ def manifest_keys() -> list[Key]:
           "and component config, in order (3.1)", "[]"),
         k("", "scenario", "mapping", "how every episode starts", "{}"),
         k("scenario", "keyframe", "str", "the MJCF keyframe restored at tick 0", ""),
+        k("scenario", "seed", "int", "the episode seed instances start from when the caller "
+          "names none (`--seed` overrides it); the plan's provenance `episode_seed`", "0"),
         k("scenario", "initial_inputs", "list", "inputs committed at tick 0 of every episode",
           "[]"),
         k("scenario.initial_inputs[]", "source_id", "str", "the endpoint addressed",
@@ -341,7 +343,8 @@ SIM_NODE_PARAMETERS = {
     "real_time_factor": ("", "simulated / wall time; 0: as fast as possible (settable "
                              "while running)"),
     "start_paused": ("", "start paused (resume with `~/set_paused`)"),
-    "seed": ("", "episode seed (>= 0): the devices' noise streams"),
+    "seed": ("", "episode seed (>= 0): the devices' noise streams; -1 (the default): the "
+                 "manifest's `scenario.seed`"),
     "trace_dir": ("", "write a rosbag2/MCAP trace of the session into this new folder"),
     "clock_period": ("s", "`/clock` period of simulated time (0: the fastest device period)"),
     "sync_topics": ("", "sync mode: step one control period, then wait until each of these "

@@ -4,6 +4,8 @@
     fibril_sim calibrate calibration.yaml --json
     fibril_sim calibrate calibration.yaml --output result.json --output-overlay fit.json
     fibril_sim calibrate calibration.yaml --evaluate nominal --evaluate fit.json
+    fibril_sim calibrate calibration.yaml --metrics DIR --write-sim-csv DIR \
+        --output-sysid-params sysid_best_params.json    # the lab's Franka formats
 
 The default output is a readable summary; ``--json`` prints the full result document. Progress
 lines go to stderr. Output files are checked before the run and written atomically after it
@@ -80,6 +82,21 @@ def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--export-mjcf", type=Path, metavar="FITTED.xml",
                         help="write the model with the fitted values as one MJCF file (for "
                              "tools that cannot read overlays)")
+    parser.add_argument("--output-sysid-params", type=Path, metavar="FILE.json",
+                        help="write the fitted values in the lab's sysid_best_params.json "
+                             "shape (metrics.json's sysid_params then names it)")
+    parser.add_argument("--sysid-joints", metavar="J1,...,J7",
+                        help="joints of --output-sysid-params, in the lab's order (default: "
+                             "the joint_position observations, else the fitted joints)")
+    parser.add_argument("--sysid-motors", metavar="M1,...",
+                        help="motor components whose command_latency is motor_delay_steps")
+    parser.add_argument("--write-sim-csv", type=Path, metavar="DIR",
+                        help="write the lab's sim CSV + sidecar of every validation episode "
+                             "of a franka_sysid recording to DIR/<episode>/ (with --evaluate: "
+                             "DIR/<set>/<episode>/); metrics.json then names them")
+    parser.add_argument("--sim-csv-ee", metavar="SITE|BODY",
+                        help="the end effector of the sim CSV's x_*/quat_* columns (default: "
+                             "the site the model's site actuators drive)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run, command_name=name)
 
@@ -104,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output_overlay is not None:
         check_writable(args.output_overlay, "--output-overlay")
     _check_report_options(args)
+    if getattr(args, "output_sysid_params", None) is not None:
+        check_writable(args.output_sysid_params, "--output-sysid-params")
     from fibril_sim_core._signals import Interrupted, ShutdownSignals
 
     name = getattr(args, "command_name", "fibril_sim calibrate")
@@ -125,9 +144,15 @@ def run(args: argparse.Namespace) -> int:
         os._exit(exc.exit_code)
     _warn(name, result.document.get("warnings"))
     _error_lines(name, result.document, args.quiet)
+    # The lab-format files are made before anything is written (a replay may fail).
+    sysid = _sysid_params(args, result)
+    made = _sim_replays(args, result.request,
+                        {"fitted": (result.fitted_plan, result.fitted_values)})
     if args.output is not None:
         write_atomic(args.output, result.to_json())
-    written = _write_metrics(args, {"fitted": result.metrics.get("fitted", {})}, single=True)
+    documents = {"fitted": result.metrics.get("fitted", {})}
+    sims = _write_lab_files(args, sysid, made, documents, single=True)
+    written = _write_metrics(args, documents, single=True)
     if args.output_overlay is not None:
         write_atomic(args.output_overlay, to_json(result.parameter_overlay))
     _report_outputs(args, result.document, result.request, progress)
@@ -136,11 +161,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.summary())
         for label, path in (("result", args.output), ("overlay", args.output_overlay),
-                            ("report", args.report), ("mjcf", args.export_mjcf)):
+                            ("report", args.report), ("mjcf", args.export_mjcf),
+                            ("sysid", getattr(args, "output_sysid_params", None))):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
         if written:
             sys.stdout.write(f"metrics      {len(written)} metrics.json under {args.metrics}\n")
+        if sims:
+            sys.stdout.write(f"sim csv      {len(sims)} sim CSV(s) under {args.write_sim_csv}\n")
     return 0
 
 
@@ -153,6 +181,12 @@ def _metrics_folder(args: argparse.Namespace) -> None:
         if name in seen:
             raise CalibrationError(f"--evaluate {name!r} is given twice")
         seen.add(name)
+    sim_folder = getattr(args, "write_sim_csv", None)
+    if getattr(args, "sim_csv_ee", None) and sim_folder is None:
+        raise CalibrationError("--sim-csv-ee names the end effector of --write-sim-csv; give "
+                               "--write-sim-csv DIR too")
+    if sim_folder is not None and sim_folder.exists() and not sim_folder.is_dir():
+        raise CalibrationError(f"--write-sim-csv {str(sim_folder)!r} is not a folder")
     folder = getattr(args, "metrics", None)
     if folder is None:
         return
@@ -190,6 +224,61 @@ def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
     return written
 
 
+def _sysid_params(args: argparse.Namespace, result: Any) -> dict[str, Any] | None:
+    """``--output-sysid-params``: the fitted plan's values in the lab's shape."""
+    from .sysid_export import fitted_joints, sysid_document, trajectories
+
+    if getattr(args, "output_sysid_params", None) is None:
+        return None
+    plan = result.fitted_plan
+    joints = ([j for j in args.sysid_joints.split(",") if j] if args.sysid_joints
+              else fitted_joints(result.request, plan))
+    motors = [m for m in (args.sysid_motors or "").split(",") if m]
+    command = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+               if k != "handler"}
+    return sysid_document(plan, joints, motors=motors,
+                          best_score=float(result.outcome.final_objective),
+                          parameters=result.request.parameters, args=command,
+                          trajectories=trajectories(result.request))
+
+
+def _sim_replays(args: argparse.Namespace, request: Any,
+                 plans: dict[str, Any]) -> dict[str, list[Any]]:
+    """``--write-sim-csv``: each parameter set's replays (a plan of None: the set is built
+    here from its ``--evaluate`` name)."""
+    from .sim_csv import replays, set_plan
+
+    if getattr(args, "write_sim_csv", None) is None:
+        return {}
+    made = {}
+    for name, (plan, values) in plans.items():
+        if plan is None:
+            plan, values = set_plan(request, name)
+        made[name] = replays(request, plan, name, values, ee=args.sim_csv_ee)
+    return made
+
+
+def _write_lab_files(args: argparse.Namespace, sysid: dict[str, Any] | None,
+                     made: dict[str, list[Any]], documents: dict[str, Any], *,
+                     single: bool) -> list[Path]:
+    """Write sysid_best_params.json and the sim CSVs + sidecars; the metrics.json documents
+    then name them (``sysid_params``, ``sim_csv`` / ``sim_sidecar``). The sim CSVs written."""
+    from .metrics_json import name_sim_files, name_sysid_params
+    from .result import strict, to_json, write_atomic
+    from .sim_csv import write_sim_csvs
+
+    if sysid is not None:
+        write_atomic(args.output_sysid_params, to_json(strict(sysid)))
+        name_sysid_params(documents.get("fitted", {}), args.output_sysid_params)
+    written: list[Path] = []
+    for name, items in made.items():
+        target = args.write_sim_csv if single else args.write_sim_csv / _set_folder(name)
+        files = write_sim_csvs(target, items)
+        name_sim_files(documents.get(name, {}), files)
+        written.extend(csv for csv, _ in files.values())
+    return written
+
+
 def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
@@ -201,6 +290,8 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
         raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")
     if getattr(args, "export_mjcf", None) is not None:
         raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
+    if getattr(args, "output_sysid_params", None) is not None:
+        raise CalibrationError("--output-sysid-params writes a fit; --evaluate does not fit")
     if progress is not None:
         progress(f"loading {args.request}")
     request = load_calibration_request(args.request)
@@ -216,8 +307,10 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     _warn(name, document.get("warnings"))
     _error_lines(name, document, args.quiet)
     text = to_json(document)
+    made = _sim_replays(args, request, dict.fromkeys(args.evaluate, (None, None)))
     if args.output is not None:
         write_atomic(args.output, text)
+    sims = _write_lab_files(args, None, made, metrics, single=False)
     _report_outputs(args, document, request, progress)
     written = _write_metrics(args, metrics, single=False)
     if args.json:
@@ -234,6 +327,8 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
             lines.append(f"report       {args.report}")
         if written:
             lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
+        if sims:
+            lines.append(f"sim csv      {len(sims)} sim CSV(s) under {args.write_sim_csv}")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

@@ -128,8 +128,8 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         builder = offset_aware(lambda manifest, parameters: instance, request.manifest,
                                request.parameters)
     else:
-        builder = offset_aware(factory or CandidatePlanBuilder, request.manifest,
-                               request.parameters)
+        builder = offset_aware(factory or CandidatePlanBuilder.holding(request.fixed_overlays),
+                               request.manifest, request.parameters)
     if progress is not None:
         sizes = [sum(s.count for s in e.signals) for e in request.training]
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from .evaluation import Evaluation
     from .request.document import CalibrationRequest
 
-__all__ = ["metrics_documents", "safe_name", "unique_names", "write_metrics"]
+__all__ = ["metrics_documents", "name_sim_files", "name_sysid_params", "safe_name",
+           "unique_names", "write_metrics"]
 
 _JOINT_POSITION = ("joint_position", "qpos")
 _JOINT_VELOCITY = ("joint_velocity", "qvel")
@@ -88,8 +89,9 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
         out[episode_id] = {
             "schema_version": 1, "created_utc": created,
             "real_csv": path, "sim_csv": None, "real_sidecar": sidecar, "sim_sidecar": None,
-            "sysid_params": dict(provenance or {}).get("from"),
+            "sysid_params": _sysid_params(provenance),
             "parameter_set": parameter_set, "episode": episode_id, "scope": scope,
+            "episode_seed": int(episode.seed),
             "window_s": source.get("window_s"),
             "num_samples": int(times.shape[0]),
             "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,
@@ -107,7 +109,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
 
 def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     """The episode's franka_sysid recording (opened once per path), or None."""
-    from .recordings.formats import open_source
+    from .recordings.franka import episode_recording
     from .recordings.sources import SourceError
 
     source = episode.source or {}
@@ -115,9 +117,8 @@ def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
         return None
     key = (source["path"], source.get("sidecar"))
     if key not in cache:
-        sidecar = Path(source["sidecar"]) if source.get("sidecar") else None
         try:
-            cache[key] = open_source(Path(source["path"]), "franka_sysid", sidecar=sidecar)
+            cache[key] = episode_recording(source)
         except SourceError:
             cache[key] = None
     return cache[key]
@@ -217,6 +218,40 @@ def _ee(position: Any, orientation: Any) -> dict[str, Any] | None:
 
 def _rms(values: np.ndarray) -> float:
     return math.sqrt(float(np.mean(np.square(values)))) if values.size else 0.0
+
+
+def _sysid_params(provenance: Mapping[str, Any] | None) -> str | None:
+    """The lab's ``sysid_best_params.json`` the set's values came from: the file an
+    evaluated overlay artifact was imported from (``sysid_import``), else None (the fitted
+    set's is named once written: ``name_sysid_params``)."""
+    import json
+
+    origin = dict(provenance or {}).get("from")
+    if not origin or not Path(origin).is_file():
+        return None
+    try:
+        source = json.loads(Path(origin).read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(source, dict) and source.get("format") == "sysid_best_params.json":
+        return source.get("path")
+    return None
+
+
+def name_sysid_params(documents: dict[str, dict[str, Any]], path: Path) -> None:
+    """``sysid_params`` of every episode's document: the sysid_best_params.json written."""
+    for document in documents.values():
+        document["sysid_params"] = str(path)
+
+
+def name_sim_files(documents: dict[str, dict[str, Any]],
+                   files: Mapping[str, tuple[Path, Path]]) -> None:
+    """``sim_csv`` / ``sim_sidecar`` of each episode's document: the files
+    ``--write-sim-csv`` wrote for it (null otherwise)."""
+    for episode, (csv, sidecar) in files.items():
+        if episode in documents:
+            documents[episode]["sim_csv"] = str(csv)
+            documents[episode]["sim_sidecar"] = str(sidecar)
 
 
 def safe_name(text: str) -> str:

@@ -232,7 +232,8 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
         from .recordings.time_offsets import candidate_builder as offset_aware
 
         builder = offset_aware(
-            lambda m, p, f=fixed: CandidatePlanBuilder(m, p, fixed_overlays=f),
+            lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
+                m, p, fixed_overlays=f),
             request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
@@ -241,6 +242,8 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                    "request": {"path": str(request.path), "sha256": request.sha256},
                    "episodes": {scope: [e.id for e in request.episodes(scope)]
                                 for scope in ("training", "validation")},
+                   "episode_seeds": {e.id: e.seed for e in request.training
+                                     + request.validation},
                    "input_timing": input_timing(request),
                    "warnings": recording_warnings(request),
                    "scores": scored})

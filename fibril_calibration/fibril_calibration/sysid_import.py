@@ -97,30 +97,23 @@ def sysid_overlay(path: Path, joints: Sequence[str], *, motors: Sequence[str] = 
 def sidecar_gains_overlay(path: Path, *, position: Sequence[str] = ("ee_x", "ee_y", "ee_z"),
                           orientation: Sequence[str] = ("ee_rx", "ee_ry", "ee_rz")
                           ) -> dict[str, Any]:
-    """The overlay artifact document of a seed-002 sidecar's impedance gains."""
+    """The overlay artifact document of a run sidecar's impedance gains (a request takes the
+    same gains with ``sidecar_gains:``)."""
+    from .recordings.franka_sidecar import SidecarProblem, gain_overlays
+
     try:
         sidecar = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CalibrationError(f"{path}: file not found") from None
     except (OSError, ValueError) as exc:
         raise CalibrationError(f"{path}: cannot read as JSON: {exc}") from None
-    args = sidecar.get("args") if isinstance(sidecar, dict) else None
-    if not isinstance(args, dict):
-        raise CalibrationError(f"{path}: expected an args object with kp_pos, kd_pos, kp_ori, "
-                               f"kd_ori")
-    parameters = []
-    for key, kind, actuators, unit in (("kp_pos", "actuator_position_kp", position, "N_per_m"),
-                                       ("kd_pos", "actuator_position_kv", position, "N_s_per_m"),
-                                       ("kp_ori", "actuator_position_kp", orientation,
-                                        "N_m_per_rad"),
-                                       ("kd_ori", "actuator_position_kv", orientation,
-                                        "N_m_s_per_rad")):
-        value = args.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise CalibrationError(f"{path}: args.{key} is {value!r}, not a positive number")
-        parameters.append(OverlayParameter(key, float(value),
-                                           tuple(MujocoTarget(kind, a) for a in actuators),
-                                           unit, f"sidecar {path} args.{key}"))
+    if not isinstance(sidecar, dict):
+        raise CalibrationError(f"{path}: expected a JSON object")
+    try:
+        parameters = gain_overlays(sidecar, Path(path), position=position,
+                                   orientation=orientation)
+    except SidecarProblem as exc:
+        raise CalibrationError(str(exc)) from None
     return overlay_document(parameters, id="sidecar_gains",
                             source={"format": "seed-002 sidecar", "path": str(path)})
 

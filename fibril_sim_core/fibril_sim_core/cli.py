@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     length = run.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="physics ticks to run")
     length.add_argument("--duration", type=float, help="simulated seconds to run")
-    run.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    run.add_argument("--seed", type=int,
+                     help="episode seed (default: the manifest's scenario.seed, else 0)")
     run.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
     run.add_argument("--inputs", type=Path, help="recorded inputs to replay (YAML)")
     run.add_argument("--inputs-from-trace", type=Path, metavar="TRACE",
@@ -107,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--mode", choices=("realtime", "fast", "lockstep"),
                        help="pacing (default: the manifest's runtime.mode)")
     serve.add_argument("--paused", action="store_true", help="start paused")
-    serve.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    serve.add_argument("--seed", type=int,
+                       help="episode seed (default: the manifest's scenario.seed, else 0)")
     serve.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
     serve.set_defaults(handler=_serve)
 
@@ -268,7 +270,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"model     {model['path']}  (timestep {model['timestep_ns'] / 1e6:g} ms, "
           f"nq {model['nq']}, nv {model['nv']}, nu {model['nu']}, bodies {model['nbody']})")
     print(f"scenario  keyframe {document['scenario']['keyframe'] or '-'}, "
-          f"{document['scenario']['initial_inputs']} initial input(s)")
+          f"{document['scenario']['initial_inputs']} initial input(s), "
+          f"episode seed {document['scenario']['seed']}")
     print("components")
     for item in document["components"]:
         if item["role"] == "actuator":
@@ -359,7 +362,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     recorded = load_inputs(args.inputs, timebase, plan.endpoints) if args.inputs else traced
     trace = None
     if args.trace is not None:
-        trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
+        trace = TraceWriter(args.trace, provenance=plan.run_provenance(args.seed),
                             layout=dict(plan.layout))
     counts: Counter[str] = Counter()
     instance = None
@@ -465,7 +468,7 @@ def _serve(args: argparse.Namespace) -> int:
                            token=token)
     trace = None
     if args.trace is not None:
-        trace = TraceWriter(args.trace, provenance=dict(plan.provenance, seed=args.seed),
+        trace = TraceWriter(args.trace, provenance=plan.run_provenance(args.seed),
                             layout=dict(plan.layout))
     try:
         runtime = SimulationRuntime(plan, seed=args.seed, trace=trace, options=options,

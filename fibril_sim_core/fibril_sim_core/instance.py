@@ -527,11 +527,11 @@ class SimulationInstance:
         on. ``seed`` replaces the episode seed (default: keep it, so episodes repeat exactly);
         ``keyframe`` overrides the scenario keyframe for this and later episodes."""
         if keyframe is not None:
-            from .manifest import ScenarioSpec
+            import dataclasses
 
             if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, keyframe) < 0:
                 raise InstanceError(f"reset: no keyframe named {keyframe!r} in the model")
-            self.scenario = ScenarioSpec(keyframe, self.scenario.initial_inputs)
+            self.scenario = dataclasses.replace(self.scenario, keyframe=keyframe)
         if seed is not None:
             self._seed = seed
         if self._trace is not None:  # the kept samples belong to the episode ending here

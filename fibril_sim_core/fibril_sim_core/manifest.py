@@ -85,8 +85,12 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class ScenarioSpec:
+    """How every episode starts: keyframe, inputs committed at tick 0, and the episode seed
+    an instance starts from when its creator names none (part of the plan's provenance)."""
+
     keyframe: str | None = None
     initial_inputs: tuple[InputSpec, ...] = ()
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -274,7 +278,8 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
 
 def _scenario(value: Any, where: s.Where) -> ScenarioSpec:
     body = s.mapping(value, where)
-    s.keys(body, where, optional=("keyframe", "initial_inputs"))
+    s.keys(body, where, optional=("keyframe", "initial_inputs", "seed"))
+    seed = s.integer(body.get("seed", 0), where.key("seed"), minimum=0)
     keyframe = body.get("keyframe")
     if keyframe is not None:
         keyframe = s.string(keyframe, where.key("keyframe"))
@@ -282,7 +287,7 @@ def _scenario(value: Any, where: s.Where) -> ScenarioSpec:
     at_inputs = where.key("initial_inputs")
     for i, item in enumerate(s.sequence(body.get("initial_inputs", []), at_inputs)):
         inputs.append(parse_input_spec(item, at_inputs.key(i)))
-    return ScenarioSpec(keyframe=keyframe, initial_inputs=tuple(inputs))
+    return ScenarioSpec(keyframe=keyframe, initial_inputs=tuple(inputs), seed=seed)
 
 
 def parse_input_spec(value: Any, where: s.Where) -> InputSpec:

@@ -96,12 +96,26 @@ class SimulationPlan:
         known = ", ".join(d.id for d in self.devices)
         raise PlanError(f"no device {device_id!r} in the plan; devices: {known}")
 
-    def create_instance(self, seed: int = 0, *, scenario: ScenarioSpec | None = None,
+    @property
+    def episode_seed(self) -> int:
+        """The seed an instance starts from when its creator names none (the manifest's
+        ``scenario.seed``, default 0); recorded in the provenance as ``episode_seed``."""
+        return int(self.scenario.seed)
+
+    def run_provenance(self, seed: int | None = None, **extra: Any) -> dict[str, Any]:
+        """The provenance of one run of this plan (a trace's, a result's): the plan's with
+        the episode seed the run actually starts from (``seed`` kept for older readers)."""
+        chosen = self.episode_seed if seed is None else int(seed)
+        return dict(self.provenance, episode_seed=chosen, seed=chosen, **extra)
+
+    def create_instance(self, seed: int | None = None, *, scenario: ScenarioSpec | None = None,
                         trace: Any = None, snapshot_every: int | None = None,
                         collect: bool = True, data: mujoco.MjData | None = None,
                         rollout_context: AbstractContextManager[Any] | None = None,
                         devices: Collection[str] | None = None) -> SimulationInstance:
         """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
+
+        ``seed`` is the episode seed (default: the plan's ``episode_seed``).
 
         ``trace`` (a TraceWriter) receives every record; ``snapshot_every`` overrides the
         manifest's state snapshot interval (default: the manifest's when tracing, else none);
@@ -114,7 +128,8 @@ class SimulationPlan:
         device has its own noise stream, so the others' outputs do not change), and its reads
         no longer cut replayed commands into single steps.
         """
-        return SimulationInstance(self, seed=seed, scenario=scenario, trace=trace,
+        return SimulationInstance(self, seed=self.episode_seed if seed is None else seed,
+                                  scenario=scenario, trace=trace,
                                   snapshot_every=snapshot_every, collect=collect, data=data,
                                   rollout_context=rollout_context, devices=devices)
 
@@ -152,7 +167,8 @@ class SimulationPlan:
                       "nkey": model.nkey},
             "components": components,
             "scenario": {"keyframe": self.scenario.keyframe,
-                         "initial_inputs": len(self.scenario.initial_inputs)},
+                         "initial_inputs": len(self.scenario.initial_inputs),
+                         "seed": self.episode_seed},
             "trace": {"state_every_steps": self.manifest.trace.state_every_steps,
                       "frame_timing": self.manifest.trace.frame_timing},
             "runtime": _jsonable(self.manifest.runtime.__dict__),
@@ -299,7 +315,7 @@ class SimulationBuilder:
         scenario = manifest.scenario
         keyframe_id = self._keyframe(manifest, model, scenario)
         self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
-        provenance = self._provenance(manifest, model, parsed, overlays)
+        provenance = self._provenance(manifest, model, parsed, overlays, scenario.seed)
         layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
         plan = SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
@@ -569,7 +585,7 @@ class SimulationBuilder:
 
     @staticmethod
     def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, parsed: _ParsedModel,
-                    overlays: ParameterOverlays) -> Mapping[str, Any]:
+                    overlays: ParameterOverlays, episode_seed: int) -> Mapping[str, Any]:
         """File hashes are taken now (what was built, even if a file changes later); the
         hashes of in-memory objects (manifest document, compiled model, parameters) on first
         read."""
@@ -597,6 +613,7 @@ class SimulationBuilder:
                             "version": prov.package_version(ref.partition(":")[0].split(".")[0])}
                            for ref in manifest.extensions],
             "build": prov.build_identity(),
+            "episode_seed": episode_seed,
         })
 
 

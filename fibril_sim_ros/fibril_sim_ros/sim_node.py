@@ -1,7 +1,7 @@
 """``sim_node``: the live ROS 2 simulation node (node name ``fibril_sim``).
 
     ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
-        [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=0] [-p trace_dir:=DIR]
+        [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=N] [-p trace_dir:=DIR]
         [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
         [-p control_period:=0.002] [-p server_socket:=PATH|auto]
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
@@ -140,7 +140,7 @@ class SimNode(Node):
         declare("bridge", "")
         declare("real_time_factor", 1.0, number)
         declare("start_paused", False)
-        declare("seed", 0)
+        declare("seed", -1)  # -1: the manifest's scenario.seed (default 0)
         declare("trace_dir", "")
         declare("clock_period", 0.0, number)
         declare("sync_topics", Parameter.Type.STRING_ARRAY)
@@ -174,10 +174,13 @@ class SimNode(Node):
         if problem is not None:
             raise NodeConfigError(f"parameter 'real_time_factor' {problem}")
         seed = int(self._param("seed"))
-        if seed < 0:
-            raise NodeConfigError(f"parameter 'seed' must be >= 0, got {seed}")
+        if seed < -1:
+            raise NodeConfigError(f"parameter 'seed' must be >= 0 (or -1: the manifest's "
+                                  f"scenario.seed), got {seed}")
         plan = SimulationBuilder().build(Path(manifest))
         self.plan = plan
+        if seed == -1:  # the seed the plan's instances start from (its provenance)
+            seed = plan.episode_seed
         self.entities = Entities(plan.model)
         timebase = plan.timebase
         bridge_path = str(self._param("bridge") or "")
@@ -226,8 +229,8 @@ class SimNode(Node):
         if trace_dir:
             from fibril_sim_core.trace import TraceWriter
 
-            self._trace = TraceWriter(trace_dir, provenance=dict(
-                plan.provenance, seed=seed, live_session=True,
+            self._trace = TraceWriter(trace_dir, provenance=plan.run_provenance(
+                seed, live_session=True,
                 bridge=self.bridge.source), layout=dict(plan.layout))
         # A SimulationServer only when asked for (a viewer or a test harness attaching to the
         # node's simulation): its hook sees every record on the host thread.

@@ -62,7 +62,7 @@ def test_inspect_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[0] == f"manifest  {MANIFEST}"
     assert lines[1].startswith(f"model     {EXAMPLE / 'drivetrain.xml'}  (timestep 1 ms, nq 8, "
                                f"nv 7, nu 1, bodies 3)")
-    assert lines[2] == "scenario  keyframe rest, 1 initial input(s)"
+    assert lines[2] == "scenario  keyframe rest, 1 initial input(s), episode seed 0"
     assert re.search(r"^  motor +fibril_sim/motor +endpoint motor/command -> drive  modes "
                      r"duty, voltage  latency 2 ms$", captured.out, re.MULTILINE)
     assert re.search(r"^  wheel_encoder +fibril_sim/encoder +fibril_sim/encoder_sample/v1  "

@@ -667,3 +667,28 @@ def test_without_the_input_thread_the_executor_serves_commands(peer, tmp_path,
         assert state.accepted_inputs > 0 and sim.alive()
     finally:
         sim.stop()
+
+
+def test_without_a_seed_parameter_the_node_starts_from_the_manifests_seed(peer,
+                                                                          tmp_path) -> None:
+    """The plan's provenance holds the episode seed: the node's default (-1) takes the
+    manifest's scenario.seed, as ``fibril_sim run`` does."""
+    import yaml
+
+    document = yaml.safe_load(Path(MANIFEST).read_text())
+    document["model"] = str(Path(MANIFEST).parent / document["model"])
+    document.setdefault("scenario", {})["seed"] = 41
+    manifest = tmp_path / "seeded.yaml"
+    manifest.write_text(yaml.safe_dump(document))
+    trace = tmp_path / "trace"
+    sim = SimProcess(tmp_path, {"manifest": manifest, "start_paused": True,
+                                "trace_dir": trace}, name="seeded")
+    try:  # this node's own start-up line and trace (another node may serve get_state too)
+        wait_until(lambda: f"simulating {manifest}" in sim.log(), 30,
+                   "the start-up line", sim.log)
+        assert ", paused, seed 41," in sim.log()
+    finally:
+        sim.stop()
+    with TraceReader(trace) as reader:
+        assert reader.provenance["episode_seed"] == 41
+        assert [e.seed for e in reader.episodes()] == [41]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
@@ -60,6 +60,15 @@ class CandidatePlanBuilder:
         # evaluated artifact that the request does not fit); the fitted ones come first.
         self.fixed_overlays = tuple(fixed_overlays)
         self._template: ParameterOverlays | None = None
+
+    @classmethod
+    def holding(cls, fixed: Sequence[OverlayParameter]) -> Any:
+        """A ``(manifest, parameters) -> builder`` factory whose builders hold ``fixed``
+        overlays in every candidate (a request's ``fixed_overlays``); the class itself when
+        there are none."""
+        if not fixed:
+            return cls
+        return lambda manifest, parameters: cls(manifest, parameters, fixed_overlays=fixed)
 
     def overlay_parameters(self, values: CalibrationParameterValues
                            ) -> tuple[OverlayParameter, ...]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .bag_readers import choose_reader
-from .franka import FrankaSource
+from .franka import FrankaSource, FrankaTargetSource
 from .sources import SOURCE_FORMATS, BagSource, CsvSource, Source, SourceError
 
 __all__ = ["open_source"]
@@ -20,11 +20,14 @@ __all__ = ["open_source"]
 def open_source(path: Path, format: str | None = None, *, time: str = "log",
                 time_column: str | None = None, time_unit: str | None = None,
                 sidecar: Path | None = None, reader: str | None = None,
-                columns: Sequence[str] = ()) -> Source:
+                columns: Sequence[str] = (), accept: Sequence[str] = (),
+                abort: str = "refuse") -> Source:
     """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
     ``.db3``, ``.csv``); ``reader`` picks a bag's library (``bag_readers``: rosbags by
     default). A CSV log's time column is read and checked here, with ``columns`` (those the
-    caller will map: one pass). Raises SourceError when it is missing or unreadable."""
+    caller will map: one pass). ``accept`` / ``abort``: a franka_sysid run's ring-log
+    problems taken knowingly and what an aborted run does (``FrankaSource``). Raises
+    SourceError when it is missing or unreadable."""
     if not path.exists():
         raise SourceError(f"recording {str(path)!r} does not exist")
     if format is None:
@@ -37,17 +40,22 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
     if format not in SOURCE_FORMATS:
         raise SourceError(f"unknown recording format {format!r}; expected one of "
                           f"{', '.join(SOURCE_FORMATS)}")
-    if format in ("csv", "franka_sysid") and reader is not None:
+    franka = format in ("franka_sysid", "franka_target")
+    if (accept or abort != "refuse") and format != "franka_sysid":
+        raise SourceError(f"recording {str(path)!r}: accept / abort are a franka_sysid run's "
+                          f"(its sidecar's ring_log and abort blocks), not a {format}'s")
+    if (format == "csv" or franka) and reader is not None:
         raise SourceError(f"recording {str(path)!r}: reader {reader!r} chooses how a bag is "
                           f"read; a {format} log takes no reader")
-    if format in ("csv", "franka_sysid"):
+    if format == "csv" or franka:
         if path.is_dir():
             raise SourceError(f"recording {str(path)!r} is a folder, not a CSV file")
-        if format == "franka_sysid":
+        if franka:
             if time_column is not None or time_unit is not None:
-                raise SourceError(f"recording {str(path)!r}: the franka_sysid format takes its "
+                raise SourceError(f"recording {str(path)!r}: the {format} format takes its "
                                   f"time from seq (1 kHz ring log) or t_s; give no time_column")
-            log: CsvSource = FrankaSource(path, sidecar)
+            log: CsvSource = (FrankaSource(path, sidecar, accept=accept, abort=abort)
+                              if format == "franka_sysid" else FrankaTargetSource(path, sidecar))
         else:
             log = CsvSource(path, time_column, time_unit)
         if log.rows == 1:  # (a franka ring log's targets file may hold one target)

@@ -33,21 +33,24 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
+                             anchor_relative, check_schema, parse_abort, ring_log_issues)
 from .sources import CsvSource, SourceError, Stream, check_times
 
-__all__ = ["FrankaSource", "RingTargets"]
+__all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets", "episode_recording"]
 
 _VECTORS = {"x": "x_", "x_des": "x_des_", "dx_des": "dx_des_"}
 _QUATERNIONS = {"quat": "quat_", "quat_des": "quat_des_"}
 _JOINT_GROUPS = ("q", "dq", "tau", "tau_J")
 _ROTVEC = ("rotvec_des_x", "rotvec_des_y", "rotvec_des_z")
+_XREL = ("xrel_des_x", "xrel_des_y", "xrel_des_z")
 TARGETS = "targets."
 _TARGET_COLUMNS = ("target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
                    "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w")
@@ -62,11 +65,17 @@ def _frame(value: Any, where: str) -> int:
 
 
 class FrankaSource(CsvSource):
-    """A Franka sysid run: its CSV and sidecar."""
+    """A Franka sysid run: its CSV and sidecar.
+
+    ``accept`` names the ring-log problems a request takes knowingly (``dropped_frames``,
+    ``save_error``); ``abort`` is ``refuse`` (an aborted run is a request error) or
+    ``truncate`` (its rows after ``abort.time_s`` are left out). See ``franka_sidecar``.
+    """
 
     format = "franka_sysid"
 
-    def __init__(self, path: Path, sidecar: Path | None = None) -> None:
+    def __init__(self, path: Path, sidecar: Path | None = None, *,
+                 accept: Sequence[str] = (), abort: str = "refuse") -> None:
         sidecar = sidecar or path.with_suffix(".json")
         label = f"recording {str(path)!r}"
         try:
@@ -81,8 +90,16 @@ class FrankaSource(CsvSource):
         if not isinstance(self.sidecar, dict):
             raise SourceError(f"sidecar {str(sidecar)!r}: expected a JSON object")
         self.sidecar_path = sidecar
+        try:
+            self._check_sidecar()
+        except SidecarProblem as exc:
+            raise SourceError(str(exc)) from None
+        controller = self.sidecar.get("controller")
+        self.controller = controller if isinstance(controller, str) else None
         super().__init__(path, "t_s", "s")
         ring = self.sidecar.get("ring_log") or {}
+        if not isinstance(ring, dict):
+            ring = {}
         self.seq_first: int | None = None
         if "seq" in self._index:
             raw = self.column("seq")  # SourceError for text that is not a number
@@ -99,6 +116,92 @@ class FrankaSource(CsvSource):
             self.time_column = "seq"
             check_times(self.times_ns, f"{label} column 'seq'", lines=True)
         self.forbidden = self._forbidden(ring)
+        self.accepted = tuple(accept)
+        self.ring_issues = self._ring_issues(label)
+        self.abort = self._abort(label, abort)
+
+    def _check_sidecar(self) -> None:
+        """A run's sidecar: schema_version 2 (``franka_sidecar.check_schema``)."""
+        check_schema(self.sidecar, self.sidecar_path)
+
+    def _ring_issues(self, label: str) -> RingLogIssues:
+        """Dropped frames and a failed fetch: reported, and refused (``check_window``) where
+        the rows they concern are in a window, unless accepted. Both concern the 1 kHz ring
+        log: a run read from it (a ``seq`` column) has them at unknown rows, i.e. anywhere; the
+        50 Hz ``--log`` CSV's rows are not concerned (its targets file would be)."""
+        try:
+            issues = ring_log_issues(self.sidecar, self.sidecar_path)
+        except SidecarProblem as exc:
+            raise SourceError(str(exc)) from None
+        where = f"({str(self.sidecar_path)!r})"
+        if self.seq_first is not None:
+            if issues.dropped_frames and "dropped_frames" not in self.accepted:
+                self.forbidden.append((-2 ** 62, 2 ** 62, (
+                    f"ring log's {issues.dropped_frames} dropped frame(s) at unrecorded rows "
+                    f"(ring_log.dropped_frames; accept: [dropped_frames] takes them)")))
+            if issues.save_error and "save_error" not in self.accepted:
+                self.forbidden.append((-2 ** 62, 2 ** 62, (
+                    f"ring log's failed save ({issues.save_error!r}; accept: [save_error] "
+                    f"takes the rows that were written)")))
+        self.warnings = tuple(
+            f"{label}: {name} {where}: " + (
+                f"{issues.dropped_frames} dropped frame(s) in the ring log" if name ==
+                "dropped_frames" else f"the ring log's fetch failed: {issues.save_error}")
+            + (" (accepted)" if name in self.accepted else "")
+            for name in issues.present)
+        return issues
+
+    def _abort(self, label: str, policy: str) -> Abort | None:
+        """An aborted run is refused, or with ``truncate`` cut after ``abort.time_s``."""
+        try:
+            abort = parse_abort(self.sidecar, self.sidecar_path)
+        except SidecarProblem as exc:
+            raise SourceError(str(exc)) from None
+        if abort is None:
+            return None
+        if policy != "truncate":
+            raise SourceError(f"{label}: the run was {abort.describe()} (sidecar "
+                              f"{str(self.sidecar_path)!r}); abort: truncate uses its rows up "
+                              f"to then")
+        keep = int(np.searchsorted(self.times_ns, round(abort.time_s * 1e9), "right"))
+        if keep < 2:
+            raise SourceError(f"{label}: the run was {abort.describe()}: fewer than two rows "
+                              f"before it")
+        self._keep = keep
+        return abort
+
+    @property
+    def ring_log_report(self) -> dict[str, Any] | None:
+        """What the episode's source info says of the ring log's problems and the abort."""
+        if not self.ring_issues and self.abort is None:
+            return None
+        report: dict[str, Any] = self.ring_issues.report(self.accepted)
+        if self.abort is not None:
+            report["abort"] = {"code": self.abort.code, "name": self.abort.name,
+                               "value": self.abort.value, "time_s": self.abort.time_s,
+                               "rows_kept": self._keep, "rows_left_out": self._rows - self._keep}
+        return report
+
+    # An aborted run read with ``abort: truncate`` ends at its abort: every column, the time
+    # base and the row count stop at the last row at or before abort.time_s.
+    _keep: int | None = None
+
+    @property
+    def _rows(self) -> int:
+        return super().rows
+
+    @property
+    def rows(self) -> int:
+        return self._rows if self._keep is None else self._keep
+
+    @property
+    def times_ns(self) -> np.ndarray:
+        times = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]
+        return times if self._keep is None else times[:self._keep]
+
+    @times_ns.setter
+    def times_ns(self, value: np.ndarray) -> None:
+        CsvSource.times_ns.fset(self, value)  # type: ignore[attr-defined]
 
     def _forbidden(self, ring: dict[str, Any]) -> list[tuple[int, int, str]]:
         """(start ns, end ns, reason) spans no window may cross."""
@@ -161,15 +264,9 @@ class FrankaSource(CsvSource):
     def column(self, name: str) -> np.ndarray:
         if name.startswith(TARGETS):
             return self.targets.column(name[len(TARGETS):])
-        if name in _ROTVEC and name not in self._index:
-            cached = self._columns.get(name)
-            if cached is None:
-                rotvec = _rotvec(self, self.sidecar, self.sidecar_path,
-                                 super(FrankaSource, self).column)
-                self._columns.update(zip(_ROTVEC, rotvec))
-                cached = self._columns[name]
-            return cached
-        return super().column(name)
+        derived = _derived(self, name, super().column)
+        values = derived if derived is not None else super().column(name)
+        return values if self._keep is None else values[:self._keep]
 
     @property
     def targets(self) -> RingTargets:
@@ -207,10 +304,12 @@ class FrankaSource(CsvSource):
         for name in columns:
             if name.startswith(TARGETS):
                 out.extend(TARGETS + n for n in self.targets.expand([name[len(TARGETS):]]))
-            elif name in self._index or name in _ROTVEC:
+            elif name in self._index or name in _ROTVEC or name in _XREL:
                 out.append(name)
             elif name == "rotvec_des":
                 out.extend(_ROTVEC)
+            elif name == "xrel_des":
+                out.extend(_XREL)
             elif name in _QUATERNIONS:
                 stem = _QUATERNIONS[name]
                 out.extend(f"{stem}{c}" for c in "wxyz")
@@ -240,6 +339,51 @@ class FrankaSource(CsvSource):
             return replace(stream, components=tuple(expanded))
         return super().stream(topic=topic, field=field, columns=expanded, time=time,
                               message_type=message_type)
+
+
+def episode_recording(info: Mapping[str, Any]) -> FrankaSource:
+    """The franka_sysid run of an episode's source info, opened again as the request read it
+    (its sidecar, the ring-log problems it accepted, an abort it truncated at)."""
+    report = info.get("ring_log") or {}
+    return FrankaSource(Path(info["path"]),
+                        Path(info["sidecar"]) if info.get("sidecar") else None,
+                        accept=tuple(report.get("accepted") or ()),
+                        abort="truncate" if report.get("abort") else "refuse")
+
+
+class FrankaTargetSource(FrankaSource):
+    """A target CSV + sidecar of the lab's trajectory generators (``scripts/gen_*_traj.py``,
+    ``format: franka_target``): the 1 kHz commanded reference ``t_s``, ``x_des_*``,
+    ``dx_des_*``, ``quat_des_*`` with the same anchor / gain fields as a run's sidecar and a
+    ``controller`` of the three named kinds, recorded in the episode's source summary. Its
+    columns and groups are a run's (``x_des``, ``quat_des`` wxyz, ``rotvec_des``,
+    ``xrel_des``): a source of recorded inputs, to replay the commanded reference open loop."""
+
+    format = "franka_target"
+    REQUIRED = ("t_s", *(f"x_des_{c}" for c in "xyz"), *(f"dx_des_{c}" for c in "xyz"),
+                *(f"quat_des_{c}" for c in "xyzw"))
+
+    def __init__(self, path: Path, sidecar: Path | None = None) -> None:
+        super().__init__(path, sidecar)
+        label = f"target CSV {str(path)!r}"
+        missing = [c for c in self.REQUIRED if c not in self._index]
+        if missing:
+            raise SourceError(f"{label} has no column(s) {', '.join(missing)}; a target CSV "
+                              f"has {', '.join(self.REQUIRED)}")
+        steps = np.diff(self.times_ns)
+        off = np.flatnonzero(np.abs(steps - 1_000_000) > 1_000)
+        if off.size:
+            n = int(off[0]) + 1
+            raise SourceError(f"{label} column 't_s' line {n + 2}: {self.cell(n, 't_s')!r} is "
+                              f"{steps[n - 1] / 1e6:g} ms after the row before; a target CSV is "
+                              f"a 1 kHz reference (1 ms steps)")
+
+    def _check_sidecar(self) -> None:
+        kind = self.sidecar.get("controller")
+        if kind not in TARGET_KINDS:
+            raise SidecarProblem(f"sidecar {str(self.sidecar_path)!r} controller {kind!r} is "
+                                 f"not a target kind; expected one of "
+                                 f"{', '.join(TARGET_KINDS)}")
 
 
 class RingTargets(CsvSource):
@@ -335,31 +479,58 @@ class RingTargets(CsvSource):
         return {"checked": checked, "exact": exact, "off_by_one": checked - exact}
 
     def column(self, name: str) -> np.ndarray:
-        if name in _ROTVEC:
-            cached = self._columns.get(name)
-            if cached is None:
-                rotvec = _rotvec(self, self.sidecar, self.sidecar_path, super().column)
-                self._columns.update(zip(_ROTVEC, rotvec))
-                cached = self._columns[name]
-            return cached
-        return super().column(name)
+        derived = _derived(self, name, super().column)
+        return derived if derived is not None else super().column(name)
 
     def expand(self, columns: Sequence[str]) -> list[str]:
         out: list[str] = []
         for name in columns:
             if name == "rotvec_des":
                 out.extend(_ROTVEC)
+            elif name == "xrel_des":
+                out.extend(_XREL)
             elif name == "quat_des":
                 out.extend(f"quat_des_{c}" for c in "wxyz")
             elif name == "x_des":
                 out.extend(f"x_des_{c}" for c in "xyz")
-            elif name in self._index or name in _ROTVEC:
+            elif name in self._index or name in _ROTVEC or name in _XREL:
                 out.append(name)
             else:
                 raise SourceError(f"recording {str(self.path)!r} has no column {name!r}; its "
                                   f"columns: {', '.join(self.header)} (and the groups x_des, "
-                                  f"quat_des, rotvec_des)")
+                                  f"quat_des, rotvec_des, xrel_des)")
         return out
+
+
+def _derived(source: Any, name: str, column: Any) -> np.ndarray | None:
+    """A column computed from the file's and the sidecar's (``rotvec_des_*``,
+    ``xrel_des_*``), cached on the source; None for any other name (or one the file has)."""
+    if name in source._index:
+        return None
+    if name in _ROTVEC:
+        names, make = _ROTVEC, lambda: _rotvec(source, source.sidecar, source.sidecar_path,
+                                                column)
+    elif name in _XREL:
+        names, make = _XREL, lambda: _xrel(source, column)
+    else:
+        return None
+    cached = source._columns.get(name)
+    if cached is None:
+        source._columns.update(zip(names, make()))
+        cached = source._columns[name]
+    return cached
+
+
+def _xrel(source: Any, column: Any) -> list[np.ndarray]:
+    """The xrel_des columns: ``x_des_*`` in the anchor frame (``x_anchor``,
+    ``q_anchor_xyzw``): the position setpoints of site actuators whose reference site is the
+    anchor, as rotvec_des are the orientation ones."""
+    target = _finite_columns(source, column, "x_des_", "xyz")
+    try:
+        relative = anchor_relative(target, source.sidecar, source.sidecar_path)
+    except SidecarProblem as exc:
+        raise SourceError(str(exc)) from None
+    return [np.ascontiguousarray(relative[:, i]) for i in range(3)]
 
 
 def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
@@ -372,12 +543,18 @@ def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
         raise SourceError(f"sidecar {str(sidecar_path)!r} has no q_anchor_xyzw (4 "
                           f"numbers) for the rotvec_des columns")
     x, y, z, w = (float(v) for v in anchor)
-    target = np.column_stack([column(f"quat_des_{c}") for c in "wxyz"])
-    bad = ~np.all(np.isfinite(target), axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise SourceError(f"recording {str(source.path)!r} columns quat_des_*: "
-                          f"{int(bad.sum())} row(s) with NaN, the first at "
-                          f"{source.times_ns[first] / 1e9:.9g} s")
+    target = _finite_columns(source, column, "quat_des_", "wxyz")
     rotvec = quat_error(target, np.tile([w, x, y, z], (target.shape[0], 1)))
     return [np.ascontiguousarray(rotvec[:, i]) for i in range(3)]
+
+
+def _finite_columns(source: Any, column: Any, stem: str, axes: str) -> np.ndarray:
+    """The columns ``stem + axis`` side by side; a row with NaN is a SourceError."""
+    values = np.column_stack([column(f"{stem}{c}") for c in axes])
+    bad = ~np.all(np.isfinite(values), axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise SourceError(f"recording {str(source.path)!r} columns {stem}*: "
+                          f"{int(bad.sum())} row(s) with NaN, the first at "
+                          f"{source.times_ns[first] / 1e9:.9g} s")
+    return values

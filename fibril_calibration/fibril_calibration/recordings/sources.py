@@ -46,7 +46,7 @@ __all__ = [
     "Stream",
 ]
 
-SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv", "franka_sysid")
+SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv", "franka_sysid", "franka_target")
 TIME_UNITS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 # Time column names whose unit is implied by the name.
 _IMPLIED_UNITS = {"t_s": "s", "time_s": "s", "time_ms": "ms", "time_us": "us", "time_ns": "ns"}

@@ -64,7 +64,7 @@ RESERVED_CONTEXT_KEYS = ("training_episode_content_sha256", "validation_episode_
 
 _TOP_REQUIRED = ("schema_version", "manifest", "parameters", "observations", "training")
 _TOP_OPTIONAL = ("validation", "optimizer", "objective", "execution", "analysis", "fit",
-                 "context", "sources")
+                 "context", "sources", "sidecar_gains")
 
 
 # --------------------------------------------------------------------------- typed request
@@ -151,6 +151,8 @@ class CalibrationRequest:
     analysis: AnalysisSpec
     fit: FitSpec
     context: Mapping[str, Any]
+    # Overlays held in every candidate plan (``sidecar_gains``: a run's impedance gains).
+    fixed_overlays: tuple[Any, ...] = ()
 
     @property
     def parameter_ids(self) -> tuple[str, ...]:
@@ -215,7 +217,15 @@ def parse_calibration_request(
         raise root.key("manifest").fail(str(exc)) from None
 
     parameters = _parameters(doc["parameters"], root.key("parameters"))
-    factory = candidate_builder or CandidatePlanBuilder
+    from .gains import sidecar_gains
+
+    named = doc.get("sources") if isinstance(doc.get("sources"), Mapping) else {}
+    fixed = sidecar_gains(doc.get("sidecar_gains"), root.key("sidecar_gains"), base, named)
+    if fixed and candidate_builder is not None:
+        raise root.key("sidecar_gains").fail("the gains are fixed overlays of the standard "
+                                             "CandidatePlanBuilder; a custom candidate "
+                                             "builder takes them itself")
+    factory = candidate_builder or CandidatePlanBuilder.holding(fixed)
     from ..recordings.time_offsets import candidate_builder as offset_aware
 
     candidates = offset_aware(factory, manifest, parameters)
@@ -253,7 +263,8 @@ def parse_calibration_request(
         path=file, document=doc, sha256=_document_sha256(doc, root), manifest=manifest,
         nominal_plan=nominal, parameters=parameters, observations=observations,
         training=training, validation=validation, optimizer=optimizer, objective=objective,
-        execution=execution, analysis=analysis, fit=fit, context=context)
+        execution=execution, analysis=analysis, fit=fit, context=context,
+        fixed_overlays=fixed)
 
 
 # --------------------------------------------------------------------------- parameters

@@ -65,6 +65,7 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
+                "accept", "abort",
                 "sidecar", "reader")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
@@ -86,6 +87,36 @@ class _SourceSpec:
     origin_ns: int | None
     sidecar: Path | None = None
     reader: str | None = None  # a bag's library (bag_readers): None is rosbags
+    accept: tuple[str, ...] = ()  # franka_sysid: ring-log problems taken knowingly
+    abort: str = "refuse"  # franka_sysid: an aborted run is refused, or truncated
+
+
+def _franka_options(body: Mapping[str, Any], where: s.Where) -> dict[str, Any]:
+    """``accept`` (a list of ACCEPTABLE names) and ``abort`` (an ABORT_POLICIES name) of a
+    franka_sysid source."""
+    from ..recordings.franka_sidecar import ABORT_POLICIES, ACCEPTABLE
+
+    out: dict[str, Any] = {}
+    if "accept" in body:
+        at = where.key("accept")
+        names = [s.string(v, at.key(i)) for i, v in enumerate(s.sequence(body["accept"], at))]
+        for i, name in enumerate(names):
+            if name not in ACCEPTABLE:
+                raise at.key(i).fail(f"unknown {name!r}; a franka_sysid source accepts "
+                                     f"{', '.join(ACCEPTABLE)}")
+        out["accept"] = tuple(names)
+    if "abort" in body:
+        policy = s.string(body["abort"], where.key("abort"))
+        if policy not in ABORT_POLICIES:
+            raise where.key("abort").fail(f"expected one of {', '.join(ABORT_POLICIES)}, got "
+                                          f"{policy!r}")
+        out["abort"] = policy
+    if out and body.get("format") != "franka_sysid":
+        key = next(iter(out))
+        raise where.key(key).fail(f"{key} is a franka_sysid source's (its sidecar's ring_log "
+                                  f"and abort blocks); this source's format is "
+                                  f"{body.get('format') or 'from its file name'}")
+    return out
 
 
 class SourceSet:
@@ -135,19 +166,21 @@ class SourceSet:
             max_gap_ns=_gap(body, where), origin_ns=origin,
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
                      if "sidecar" in body else None),
-            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None)
+            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
+            **_franka_options(body, where))
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
         column when it is opened, in one pass."""
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar, spec.reader)
+               spec.sidecar, spec.reader, spec.accept, spec.abort)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns)
+                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns,
+                                     accept=spec.accept, abort=spec.abort)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -519,6 +552,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         targets_report = getattr(source, "targets_report", None)
         if targets_report is not None:  # franka_sysid: how <stem>_targets.csv was placed
             info["ring_targets"] = targets_report
+        if getattr(source, "controller", None) is not None:  # franka: the sidecar's kind
+            info["controller"] = source.controller
+        ring_report = getattr(source, "ring_log_report", None)
+        if ring_report is not None:  # franka_sysid: dropped frames, save error, abort
+            info["ring_log"] = ring_report
         out.append(r.EpisodeSpec(
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,

@@ -89,8 +89,9 @@ class CalibrationProblem:
         if candidate_builder is None:  # time-offset parameters are not overlays
             from ..recordings.time_offsets import candidate_builder as offset_aware
 
-            candidate_builder = offset_aware(CandidatePlanBuilder, request.manifest,
-                                             request.parameters)
+            candidate_builder = offset_aware(
+                CandidatePlanBuilder.holding(request.fixed_overlays), request.manifest,
+                request.parameters)
         self.candidate_builder = candidate_builder
         self.decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
         self.progress = progress

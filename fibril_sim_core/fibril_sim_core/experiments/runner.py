@@ -211,6 +211,7 @@ def _execute_run(job: RunJob) -> dict[str, Any]:
     clock = time.perf_counter()
     record: dict[str, Any] = {"id": job.run_id, "role": job.role, "started_at": started}
     experiment = load_experiment(job.experiment)
+    record["episode_seed"] = experiment.execution.seed
     baseline = load_overlay_artifact(experiment.baseline_overlay)
     declared = {p.id: _plain(p.value) for p in baseline.parameters}
     try:
@@ -293,7 +294,7 @@ def _simulate(plan: Any, scenario: Any, execution: Any, trace_path: Path,
     trace = None
     wall = 0.0
     try:
-        trace = TraceWriter(trace_path, provenance=dict(plan.provenance, seed=execution.seed),
+        trace = TraceWriter(trace_path, provenance=plan.run_provenance(execution.seed),
                             layout=dict(plan.layout))
         instance = plan.create_instance(execution.seed, scenario=scenario, trace=trace,
                                         collect=False)

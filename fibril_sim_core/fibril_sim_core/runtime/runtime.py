@@ -23,7 +23,7 @@ class SimulationRuntime:
     runtime writes frame timings into it, the caller closes it after ``stop``.
     """
 
-    def __init__(self, plan: SimulationPlan, *, seed: int = 0, trace: Any = None,
+    def __init__(self, plan: SimulationPlan, *, seed: int | None = None, trace: Any = None,
                  options: RuntimeOptions | None = None,
                  server: ServerOptions | None = ServerOptions()) -> None:
         self.plan = plan
