@@ -13,7 +13,7 @@ CALIBRATION = REPO / "fibril_calibration"
 CORE = REPO / "fibril_sim_core"
 
 # Bottom to top: data flows request → episodes → problem → solve → analysis → result.
-BASE = {"errors", "_json", "parameters", "losses", "alignment", "evaluation"}
+BASE = {"errors", "_json", "_atomic", "parameters", "losses", "alignment", "evaluation"}
 LAYERS = ("base", "recordings", "model", "request", "solve", "analysis", "top")
 
 
