@@ -60,6 +60,16 @@ def test_public_names_are_pinned(package: object, names: list[str]) -> None:
         assert getattr(package, name) is not None
 
 
+@pytest.mark.parametrize("subpackage", ["analysis", "model", "recordings", "request", "solve"])
+def test_subpackages_export_what_they_declare(subpackage: str) -> None:
+    import importlib
+
+    package = importlib.import_module(f"fibril_calibration.{subpackage}")
+    assert _type_checking_names(package) == set(package.__all__)
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+
+
 # --------------------------------------------------------------------------- typed requests
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
