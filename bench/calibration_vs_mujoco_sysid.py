@@ -16,11 +16,19 @@ value and the wall-time ratio are reported.
 
 Needs mujoco.sysid's optional dependencies: ``pip install -r bench/requirements.txt``.
 
-Fibril runs twice: with its default central-difference Jacobian (the spec's adapter) and with
-the opt-in ``optimizer.jacobian: forward`` (mujoco.sysid's choice, about half the rollouts).
+Fibril runs three ways in process: a parsed request document with its default
+central-difference Jacobian (the spec's adapter), the same with the opt-in
+``optimizer.jacobian: forward`` (mujoco.sysid's choice, about half the rollouts), and the Python
+API (``from_sysid(params, model_sequences)`` then ``calibrate``: mujoco.sysid's own objects
+from arrays, no files but the generated manifest, request building timed too).
+
+Whole process (``--processes``, one run each per repeat): ``fibril_sim calibrate request.yaml``
+(the Python request written with ``to_yaml``) against a Python process that records the
+arrays, calls ``from_sysid`` and ``calibrate`` and against one that runs mujoco.sysid; start-up,
+imports and model compilation included.
 
 Usage: ``python bench/calibration_vs_mujoco_sysid.py [--repeats 5] [--problem arm]
-[--parallelism 2]``
+[--parallelism 2] [--processes]``
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ import io
 import json
 import logging
 import shutil
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -154,7 +165,8 @@ def record(problem: Problem) -> Recording:
 # --------------------------------------------------------------------------- mujoco.sysid
 
 
-def run_sysid(problem: Problem, rec: Recording) -> tuple[float, dict[str, float]]:
+def sysid_problem(problem: Problem, rec: Recording) -> tuple[Any, Any]:
+    """The problem as mujoco.sysid objects: its ParameterDict and ModelSequences."""
     from mujoco import sysid
 
     spec = mujoco.MjSpec.from_string(problem.xml)
@@ -168,12 +180,19 @@ def run_sysid(problem: Problem, rec: Recording) -> tuple[float, dict[str, float]
         params.add(sysid.Parameter(pid, nominal=truth, min_value=lower, max_value=upper,
                                    modifier=modifier))
         params[pid].value[:] = initial
-    start = time.perf_counter()
     # mujoco.sysid labels the sensors computed during step i with the time after it.
     sensor_ts = sysid.TimeSeries.from_names(rec.times[1:], rec.sensors, model)
     control_ts = sysid.TimeSeries(rec.times, rec.control)
     sequences = sysid.ModelSequences(problem.name, spec, "measured", rec.initial_state,
                                      control_ts, sensor_ts)
+    return params, sequences
+
+
+def run_sysid(problem: Problem, rec: Recording) -> tuple[float, dict[str, float]]:
+    from mujoco import sysid
+
+    start = time.perf_counter()
+    params, sequences = sysid_problem(problem, rec)
     residual_fn = sysid.build_residual_fn(models_sequences=[sequences])
     with contextlib.redirect_stdout(io.StringIO()):
         fitted, _ = sysid.optimize(initial_params=params, residual_fn=residual_fn,
@@ -188,7 +207,7 @@ def run_sysid(problem: Problem, rec: Recording) -> tuple[float, dict[str, float]
 def fibril_request(problem: Problem, rec: Recording, folder: Path, *, jacobian: str = "central",
                    parallelism: int = 2) -> Any:
     """A calibration request (schema 3.1) for the same recording, parsed in memory."""
-    from fibril_calibration import parse_calibration_request
+    from fibril_calibration.request import parse_calibration_request
 
     model = mujoco.MjModel.from_xml_string(problem.xml)
     (folder / "model.xml").write_text(problem.xml)
@@ -238,6 +257,62 @@ def run_fibril(problem: Problem, request: Any) -> tuple[float, dict[str, float]]
     return wall, fitted
 
 
+def run_python_api(problem: Problem, rec: Recording, folder: Path
+                   ) -> tuple[float, dict[str, float]]:
+    """mujoco.sysid's objects → ``from_sysid`` → ``calibrate``, timed from the arrays."""
+    from fibril_calibration import calibrate, from_sysid
+
+    start = time.perf_counter()
+    params, sequences = sysid_problem(problem, rec)
+    request = from_sysid(params, sequences, folder=folder)
+    result = calibrate(request)
+    wall = time.perf_counter() - start
+    return wall, {pid: p.value for pid, p in result.parameters.items()}
+
+
+# --------------------------------------------------------------------------- whole process
+
+def child(problem_name: str, tool: str, folder: Path) -> None:
+    """One whole-process run (``--child``): record, fit, print the fitted values as JSON."""
+    logging.disable(logging.WARNING)
+    problem = PROBLEMS[problem_name]
+    rec = record(problem)
+    if tool == "mujoco.sysid":
+        _, values = run_sysid(problem, rec)
+    else:
+        _, values = run_python_api(problem, rec, folder)
+    print(json.dumps(values))
+
+
+def run_process(command: list[str]) -> tuple[float, dict[str, float]]:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    wall = time.perf_counter() - start
+    if command[1] == "calibrate":  # fibril_sim calibrate --output: read the values back
+        document = json.loads(Path(command[command.index("--output") + 1]).read_text())
+        return wall, dict(document["fitted_parameters"])
+    return wall, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def process_commands(problem: Problem, rec: Recording, folder: Path) -> dict[str, list[str]]:
+    """The whole-process runs: the Python request written as YAML and run by the CLI, and
+    Python processes doing the same from arrays with Fibril or with mujoco.sysid."""
+    from fibril_calibration import from_sysid
+
+    params, sequences = sysid_problem(problem, rec)
+    request = from_sysid(params, sequences, folder=folder / "yaml")
+    path = request.to_yaml(folder / "yaml" / "request.yaml")
+    cli = str(Path(sys.executable).with_name("fibril_sim"))
+    me = [sys.executable, str(Path(__file__).resolve()), "--child", problem.name]
+    return {
+        "process: mujoco.sysid": [*me, "mujoco.sysid", str(folder / "child")],
+        "process: fibril_sim calibrate": [cli, "calibrate", str(path), "--output",
+                                          str(folder / "yaml" / "result.json")],
+        "process: fibril Python API": [*me, "fibril", str(folder / "child")],
+    }
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -248,7 +323,15 @@ def main() -> None:
     parser.add_argument("--parallelism", type=int, default=2,
                         help="Fibril's execution.max_parallelism (mujoco.sysid uses one "
                              "rollout thread per CPU)")
+    parser.add_argument("--processes", action="store_true",
+                        help="also time whole processes (CLI on the written YAML request, "
+                             "Python API, mujoco.sysid)")
+    parser.add_argument("--child", nargs=3, metavar=("PROBLEM", "TOOL", "FOLDER"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], Path(args.child[2]))
+        return
     logging.disable(logging.WARNING)
     folder = Path(tempfile.mkdtemp(prefix="fibril-bench-sysid-"))
     try:
@@ -263,24 +346,32 @@ def main() -> None:
                 "fibril (jacobian: forward)": fibril_request(
                     problem, rec, work, jacobian="forward", parallelism=args.parallelism)}
             parse_s = (time.perf_counter() - start) / 2
-            tools = ["mujoco.sysid", *requests]
+            processes = (process_commands(problem, rec, work) if args.processes else {})
+            tools = ["mujoco.sysid", *requests, "fibril Python API (from_sysid)", *processes]
             walls: dict[str, list[float]] = {tool: [] for tool in tools}
             fitted: dict[str, dict[str, float]] = {}
             for repeat in range(args.repeats):
                 for tool in (tools if repeat % 2 == 0 else tools[::-1]):
-                    wall, values = (run_sysid(problem, rec) if tool == "mujoco.sysid"
-                                    else run_fibril(problem, requests[tool]))
+                    if tool == "mujoco.sysid":
+                        wall, values = run_sysid(problem, rec)
+                    elif tool in requests:
+                        wall, values = run_fibril(problem, requests[tool])
+                    elif tool in processes:
+                        wall, values = run_process(processes[tool])
+                    else:
+                        wall, values = run_python_api(problem, rec, work / "api")
                     walls[tool].append(wall)
                     fitted[tool] = values
             truth = {pid: t for pid, _, _, t, *_ in problem.parameters}
             print(f"{name}: {len(problem.parameters)} parameter(s), {len(rec.sensors)} steps, "
                   f"{args.repeats} repeats, max_parallelism {args.parallelism} "
                   f"(request parse {parse_s * 1e3:.0f} ms, not timed)")
-            base = statistics.median(walls["mujoco.sysid"])
             for tool in tools:
+                base = statistics.median(walls["process: mujoco.sysid" if tool.startswith(
+                    "process:") else "mujoco.sysid"])
                 error = max(abs(fitted[tool][pid] - truth[pid]) for pid in truth)
                 median = statistics.median(walls[tool])
-                print(f"  {tool:<28} median {median * 1e3:8.1f} ms  ratio {median / base:5.2f}x"
+                print(f"  {tool:<32} median {median * 1e3:8.1f} ms  ratio {median / base:5.2f}x"
                       f"  max |error| {error:.1e}  runs {[round(w * 1e3) for w in walls[tool]]}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -21,12 +21,13 @@ from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
 
 from .analysis.verdict import FitCriteria
+from .fitted import FittedParameter, fitted_parameters
 from .model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
 from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
 from .request.document import CalibrationRequest, load_calibration_request
-from .result import build_result_document, strict, to_json
+from .result import build_result_document, strict, to_json, write_atomic
 from .scores import input_timing, nominal_set, score_sets, scores_text
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
@@ -63,6 +64,33 @@ class CalibrationResult:
 
     def summary(self) -> str:
         return summary_text(self.document)
+
+    @property
+    def parameters(self) -> dict[str, FittedParameter]:
+        """``{id: FittedParameter}``: ``.value``, ``.sd``, ``.interval`` (95 %)."""
+        return fitted_parameters(self.document)
+
+    @property
+    def verdict(self) -> str | None:
+        """The fit verdict (``plausible_fit``, ...); None when the request sets no criteria."""
+        return (self.document.get("fit") or {}).get("verdict")
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """The nominal and fitted parameter sets scored on every episode (``scores``)."""
+        return self.document.get("scores") or {}
+
+    def to_overlay(self, path: str | Path | None = None) -> dict[str, Any]:
+        """The fitted values as a parameter overlay artifact; written to ``path`` if given
+        (a manifest's ``parameter_overlays`` then loads it)."""
+        if path is not None:
+            write_atomic(path, to_json(self.parameter_overlay))
+        return self.parameter_overlay
+
+    def save(self, path: str | Path) -> Path:
+        """Write the result document (what ``fibril_sim calibrate --output`` writes)."""
+        write_atomic(path, self.to_json())
+        return Path(path)
 
 
 def solver_options(request: CalibrationRequest,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from fibril_sim_core.overlays import OverlayParameter, overlay_document
 
+from ._atomic import write_atomic  # noqa: F401  (re-exported: writers import it from here)
 from .alignment import ALIGNMENTS
 from .errors import CalibrationError
 from .parameters import physical_scale
@@ -209,42 +209,6 @@ def strict(value: Any) -> Any:
 
 def to_json(document: Mapping[str, Any], *, indent: int | None = 2) -> str:
     return json.dumps(document, indent=indent, allow_nan=False, sort_keys=False) + "\n"
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                             dir=folder)
-    except OSError as exc:
-        raise CalibrationError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0600 → the usual file mode
-        os.replace(temporary, target)
-    except OSError as exc:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise CalibrationError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_writable(path: str | Path, what: str) -> None:

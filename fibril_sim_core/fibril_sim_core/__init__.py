@@ -13,26 +13,20 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
+# The public API; everything else is imported from its module or subpackage (``components``,
+# ``overlays``, ``records``, ``runtime``, ``trace``, ``samples``...).
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("ComponentRegistry", "ComponentType", "Field"), ".components"),
     **dict.fromkeys(("ComponentError", "FibrilError", "IngressError", "InstanceError",
-                     "ManifestError", "PlanError", "ServerError", "TraceError"), ".errors"),
+                     "ManifestError", "PlanError", "ServerError"), ".errors"),
     "external_input": ".ingress",
     "SimulationInstance": ".instance",
     "SimulationManifest": ".manifest", "load_manifest": ".manifest",
-    **dict.fromkeys(("ComponentTarget", "MujocoTarget", "OverlayArtifact", "OverlayError",
-                     "OverlayParameter", "OverlayTarget", "ParameterOverlays",
-                     "load_overlay_artifact", "overlay_document", "parse_target"), ".overlays"),
+    **dict.fromkeys(("MujocoTarget", "OverlayParameter", "ParameterOverlays"), ".overlays"),
     "SimulationBuilder": ".plan", "SimulationPlan": ".plan",
-    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "EpisodeStart", "ExternalInput",
-                     "FrameTiming", "IngressRecord", "RenderFrame", "StateSnapshot"),
-                    ".records"),
-    **dict.fromkeys(("RecordFilter", "RemoteConnection", "RenderRequest", "ServerOptions",
-                     "SimulationConnection", "SimulationHost", "SimulationRuntime",
+    **dict.fromkeys(("ActuatorApplication", "DeviceOutput", "ExternalInput", "IngressRecord",
+                     "StateSnapshot"), ".records"),
+    **dict.fromkeys(("ServerOptions", "SimulationConnection", "SimulationRuntime",
                      "SimulationServer"), ".runtime"),
-    **dict.fromkeys(("DeviceColumns", "SampleBlock", "TraceBuffer"), ".sample_block"),
-    **dict.fromkeys(("STANDARD_SAMPLE_TYPES", "SampleType", "SampleTypeRegistry"), ".samples"),
-    "Timebase": ".timebase",
     "ShutdownSignals": "._signals",
 }
 
@@ -43,22 +37,14 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from .components import ComponentRegistry, ComponentType, Field
+    from ._signals import ShutdownSignals
     from .errors import (ComponentError, FibrilError, IngressError, InstanceError,
-                         ManifestError, PlanError, ServerError, TraceError)
+                         ManifestError, PlanError, ServerError)
     from .ingress import external_input
     from .instance import SimulationInstance
     from .manifest import SimulationManifest, load_manifest
-    from .overlays import (ComponentTarget, MujocoTarget, OverlayArtifact, OverlayError,
-                           OverlayParameter, OverlayTarget, ParameterOverlays,
-                           load_overlay_artifact, overlay_document, parse_target)
+    from .overlays import MujocoTarget, OverlayParameter, ParameterOverlays
     from .plan import SimulationBuilder, SimulationPlan
-    from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
-                          FrameTiming, IngressRecord, RenderFrame, StateSnapshot)
-    from .runtime import (RecordFilter, RemoteConnection, RenderRequest, ServerOptions,
-                          SimulationConnection, SimulationHost, SimulationRuntime,
-                          SimulationServer)
-    from .sample_block import DeviceColumns, SampleBlock, TraceBuffer
-    from .samples import STANDARD_SAMPLE_TYPES, SampleType, SampleTypeRegistry
-    from ._signals import ShutdownSignals
-    from .timebase import Timebase
+    from .records import (ActuatorApplication, DeviceOutput, ExternalInput, IngressRecord,
+                          StateSnapshot)
+    from .runtime import ServerOptions, SimulationConnection, SimulationRuntime, SimulationServer

@@ -15,7 +15,6 @@ from fibril_sim_core.manifest import RuntimeOptions
 
 from fibril_sim_core import (
     DeviceOutput,
-    FrameTiming,
     InstanceError,
     ServerError,
     SimulationBuilder,
@@ -23,6 +22,7 @@ from fibril_sim_core import (
     SimulationRuntime,
     external_input,
 )
+from fibril_sim_core.records import FrameTiming
 
 DUTY = "fibril_sim/motor_command/v1"
 TOKEN = "serve-test-token-0123456789"

@@ -33,16 +33,15 @@ from fibril_calibration.parameters import CalibrationParameter
 from fibril_calibration.solve.problem import CalibrationProblem
 from fibril_calibration.request import load_calibration_request
 from fibril_sim_core import (
-    ComponentTarget,
     InstanceError,
     MujocoTarget,
-    OverlayError,
     OverlayParameter,
     ParameterOverlays,
     PlanError,
     SimulationBuilder,
     SimulationPlan,
 )
+from fibril_sim_core.overlays import ComponentTarget, OverlayError
 from fibril_sim_core import instance as instance_module
 from fibril_sim_core import provenance as prov
 from fibril_sim_core.manifest import load_manifest

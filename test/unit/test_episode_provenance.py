@@ -10,13 +10,8 @@ from fibril_sim_core.cli import main
 from fibril_sim_core.manifest import RuntimeOptions
 from fibril_sim_core.trace import TraceReader, TraceWriter
 
-from fibril_sim_core import (
-    DeviceOutput,
-    EpisodeStart,
-    IngressRecord,
-    SimulationBuilder,
-    SimulationRuntime,
-)
+from fibril_sim_core import DeviceOutput, IngressRecord, SimulationBuilder, SimulationRuntime
+from fibril_sim_core.records import EpisodeStart
 
 INITIAL = {"initial_inputs": [{"source_id": "drive/command", "source_sequence": 0,
                                "payload_type": MOTOR_PAYLOAD,

@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 CALIBRATION = REPO / "fibril_calibration"
 CORE = REPO / "fibril_sim_core"
 
-# Bottom to top: data flows request → episodes → problem → solve → analysis → report (drawing a result) → result.
-BASE = {"errors", "_json", "parameters", "losses", "alignment", "evaluation"}
+# Bottom to top: data flows request → episodes → problem → solve → analysis → report (drawing
+# a result) → result.
+BASE = {"errors", "_json", "_atomic", "parameters", "losses", "alignment", "evaluation"}
 LAYERS = ("base", "recordings", "model", "request", "solve", "analysis", "report", "top")
 
 

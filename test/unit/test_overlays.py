@@ -22,16 +22,18 @@ import yaml
 from _models import DRIVETRAIN, MOTOR_PAYLOAD, device, manifest_doc, motor, write_manifest
 
 from fibril_sim_core import (
-    ComponentTarget,
     FibrilError,
     ManifestError,
     MujocoTarget,
-    OverlayError,
     OverlayParameter,
     ParameterOverlays,
     PlanError,
     SimulationBuilder,
     SimulationPlan,
+)
+from fibril_sim_core.overlays import (
+    ComponentTarget,
+    OverlayError,
     load_overlay_artifact,
     overlay_document,
 )

@@ -16,13 +16,13 @@ from fibril_sim_core.manifest import RuntimeOptions
 from fibril_sim_core import (
     ActuatorApplication,
     DeviceOutput,
-    FrameTiming,
     IngressRecord,
     InstanceError,
     SimulationConnection,
     SimulationPlan,
     SimulationRuntime,
 )
+from fibril_sim_core.records import FrameTiming
 
 DT_NS = 1_000_000
 

@@ -17,7 +17,6 @@ from _runtime_rig import runtime_starter, wait_for
 
 from fibril_sim_core import (
     DeviceOutput,
-    FrameTiming,
     IngressError,
     InstanceError,
     ServerError,
@@ -28,6 +27,7 @@ from fibril_sim_core import (
     SimulationRuntime,
     external_input,
 )
+from fibril_sim_core.records import FrameTiming
 
 TOKEN = b"0123456789abcdef-shared-token"
 DUTY = "fibril_sim/motor_command/v1"

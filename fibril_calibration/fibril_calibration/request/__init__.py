@@ -4,7 +4,9 @@
 and their windows (``mapping``, ``windows``), and the canonical JSON its hashes use
 (``canonical``).
 
-Above ``recordings`` and ``model``, below ``solve``. The names below load on first use.
+Above ``recordings`` and ``model``, below ``solve``. The names below load on first use; the
+request built from Python objects is ``typed`` (``fibril_calibration.CalibrationRequest``),
+this package's ``CalibrationRequest`` the resolved request both are loaded into.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ _EXPORTS: dict[str, str] = {
                      "load_calibration_request", "parse_calibration_request"),
                     ".document"),
     **dict.fromkeys(("EpisodeSpec", "SignalSpec"), ".episode_specs"),
+    **dict.fromkeys(("COMMIT_POLICIES", "SourceSet", "source_episodes"), ".mapping"),
+    **dict.fromkeys(("Window", "parse_windows"), ".windows"),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -30,3 +34,5 @@ if TYPE_CHECKING:
                            ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec,
                            load_calibration_request, parse_calibration_request)
     from .episode_specs import EpisodeSpec, SignalSpec
+    from .mapping import COMMIT_POLICIES, SourceSet, source_episodes
+    from .windows import Window, parse_windows
