@@ -66,34 +66,9 @@ def _send(peer: Peer, publisher, msg, sim: SimProcess) -> None:
     raise AssertionError(f"the command was never accepted\n{sim.log()}")
 
 
-def test_joint_states_are_on_by_default_on_the_grid_with_effort(paused, peer) -> None:
-    states = peer.subscribe(JointState, "/joint_states")
-    wait_until(lambda: peer.node.count_publishers("/joint_states") > 0
-               and peer.node.get_publishers_info_by_topic("/joint_states")[0] is not None,
-               20, "the /joint_states publisher", paused.log)
-    command = peer.publisher(MotorCommand, "/motor/command")
-    wait_until(lambda: command.get_subscription_count() > 0, 20, "the command subscription",
-               paused.log)
-    start = _step(peer, 1).session_time_ns
-    _send(peer, command, MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.8), paused)
-    end = _step(peer, 4999).session_time_ns  # 5 s of simulated time, ending on the grid
-    period = 20 * MS
-    expected = list(range(start - start % period + period, end + 1, period))
-    wait_until(lambda: len(states) >= len(expected), 20, "every /joint_states", paused.log)
-    received = [m for m, _ in snapshot(states, peer.lock)]
-    peer.unsubscribe(states)
-    stamps = [ns(m.header.stamp) for m in received]
-    assert stamps[-len(expected):] == expected  # exactly k / 50 Hz, none missing
-    last = received[-1]
-    assert last.name == ["wheel_joint"]
-    assert len(last.position) == len(last.velocity) == len(last.effort) == 1
-    assert last.velocity[0] > 1.0 and last.effort[0] != 0.0  # the motor drives the wheel
-    state = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
-    assert state.joint_names == ["wheel_joint"]
-    assert state.joint_positions[0] == pytest.approx(last.position[0], abs=1e-12)
-
-
 def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -> None:
+    # First in this file: it starts a node of its own, and no other /fibril_sim node (the
+    # module's `paused` one) may publish /tf or answer /fibril_sim/step beside it.
     tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs is not installed (make "
                                    "setup builds it from ../shared/vendor/ros2)")
     import xml.etree.ElementTree as ET
@@ -156,6 +131,33 @@ def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -
         assert links == framed
     finally:
         sim.stop()
+
+
+def test_joint_states_are_on_by_default_on_the_grid_with_effort(paused, peer) -> None:
+    states = peer.subscribe(JointState, "/joint_states")
+    wait_until(lambda: peer.node.count_publishers("/joint_states") > 0
+               and peer.node.get_publishers_info_by_topic("/joint_states")[0] is not None,
+               20, "the /joint_states publisher", paused.log)
+    command = peer.publisher(MotorCommand, "/motor/command")
+    wait_until(lambda: command.get_subscription_count() > 0, 20, "the command subscription",
+               paused.log)
+    start = _step(peer, 1).session_time_ns
+    _send(peer, command, MotorCommand(mode=MotorCommand.MODE_DUTY, value=0.8), paused)
+    end = _step(peer, 4999).session_time_ns  # 5 s of simulated time, ending on the grid
+    period = 20 * MS
+    expected = list(range(start - start % period + period, end + 1, period))
+    wait_until(lambda: len(states) >= len(expected), 20, "every /joint_states", paused.log)
+    received = [m for m, _ in snapshot(states, peer.lock)]
+    peer.unsubscribe(states)
+    stamps = [ns(m.header.stamp) for m in received]
+    assert stamps[-len(expected):] == expected  # exactly k / 50 Hz, none missing
+    last = received[-1]
+    assert last.name == ["wheel_joint"]
+    assert len(last.position) == len(last.velocity) == len(last.effort) == 1
+    assert last.velocity[0] > 1.0 and last.effort[0] != 0.0  # the motor drives the wheel
+    state = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
+    assert state.joint_names == ["wheel_joint"]
+    assert state.joint_positions[0] == pytest.approx(last.position[0], abs=1e-12)
 
 
 def test_robot_description_is_latched_and_a_parameter_naming_the_tf_frames(paused, peer) -> None:

@@ -50,7 +50,7 @@ from fibril_sim_core.provenance import DeferredMapping
 
 PROVENANCE_KEYS = ["manifest_path", "manifest_sha256", "model_path", "model_sha256",
                    "model_files", "assets", "compiled_model_sha256", "parameter_set_hash",
-                   "parameter_overlays", "parameters", "extensions", "build"]
+                   "parameter_overlays", "parameters", "extensions", "build", "episode_seed"]
 
 # HINGE_XML bodies: rotor (shaft, dcmotor drive), slider (rail, motor push),
 # arm (lift, position servo), wheel (axle, velocity servo).
