@@ -30,10 +30,14 @@ _DESCRIPTION = ("Replay recorded episodes on candidate simulation plans and fit 
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``calibrate`` to a ``fibril_sim`` sub-command set; returns its parser."""
+    """Add ``calibrate`` (and ``recording info``) to a ``fibril_sim`` sub-command set; returns
+    the ``calibrate`` parser."""
     parser = subparsers.add_parser(
         "calibrate", help="fit physical parameters to recorded episodes", description=_DESCRIPTION)
     _add_arguments(parser, "fibril_sim calibrate")
+    from .recording_cli import register as register_recording
+
+    register_recording(subparsers)  # `fibril_sim recording info`
     return parser
 
 
