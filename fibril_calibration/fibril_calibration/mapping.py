@@ -64,7 +64,7 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
-                "sidecar", "reader")
+                "sidecar", "reader", "types")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
@@ -85,6 +85,7 @@ class _SourceSpec:
     origin_ns: int | None
     sidecar: Path | None = None
     reader: str | None = None  # a bag's library (bag_readers): None is rosbags
+    types: tuple[Path, ...] = ()  # .msg folders for types the bag does not define
 
 
 class SourceSet:
@@ -134,19 +135,21 @@ class SourceSet:
             max_gap_ns=_gap(body, where), origin_ns=origin,
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
                      if "sidecar" in body else None),
-            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None)
+            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
+            types=_types(body, where, self.base))
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
         column when it is opened, in one pass."""
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar, spec.reader)
+               spec.sidecar, spec.reader, spec.types)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns)
+                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns,
+                                     types=spec.types)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -166,6 +169,24 @@ class SourceSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, ...]:
+    """``types: [msg_dir, ...]``: folders of .msg files (``message_types``), each checked."""
+    if "types" not in body:
+        return ()
+    at = where.key("types")
+    items = body["types"]
+    if not isinstance(items, list) or not items:
+        raise at.fail("expected a list of folders of .msg files")
+    folders = tuple(base / s.string(item, at.key(n)) for n, item in enumerate(items))
+    from .message_types import msg_folder_types
+
+    try:
+        msg_folder_types(folders)
+    except ValueError as exc:
+        raise at.fail(str(exc)) from None
+    return folders
 
 
 def _gap(body: Mapping[str, Any], where: s.Where) -> int | None:
