@@ -221,7 +221,7 @@ def _warn(name: str, warnings: Any) -> None:
     """Recording warnings go to stderr even with --quiet (they qualify the result); only
     after a run succeeds, so that an error stays the one line on stderr."""
     for warning in warnings or ():
-        if warning.get("code") == "recording_unchecked":
+        if warning.get("code") in ("recording_unchecked", "gravity_compensated_torque_inputs"):
             print(f"{name.split()[0]}: warning: {warning['message']}", file=sys.stderr,
                   flush=True)
 

@@ -122,6 +122,11 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             progress(f"loading {request_or_path}")
         request = load_calibration_request(request_or_path, decoders=decoders,
                                            candidate_builder=factory)
+        if progress is not None:
+            from .gravity_check import gravcomp_warnings
+
+            for warning in gravcomp_warnings(request):
+                progress(f"warning: {warning['message']}")
     from .time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached
