@@ -152,6 +152,84 @@ def ours(bag: Path) -> tuple[int, float]:
     return count, time.perf_counter() - started
 
 
+INFO_TOPICS = (("/joint_states", 1_000_000), ("/joint_commands", 1_000_000),
+               ("/imu", 2_000_000))  # (topic, period ns): a 1 kHz arm and a 500 Hz IMU
+
+
+def write_big_bag(folder: Path, storage: str, size: int) -> tuple[Path, int]:
+    """A bag of about ``size`` bytes of small messages (the hardest case for an index: 12-joint
+    JointState at 1 kHz twice, Imu at 500 Hz; ~2.5 M messages per GB), payloads serialized
+    once per topic and written with jittered log times."""
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    store = typestore()
+    types = store.types
+    Header, Time = types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"]
+    header = Header(stamp=Time(sec=0, nanosec=0), frame_id="base")
+    names = [f"leg{n // 3}_joint{n % 3}" for n in range(12)]
+    state = types["sensor_msgs/msg/JointState"](header=header, name=names,
+                                                position=np.ones(12), velocity=np.ones(12),
+                                                effort=np.ones(12))
+    v3, quat = types["geometry_msgs/msg/Vector3"], types["geometry_msgs/msg/Quaternion"]
+    imu = types["sensor_msgs/msg/Imu"](
+        header=header, orientation=quat(x=0.0, y=0.0, z=0.0, w=1.0),
+        orientation_covariance=np.zeros(9), angular_velocity=v3(x=0.0, y=0.0, z=0.0),
+        angular_velocity_covariance=np.zeros(9), linear_acceleration=v3(x=0.0, y=0.0, z=9.8),
+        linear_acceleration_covariance=np.zeros(9))
+    payloads = {"/joint_states": (state, "sensor_msgs/msg/JointState"),
+                "/joint_commands": (state, "sensor_msgs/msg/JointState"),
+                "/imu": (imu, "sensor_msgs/msg/Imu")}
+    raw = {t: bytes(store.serialize_cdr(m, k)) for t, (m, k) in payloads.items()}
+    per_ms = sum(len(raw[t]) * 1_000_000 / p for t, p in INFO_TOPICS)  # bytes per ms
+    milliseconds = int(size / per_ms)
+    bag = folder / f"big-{storage}"
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    rng = np.random.default_rng(1)
+    jitter = rng.integers(-200_000, 200_000, size=4096)
+    count = 0
+    with Writer(bag, version=9, storage_plugin=plugin) as writer:
+        connections = {t: writer.add_connection(t, payloads[t][1], typestore=store)
+                       for t, _ in INFO_TOPICS}
+        for ms in range(milliseconds):
+            base = EPOCH + ms * 1_000_000
+            for n, (topic, period) in enumerate(INFO_TOPICS):
+                if (ms * 1_000_000) % period == 0:
+                    writer.write(connections[topic], base + int(jitter[(ms + n) % 4096]),
+                                 raw[topic])
+                    count += 1
+    return bag, count
+
+
+def info_bench(folder: Path, storage: str, size: int, runs: int = 3) -> None:
+    """``recording info`` on a ~``size`` bag against rosbags counting every message."""
+    from fibril_calibration.recording_info import recording_info
+    from rosbags.rosbag2 import Reader
+
+    started = time.perf_counter()
+    bag, count = write_big_bag(folder, storage, size)
+    on_disk = sum(f.stat().st_size for f in bag.iterdir())
+    print(f"info {storage}: {count:,} messages, {on_disk / 1e9:.2f} GB (written in "
+          f"{time.perf_counter() - started:.0f} s)")
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        info = recording_info(bag)
+        times.append(time.perf_counter() - started)
+    assert info.messages == count, (info.messages, count)
+    started = time.perf_counter()
+    with Reader(bag) as reader:
+        counted = sum(1 for _ in reader.messages())
+    baseline = time.perf_counter() - started
+    assert counted == count
+    target = 2.0 if storage == "mcap" else 5.0
+    ours = statistics.median(times)
+    print(f"  recording info: {ours:.2f} s median of {runs} ({info.method}; target < "
+          f"{target:g} s); rosbags reading every message to count them: {baseline:.1f} s; "
+          f"ratio {baseline / ours:.0f}x")
+    shutil.rmtree(bag)
+
+
 CSV_COLUMNS = ("t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2", "i1", "i2")
 CSV_MAPPED = ("t_s", "tau1", "q2")
 
@@ -237,6 +315,8 @@ def main() -> int:
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     parser.add_argument("--csv-rows", type=int, default=10_000_000)
     parser.add_argument("--skip-bag", action="store_true", help="only the CSV part")
+    parser.add_argument("--info-gb", type=float, default=1.0,
+                        help="size of the recording info bags (0: skip)")
     parser.add_argument("--csv-child", nargs=2, metavar=("METHOD", "PATH"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -245,6 +325,9 @@ def main() -> int:
         return 0
     folder = Path(tempfile.mkdtemp(prefix="fibril-ingest-"))
     try:
+        if args.info_gb:
+            for storage in ("mcap", "sqlite3"):
+                info_bench(folder, storage, int(args.info_gb * 1e9))
         if args.csv_rows:
             csv_bench(folder, args.csv_rows)
         if args.skip_bag:

@@ -46,7 +46,7 @@ _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 _MAGIC = b"\x89MCAP0\r\n"
 _SCHEMA, _CHANNEL, _MESSAGE, _CHUNK = 0x03, 0x04, 0x05, 0x06
 _MESSAGE_INDEX, _CHUNK_INDEX, _STATISTICS = 0x07, 0x08, 0x0B
-_SAMPLE_BLOCKS, _SAMPLE_ROWS = 64, 4096  # sqlite3: intervals from 64 blocks of 4096 rows
+_SAMPLE_BLOCKS, _SAMPLE_ROWS = 32, 2048  # sqlite3: intervals from 32 blocks of 2048 rows
 
 
 @dataclass(frozen=True)
@@ -443,13 +443,32 @@ def _sqlite_topics(db: sqlite3.Connection) -> _FileTopics:
                 "FROM message_definitions"):
             if encoding in ("ros2msg", "ros2idl") and text:
                 found.embedded.add(msgtype)
-    for topic_id, count, first, last in db.execute(
-            "SELECT topic_id, count(*), min(timestamp), max(timestamp) FROM messages "
-            "GROUP BY topic_id"):
-        name = names.get(topic_id)
-        if name is not None:
-            found.counts[name], found.first[name], found.last[name] = count, first, last
-    low, high = db.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    indexed = "timestamp_idx" in {row[0] for row in db.execute(
+        "SELECT name FROM sqlite_master WHERE type='index'")}
+    counts = _stored_counts(db, tables, indexed)
+    if counts is not None and indexed:
+        # counts from the bag's own metadata (checked against the index's total), the first
+        # and last message of each topic found through the timestamp index
+        for topic_id, name in names.items():
+            found.counts[name] = counts.get(name, 0)
+            if not found.counts[name]:
+                continue
+            for order, into in (("", found.first), (" DESC", found.last)):
+                row = db.execute("SELECT timestamp FROM messages INDEXED BY timestamp_idx "
+                                 f"WHERE topic_id = ? ORDER BY timestamp{order} LIMIT 1",
+                                 (topic_id,)).fetchone()
+                if row is not None:
+                    into[name] = int(row[0])
+    else:  # one pass over every row (no metadata counts, or an unindexed table)
+        for topic_id, count, first, last in db.execute(
+                "SELECT topic_id, count(*), min(timestamp), max(timestamp) FROM messages "
+                "GROUP BY topic_id"):
+            name = names.get(topic_id)
+            if name is not None:
+                found.counts[name], found.first[name], found.last[name] = count, first, last
+    # two queries: sqlite answers each of min and max from the b-tree's end, not both at once
+    low = db.execute("SELECT min(id) FROM messages").fetchone()[0]
+    high = db.execute("SELECT max(id) FROM messages").fetchone()[0]
     if low is None:
         return found
     span = high - low + 1
@@ -471,6 +490,27 @@ def _sqlite_topics(db: sqlite3.Connection) -> _FileTopics:
     if blocks == 1:
         found.method = "index"  # every row was read: nothing sampled
     return found
+
+
+def _stored_counts(db: sqlite3.Connection, tables: set[str], indexed: bool
+                   ) -> dict[str, int] | None:
+    """Per-topic counts from the ``metadata`` table rosbag2 (Iron and later) keeps in a
+    single-file bag, when they add up to the number of rows (None: none, or they do not)."""
+    import yaml
+
+    if "metadata" not in tables or not indexed:
+        return None
+    try:
+        row = db.execute("SELECT metadata FROM metadata ORDER BY id DESC LIMIT 1").fetchone()
+        doc = yaml.safe_load(row[0]) if row else None
+        if not isinstance(doc, dict) or len(doc.get("relative_file_paths") or []) != 1:
+            return None
+        counts = {str(t["topic_metadata"]["name"]): int(t["message_count"])
+                  for t in doc["topics_with_message_count"]}
+    except (yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+    total = db.execute("SELECT count(*) FROM messages INDEXED BY timestamp_idx").fetchone()[0]
+    return counts if sum(counts.values()) == total else None
 
 
 # --------------------------------------------------------------------------- field tree
@@ -717,8 +757,9 @@ def as_dict(info: BagInfo | CsvInfo) -> dict[str, Any]:
 def info_text(info: BagInfo | CsvInfo) -> str:
     if isinstance(info, CsvInfo):
         return _csv_text(info)
-    start = ("" if info.start_ns is None else
-             f"  starts {info.start_ns / _NS:.9f} (epoch s)")
+    from .sources import _stamp
+
+    start = "" if info.start_ns is None else f"  starts {_stamp(info.start_ns)} (epoch s)"
     lines = [f"recording  {info.path}  ({info.format}, {info.messages} messages, "
              f"{info.duration_s:.3f} s){start}",
              f"read from  {_METHODS[info.method]}"]
