@@ -97,7 +97,7 @@ class FrankaSource(CsvSource):
             self.seq_first = _frame(first, where) if first is not None else int(seq[0])
             self.times_ns = (seq - self.seq_first) * 1_000_000
             self.time_column = "seq"
-            check_times(self.times_ns, f"{label} column 'seq'", lines=True)
+            check_times(self.times_ns, f"{label} column 'seq'", lines=2)
         self.forbidden = self._forbidden(ring)
 
     def _forbidden(self, ring: dict[str, Any]) -> list[tuple[int, int, str]]:

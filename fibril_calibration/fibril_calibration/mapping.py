@@ -64,7 +64,7 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
-                "sidecar", "reader", "types")
+                "sidecar", "reader", "types", "header", "columns", "delimiter")
 _STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
@@ -86,6 +86,9 @@ class _SourceSpec:
     sidecar: Path | None = None
     reader: str | None = None  # a bag's library (bag_readers): None is rosbags
     types: tuple[Path, ...] = ()  # .msg folders for types the bag does not define
+    header: bool | None = None  # a CSV log: False for a headerless export
+    column_names: tuple[str, ...] | tuple[tuple[int, str], ...] | None = None
+    delimiter: str | None = None
 
 
 class SourceSet:
@@ -136,20 +139,23 @@ class SourceSet:
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
                      if "sidecar" in body else None),
             reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
-            types=_types(body, where, self.base))
+            types=_types(body, where, self.base), **_csv_layout(body, where))
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
         column when it is opened, in one pass."""
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar, spec.reader, spec.types)
+               spec.sidecar, spec.reader, spec.types, spec.header, spec.column_names,
+               spec.delimiter)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
                                      sidecar=spec.sidecar, reader=spec.reader, columns=columns,
-                                     types=spec.types)
+                                     types=spec.types, header=spec.header,
+                                     column_names=_names(spec.column_names),
+                                     delimiter=spec.delimiter)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -169,6 +175,49 @@ class SourceSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _csv_layout(body: Mapping[str, Any], where: s.Where) -> dict[str, Any]:
+    """A CSV export's ``header: false``, ``columns`` ([names] or {index: name}) and
+    ``delimiter`` ("," ";" or "\\t")."""
+    out: dict[str, Any] = {}
+    if "header" in body:
+        value = body["header"]
+        if not isinstance(value, bool):
+            raise where.key("header").fail(f"expected true or false, got {s.describe(value)}")
+        out["header"] = value
+    if "columns" in body:
+        at = where.key("columns")
+        if out.get("header", True):
+            raise at.fail("columns names the columns of a file without a header row: give "
+                          "header: false too")
+        value = body["columns"]
+        if isinstance(value, Mapping):
+            pairs = []
+            for key, name in value.items():
+                if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+                    raise at.fail(f"expected column indices (0, 1, ...) as keys, got {key!r}")
+                pairs.append((key, s.string(name, at.key(str(key)))))
+            out["column_names"] = tuple(sorted(pairs))
+        else:
+            out["column_names"] = tuple(s.string(v, at.key(n))
+                                        for n, v in enumerate(s.sequence(value, at)))
+        names = [n for n in (out["column_names"] if not isinstance(value, Mapping)
+                             else [p[1] for p in out["column_names"]])]
+        if len(set(names)) != len(names):
+            raise at.fail("a column is named twice")
+    if "delimiter" in body:
+        value = s.string(body["delimiter"], where.key("delimiter"))
+        if value not in (",", ";", "\t"):
+            raise where.key("delimiter").fail(f"expected ',', ';' or a tab, got {value!r}")
+        out["delimiter"] = value
+    return out
+
+
+def _names(value: Any) -> Any:
+    if value and isinstance(value[0], tuple):
+        return dict(value)
+    return value
 
 
 def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, ...]:

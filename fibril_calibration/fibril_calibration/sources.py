@@ -28,7 +28,7 @@ import csv
 import re
 import sqlite3
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,17 +141,23 @@ class Source:
 def open_source(path: Path, format: str | None = None, *, time: str = "log",
                 time_column: str | None = None, time_unit: str | None = None,
                 sidecar: Path | None = None, reader: str | None = None,
-                columns: Sequence[str] = (), types: Sequence[Path] = ()) -> Source:
+                columns: Sequence[str] = (), types: Sequence[Path] = (),
+                header: bool | None = None,
+                column_names: Sequence[str] | Mapping[int, str] | None = None,
+                delimiter: str | None = None) -> Source:
     """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
-    ``.db3``, ``.csv``); ``reader`` picks a bag's library (``bag_readers``: rosbags by
-    default). A CSV log's time column is read and checked here, with ``columns`` (those the
-    caller will map: one pass). Raises SourceError when it is missing or unreadable."""
+    ``.db3``, ``.csv`` / ``.tsv``); ``reader`` picks a bag's library (``bag_readers``:
+    rosbags by default). A CSV log's time column is read and checked here, with ``columns``
+    (those the caller will map: one pass); ``header: False`` with ``column_names`` reads a
+    headerless export, ``delimiter`` (``,`` ``;`` tab) is found from row 1 when not given.
+    Raises SourceError when it is missing or unreadable."""
     if not path.exists():
         raise SourceError(f"recording {str(path)!r} does not exist")
     if format is None:
         suffix = path.suffix.lower()
         format = ("rosbag2" if path.is_dir() else
-                  {".mcap": "mcap", ".db3": "sqlite3", ".csv": "csv"}.get(suffix, ""))
+                  {".mcap": "mcap", ".db3": "sqlite3", ".csv": "csv",
+                   ".tsv": "csv"}.get(suffix, ""))
         if not format:
             raise SourceError(f"recording {str(path)!r}: cannot tell its format from the name; "
                               f"give format: one of {', '.join(SOURCE_FORMATS)}")
@@ -172,12 +178,16 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
                                   f"time from seq (1 kHz ring log) or t_s; give no time_column")
             log: CsvSource = FrankaSource(path, sidecar)
         else:
-            log = CsvSource(path, time_column, time_unit)
+            log = CsvSource(path, time_column, time_unit, header=header,
+                            columns=column_names, delimiter=delimiter)
         if log.rows == 1:  # (a franka ring log's targets file may hold one target)
             raise SourceError(f"recording {str(path)!r} has one row; an episode needs at least "
                               f"two samples (nothing can be fitted or scored on one)")
         log.prefetch(columns)
         return log
+    if header is not None or column_names is not None or delimiter is not None:
+        raise SourceError(f"recording {str(path)!r}: header, columns and delimiter describe a "
+                          f"CSV log; a {format} recording takes none")
     if format == "rosbag2" and not path.is_dir():
         raise SourceError(f"recording {str(path)!r}: a rosbag2 recording is a folder with "
                           f"metadata.yaml (a single file: format mcap or sqlite3)")
@@ -811,13 +821,17 @@ class CsvSource(Source):
     format = "csv"
     tabular = True
 
-    def __init__(self, path: Path, time_column: str | None, time_unit: str | None) -> None:
+    def __init__(self, path: Path, time_column: str | None, time_unit: str | None, *,
+                 header: bool | None = None,
+                 columns: Sequence[str] | Mapping[int, str] | None = None,
+                 delimiter: str | None = None) -> None:
         from .csv_columns import CsvProblem, read_layout
 
         self.path = path
         label = f"recording {str(path)!r}"
         try:
-            self._layout = read_layout(path, label)
+            self._layout = read_layout(path, label, header=header, columns=columns,
+                                       delimiter=delimiter)
         except OSError as exc:
             raise SourceError(f"cannot read {label}: {exc.strerror or exc}") from None
         except CsvProblem as exc:
@@ -831,9 +845,17 @@ class CsvSource(Source):
         if not self._layout.rows:
             raise SourceError(f"{label} has a header but no rows")
         self._columns: dict[str, np.ndarray] = {}
+        self.first_line = self._layout.first_line  # the file's line of data row 0
         if time_column is None:
-            raise SourceError(f"{label}: name its time column (time_column: t_s, time_ns, or a "
-                              f"column with time_unit)")
+            from .csv_layout import TIME_NAMES, guess_time_column
+
+            time_column, implied = guess_time_column(self.header)
+            if time_column is None:
+                raise SourceError(f"{label}: name its time column (time_column: ...; found "
+                                  f"without it only when exactly one column is called "
+                                  f"{', '.join(TIME_NAMES)})")
+            if time_unit is None and implied is None:
+                time_unit = self._unit_from_size(time_column)
         if time_column not in self._index:
             raise SourceError(f"{label} has no time column {time_column!r}; "
                               f"{listing(self.header, 'columns', path)}")
@@ -847,6 +869,14 @@ class CsvSource(Source):
         self.time_column = time_column
         self._unit = unit
         self._times: np.ndarray | None = None
+
+    def _unit_from_size(self, name: str) -> str:
+        """A ``time`` / ``timestamp`` column's unit from its first value's integer digits: 19
+        (ns since the epoch), 16 (us), 13 (ms), otherwise seconds."""
+        text = self.cell(0, name).strip().lstrip("+-")
+        digits = len(text.split(".")[0].split("e")[0].split("E")[0])
+        return "ns" if digits >= 18 else "us" if digits >= 15 else "ms" if digits >= 12 \
+            else "s"
 
     @property
     def rows(self) -> int:
@@ -913,10 +943,10 @@ class CsvSource(Source):
                 text = self.cell(n, self.time_column)
                 reason = ("has no time" if not np.isfinite(raw[n]) else
                           "has a time beyond 64-bit nanoseconds (292 years)")
-                raise SourceError(f"{label}: line {n + 2} {reason} ({text!r})")
+                raise SourceError(f"{label}: line {n + self.first_line} {reason} ({text!r})")
             times = np.rint(scaled, out=scaled).astype(np.int64)
             del scaled
-        check_times(times, label, lines=True)
+        check_times(times, label, lines=self.first_line)
         return times
 
     def column(self, name: str) -> np.ndarray:
@@ -944,7 +974,7 @@ class CsvSource(Source):
         label = f"recording {str(self.path)!r} column{'s' if len(columns) > 1 else ''} " + \
             ", ".join(repr(c) for c in columns)
         stream = Stream(label, self.times_ns, values, tuple(columns))
-        check_stream(stream, lines=True)
+        check_stream(stream, lines=self.first_line)
         return stream
 
 
@@ -964,20 +994,20 @@ def _stamp(time_ns: int) -> str:
     return f"{sign}{sec}.{nsec:09d}"
 
 
-def check_times(times: np.ndarray, label: str, *, lines: bool = False,
+def check_times(times: np.ndarray, label: str, *, lines: int = 0,
                 origin_ns: int | None = None) -> None:
     """Times must not go backwards (equal neighbours are allowed here: a command topic may
     carry two messages at one time; reference signals check strict order themselves)."""
     back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
         i = int(back[0]) + 1
-        where = f" line {i + 2}" if lines else ""
+        where = f" line {i + lines}" if lines else ""
         origin = int(times[0]) if origin_ns is None else origin_ns
         raise SourceError(f"{label}: time goes backwards at{where} {when(times[i], origin)}, "
                           f"after {when(times[i - 1], origin)}")
 
 
-def check_stream(stream: Stream, *, lines: bool = False) -> None:
+def check_stream(stream: Stream, *, lines: int = 0) -> None:
     """No backwards time, no NaN rows (the count and the first time are named), no value
     beyond ``MAX_VALUE`` (the column and line of a CSV log, the message of a bag)."""
     origin = stream.origin_ns
@@ -988,14 +1018,14 @@ def check_stream(stream: Stream, *, lines: bool = False) -> None:
     bad = ~np.all(np.isfinite(values), axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        where = f" (line {first + 2})" if lines else f" (message {first})"
+        where = f" (line {first + lines})" if lines else f" (message {first})"
         raise SourceError(f"{stream.label}: {int(bad.sum())} row(s) with NaN or infinite "
                           f"values, the first at {when(stream.times_ns[first], origin)}"
                           f"{where}")
     huge = (values > MAX_VALUE) | (values < -MAX_VALUE)  # no |values| copy of a large log
     if huge.any():
         row, col = (int(i) for i in np.argwhere(huge)[0])
-        where = (f"column {stream.components[col]!r} line {row + 2}" if lines else
+        where = (f"column {stream.components[col]!r} line {row + lines}" if lines else
                  f"{stream.components[col]!r} of message {row} at "
                  f"{when(stream.times_ns[row], origin)}")
         raise SourceError(f"{stream.label}: {where}: {float(values[row, col])!r} cannot be a "

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import _recording_rig as rig
+import numpy as np
 import pytest
 import yaml
 
@@ -73,3 +74,56 @@ def test_panda_example_names_its_gravity_compensation() -> None:
     maker = (REPO / "config/examples/panda/make_model.py").read_text()
     assert "include gravity" in maker
     assert yaml.safe_load((REPO / "config/examples/panda/panda.yaml").read_text())
+
+
+def _export(path: Path, data: dict[str, Any], *, delimiter: str, header: list[str] | None,
+            epoch: int = 1763146355421617551) -> Path:
+    """The arm's CSV log as a robot exports it: 19-digit ns stamps, ``delimiter``, and a
+    header row only when given."""
+    import csv
+
+    rows = list(csv.reader(rig.write_csv(path.with_suffix(".plain"), data).open()))[1:]
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+        if header is not None:
+            writer.writerow(header)
+        for row in rows:
+            writer.writerow([epoch + round(float(row[0]) * 1e9), *row[1:]])
+    return path
+
+
+def test_csv_as_exported(arm: dict[str, Any], tmp_path: Path) -> None:
+    """Item 3: headerless files named by columns (a list or {index: name}), the time column
+    found by its name, 19-digit ns stamps, ';' and tab delimiters, and a header row that is
+    data told apart in the error; each loads the same episode as the plain log."""
+    names = ["t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2"]
+    plain = rig.load_request(tmp_path, rig.request(
+        arm["manifest"], {"path": str(arm["csv"]), "time_column": "t_s"}, csv_log=True))
+    reference = plain.training[0].signal("q").values
+
+    def loads(source: dict[str, Any], name: str) -> None:
+        request = rig.load_request(tmp_path, rig.request(arm["manifest"], source,
+                                                         csv_log=True), name)
+        np.testing.assert_array_equal(request.training[0].signal("q").values, reference)
+
+    ns = ["time_ns", *names[1:]]
+    headerless = _export(tmp_path / "state.csv", arm, delimiter=";", header=None)
+    loads({"path": str(headerless), "header": False, "columns": ns}, "list.yaml")
+    loads({"path": str(headerless), "header": False,
+           "columns": {0: "time_ns", 1: "tau1", 2: "tau2", 3: "q1", 4: "q2", 5: "dq1",
+                       6: "dq2"}}, "map.yaml")
+    tabbed = _export(tmp_path / "state.tsv", arm, delimiter="\t",
+                     header=["timestamp", *names[1:]])
+    loads({"path": str(tabbed)}, "implicit.yaml")  # timestamp: found, 19 digits: ns
+    rig.request_fails(tmp_path, rig.request(arm["manifest"], {"path": str(headerless)},
+                                                   csv_log=True),
+                             "the first row looks like data: 1763146355421617551, ",
+                             "set header: false")
+    # a headerless file's bad cell: its line is the file's own (row 1 is line 1)
+    lines = headerless.read_text().splitlines()
+    lines[4] = lines[4].replace(";", ";x", 1)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    rig.request_fails(tmp_path, rig.request(arm["manifest"], {
+        "path": str(bad), "header": False, "columns": ns}, csv_log=True),
+        "column 'tau1' line 5: 'x")

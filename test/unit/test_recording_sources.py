@@ -253,8 +253,12 @@ def test_missing_column_nan_rows_and_backwards_time(arm: dict[str, Any]) -> None
     bad["training"][0]["signals"]["q"]["columns"] = ["q1", "q9"]
     _fails(arm["folder"], bad, str(arm["csv"]), "no column 'q9'", "q1, q2")
     bad = copy.deepcopy(doc)
-    bad["training"][0]["source"].pop("time_column")
-    _fails(arm["folder"], bad, "time column")
+    bad["training"][0]["source"].pop("time_column")  # t_s: found by its name (issue 24)
+    _load(arm["folder"], bad)
+    stamp = arm["folder"] / "stamp.csv"
+    stamp.write_text(arm["csv"].read_text().replace("t_s,", "stamp,", 1))
+    bad["training"][0]["source"]["path"] = str(stamp)
+    _fails(arm["folder"], bad, "name its time column")
     lines = arm["csv"].read_text().splitlines()
     nan = arm["folder"] / "nan.csv"
     rows = [line.split(",") for line in lines]
