@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +63,9 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
-_SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
+_SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin", "offset",
                 "sidecar", "reader", "types", "header", "columns", "delimiter")
-_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
+_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
@@ -89,6 +89,8 @@ class _SourceSpec:
     header: bool | None = None  # a CSV log: False for a headerless export
     column_names: tuple[str, ...] | tuple[tuple[int, str], ...] | None = None
     delimiter: str | None = None
+    offset_ns: int = 0  # added to its times: onto the episode's time base
+    owner: Any = field(default=None, compare=False, repr=False)  # the SourceSet
 
 
 class SourceSet:
@@ -103,6 +105,7 @@ class SourceSet:
             for name, spec in s.mapping(value, where).items():
                 self._named[str(name)] = (spec, where.key(str(name)))
         self._open: dict[tuple[Any, ...], Source] = {}
+        self.wanted: list[str] = []  # the columns the entry being read names (one pass each)
 
     def spec(self, value: Any, where: s.Where) -> _SourceSpec:
         """``source:`` of an episode: a name in ``sources`` or an inline mapping."""
@@ -127,6 +130,9 @@ class SourceSet:
         origin = None
         if "origin" in body:
             origin = round(s.number(body["origin"], where.key("origin")) * _NS)
+        offset = 0
+        if "offset" in body:
+            offset = round(s.number(body["offset"], where.key("offset")) * _NS)
         return _SourceSpec(
             path=self.base / s.string(body["path"], where.key("path")), where=where,
             format=s.string(body["format"], where.key("format")) if "format" in body else None,
@@ -139,7 +145,8 @@ class SourceSet:
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
                      if "sidecar" in body else None),
             reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
-            types=_types(body, where, self.base), **_csv_layout(body, where))
+            types=_types(body, where, self.base), **_csv_layout(body, where),
+            offset_ns=offset, owner=self)
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
@@ -253,12 +260,30 @@ class _Mapped:
     stream: Stream
     where: s.Where
     max_gap_ns: int | None
+    spec: Any = None  # the _SourceSpec it was read from
 
 
 def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
             field_suffix: str = "", column: str | None = None) -> _Mapped:
     """The stream a mapping names: ``topic`` + ``field`` (+ ``type``, ``time``) of a bag, or
-    ``column`` / ``columns`` of a CSV log."""
+    ``column`` / ``columns`` of a CSV log; of the episode's source, or of the stream's own
+    ``source`` (a name in ``sources`` or a mapping), its times moved by that source's
+    ``offset`` onto the episode's time base."""
+    if "source" in body and spec.owner is not None:
+        spec = spec.owner.spec(body["source"], where.key("source"))
+        source = spec.owner.open(spec, spec.owner.wanted)
+    mapped = _read(body, where, source, spec, field_suffix=field_suffix, column=column)
+    if spec.offset_ns:
+        stream = mapped.stream
+        mapped = _Mapped(replace(stream, times_ns=stream.times_ns + spec.offset_ns,
+                                 origin_ns=None if stream.origin_ns is None
+                                 else stream.origin_ns + spec.offset_ns),
+                         mapped.where, mapped.max_gap_ns, spec)
+    return mapped
+
+
+def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
+          field_suffix: str = "", column: str | None = None) -> _Mapped:
     try:
         if "topic" in body:
             if source.tabular:
@@ -292,7 +317,7 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
     except SourceError as exc:
         raise where.fail(str(exc)) from None
     gap = _gap(body, where)
-    return _Mapped(stream, where, gap if gap is not None else spec.max_gap_ns)
+    return _Mapped(stream, where, gap if gap is not None else spec.max_gap_ns, spec)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -485,7 +510,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     spec = sources.spec(body["source"], where.key("source"))
     named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
-    source = sources.open(spec, _columns(named))
+    sources.wanted = _columns(named)
+    source = sources.open(spec, sources.wanted)
     if hasattr(source, "prefetch"):  # every topic / column the entry names in one pass
         try:
             source.prefetch(_columns(named) if source.tabular else _topics(named))
@@ -576,6 +602,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
+                "sources": _used_sources(used, spec),
                 "reader": getattr(source, "reader", None),
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
@@ -594,6 +621,17 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
             recording=spec.path, source=info, initial_state_fit=state_fit))
     return out
+
+
+def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec) -> list[dict[str, Any]]:
+    """Every file the entry's streams came from, with its offset (s)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mapped in [None, *used]:
+        found = spec if mapped is None else (mapped.spec or spec)
+        if isinstance(found, _SourceSpec):
+            out.setdefault(str(found.path), {"path": str(found.path),
+                                             "offset_s": found.offset_ns / _NS})
+    return list(out.values())
 
 
 def _content_hash(base: str, records: Sequence[IngressRecord]) -> str:

@@ -127,3 +127,51 @@ def test_csv_as_exported(arm: dict[str, Any], tmp_path: Path) -> None:
     rig.request_fails(tmp_path, rig.request(arm["manifest"], {
         "path": str(bad), "header": False, "columns": ns}, csv_log=True),
         "column 'tau1' line 5: 'x")
+
+
+def _split(arm: dict[str, Any], folder: Path, state_lag_s: float) -> tuple[Path, Path]:
+    """The arm's log as a robot's two exports: command.csv (t_s, tau1, tau2) and state.csv
+    (t_s, q1, q2, dq1, dq2), the state logger's clock ``state_lag_s`` behind."""
+    import csv
+
+    rows = list(csv.reader(arm["csv"].open()))
+    command, state = folder / "command.csv", folder / "state.csv"
+    with command.open("w") as c, state.open("w") as st:
+        c.write("t_s,tau1,tau2\n")
+        st.write("t_s,q1,q2,dq1,dq2\n")
+        for row in rows[1:]:
+            c.write(",".join(row[:3]) + "\n")
+            st.write(",".join([repr(float(row[0]) - state_lag_s), *row[3:]]) + "\n")
+    return command, state
+
+
+def test_one_episode_from_several_files_with_an_offset(arm: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """Item 2: command and state in separate files, the state file's clock 0.25 s behind:
+    with offset 0.25 on the state source every window equals the single-file log's."""
+    single = rig.load_request(tmp_path, rig.request(
+        arm["manifest"], {"path": str(arm["csv"]), "time_column": "t_s"}, csv_log=True,
+        windows={"every": 0.25}), "single.yaml")
+    command, state = _split(arm, tmp_path, 0.25)
+    doc = rig.request(arm["manifest"], "command", csv_log=True, windows={"every": 0.25},
+                      sources={"command": {"path": str(command)},
+                               "state": {"path": str(state), "offset": 0.25}})
+    episode = doc["training"][0]
+    episode["signals"]["q"]["source"] = "state"
+    for entry in episode["initial_state"]:
+        for key in ("qpos_from", "qvel_from"):
+            entry[key]["source"] = "state"
+    split = rig.load_request(tmp_path, doc, "split.yaml")
+    assert [e.id for e in split.training] == [e.id for e in single.training]
+    for a, b in zip(single.training, split.training):
+        assert a.recorded_inputs == b.recorded_inputs
+        np.testing.assert_array_equal(a.signal("q").times_ns, b.signal("q").times_ns)
+        np.testing.assert_array_equal(a.signal("q").values, b.signal("q").values)
+        assert a.initial_state == b.initial_state
+    assert split.training[0].source["sources"] == [
+        {"path": str(command), "offset_s": 0.0}, {"path": str(state), "offset_s": 0.25}]
+    # without the offset the state lags: the windows hold other samples
+    del doc["sources"]["state"]["offset"]
+    unshifted = rig.load_request(tmp_path, doc, "unshifted.yaml")
+    # (windows now follow the state clock: the commands in them are the wrong ones)
+    assert unshifted.training[1].recorded_inputs != single.training[1].recorded_inputs
