@@ -553,8 +553,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     if origin is None:
         origin = min(int(m.stream.times_ns[0]) for m in used)
     last = max(int(m.stream.times_ns[-1]) for m in used)
+    # ``every`` windows start where every mapped stream has data (on the tick grid)
+    covered = max(int(m.stream.times_ns[0]) for m in used) - origin
     windows, listed = parse_windows(body.get("windows"), where.key("windows"), last - origin,
-                                    dt)
+                                    dt, max(0, -(-covered // dt) * dt))
+    use = _recording_use(used, spec, windows, origin)
     if "windows" in body and scope == "validation" and any(w.validation for w in windows):
         raise where.key("windows").key("validation_every").fail(
             "validation_every splits training entries; every window of a validation entry "
@@ -602,7 +605,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
-                "sources": _used_sources(used, spec),
+                "sources": _used_sources(used, spec), "recording_use": use,
                 "reader": getattr(source, "reader", None),
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
@@ -620,6 +623,31 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
             recording=spec.path, source=info, initial_state_fit=state_fit))
+    return out
+
+
+def _recording_use(used: Sequence[_Mapped], spec: _SourceSpec, windows: Sequence[Any],
+                   origin: int) -> list[dict[str, Any]]:
+    """How much of each file the entry's windows cover: its span (s after the origin) and the
+    seconds and fraction of it inside some window."""
+    spans: dict[str, list[int]] = {}
+    for mapped in used:
+        path = str((mapped.spec or spec).path)
+        times = mapped.stream.times_ns
+        span = spans.setdefault(path, [int(times[0]), int(times[-1])])
+        span[0], span[1] = min(span[0], int(times[0])), max(span[1], int(times[-1]))
+    cuts = sorted((origin + w.start_ns, origin + w.end_ns) for w in windows)
+    out = []
+    for path, (first, last) in spans.items():
+        covered, reach = 0, first
+        for start, end in cuts:
+            start, end = max(start, reach), min(end, last)
+            if end > start:
+                covered += end - start
+                reach = end
+        total = max(last - first, 1)
+        out.append({"path": path, "span_s": [(first - origin) / _NS, (last - origin) / _NS],
+                    "used_s": covered / _NS, "used_fraction": round(covered / total, 6)})
     return out
 
 

@@ -173,5 +173,38 @@ def test_one_episode_from_several_files_with_an_offset(arm: dict[str, Any],
     # without the offset the state lags: the windows hold other samples
     del doc["sources"]["state"]["offset"]
     unshifted = rig.load_request(tmp_path, doc, "unshifted.yaml")
-    # (windows now follow the state clock: the commands in them are the wrong ones)
-    assert unshifted.training[1].recorded_inputs != single.training[1].recorded_inputs
+    # (the windows start where both files have data, but the states in them are 0.25 s off)
+    assert unshifted.training[0].recorded_inputs == single.training[0].recorded_inputs
+    assert not np.array_equal(unshifted.training[0].signal("q").values,
+                              single.training[0].signal("q").values)
+
+
+def test_windows_start_where_every_stream_has_data(arm: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    """Item 6: the state log starts 0.3 s after the commands: every-windows start at 0.3 s
+    (not at the first command, where the state has no sample), and each window says how much
+    of each file the entry used."""
+    command, state = _split(arm, tmp_path, 0.0)
+    lines = state.read_text().splitlines()
+    late = [lines[0]] + [line for line in lines[1:] if float(line.split(",")[0]) >= 0.3]
+    state.write_text("\n".join(late) + "\n")
+    doc = rig.request(arm["manifest"], "command", csv_log=True, windows={"every": 0.2},
+                      sources={"command": {"path": str(command)},
+                               "state": {"path": str(state)}})
+    episode = doc["training"][0]
+    episode["signals"]["q"]["source"] = "state"
+    for entry in episode["initial_state"]:
+        for key in ("qpos_from", "qvel_from"):
+            entry[key]["source"] = "state"
+    request = rig.load_request(tmp_path, doc)
+    first = float(late[1].split(",")[0])  # the state's first sample, at or after 0.3 s
+    tick = -(-round(first * 1e9) // 1_000_000) * 1_000_000  # on the 1 ms tick grid
+    starts = [e.source["start_ns"] - e.source["origin_ns"] for e in request.training]
+    assert starts == [tick, tick + 200_000_000, tick + 400_000_000]
+    use = {u["path"]: u for u in request.training[0].source["recording_use"]}
+    assert use[str(state)]["span_s"][0] == pytest.approx(0.3, abs=0.01)
+    assert use[str(state)]["used_fraction"] > 0.8
+    assert use[str(command)]["used_fraction"] < 0.7  # its first 0.3 s are not used
+    # an explicit start still wins (and here finds no state sample in its first window)
+    episode["windows"]["start"] = 0.0
+    rig.request_fails(tmp_path, doc, "window 0", "has no sample in the window")
