@@ -229,17 +229,18 @@ class FrankaSource(CsvSource):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         expanded = self.expand(columns) if columns else columns
         if expanded and any(c.startswith(TARGETS) for c in expanded):
             if not all(c.startswith(TARGETS) for c in expanded):
                 raise SourceError(f"recording {str(self.path)!r}: columns {list(columns or [])} "
                                   f"mix the run's rows and its targets file's (another time "
                                   f"base); map the targets.* columns separately")
-            stream = self.targets.stream(columns=[c[len(TARGETS):] for c in expanded])
+            stream = self.targets.stream(columns=[c[len(TARGETS):] for c in expanded],
+                                         check_values=check_values)
             return replace(stream, components=tuple(expanded))
         return super().stream(topic=topic, field=field, columns=expanded, time=time,
-                              message_type=message_type)
+                              message_type=message_type, check_values=check_values)
 
 
 class RingTargets(CsvSource):

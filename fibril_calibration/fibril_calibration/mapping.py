@@ -51,6 +51,7 @@ from fibril_sim_core.records import IngressRecord
 from fibril_sim_core import _schema as s
 
 from .sources import MOTOR_COMMAND, Source, SourceError, Stream, open_source
+from .validity import Plausible, apply_validity, joint_plausible, parse_validity
 from .windows import parse_windows
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin", "offset",
                 "sidecar", "reader", "types", "header", "columns", "delimiter")
-_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source")
+_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source",
+                "valid", "on_invalid")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
@@ -264,15 +266,22 @@ class _Mapped:
 
 
 def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
-            field_suffix: str = "", column: str | None = None) -> _Mapped:
+            field_suffix: str = "", column: str | None = None,
+            plausible: Plausible | None = None) -> _Mapped:
     """The stream a mapping names: ``topic`` + ``field`` (+ ``type``, ``time``) of a bag, or
     ``column`` / ``columns`` of a CSV log; of the episode's source, or of the stream's own
     ``source`` (a name in ``sources`` or a mapping), its times moved by that source's
-    ``offset`` onto the episode's time base."""
+    ``offset`` onto the episode's time base; its invalid rows (``validity``: ``valid``,
+    ``on_invalid`` and the model's ``plausible`` bounds) handled."""
     if "source" in body and spec.owner is not None:
         spec = spec.owner.spec(body["source"], where.key("source"))
         source = spec.owner.open(spec, spec.owner.wanted)
-    mapped = _read(body, where, source, spec, field_suffix=field_suffix, column=column)
+    validity = parse_validity(body, where)
+    mapped = _read(body, where, source, spec, field_suffix=field_suffix, column=column,
+                   check_values=validity.on_invalid == "error")
+    checked = apply_validity(mapped.stream, validity, plausible, where)
+    if checked is not mapped.stream:
+        mapped = _Mapped(checked, mapped.where, mapped.max_gap_ns, mapped.spec)
     if spec.offset_ns:
         stream = mapped.stream
         mapped = _Mapped(replace(stream, times_ns=stream.times_ns + spec.offset_ns,
@@ -283,7 +292,8 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
 
 
 def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
-          field_suffix: str = "", column: str | None = None) -> _Mapped:
+          field_suffix: str = "", column: str | None = None,
+          check_values: bool = True) -> _Mapped:
     try:
         if "topic" in body:
             if source.tabular:
@@ -297,7 +307,8 @@ def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Source
             if time is not None and time not in ("log", "header"):
                 raise where.key("time").fail(f"expected log or header, got {time!r}")
             kind = s.string(body["type"], where.key("type")) if "type" in body else None
-            stream = source.stream(topic=topic, field=field, time=time, message_type=kind)
+            stream = source.stream(topic=topic, field=field, time=time, message_type=kind,
+                                   check_values=check_values)
         else:
             if not source.tabular:
                 raise where.fail(f"{str(source.path)!r} is a bag: name a topic (and field)")
@@ -313,7 +324,7 @@ def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Source
             else:
                 raise where.fail("name the recorded data: topic + field (a bag) or column / "
                                  "columns (a CSV log)")
-            stream = source.stream(columns=columns)
+            stream = source.stream(columns=columns, check_values=check_values)
     except SourceError as exc:
         raise where.fail(str(exc)) from None
     gap = _gap(body, where)
@@ -373,12 +384,13 @@ def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
             if endpoint.payload_type != MOTOR_PAYLOAD:
                 raise pw.fail(f"endpoint {source_id!r} takes {endpoint.payload_type!r}; "
                               f"recordings feed {MOTOR_PAYLOAD} endpoints")
+            bounds = _endpoint_plausible(plan, endpoint, mode)
             if name is not None and "topic" in body:
-                mapped = _stream(body, at, source, spec, field_suffix=name)
+                mapped = _stream(body, at, source, spec, field_suffix=name, plausible=bounds)
             elif name is not None:
-                mapped = _stream(body, pw, source, spec, column=name)
+                mapped = _stream(body, pw, source, spec, column=name, plausible=bounds)
             else:
-                mapped = _stream(body, at, source, spec)
+                mapped = _stream(body, at, source, spec, plausible=bounds)
             if mapped.stream.modes is None:
                 if mode is None:
                     raise at.key("mode").fail(f"missing: the command mode of {source_id!r} "
@@ -403,6 +415,22 @@ def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
                 checked.add((source_id, m))
             out.append(_Input(source_id, mapped, mode, commit, endpoint.latency_ticks))
     return out
+
+
+def _endpoint_plausible(plan: SimulationPlan, endpoint: Any, mode: str | None
+                        ) -> Plausible | None:
+    """A command's bounds: a position target within its joint's range (plus the margin), any
+    other command within the plausible limit."""
+    import mujoco
+
+    model = plan.model
+    actuator = endpoint.actuator_id
+    if int(model.actuator_trntype[actuator]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+        return joint_plausible(model, "", "command")
+    joint = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT,
+                              int(model.actuator_trnid[actuator, 0])) or ""
+    bounds = joint_plausible(model, joint, "position" if mode == "position" else "command")
+    return replace(bounds, what=f"{bounds.what} for endpoint {endpoint.endpoint!r}")
 
 
 def _commit_ticks(relative: np.ndarray, dt: int, policy: str) -> np.ndarray:
@@ -529,7 +557,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             continue
         at = sw.key(observation_id)
         raw = s.mapping(raw_signals[observation_id], at)
-        mapped = _stream(raw, at, source, spec)
+        bounds = None
+        if observation.source in ("joint_position", "joint_velocity") and observation.name:
+            bounds = joint_plausible(plan.model, observation.name,
+                                     observation.source.removeprefix("joint_"))
+        mapped = _stream(raw, at, source, spec, plausible=bounds)
         width = mapped.stream.values.shape[1]
         if width != observation.dimension:
             raise at.fail(f"{mapped.stream.label} gives {width} value(s) per sample "
@@ -546,7 +578,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
 
     state, state_streams = _state_entries(body.get("initial_state", []),
                                           where.key("initial_state"), source, spec,
-                                          {o.id: m for o, _, _, m in signals})
+                                          {o.id: m for o, _, _, m in signals}, plan.model)
 
     used = [i.mapped for i in inputs] + [m for *_, m in signals] + state_streams
     origin = spec.origin_ns
@@ -733,7 +765,7 @@ _FROM = {"joint": (("qpos_from", "qpos"), ("qvel_from", "qvel")),
 
 
 def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
-                   signals: Mapping[str, _Mapped]
+                   signals: Mapping[str, _Mapped], model: Any = None
                    ) -> tuple[list[tuple[dict[str, Any], list[tuple[str, _Mapped]]]],
                               list[_Mapped]]:
     """``initial_state`` entries whose ``*_from`` keys name a stream or a signal."""
@@ -773,7 +805,12 @@ def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec
                 mapped = signals[name]
             else:
                 s.keys(ref, fw, optional=_STREAM_KEYS)
-                mapped = _stream(ref, fw, source, spec)
+                bounds = None
+                if body.get("type") == "joint" and isinstance(body.get("joint"), str) \
+                        and model is not None:
+                    bounds = joint_plausible(model, body["joint"],
+                                             "position" if key == "qpos" else "velocity")
+                mapped = _stream(ref, fw, source, spec, plausible=bounds)
                 streams.append(mapped)
             taken.append((key, mapped))
         out.append((body, taken))

@@ -117,6 +117,7 @@ class Stream:
     components: tuple[str, ...]
     modes: tuple[str, ...] | None = None  # per row: a fibril_msgs/MotorCommand's mode
     origin_ns: int | None = None  # the recording's start (None: the stream's first time)
+    first_line: int = 0  # a CSV log: the file's line of row 0 (0: a bag, messages counted)
 
     def __len__(self) -> int:
         return int(self.times_ns.shape[0])
@@ -131,7 +132,7 @@ class Source:
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -432,7 +433,7 @@ class BagSource(Source):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         if topic is None or columns is not None:
             raise SourceError(f"recording {str(self.path)!r} is a bag: name a topic (and a "
                               f"field), not columns")
@@ -457,7 +458,7 @@ class BagSource(Source):
             times = table.header_ns if time == "header" else log_times  # type: ignore[union-attr]
             stream = Stream(f"{label} field {field!r}", times, picked[0], picked[1],
                             origin_ns=self.start_ns())
-            check_stream(stream)
+            check_stream(stream, values=check_values)
             return stream
         _, messages = self.messages(topic)
         if time == "header":
@@ -497,7 +498,7 @@ class BagSource(Source):
                                   f"{exc}") from None
             values = np.array(rows, dtype=np.float64).reshape(len(rows), len(components))
             stream = Stream(label, times, values, components, origin_ns=self.start_ns())
-        check_stream(stream)
+        check_stream(stream, values=check_values)
         return stream
 
     def close(self) -> None:
@@ -965,7 +966,7 @@ class CsvSource(Source):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         if topic is not None or field is not None or not columns:
             raise SourceError(f"recording {str(self.path)!r} is a CSV log: name columns, not a "
                               f"topic or field")
@@ -973,8 +974,9 @@ class CsvSource(Source):
         values = np.column_stack([self.column(c) for c in columns])
         label = f"recording {str(self.path)!r} column{'s' if len(columns) > 1 else ''} " + \
             ", ".join(repr(c) for c in columns)
-        stream = Stream(label, self.times_ns, values, tuple(columns))
-        check_stream(stream, lines=self.first_line)
+        stream = Stream(label, self.times_ns, values, tuple(columns),
+                        first_line=self.first_line)
+        check_stream(stream, lines=self.first_line, values=check_values)
         return stream
 
 
@@ -1007,13 +1009,15 @@ def check_times(times: np.ndarray, label: str, *, lines: int = 0,
                           f"after {when(times[i - 1], origin)}")
 
 
-def check_stream(stream: Stream, *, lines: int = 0) -> None:
+def check_stream(stream: Stream, *, lines: int = 0, values: bool = True) -> None:
     """No backwards time, no NaN rows (the count and the first time are named), no value
     beyond ``MAX_VALUE`` (the column and line of a CSV log, the message of a bag)."""
     origin = stream.origin_ns
     if origin is None and len(stream):
         origin = int(stream.times_ns[0])
     check_times(stream.times_ns, stream.label, lines=lines, origin_ns=origin)
+    if not values:  # the caller sorts out bad values itself (mapping's on_invalid)
+        return
     values = stream.values
     bad = ~np.all(np.isfinite(values), axis=1)
     if bad.any():

@@ -208,3 +208,71 @@ def test_windows_start_where_every_stream_has_data(arm: dict[str, Any],
     # an explicit start still wins (and here finds no state sample in its first window)
     episode["windows"]["start"] = 0.0
     rig.request_fails(tmp_path, doc, "window 0", "has no sample in the window")
+
+
+def test_sentinel_values_are_caught_not_fitted(arm: dict[str, Any], tmp_path: Path) -> None:
+    """Item 4: Unitree's PosStopF (2.146e9, "no position command") in logged positions and
+    1e10 in a command: a request error naming file, column, line, value and count (before,
+    2.146e9 went into a reference signal and an initial state); valid + on_invalid: drop or
+    hold leave them out."""
+    lines = arm["csv"].read_text().splitlines()
+    rows = [line.split(",") for line in lines]
+    for n in (30, 31, 32):  # q1 (column 3) at lines 31-33: the driver's sentinel
+        rows[n][3] = "2146000000.0"
+    sentinel = tmp_path / "sentinel.csv"
+    sentinel.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(sentinel), "time_column": "t_s"},
+                      csv_log=True)
+    rig.request_fails(tmp_path, doc, str(sentinel), "column 'q1' line 31: 2146000000.0",
+                      "not a plausible joint 'j1' position", "3 such row(s)", "on_invalid")
+    for policy in ("drop", "hold"):
+        doc["training"][0]["signals"]["q"].update(valid={"min": -10, "max": 10},
+                                                  on_invalid=policy)
+        for entry in doc["training"][0]["initial_state"]:
+            entry["qpos_from"].update(valid={"min": -10, "max": 10}, on_invalid=policy)
+        request = rig.load_request(tmp_path, doc, f"{policy}.yaml")
+        q = request.training[0].signal("q")
+        assert np.abs(q.values).max() < 10
+        clean = rig.load_request(tmp_path, rig.request(
+            arm["manifest"], {"path": str(arm["csv"]), "time_column": "t_s"}, csv_log=True),
+            "clean.yaml").training[0].signal("q")
+        assert q.values.shape[0] == clean.values.shape[0] - (3 if policy == "drop" else 0)
+        if policy == "hold":  # the held rows repeat line 30's values
+            np.testing.assert_array_equal(q.values[29:32], np.repeat(clean.values[28:29], 3, 0))
+    # a command of 1e10 (a "no velocity command" sentinel) on a torque endpoint
+    rows = [line.split(",") for line in lines]
+    rows[40][1] = "1e10"
+    command = tmp_path / "command.csv"
+    command.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(command), "time_column": "t_s"},
+                      csv_log=True)
+    rig.request_fails(tmp_path, doc, "column 'tau1' line 41: 10000000000.0",
+                      "not a plausible", "j1/command")
+
+
+def test_an_unstable_rollout_names_window_and_largest_values(arm: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    """Item 4: a command plausible by the default check (9e5 N m, under 1e6) still makes the
+    rollout unstable: the error names the episode, the window's span in the recording and the
+    largest input and initial value."""
+    import mujoco
+    from fibril_calibration.scores import evaluate_parameter_sets
+
+    rows = [line.split(",") for line in arm["csv"].read_text().splitlines()]
+    for n in range(40, 60):
+        rows[n][1] = "900000"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(bad), "time_column": "t_s"},
+                      csv_log=True, windows={"every": 0.25})
+    request = rig.load_request(tmp_path, doc)
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: None)
+    try:
+        scores = evaluate_parameter_sets(request, ["nominal"])["scores"]
+    finally:
+        mujoco.set_mju_user_warning(previous)
+    error = scores["nominal"]["training"]["error"]
+    assert f"episode 'arm/w000' (window 0 s..0.25 s of '{bad}')" in error
+    assert "became unstable" in error and "largest input j1/command = 900000" in error
+    assert "largest initial" in error
