@@ -135,7 +135,7 @@ def raw_read(bag: Path) -> tuple[int, float]:
 
 
 def ours(bag: Path) -> tuple[int, float]:
-    from fibril_calibration.sources import open_source
+    from fibril_calibration.recordings.formats import open_source
 
     started = time.perf_counter()
     source = open_source(bag)
@@ -203,7 +203,7 @@ def write_big_bag(folder: Path, storage: str, size: int) -> tuple[Path, int]:
 
 def info_bench(folder: Path, storage: str, size: int, runs: int = 3) -> None:
     """``recording info`` on a ~``size`` bag against rosbags counting every message."""
-    from fibril_calibration.recording_info import recording_info
+    from fibril_calibration.recordings.recording_info import recording_info
     from rosbags.rosbag2 import Reader
 
     started = time.perf_counter()
@@ -259,7 +259,7 @@ def csv_child(method: str, path: Path) -> None:
     if method == "pandas":
         import pandas
     if method == "ours":
-        from fibril_calibration.sources import open_source
+        from fibril_calibration.recordings.formats import open_source
     baseline = peak()
     started = time.perf_counter()
     if method == "ours":

@@ -57,9 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from .errors import CalibrationError
-    from .recording_info import (as_dict, field_tree, fields_text, info_text,
+    from .recordings.recording_info import (as_dict, field_tree, fields_text, info_text,
                                  recording_info)
-    from .sources import SourceError
+    from .recordings.sources import SourceError
 
     if args.gap <= 1:
         raise CalibrationError(f"--gap {args.gap}: expected a factor above 1")

@@ -21,7 +21,8 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 from fibril_sim_core.cli import main
 
@@ -89,9 +90,10 @@ def test_values_that_cannot_be_real_are_refused_by_column_and_line(
 def test_an_unstable_rollout_is_a_failure_never_a_score(arm: dict[str, Any],
                                                          capfd: pytest.CaptureFixture[str]
                                                          ) -> None:
-    """A 1e9 N m torque passes the value check but throws the arm into MuJoCo's instability:
-    the fit stops with one error line, --evaluate records the failure instead of a score."""
-    path = _edited(arm, "unstable", 40, 1, "1e9")
+    """A 9e5 N m torque passes the value checks (under the 1e6 plausibility limit: issue 24)
+    but throws the arm into MuJoCo's instability: the fit stops with one error line,
+    --evaluate records the failure instead of a score."""
+    path = _edited(arm, "unstable", 40, 1, "9e5")
     request = _csv_request(arm, path, "unstable")
     code, _, err, runtime = _calibrate([str(request), "--quiet"])
     assert code == 2 and runtime == []

@@ -41,7 +41,7 @@ def test_gravity_compensated_model_driven_by_recorded_torques_warns(arm: dict[st
     load names the bodies, joints and episodes (progress line and result warnings); a model
     without gravcomp gets no warning."""
     from fibril_calibration.engine import run_calibration
-    from fibril_calibration.gravity_check import gravcomp_warnings
+    from fibril_calibration.request.gravity_check import gravcomp_warnings
 
     for gravcomp in (True, False):
         folder = tmp_path / f"gravcomp-{gravcomp}"
@@ -276,3 +276,58 @@ def test_an_unstable_rollout_names_window_and_largest_values(arm: dict[str, Any]
     assert f"episode 'arm/w000' (window 0 s..0.25 s of '{bad}')" in error
     assert "became unstable" in error and "largest input j1/command = 900000" in error
     assert "largest initial" in error
+
+
+def test_csv_errors_name_lines_and_bag_errors_name_messages(arm: dict[str, Any],
+                                                            tmp_path: Path) -> None:
+    """Item 7: a gap over max_gap and a repeated reference time name the CSV lines around
+    them (a dropped sentinel row does not shift the numbering); a bag whose header stamps go
+    backwards names the message."""
+    lines = arm["csv"].read_text().splitlines()
+    gap = [lines[0], *lines[1:60], *lines[80:]]  # rows of lines 61-80 missing
+    path = tmp_path / "gap.csv"
+    path.write_text("\n".join(gap) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(path), "time_column": "t_s",
+                                        "max_gap": 0.02}, csv_log=True)
+    rig.request_fails(tmp_path, doc, "has a gap of", "(line 60 to line 61)")
+    rows = [line.split(",") for line in lines]
+    rows[20][3] = "nan"  # line 21: dropped below
+    rows[41][0] = rows[40][0]  # line 42 repeats line 41's time
+    path = tmp_path / "repeat.csv"
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(path), "time_column": "t_s"},
+                      csv_log=True)
+    doc["training"][0]["signals"]["q"]["on_invalid"] = "drop"
+    rig.request_fails(tmp_path, doc, "two samples at", "(line 41 and line 42)")
+    # a bag: header stamps going backwards at message 3 of /joint_states
+    from fibril_calibration.recordings.formats import open_source
+    from fibril_calibration.recordings.sources import SourceError
+
+    data = dict(arm)
+    bag = rig.write_bag(tmp_path / "bag", data, "mcap", header_offset_ns=0)
+    source = open_source(bag)
+    try:
+        from rosbags.rosbag2 import Reader, Writer
+
+        source.close()
+        bad = tmp_path / "backwards"
+        store = rig.typestore()
+        with Reader(bag) as reader, Writer(bad, version=9) as writer:
+            made = {c.topic: writer.add_connection(c.topic, c.msgtype, typestore=store)
+                    for c in reader.connections}
+            count = 0
+            for connection, t, raw in reader.messages():
+                if connection.topic == "/joint_states":
+                    msg = store.deserialize_cdr(raw, connection.msgtype)
+                    if count == 3:
+                        msg.header.stamp.sec -= 1
+                    raw = store.serialize_cdr(msg, connection.msgtype)
+                    count += 1
+                writer.write(made[connection.topic], t, raw)
+        source = open_source(bad)
+        with pytest.raises(SourceError) as info:
+            source.stream(topic="/joint_states", field="position[j1]", time="header")
+        assert "time goes backwards at message 3 " in str(info.value)
+        assert "s into the recording (stamp 16999999" in str(info.value)
+    finally:
+        source.close()

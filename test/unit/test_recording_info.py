@@ -16,8 +16,9 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.recording_info import CsvInfo, field_tree, recording_info
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.formats import open_source
+from fibril_calibration.recordings.recording_info import CsvInfo, field_tree, recording_info
+from fibril_calibration.recordings.sources import SourceError
 
 from fibril_sim_core import SimulationBuilder
 from fibril_sim_core.trace import TraceWriter

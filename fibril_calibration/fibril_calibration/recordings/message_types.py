@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bag_typestore_with", "missing_definition", "msg_folder_types"]
+__all__ = ["bag_typestore", "bag_typestore_with", "missing_definition", "msg_folder_types"]
 
 
 def _msg_files(folder: Path) -> Iterable[tuple[str, Path]]:
@@ -103,9 +103,7 @@ def bag_typestore_with(connections: Sequence[Any], folders: Sequence[Path] = ())
     ``.msg`` folders and, for types still missing, AMENT_PREFIX_PATH's share folders."""
     from rosbags.typesys.store import Typestore
 
-    from .sources import _bag_typestore
-
-    base = _bag_typestore(connections)
+    base = bag_typestore(connections)
     extra = msg_folder_types(folders) if folders else {}
     missing = {c.msgtype for c in connections} - set(base.fielddefs) - set(extra)
     if missing:
@@ -130,3 +128,47 @@ def missing_definition(path: Path, topic: str, msgtype: str) -> str:
             f"[path/to/msg_dir, ...] (folders of .msg files, e.g. "
             f"{msgtype.split('/')[0]}/msg/{msgtype.split('/')[-1]}.msg) or source a ROS "
             f"installation that has it (AMENT_PREFIX_PATH/share/{msgtype.split('/')[0]}/msg)")
+
+
+def bag_typestore(connections: Sequence[Any]) -> Any:
+    """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
+    reused) when every definition the bag embeds matches it; otherwise a private copy with
+    the embedded definitions registered over it (those win: they describe the recorded
+    bytes). The shared store is never changed."""
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.typesys.store import Typestore
+
+    shared = typestore()
+    embedded = _embedded_types(connections)
+    differing = {name: d for name, d in embedded.items() if shared.fielddefs.get(name) != d}
+    if not differing:
+        return shared
+    store = Typestore()
+    store.fielddefs.update({k: v for k, v in shared.fielddefs.items() if k not in differing})
+    store.types.update({k: v for k, v in shared.types.items() if k not in differing})
+    store.register(differing)
+    return store
+
+
+def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
+    """The message definitions a bag's connections embed (MSG or IDL), parsed; an
+    unparsable one is skipped (the known types still decode)."""
+    from rosbags.typesys import TypesysError, get_types_from_idl, get_types_from_msg
+
+    types: dict[str, Any] = {}
+    for connection in connections:
+        definition = connection.msgdef
+        fmt = getattr(definition.format, "name", str(definition.format))
+        try:
+            if fmt == "MSG" and definition.data:
+                types.update(get_types_from_msg(definition.data, connection.msgtype))
+            elif fmt == "IDL" and definition.data:
+                separator = "=" * 80 + "\n"
+                if definition.data.startswith(f"{separator}IDL: "):
+                    for part in definition.data.split(separator)[1:]:
+                        types.update(get_types_from_idl(part.split("\n", 1)[1]))
+                else:
+                    types.update(get_types_from_idl(definition.data))
+        except (TypesysError, ValueError, KeyError, IndexError):  # unparsable: skipped
+            pass
+    return types

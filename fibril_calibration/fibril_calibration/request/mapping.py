@@ -50,15 +50,16 @@ from fibril_sim_core.records import IngressRecord
 
 from fibril_sim_core import _schema as s
 
-from .sources import MOTOR_COMMAND, Source, SourceError, Stream, open_source
+from ..recordings.formats import open_source
+from ..recordings.sources import MOTOR_COMMAND, Source, SourceError, Stream
 from .validity import Plausible, apply_validity, joint_plausible, parse_validity
 from .windows import parse_windows
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .observations import ObservationSpec
-    from .request import EpisodeSpec
+    from ..model.observations import ObservationSpec
+    from .episode_specs import EpisodeSpec
 
 __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 
@@ -123,7 +124,7 @@ class SourceSet:
             raise where.key("time").fail(f"expected log (the bag's receive time) or header "
                                          f"(header.stamp), got {time!r}")
         if "reader" in body:
-            from .bag_readers import choose_reader
+            from ..recordings.bag_readers import choose_reader
 
             try:
                 choose_reader(s.string(body["reader"], where.key("reader")), "reader")
@@ -238,7 +239,7 @@ def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, .
     if not isinstance(items, list) or not items:
         raise at.fail("expected a list of folders of .msg files")
     folders = tuple(base / s.string(item, at.key(n)) for n, item in enumerate(items))
-    from .message_types import msg_folder_types
+    from ..recordings.message_types import msg_folder_types
 
     try:
         msg_folder_types(folders)
@@ -520,7 +521,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                     sources: SourceSet) -> list[EpisodeSpec]:
     """The episodes of one ``source:`` entry: one per window (scope: the entry's, or
     validation for a ``validation_every`` window)."""
-    from . import request as r
+    from . import episode_specs as r, initial_states as states
 
     body = s.mapping(value, where)
     s.keys(body, where, required=("id", "source", "signals"), optional=_EPISODE_KEYS)
@@ -570,9 +571,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                           f"{observation.dimension} ({', '.join(observation.components)})")
         repeated = np.flatnonzero(np.diff(mapped.stream.times_ns) == 0)
         if repeated.size:
-            t = int(mapped.stream.times_ns[int(repeated[0]) + 1])
-            raise at.fail(f"{mapped.stream.label}: two samples at {t / _NS:.9g} s; reference "
-                          f"times must increase strictly")
+            k = int(repeated[0]) + 1
+            t = int(mapped.stream.times_ns[k])
+            raise at.fail(f"{mapped.stream.label}: two samples at {t / _NS:.9g} s "
+                          f"({mapped.stream.place(k - 1)} and {mapped.stream.place(k)}); "
+                          f"reference times must increase strictly")
         settings = {k: v for k, v in raw.items() if k not in _STREAM_KEYS}
         signals.append((observation, settings, at, mapped))
 
@@ -623,8 +626,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             built.append(r._signal(settings, at, observation, dt, horizon, sources.base, None,
                                    loaded=(relative, values)))
         initial = _state_values(state, start, origin, label, ww)
-        initial_state = r._initial_state(initial, where.key("initial_state"), plan)
-        state_fit = r.initial_state_fit(body, where, initial_state, plan)
+        initial_state = states._initial_state(initial, where.key("initial_state"), plan)
+        state_fit = states.initial_state_fit(body, where, initial_state, plan)
         last_time = max(int(sig.times_ns[-1]) for sig in built)
         needed = -(-last_time // dt)
         if horizon is not None and horizon < needed:
@@ -752,10 +755,13 @@ def _check_gaps(mapped: _Mapped, start: int, end: int, origin: int, label: str) 
     wide = np.flatnonzero(gaps > limit)
     if wide.size:
         i = int(wide[0])
+        stream = mapped.stream
+        ends = [("the window start" if i == 0 else stream.place(first + i - 1)),
+                ("the window end" if first + i >= stop else stream.place(first + i))]
         raise mapped.where.fail(
             f"{label}: {mapped.stream.label} has a gap of {gaps[i] / 1e6:.6g} ms from "
             f"{(edges[i] - origin) / _NS:.9g} s to {(edges[i + 1] - origin) / _NS:.9g} s after "
-            f"the origin, more than max_gap {limit / 1e6:g} ms")
+            f"the origin ({ends[0]} to {ends[1]}), more than max_gap {limit / 1e6:g} ms")
 
 
 # --------------------------------------------------------------------------- initial state
@@ -847,7 +853,7 @@ def _state_values(entries: Sequence[tuple[dict[str, Any], list[tuple[str, _Mappe
             if times[after] == start or after == 0:
                 row = values[after]
             elif key == "quat":  # shortest-path SLERP (q and -q are one orientation)
-                from .alignment import align
+                from ..alignment import align
 
                 row = align(np.array([start], dtype=np.int64), times[after - 1:after + 1],
                             values[after - 1:after + 1], "linear", quaternion=True)[0]

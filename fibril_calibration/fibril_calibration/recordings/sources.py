@@ -44,7 +44,6 @@ __all__ = [
     "Source",
     "SourceError",
     "Stream",
-    "open_source",
 ]
 
 SOURCE_FORMATS = ("rosbag2", "mcap", "sqlite3", "csv", "franka_sysid")
@@ -118,9 +117,19 @@ class Stream:
     modes: tuple[str, ...] | None = None  # per row: a fibril_msgs/MotorCommand's mode
     origin_ns: int | None = None  # the recording's start (None: the stream's first time)
     first_line: int = 0  # a CSV log: the file's line of row 0 (0: a bag, messages counted)
+    rows: np.ndarray | None = None  # each sample's row in the file (None: sample k is row k)
 
     def __len__(self) -> int:
         return int(self.times_ns.shape[0])
+
+    def place(self, k: int) -> str:
+        """Where sample ``k`` is in the file: ``line 57`` (CSV) or ``message 55 at 0.12 s
+        into the recording (stamp ...)`` (bag)."""
+        row = int(self.rows[k]) if self.rows is not None else int(k)
+        if self.first_line:
+            return f"line {row + self.first_line}"
+        origin = self.origin_ns if self.origin_ns is not None else int(self.times_ns[0])
+        return f"message {row} at {when(self.times_ns[k], origin)}"
 
 
 class Source:
@@ -137,75 +146,6 @@ class Source:
 
     def close(self) -> None:
         """Release the file (the decoded data stays usable)."""
-
-
-def open_source(path: Path, format: str | None = None, *, time: str = "log",
-                time_column: str | None = None, time_unit: str | None = None,
-                sidecar: Path | None = None, reader: str | None = None,
-                columns: Sequence[str] = (), types: Sequence[Path] = (),
-                header: bool | None = None,
-                column_names: Sequence[str] | Mapping[int, str] | None = None,
-                delimiter: str | None = None) -> Source:
-    """Open a recording; ``format`` defaults from the path (a folder: rosbag2, ``.mcap``,
-    ``.db3``, ``.csv`` / ``.tsv``); ``reader`` picks a bag's library (``bag_readers``:
-    rosbags by default). A CSV log's time column is read and checked here, with ``columns``
-    (those the caller will map: one pass); ``header: False`` with ``column_names`` reads a
-    headerless export, ``delimiter`` (``,`` ``;`` tab) is found from row 1 when not given.
-    Raises SourceError when it is missing or unreadable."""
-    if not path.exists():
-        raise SourceError(f"recording {str(path)!r} does not exist")
-    if format is None:
-        suffix = path.suffix.lower()
-        format = ("rosbag2" if path.is_dir() else
-                  {".mcap": "mcap", ".db3": "sqlite3", ".csv": "csv",
-                   ".tsv": "csv"}.get(suffix, ""))
-        if not format:
-            raise SourceError(f"recording {str(path)!r}: cannot tell its format from the name; "
-                              f"give format: one of {', '.join(SOURCE_FORMATS)}")
-    if format not in SOURCE_FORMATS:
-        raise SourceError(f"unknown recording format {format!r}; expected one of "
-                          f"{', '.join(SOURCE_FORMATS)}")
-    if format in ("csv", "franka_sysid") and reader is not None:
-        raise SourceError(f"recording {str(path)!r}: reader {reader!r} chooses how a bag is "
-                          f"read; a {format} log takes no reader")
-    if format in ("csv", "franka_sysid"):
-        if path.is_dir():
-            raise SourceError(f"recording {str(path)!r} is a folder, not a CSV file")
-        if format == "franka_sysid":
-            from .franka import FrankaSource
-
-            if time_column is not None or time_unit is not None:
-                raise SourceError(f"recording {str(path)!r}: the franka_sysid format takes its "
-                                  f"time from seq (1 kHz ring log) or t_s; give no time_column")
-            log: CsvSource = FrankaSource(path, sidecar)
-        else:
-            log = CsvSource(path, time_column, time_unit, header=header,
-                            columns=column_names, delimiter=delimiter)
-        if log.rows == 1:  # (a franka ring log's targets file may hold one target)
-            raise SourceError(f"recording {str(path)!r} has one row; an episode needs at least "
-                              f"two samples (nothing can be fitted or scored on one)")
-        log.prefetch(columns)
-        return log
-    if header is not None or column_names is not None or delimiter is not None:
-        raise SourceError(f"recording {str(path)!r}: header, columns and delimiter describe a "
-                          f"CSV log; a {format} recording takes none")
-    if format == "rosbag2" and not path.is_dir():
-        raise SourceError(f"recording {str(path)!r}: a rosbag2 recording is a folder with "
-                          f"metadata.yaml (a single file: format mcap or sqlite3)")
-    if format in ("mcap", "sqlite3") and path.is_dir():
-        raise SourceError(f"recording {str(path)!r} is a folder (format rosbag2), not a "
-                          f"{format} file")
-    from .bag_readers import choose_reader
-
-    try:
-        chosen = choose_reader(reader or "rosbags", f"recording {str(path)!r} reader")
-    except ValueError as exc:
-        raise SourceError(str(exc)) from None
-    if types and format in ("csv", "franka_sysid"):
-        raise SourceError(f"recording {str(path)!r}: types (message definitions) are for bags; "
-                          f"a {format} log takes none")
-    return BagSource(path, format, time, reader=chosen, auto=reader == "auto",
-                     types=tuple(types))
 
 
 # --------------------------------------------------------------------------- bags
@@ -628,50 +568,6 @@ def _short(msgtype: str) -> str:
     return f"{parts[0]}/{parts[-1]}" if len(parts) >= 2 else msgtype
 
 
-def _bag_typestore(connections: Sequence[Any]) -> Any:
-    """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
-    reused) when every definition the bag embeds matches it; otherwise a private copy with
-    the embedded definitions registered over it (those win: they describe the recorded
-    bytes). The shared store is never changed."""
-    from fibril_sim_core.trace._msgtypes import typestore
-    from rosbags.typesys.store import Typestore
-
-    shared = typestore()
-    embedded = _embedded_types(connections)
-    differing = {name: d for name, d in embedded.items() if shared.fielddefs.get(name) != d}
-    if not differing:
-        return shared
-    store = Typestore()
-    store.fielddefs.update({k: v for k, v in shared.fielddefs.items() if k not in differing})
-    store.types.update({k: v for k, v in shared.types.items() if k not in differing})
-    store.register(differing)
-    return store
-
-
-def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
-    """The message definitions a bag's connections embed (MSG or IDL), parsed; an
-    unparsable one is skipped (the known types still decode)."""
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg
-
-    types: dict[str, Any] = {}
-    for connection in connections:
-        definition = connection.msgdef
-        fmt = getattr(definition.format, "name", str(definition.format))
-        try:
-            if fmt == "MSG" and definition.data:
-                types.update(get_types_from_msg(definition.data, connection.msgtype))
-            elif fmt == "IDL" and definition.data:
-                separator = "=" * 80 + "\n"
-                if definition.data.startswith(f"{separator}IDL: "):
-                    for part in definition.data.split(separator)[1:]:
-                        types.update(get_types_from_idl(part.split("\n", 1)[1]))
-                else:
-                    types.update(get_types_from_idl(definition.data))
-        except _TYPE_ERRORS:
-            pass
-    return types
-
-
 class _FieldError(Exception):
     pass
 
@@ -1003,7 +899,7 @@ def check_times(times: np.ndarray, label: str, *, lines: int = 0,
     back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
         i = int(back[0]) + 1
-        where = f" line {i + lines}" if lines else ""
+        where = f" line {i + lines}" if lines else f" message {i}"
         origin = int(times[0]) if origin_ns is None else origin_ns
         raise SourceError(f"{label}: time goes backwards at{where} {when(times[i], origin)}, "
                           f"after {when(times[i - 1], origin)}")

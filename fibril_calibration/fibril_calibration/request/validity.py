@@ -30,7 +30,7 @@ import numpy as np
 
 from fibril_sim_core import _schema as s
 
-from .sources import MAX_VALUE, Stream, when
+from ..recordings.sources import MAX_VALUE, Stream
 
 __all__ = ["ON_INVALID", "PLAUSIBLE_LIMIT", "Plausible", "Validity", "apply_validity",
            "joint_plausible", "parse_validity"]
@@ -132,10 +132,11 @@ def apply_validity(stream: Stream, validity: Validity, plausible: Plausible | No
             held = last >= 0
             values = stream.values[last[held]]
             stream = replace(stream, times_ns=stream.times_ns[held], values=values,
-                             modes=_rows(stream.modes, held))
+                             modes=_rows(stream.modes, held),
+                             rows=_row_numbers(stream)[held])
             return _at_least_two(stream, where, int(rows.sum()))
     stream = replace(stream, times_ns=stream.times_ns[keep], values=stream.values[keep],
-                     modes=_rows(stream.modes, keep))
+                     modes=_rows(stream.modes, keep), rows=_row_numbers(stream)[keep])
     return _at_least_two(stream, where, int(rows.sum()))
 
 
@@ -143,6 +144,10 @@ def _rows(modes: tuple[str, ...] | None, mask: np.ndarray) -> tuple[str, ...] | 
     if modes is None:
         return None
     return tuple(m for m, k in zip(modes, mask.tolist()) if k)
+
+
+def _row_numbers(stream: Stream) -> np.ndarray:
+    return stream.rows if stream.rows is not None else np.arange(len(stream))
 
 
 def _at_least_two(stream: Stream, where: s.Where, dropped: int) -> Stream:
@@ -157,10 +162,8 @@ def _first_problem(stream: Stream, bad: np.ndarray, broken: np.ndarray, outside:
     row, col = (int(i) for i in np.argwhere(bad)[0])
     value = float(stream.values[row, col])
     component = stream.components[col]
-    lines = getattr(stream, "first_line", 0)
-    origin = stream.origin_ns if stream.origin_ns is not None else int(stream.times_ns[0])
-    at = (f"column {component!r} line {row + lines}" if lines else
-          f"{component!r} of message {row} at {when(stream.times_ns[row], origin)}")
+    at = (f"column {component!r} {stream.place(row)}" if stream.first_line else
+          f"{component!r} of {stream.place(row)}")
     if broken[row, col]:
         reason = "is not a recorded value (NaN, infinite or beyond 1e12)"
     elif outside[row, col]:
