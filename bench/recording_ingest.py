@@ -1,6 +1,7 @@
 """Recording ingestion: how fast a bag becomes calibration episodes.
 
-    python bench/recording_ingest.py [--messages 100000] [--storage mcap|sqlite3]
+    python bench/recording_ingest.py [--messages 100000] [--storage mcap|sqlite3] [--info-gb 1]
+                                     [--multi-rows 100000]
 
 1. Decode rate. A rosbag2 bag of a 7-joint arm at 1 kHz, ``--messages`` in total: half
    ``/joint_commands`` (sensor_msgs/JointState effort) and half ``/joint_states`` (JointState
@@ -19,6 +20,14 @@
    ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
    imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
    Target: peak memory above the interpreter's baseline <= 3x the mapped data.
+
+4. ``recording info`` (issue 24) on a ~1 GB bag of small messages written by the bench (two
+   12-joint JointState topics at 1 kHz and an Imu at 500 Hz, ~2 M messages), MCAP and sqlite3,
+   median of 3, against rosbags reading every message to count them. Targets: < 2 s (MCAP),
+   < 5 s (sqlite3). The bags are deleted after.
+5. Multi-file episodes (issue 24): 10 episodes, each from a command CSV and a state CSV of
+   ``--multi-rows`` rows (19-digit ns stamps), request load time (target <= 1 s) against
+   ``numpy.loadtxt`` of the same 20 files.
 
 The machine it runs on is shared and noisy: figures are rough.
 """
@@ -309,12 +318,83 @@ def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
         print(f"ours / {method}: time {ours_s / seconds:.2f}x, peak RSS {ours_peak / peak:.2f}x")
 
 
+def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
+                     runs: int = 3) -> None:
+    """A request of ``episodes`` episodes, each from two CSV files of ``rows`` rows (a 1 kHz
+    command export and a state export on one clock, 100 s each): its load time (target
+    <= 1 s), the nominal plan build included; baseline: numpy.loadtxt of the same files."""
+    root = folder / "multi"
+    root.mkdir()
+    (root / "arm7.xml").write_text(arm_xml())
+    manifest = {"schema_version": {"major": 3, "minor": 1}, "model": "arm7.xml",
+                "components": [{"id": f"motor{n + 1}", "type": "fibril_sim/motor",
+                                "endpoint": f"{j}/command", "bind": {"actuator": f"m{n + 1}"}}
+                               for n, j in enumerate(JOINTS)]}
+    (root / "arm7.yaml").write_text(yaml.safe_dump(manifest))
+    rng = np.random.default_rng(3)
+    entries, sources, files = [], {}, []
+    for e in range(episodes):
+        t = EPOCH + np.arange(rows, dtype=np.int64) * 1_000_000
+        for kind, names in (("command", ["tau1", "tau2"]), ("state", ["q1", "q2", "dq1",
+                                                                       "dq2"])):
+            path = root / f"ep{e:02d}_{kind}.csv"
+            values = rng.normal(0, 0.01, (rows, len(names)))
+            with path.open("w") as out:
+                out.write(",".join(["time_ns", *names]) + "\n")
+                body = np.column_stack([t.astype(object), values])
+                out.writelines(f"{int(r[0])},{r[1]:.6g},{r[2]:.6g}" +
+                               "".join(f",{v:.6g}" for v in r[3:]) + "\n" for r in body)
+            sources[f"ep{e}_{kind}"] = {"path": path.name}
+            files.append(path)
+        entries.append({
+            "id": f"ep{e}", "source": f"ep{e}_command",
+            "windows": [[0.0, 1.0]],
+            "inputs": [{"endpoints": {"tau1": "joint1/command", "tau2": "joint2/command"},
+                        "mode": "torque", "commit": "next_tick"}],
+            "initial_state": [{"type": "joint", "joint": f"joint{k}",
+                               "qpos_from": {"source": f"ep{e}_state", "column": f"q{k}"},
+                               "qvel_from": {"source": f"ep{e}_state", "column": f"dq{k}"}}
+                              for k in (1, 2)],
+            "signals": {f"q{k}": {"source": f"ep{e}_state", "column": f"q{k}",
+                                  "alignment": "linear", "residual_scale": 0.001}
+                        for k in (1, 2)}})
+    request = {"schema_version": {"major": 3, "minor": 1}, "manifest": "arm7.yaml",
+               "parameters": [{"id": "damping", "lower": 0.01, "upper": 1.0, "initial": 0.1,
+                               "targets": ["mujoco:joint_damping:joint1"]}],
+               "observations": [{"id": f"q{k}", "source": "joint_position",
+                                 "name": f"joint{k}"} for k in (1, 2)],
+               "sources": sources, "training": entries}
+    path = root / "request.yaml"
+    path.write_text(yaml.safe_dump(request, sort_keys=False))
+    from fibril_calibration.request import load_calibration_request
+
+    load_calibration_request(path)  # imports and first plan build out of the timing
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        loaded = load_calibration_request(path)
+        times.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    for file in files:
+        np.loadtxt(file, delimiter=",", skiprows=1)
+    baseline = time.perf_counter() - started
+    ours = statistics.median(times)
+    print(f"multi-file load: {episodes} episodes x 2 CSV files x {rows:,} rows "
+          f"({len(loaded.training)} episodes loaded): {ours:.2f} s median of {runs} (target "
+          f"<= 1 s); numpy.loadtxt of the same {len(files)} files: {baseline:.2f} s; ratio "
+          f"{baseline / ours:.1f}x")
+    shutil.rmtree(root)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     parser.add_argument("--csv-rows", type=int, default=10_000_000)
     parser.add_argument("--skip-bag", action="store_true", help="only the CSV part")
+    parser.add_argument("--multi-rows", type=int, default=100_000,
+                        help="rows of each of the 10 x 2 CSV files of the multi-file load "
+                             "(0: skip)")
     parser.add_argument("--info-gb", type=float, default=1.0,
                         help="size of the recording info bags (0: skip)")
     parser.add_argument("--csv-child", nargs=2, metavar=("METHOD", "PATH"),
@@ -325,6 +405,8 @@ def main() -> int:
         return 0
     folder = Path(tempfile.mkdtemp(prefix="fibril-ingest-"))
     try:
+        if args.multi_rows:
+            multi_file_bench(folder, rows=args.multi_rows)
         if args.info_gb:
             for storage in ("mcap", "sqlite3"):
                 info_bench(folder, storage, int(args.info_gb * 1e9))
