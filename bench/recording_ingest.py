@@ -67,10 +67,8 @@ def arm_xml() -> str:
             f'<worldbody>{body}{close}</worldbody><actuator>{motors}</actuator></mujoco>')
 
 
-def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
-    from fibril_sim_core.trace._msgtypes import typestore
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
+def write_arm7(folder: Path) -> None:
+    """arm7.xml and its manifest arm7.yaml (a torque motor endpoint per joint) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "arm7.xml").write_text(arm_xml())
     manifest = {"schema_version": {"major": 3, "minor": 1}, "model": "arm7.xml",
@@ -78,6 +76,13 @@ def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path
                                 "endpoint": f"{j}/command", "bind": {"actuator": f"m{n + 1}"}}
                                for n, j in enumerate(JOINTS)]}
     (folder / "arm7.yaml").write_text(yaml.safe_dump(manifest))
+
+
+def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    write_arm7(folder)
     store = typestore()
     JointState = store.types["sensor_msgs/msg/JointState"]
     Header = store.types["std_msgs/msg/Header"]
@@ -324,13 +329,7 @@ def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
     command export and a state export on one clock, 100 s each): its load time (target
     <= 1 s), the nominal plan build included; baseline: numpy.loadtxt of the same files."""
     root = folder / "multi"
-    root.mkdir()
-    (root / "arm7.xml").write_text(arm_xml())
-    manifest = {"schema_version": {"major": 3, "minor": 1}, "model": "arm7.xml",
-                "components": [{"id": f"motor{n + 1}", "type": "fibril_sim/motor",
-                                "endpoint": f"{j}/command", "bind": {"actuator": f"m{n + 1}"}}
-                               for n, j in enumerate(JOINTS)]}
-    (root / "arm7.yaml").write_text(yaml.safe_dump(manifest))
+    write_arm7(root)
     rng = np.random.default_rng(3)
     entries, sources, files = [], {}, []
     for e in range(episodes):

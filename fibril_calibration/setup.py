@@ -16,8 +16,8 @@ setup(
     python_requires='>=3.11',  # mujoco 4 needs 3.11
     # Lowest supported versions (numpy, scipy: Ubuntu 24.04's; tested by `make test-distro`);
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
-    install_requires=['fibril_sim_core', 'numpy>=1.26.4', 'scipy>=1.11.4', 'mujoco>=4.0.0',
-                      'rosbags>=0.11.9', 'apsw>=3.54.1.0'],
+    install_requires=['fibril_sim_core', 'numpy>=1.26.4', 'scipy>=1.11.4', 'PyYAML>=6.0.1',
+                      'mujoco>=4.0.0', 'rosbags>=0.11.9', 'apsw>=3.54.1.0'],
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .mcap_integrity import _Cursor
 from .sources import SourceError
 
 __all__ = ["BagInfo", "ColumnInfo", "CsvInfo", "FieldLine", "TopicInfo", "field_tree",
@@ -216,30 +217,8 @@ def _known_types(folders: Sequence[Path]) -> set[str]:
 
 # --------------------------------------------------------------------------- MCAP
 
-class _Bytes:
-    """Little-endian fields of one record's content."""
-
-    def __init__(self, data: Any, at: int, end: int) -> None:
-        self.data, self.at, self.end = data, at, end
-
-    def take(self, size: int) -> Any:
-        if self.at + size > self.end:
-            raise ValueError("a record ends early")
-        out = self.data[self.at:self.at + size]
-        self.at += size
-        return out
-
-    def u16(self) -> int:
-        return int(_U16.unpack(self.take(2))[0])
-
-    def u32(self) -> int:
-        return int(_U32.unpack(self.take(4))[0])
-
-    def u64(self) -> int:
-        return int(_U64.unpack(self.take(8))[0])
-
-    def text(self) -> str:
-        return bytes(self.take(self.u32())).decode("utf-8", "replace")
+def _text(record: _Cursor) -> str:
+    return record.text().decode("utf-8", "replace")
 
 
 def _mcap_file(path: Path) -> _FileTopics:
@@ -284,15 +263,15 @@ def _schema_and_channel(data: Any, opcode: int, start: int, end: int,
                         schemas: dict[int, tuple[str, bool]], channels: dict[int, tuple[str,
                                                                                        int]]
                         ) -> None:
-    record = _Bytes(data, start, end)
+    record = _Cursor(data, start, end, "a record")
     if opcode == _SCHEMA:
         schema_id = record.u16()
-        name, encoding = record.text(), record.text()
+        name, encoding = _text(record), _text(record)
         content = record.u32()
         schemas[schema_id] = (name, encoding in ("ros2msg", "ros2idl") and content > 0)
     else:
         channel_id, schema_id = record.u16(), record.u16()
-        channels[channel_id] = (record.text(), schema_id)
+        channels[channel_id] = (_text(record), schema_id)
 
 
 def _mcap_topics(schemas: dict[int, tuple[str, bool]],
@@ -319,18 +298,18 @@ def _mcap_indexed(data: Any, summary: int, footer: int) -> _FileTopics | None:
         if opcode in (_SCHEMA, _CHANNEL):
             _schema_and_channel(data, opcode, start, end, schemas, channels)
         elif opcode == _CHUNK_INDEX:
-            record = _Bytes(data, start, end)
-            record.take(16)
+            record = _Cursor(data, start, end, "a record")
+            record._take(16)
             record.u64()  # chunk start
             record.u64()  # chunk length
             offsets = record.u32()
-            first = record.at + offsets  # the map's first offset; the span runs to its length
-            entries = _Bytes(data, record.at, first)
+            map_end = record.at + offsets  # the message index offsets: channel -> offset
+            entries = _Cursor(data, record.at, map_end, "a chunk index")
             starts = []
-            while entries.at < first:
+            while entries.at < map_end:
                 entries.u16()
                 starts.append(entries.u64())
-            record.at = first
+            record.at = map_end
             length = record.u64()
             if starts:
                 index_spans.append((min(starts), length))
@@ -372,13 +351,13 @@ def _mcap_scan(data: Any, size: int) -> _FileTopics:
                 stamp = int(_U64.unpack(block[content + 6:content + 14])[0])
                 times.setdefault(channel, []).append(stamp)
             elif opcode == _CHUNK:
-                record = _Bytes(block, content, record_end)
-                record.take(16)
+                record = _Cursor(block, content, record_end, "a record")
+                record._take(16)
                 uncompressed = record.u64()
                 record.u32()
-                compression = record.text()
+                compression = _text(record)
                 length = record.u64()
-                raw = bytes(record.take(length))
+                raw = bytes(record._take(length))
                 try:
                     inner = _decompress(compression, raw, uncompressed, content)
                 except McapDamage as exc:
