@@ -81,6 +81,12 @@ def bags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out["raw.db3"] = folder / "raw.db3"
     shutil.copyfile(next(out["sqlite3"].glob("*.db3")), out["raw.db3"])
     out["unindexed.mcap"] = _without_summary(out["raw.mcap"], folder / "unindexed.mcap")
+    out["no-metadata.db3"] = folder / "no-metadata.db3"  # counted by one pass over the rows
+    shutil.copyfile(out["raw.db3"], out["no-metadata.db3"])
+    db = sqlite3.connect(out["no-metadata.db3"])
+    with db:
+        db.execute("DELETE FROM metadata")
+    db.close()
     plan = SimulationBuilder().build(DRIVETRAIN)
     with TraceWriter(folder / "trace", provenance={}, layout={}) as trace:
         instance = plan.create_instance(seed=1, trace=trace, collect=False)
@@ -160,7 +166,7 @@ def _rosbags_counts(path: Path) -> dict[str, tuple[str, int, int, int, float]]:
 
 
 @pytest.mark.parametrize("name", ["mcap", "sqlite3", "raw.mcap", "raw.db3", "unindexed.mcap",
-                                  "trace", "imu_odometry"])
+                                  "no-metadata.db3", "trace", "imu_odometry"])
 def test_info_counts_equal_rosbags_reading_every_message(bags: dict[str, Any],
                                                          name: str) -> None:
     path = bags[name]
