@@ -1,6 +1,7 @@
 """Recording ingestion: how fast a bag becomes calibration episodes.
 
-    python bench/recording_ingest.py [--messages 100000] [--storage mcap|sqlite3]
+    python bench/recording_ingest.py [--messages 100000] [--storage mcap|sqlite3] [--info-gb 1]
+                                     [--multi-rows 100000]
 
 1. Decode rate. A rosbag2 bag of a 7-joint arm at 1 kHz, ``--messages`` in total: half
    ``/joint_commands`` (sensor_msgs/JointState effort) and half ``/joint_states`` (JointState
@@ -19,6 +20,14 @@
    ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
    imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
    Target: peak memory above the interpreter's baseline <= 3x the mapped data.
+
+4. ``recording info`` (issue 24) on a ~1 GB bag of small messages written by the bench (two
+   12-joint JointState topics at 1 kHz and an Imu at 500 Hz, ~2 M messages), MCAP and sqlite3,
+   median of 3, against rosbags reading every message to count them. Targets: < 2 s (MCAP),
+   < 5 s (sqlite3). The bags are deleted after.
+5. Multi-file episodes (issue 24): 10 episodes, each from a command CSV and a state CSV of
+   ``--multi-rows`` rows (19-digit ns stamps), request load time (target <= 1 s) against
+   ``numpy.loadtxt`` of the same 20 files.
 
 The machine it runs on is shared and noisy: figures are rough.
 """
@@ -58,10 +67,8 @@ def arm_xml() -> str:
             f'<worldbody>{body}{close}</worldbody><actuator>{motors}</actuator></mujoco>')
 
 
-def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
-    from fibril_sim_core.trace._msgtypes import typestore
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
+def write_arm7(folder: Path) -> None:
+    """arm7.xml and its manifest arm7.yaml (a torque motor endpoint per joint) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "arm7.xml").write_text(arm_xml())
     manifest = {"schema_version": {"major": 3, "minor": 1}, "model": "arm7.xml",
@@ -69,6 +76,13 @@ def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path
                                 "endpoint": f"{j}/command", "bind": {"actuator": f"m{n + 1}"}}
                                for n, j in enumerate(JOINTS)]}
     (folder / "arm7.yaml").write_text(yaml.safe_dump(manifest))
+
+
+def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    write_arm7(folder)
     store = typestore()
     JointState = store.types["sensor_msgs/msg/JointState"]
     Header = store.types["std_msgs/msg/Header"]
@@ -152,6 +166,84 @@ def ours(bag: Path) -> tuple[int, float]:
     return count, time.perf_counter() - started
 
 
+INFO_TOPICS = (("/joint_states", 1_000_000), ("/joint_commands", 1_000_000),
+               ("/imu", 2_000_000))  # (topic, period ns): a 1 kHz arm and a 500 Hz IMU
+
+
+def write_big_bag(folder: Path, storage: str, size: int) -> tuple[Path, int]:
+    """A bag of about ``size`` bytes of small messages (the hardest case for an index: 12-joint
+    JointState at 1 kHz twice, Imu at 500 Hz; ~2.5 M messages per GB), payloads serialized
+    once per topic and written with jittered log times."""
+    from fibril_sim_core.trace._msgtypes import typestore
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    store = typestore()
+    types = store.types
+    Header, Time = types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"]
+    header = Header(stamp=Time(sec=0, nanosec=0), frame_id="base")
+    names = [f"leg{n // 3}_joint{n % 3}" for n in range(12)]
+    state = types["sensor_msgs/msg/JointState"](header=header, name=names,
+                                                position=np.ones(12), velocity=np.ones(12),
+                                                effort=np.ones(12))
+    v3, quat = types["geometry_msgs/msg/Vector3"], types["geometry_msgs/msg/Quaternion"]
+    imu = types["sensor_msgs/msg/Imu"](
+        header=header, orientation=quat(x=0.0, y=0.0, z=0.0, w=1.0),
+        orientation_covariance=np.zeros(9), angular_velocity=v3(x=0.0, y=0.0, z=0.0),
+        angular_velocity_covariance=np.zeros(9), linear_acceleration=v3(x=0.0, y=0.0, z=9.8),
+        linear_acceleration_covariance=np.zeros(9))
+    payloads = {"/joint_states": (state, "sensor_msgs/msg/JointState"),
+                "/joint_commands": (state, "sensor_msgs/msg/JointState"),
+                "/imu": (imu, "sensor_msgs/msg/Imu")}
+    raw = {t: bytes(store.serialize_cdr(m, k)) for t, (m, k) in payloads.items()}
+    per_ms = sum(len(raw[t]) * 1_000_000 / p for t, p in INFO_TOPICS)  # bytes per ms
+    milliseconds = int(size / per_ms)
+    bag = folder / f"big-{storage}"
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    rng = np.random.default_rng(1)
+    jitter = rng.integers(-200_000, 200_000, size=4096)
+    count = 0
+    with Writer(bag, version=9, storage_plugin=plugin) as writer:
+        connections = {t: writer.add_connection(t, payloads[t][1], typestore=store)
+                       for t, _ in INFO_TOPICS}
+        for ms in range(milliseconds):
+            base = EPOCH + ms * 1_000_000
+            for n, (topic, period) in enumerate(INFO_TOPICS):
+                if (ms * 1_000_000) % period == 0:
+                    writer.write(connections[topic], base + int(jitter[(ms + n) % 4096]),
+                                 raw[topic])
+                    count += 1
+    return bag, count
+
+
+def info_bench(folder: Path, storage: str, size: int, runs: int = 3) -> None:
+    """``recording info`` on a ~``size`` bag against rosbags counting every message."""
+    from fibril_calibration.recordings.recording_info import recording_info
+    from rosbags.rosbag2 import Reader
+
+    started = time.perf_counter()
+    bag, count = write_big_bag(folder, storage, size)
+    on_disk = sum(f.stat().st_size for f in bag.iterdir())
+    print(f"info {storage}: {count:,} messages, {on_disk / 1e9:.2f} GB (written in "
+          f"{time.perf_counter() - started:.0f} s)")
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        info = recording_info(bag)
+        times.append(time.perf_counter() - started)
+    assert info.messages == count, (info.messages, count)
+    started = time.perf_counter()
+    with Reader(bag) as reader:
+        counted = sum(1 for _ in reader.messages())
+    baseline = time.perf_counter() - started
+    assert counted == count
+    target = 2.0 if storage == "mcap" else 5.0
+    ours = statistics.median(times)
+    print(f"  recording info: {ours:.2f} s median of {runs} ({info.method}; target < "
+          f"{target:g} s); rosbags reading every message to count them: {baseline:.1f} s; "
+          f"ratio {baseline / ours:.0f}x")
+    shutil.rmtree(bag)
+
+
 CSV_COLUMNS = ("t_s", "tau1", "tau2", "q1", "q2", "dq1", "dq2", "i1", "i2")
 CSV_MAPPED = ("t_s", "tau1", "q2")
 
@@ -231,12 +323,79 @@ def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
         print(f"ours / {method}: time {ours_s / seconds:.2f}x, peak RSS {ours_peak / peak:.2f}x")
 
 
+def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
+                     runs: int = 3) -> None:
+    """A request of ``episodes`` episodes, each from two CSV files of ``rows`` rows (a 1 kHz
+    command export and a state export on one clock, 100 s each): its load time (target
+    <= 1 s), the nominal plan build included; baseline: numpy.loadtxt of the same files."""
+    root = folder / "multi"
+    write_arm7(root)
+    rng = np.random.default_rng(3)
+    entries, sources, files = [], {}, []
+    for e in range(episodes):
+        t = EPOCH + np.arange(rows, dtype=np.int64) * 1_000_000
+        for kind, names in (("command", ["tau1", "tau2"]), ("state", ["q1", "q2", "dq1",
+                                                                       "dq2"])):
+            path = root / f"ep{e:02d}_{kind}.csv"
+            values = rng.normal(0, 0.01, (rows, len(names)))
+            with path.open("w") as out:
+                out.write(",".join(["time_ns", *names]) + "\n")
+                body = np.column_stack([t.astype(object), values])
+                out.writelines(f"{int(r[0])},{r[1]:.6g},{r[2]:.6g}" +
+                               "".join(f",{v:.6g}" for v in r[3:]) + "\n" for r in body)
+            sources[f"ep{e}_{kind}"] = {"path": path.name}
+            files.append(path)
+        entries.append({
+            "id": f"ep{e}", "source": f"ep{e}_command",
+            "windows": [[0.0, 1.0]],
+            "inputs": [{"endpoints": {"tau1": "joint1/command", "tau2": "joint2/command"},
+                        "mode": "torque", "commit": "next_tick"}],
+            "initial_state": [{"type": "joint", "joint": f"joint{k}",
+                               "qpos_from": {"source": f"ep{e}_state", "column": f"q{k}"},
+                               "qvel_from": {"source": f"ep{e}_state", "column": f"dq{k}"}}
+                              for k in (1, 2)],
+            "signals": {f"q{k}": {"source": f"ep{e}_state", "column": f"q{k}",
+                                  "alignment": "linear", "residual_scale": 0.001}
+                        for k in (1, 2)}})
+    request = {"schema_version": {"major": 3, "minor": 1}, "manifest": "arm7.yaml",
+               "parameters": [{"id": "damping", "lower": 0.01, "upper": 1.0, "initial": 0.1,
+                               "targets": ["mujoco:joint_damping:joint1"]}],
+               "observations": [{"id": f"q{k}", "source": "joint_position",
+                                 "name": f"joint{k}"} for k in (1, 2)],
+               "sources": sources, "training": entries}
+    path = root / "request.yaml"
+    path.write_text(yaml.safe_dump(request, sort_keys=False))
+    from fibril_calibration.request import load_calibration_request
+
+    load_calibration_request(path)  # imports and first plan build out of the timing
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        loaded = load_calibration_request(path)
+        times.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    for file in files:
+        np.loadtxt(file, delimiter=",", skiprows=1)
+    baseline = time.perf_counter() - started
+    ours = statistics.median(times)
+    print(f"multi-file load: {episodes} episodes x 2 CSV files x {rows:,} rows "
+          f"({len(loaded.training)} episodes loaded): {ours:.2f} s median of {runs} (target "
+          f"<= 1 s); numpy.loadtxt of the same {len(files)} files: {baseline:.2f} s; ratio "
+          f"{baseline / ours:.1f}x")
+    shutil.rmtree(root)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     parser.add_argument("--csv-rows", type=int, default=10_000_000)
     parser.add_argument("--skip-bag", action="store_true", help="only the CSV part")
+    parser.add_argument("--multi-rows", type=int, default=100_000,
+                        help="rows of each of the 10 x 2 CSV files of the multi-file load "
+                             "(0: skip)")
+    parser.add_argument("--info-gb", type=float, default=1.0,
+                        help="size of the recording info bags (0: skip)")
     parser.add_argument("--csv-child", nargs=2, metavar=("METHOD", "PATH"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -245,6 +404,11 @@ def main() -> int:
         return 0
     folder = Path(tempfile.mkdtemp(prefix="fibril-ingest-"))
     try:
+        if args.multi_rows:
+            multi_file_bench(folder, rows=args.multi_rows)
+        if args.info_gb:
+            for storage in ("mcap", "sqlite3"):
+                info_bench(folder, storage, int(args.info_gb * 1e9))
         if args.csv_rows:
             csv_bench(folder, args.csv_rows)
         if args.skip_bag:

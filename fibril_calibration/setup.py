@@ -27,7 +27,8 @@ setup(
     license='Apache-2.0',
     entry_points={
         # `ros2 run fibril_calibration calibrate calibration.yaml` = `fibril_sim calibrate`.
-        'console_scripts': ['calibrate = fibril_calibration.cli:main'],
+        'console_scripts': ['calibrate = fibril_calibration.cli:main',
+                            'recording_info = fibril_calibration.recording_cli:main'],
         # `fibril_sim calibrate`: the core CLI finds the command here, never by import.
         'fibril_sim.commands': ['calibrate = fibril_calibration.cli:register'],
     },

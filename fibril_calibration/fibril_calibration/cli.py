@@ -32,11 +32,15 @@ _DESCRIPTION = ("Replay recorded episodes on candidate simulation plans and fit 
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``calibrate`` to a ``fibril_sim`` sub-command set; returns its parser."""
+    """Add ``calibrate`` (and ``recording info``) to a ``fibril_sim`` sub-command set; returns
+    the ``calibrate`` parser."""
     parser = subparsers.add_parser(
         "calibrate", help="fit physical parameters to recorded episodes", description=_DESCRIPTION)
     _add_arguments(parser, "fibril_sim calibrate")
     _register_report(subparsers)
+    from .recording_cli import register as register_recording
+
+    register_recording(subparsers)  # `fibril_sim recording info`
     return parser
 
 
@@ -352,7 +356,7 @@ def _warn(name: str, warnings: Any) -> None:
     """Recording warnings go to stderr even with --quiet (they qualify the result); only
     after a run succeeds, so that an error stays the one line on stderr."""
     for warning in warnings or ():
-        if warning.get("code") == "recording_unchecked":
+        if warning.get("code") in ("recording_unchecked", "gravity_compensated_torque_inputs"):
             print(f"{name.split()[0]}: warning: {warning['message']}", file=sys.stderr,
                   flush=True)
 

@@ -150,6 +150,11 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             progress(f"loading {request_or_path}")
         request = load_calibration_request(request_or_path, decoders=decoders,
                                            candidate_builder=factory)
+        if progress is not None:
+            from .request.gravity_check import gravcomp_warnings
+
+            for warning in gravcomp_warnings(request):
+                progress(f"warning: {warning['message']}")
     from .recordings.time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached

@@ -121,8 +121,9 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
 
 def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
     """One warning per recording whose bytes could not be fully checked (an MCAP written
-    without CRCs, sqlite3 storage), naming the episodes read from it: the result's
-    ``warnings`` and the CLI's stderr carry them."""
+    without CRCs, sqlite3 storage), naming the episodes read from it, and one when recorded
+    torques drive gravity-compensated bodies (``gravity_check``): the result's ``warnings``
+    and the CLI's stderr carry them."""
     found: dict[str, dict[str, Any]] = {}
     for scope in ("training", "validation"):
         for episode in request.episodes(scope):
@@ -132,7 +133,9 @@ def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
                     "episodes": [], "message": message})
                 if episode.id not in entry["episodes"]:
                     entry["episodes"].append(episode.id)
-    return list(found.values())
+    from .request.gravity_check import gravcomp_warnings
+
+    return [*found.values(), *gravcomp_warnings(request)]
 
 
 def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> dict[str, Any]:

@@ -183,8 +183,9 @@ def write_bag(path: Path, data: dict[str, Any], storage: str = "mcap", *,
         if extra is not None:
             rows.extend(extra(writer, store))
         rows.sort(key=lambda r: r[0])
-        for t, conn, msg in rows:
-            writer.write(conn, t, store.serialize_cdr(msg, conn.msgtype))
+        for t, conn, msg in rows:  # bytes: a message of a type outside the store
+            writer.write(conn, t, msg if isinstance(msg, bytes) else
+                         store.serialize_cdr(msg, conn.msgtype))
     return path
 
 

@@ -192,6 +192,9 @@ def test_ring_log_targets_drive_windowed_inputs(tmp_path: Path) -> None:
     doc["training"][0]["inputs"] = [{"endpoints": {"targets.x_des_y": "j1/command",
                                                    "targets.x_des_z": "j2/command"},
                                      "mode": "torque", "commit": "next_tick"}]
+    # the targets start 1 ms after the run: windows would start there (where every stream has
+    # data); start: 0 keeps them on the run's 0.2 s grid
+    doc["training"][0]["windows"]["start"] = 0.0
     request = _load(tmp_path, doc)
     second = request.training[1]  # [0.2 s, 0.4 s]
     j2 = [r for r in second.recorded_inputs if r.source_id == "j2/command"]

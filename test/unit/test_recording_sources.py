@@ -254,8 +254,12 @@ def test_missing_column_nan_rows_and_backwards_time(arm: dict[str, Any]) -> None
     bad["training"][0]["signals"]["q"]["columns"] = ["q1", "q9"]
     _fails(arm["folder"], bad, str(arm["csv"]), "no column 'q9'", "q1, q2")
     bad = copy.deepcopy(doc)
-    bad["training"][0]["source"].pop("time_column")
-    _fails(arm["folder"], bad, "time column")
+    bad["training"][0]["source"].pop("time_column")  # t_s: found by its name (issue 24)
+    _load(arm["folder"], bad)
+    stamp = arm["folder"] / "stamp.csv"
+    stamp.write_text(arm["csv"].read_text().replace("t_s,", "stamp,", 1))
+    bad["training"][0]["source"]["path"] = str(stamp)
+    _fails(arm["folder"], bad, "name its time column")
     lines = arm["csv"].read_text().splitlines()
     nan = arm["folder"] / "nan.csv"
     rows = [line.split(",") for line in lines]
@@ -493,7 +497,7 @@ def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict
     unchanged."""
     from types import SimpleNamespace
 
-    from fibril_calibration.recordings.sources import _bag_typestore
+    from fibril_calibration.recordings.message_types import bag_typestore as _bag_typestore
     from fibril_sim_core.trace._msgtypes import typestore
 
     source = open_source(arm["mcap"])

@@ -41,6 +41,15 @@ _CANDIDATES = [up / "shared" / "models" / "franka_emika_panda" for up in HERE.pa
 DEFAULT_SOURCE = next((c for c in _CANDIDATES if c.is_dir()), _CANDIDATES[0])
 
 
+GRAVCOMP_NOTE = """ Gravity compensation: every body has gravcomp="1", so MuJoCo cancels gravity itself. That
+     is right for torques that leave gravity out (the commanded torque of a controller above
+     Franka's own gravity compensation, as calibration_data/ replays), and wrong for torques
+     that include gravity (measured joint torques, tau_J): a real arm's measured torques gave
+     0.089 rad nominal error with it against 0.029 without. For such logs set gravcomp="0" (or
+     drop the attribute) on the bodies; `fibril_sim calibrate` warns when recorded torques drive
+     gravity-compensated bodies. See README.md beside panda.yaml. """
+
+
 def convert(source: Path, target: Path) -> None:
     tree = ET.parse(source / "panda_nohand.xml")
     root = tree.getroot()
@@ -65,6 +74,7 @@ def convert(source: Path, target: Path) -> None:
                                              "size": "0.04", "contype": "0",
                                              "conaffinity": "0", "group": "2",
                                              "rgba": "0.9 0.9 0.9 1"})
+    root.insert(0, ET.Comment(GRAVCOMP_NOTE))  # logs that include gravity: see the note
     actuators = root.find("actuator")
     limits = {}
     if actuators is not None:

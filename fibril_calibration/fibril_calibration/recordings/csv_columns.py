@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,36 +39,83 @@ class CsvLayout:
 
     path: Path
     label: str  # "recording 'x.csv'"
-    header: tuple[str, ...]
+    header: tuple[str, ...]  # column names (of a headerless file: given, or the indices)
     data_start: int  # byte offset of the first data row
     rows: int
     plain: bool = False
+    delimiter: str = ","
+    first_line: int = 2  # the file's line number of the first data row (1: no header row)
 
 
-def read_layout(path: Path, label: str) -> CsvLayout:
+def read_layout(path: Path, label: str, *, header: bool | None = None,
+                columns: Sequence[str] | Mapping[int, str] | None = None,
+                delimiter: str | None = None) -> CsvLayout:
     """The header row (a BOM before it skipped), the number of data rows, whether all are
-    plain."""
+    plain. ``delimiter``: ``,`` ``;`` or tab, found from row 1 when not given. ``header``:
+    None (default) expects a header row and refuses one that looks like data; False reads
+    row 1 as data, its columns named by ``columns`` (a list, or {index: name}; unnamed ones
+    by their 0-based index)."""
+    from .csv_layout import DELIMITERS, looks_like_data
+
     with path.open("rb") as handle:
         first = handle.readline()
     start = len(first)
-    if first.startswith(BOM):
+    bom = first.startswith(BOM)
+    if bom:
         first = first[len(BOM):]
     try:
         text = first.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
+    line = text.rstrip("\r\n")
+    if delimiter is None:
+        counts = {d: line.count(d) for d in DELIMITERS}
+        delimiter = max(DELIMITERS, key=lambda d: counts[d]) if any(counts.values()) else ","
     try:
-        header = next(csv.reader([text]), [])
+        row = next(csv.reader([line], delimiter=delimiter), [])
     except csv.Error as exc:
         raise CsvProblem(f"cannot read {label} as CSV: line 1: {exc}") from None
-    if not header or not any(name.strip() for name in header):
-        raise CsvProblem(f"{label}: expected a header row of column names")
+    if header is False:
+        names = _headerless_names(label, len(row), columns)
+        start = len(BOM) if bom else 0  # row 1 is data
+    else:
+        if columns is not None:
+            raise CsvProblem(f"{label}: columns names the columns of a file without a header "
+                             f"row (header: false); this one's row 1 is its header")
+        if not row or not any(name.strip() for name in row):
+            raise CsvProblem(f"{label}: expected a header row of column names")
+        if looks_like_data(row):
+            shown = ", ".join(c.strip() for c in row[:4]) + (", ..." if len(row) > 4 else "")
+            raise CsvProblem(f"{label}: the first row looks like data: {shown}; set header: "
+                             f"false (and name the columns: columns: [time_ns, q1, ...] or "
+                             f"{{0: time_ns, 1: q1}})")
+        names = tuple(name.strip() for name in row)
     rows = 0
     plain = True
     for _, chunk, count in _chunks(path, start):
         rows += count
-        plain = plain and _plain(chunk, count, len(header))
-    return CsvLayout(path, label, tuple(name.strip() for name in header), start, rows, plain)
+        plain = plain and _plain(chunk, count, len(names), delimiter)
+    return CsvLayout(path, label, names, start, rows, plain, delimiter,
+                     2 if header is not False else 1)
+
+
+def _headerless_names(label: str, width: int,
+                      columns: Sequence[str] | Mapping[int, str] | None) -> tuple[str, ...]:
+    names = [str(n) for n in range(width)]
+    if columns is None:
+        return tuple(names)
+    if isinstance(columns, Mapping):
+        for index, name in columns.items():
+            if not 0 <= index < width:
+                raise CsvProblem(f"{label}: columns names column {index}; row 1 has {width} "
+                                 f"(0..{width - 1})")
+            names[index] = str(name)
+    else:
+        if len(columns) != width:
+            raise CsvProblem(f"{label}: columns names {len(columns)} column(s); row 1 has "
+                             f"{width} (name them all, or use {{index: name}})")
+        names = [str(c) for c in columns]
+    return tuple(names)
 
 
 def _chunks(path: Path, start: int):  # type: ignore[no-untyped-def]
@@ -95,7 +142,7 @@ def _chunks(path: Path, start: int):  # type: ignore[no-untyped-def]
             row += count
 
 
-def _plain(chunk: bytes, count: int, width: int) -> bool:
+def _plain(chunk: bytes, count: int, width: int, delimiter: str = ",") -> bool:
     """No blank line, quote or lone CR, and ``width - 1`` commas per line on average; the
     parse then takes the last column too, so that a short row fails it, and with no short
     row the average means no long one either."""
@@ -103,7 +150,7 @@ def _plain(chunk: bytes, count: int, width: int) -> bool:
         return False
     if b"\r" in chunk and chunk.count(b"\r") != chunk.count(b"\r\n"):
         return False
-    return chunk.count(b",") == count * (width - 1)
+    return chunk.count(delimiter.encode()) == count * (width - 1)
 
 
 def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | None = None
@@ -120,13 +167,15 @@ def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | No
            for name in names}
     width = len(layout.header)
     for first, chunk, count in _chunks(layout.path, layout.data_start):
-        if not _fast(chunk, count, width, names, columns, out, first, exact_ns):
+        if not _fast(chunk, count, width, names, columns, out, first, exact_ns,
+                     layout.delimiter):
             _exact(chunk, width, names, columns, out, first, layout, exact_ns)
     return out
 
 
 def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], width: int,
-           exact_ns: str | None, skiprows: int) -> dict[str, np.ndarray] | None:
+           exact_ns: str | None, skiprows: int, delimiter: str = ","
+           ) -> dict[str, np.ndarray] | None:
     """numpy's C reader: the wanted columns (int64 for ``exact_ns``) and the last column (so
     that a short row fails: ``_plain``); None when numpy refuses a value. All float64 in one
     2-D array when it can be (fastest); else fields of one structured array, the last column
@@ -136,7 +185,7 @@ def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], widt
     extra = width - 1 not in use
     if extra:
         use.append(width - 1)
-    options = dict(delimiter=",", usecols=use, comments=None, skiprows=skiprows,
+    options = dict(delimiter=delimiter, usecols=use, comments=None, skiprows=skiprows,
                    encoding="utf-8")
     if exact_ns is None:
         try:
@@ -168,7 +217,8 @@ def _whole(layout: CsvLayout, names: list[str], columns: list[int],
            out: dict[str, np.ndarray], exact_ns: str | None) -> bool:
     """The whole (plain) file in one parse; its columns are views of one array (no second
     copy). False: a value numpy refuses (the chunks are read again to name it)."""
-    parsed = _parse(layout.path, names, columns, len(layout.header), exact_ns, 1)
+    parsed = _parse(layout.path, names, columns, len(layout.header), exact_ns,
+                    layout.first_line - 1, layout.delimiter)
     if parsed is None or any(v.shape[0] != layout.rows for v in parsed.values()):
         return False
     out.update(parsed)
@@ -176,11 +226,12 @@ def _whole(layout: CsvLayout, names: list[str], columns: list[int],
 
 
 def _fast(chunk: bytes, count: int, width: int, names: list[str], columns: list[int],
-          out: dict[str, np.ndarray], first: int, exact_ns: str | None) -> bool:
+          out: dict[str, np.ndarray], first: int, exact_ns: str | None,
+          delimiter: str = ",") -> bool:
     """numpy's parser over a plain chunk; False: read it exactly instead (``_exact``)."""
-    if not _plain(chunk, count, width):
+    if not _plain(chunk, count, width, delimiter):
         return False  # a row with another field count: _exact names it
-    parsed = _parse(io.BytesIO(chunk), names, columns, width, exact_ns, 0)
+    parsed = _parse(io.BytesIO(chunk), names, columns, width, exact_ns, 0, delimiter)
     if parsed is None or any(v.shape[0] != count for v in parsed.values()):
         return False  # a value numpy refuses, or a line it skipped
     for name, values in parsed.items():
@@ -193,33 +244,35 @@ def _exact(chunk: bytes, width: int, names: list[str], columns: list[int],
            exact_ns: str | None) -> None:
     """``csv`` and ``float`` line by line: the first problem, named by line and column."""
     label = layout.label
+    at = layout.first_line  # line number of data row 0
     try:
         text = chunk.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = first + 2 + chunk[:exc.start].count(b"\n")
+        line = first + at + chunk[:exc.start].count(b"\n")
         raise CsvProblem(f"cannot read {label} as CSV: line {line}: not UTF-8 text "
                          f"({exc.reason})") from None
     lines = chunk.count(b"\n")
     n = first
     try:
-        for n, row in enumerate(csv.reader(io.StringIO(text, newline="")), start=first):
+        for n, row in enumerate(csv.reader(io.StringIO(text, newline=""),
+                                             delimiter=layout.delimiter), start=first):
             if len(row) != width:
-                raise CsvProblem(f"{label} line {n + 2}: {len(row)} field(s), the header has "
-                                 f"{width}")
+                raise CsvProblem(f"{label} line {n + at}: {len(row)} field(s), "
+                                 f"{'the header' if at == 2 else 'row 1'} has {width}")
             for name, i in zip(names, columns):
                 item = row[i]
                 if name == exact_ns:
-                    out[name][n] = _ns(item, f"{label} column {name!r} line {n + 2}")
+                    out[name][n] = _ns(item, f"{label} column {name!r} line {n + at}")
                     continue
                 try:
                     out[name][n] = float(item)
                 except ValueError:
-                    raise CsvProblem(f"{label} column {name!r} line {n + 2}: {item!r} is not "
+                    raise CsvProblem(f"{label} column {name!r} line {n + at}: {item!r} is not "
                                      f"a number") from None
     except csv.Error as exc:
-        raise CsvProblem(f"cannot read {label} as CSV: line {n + 2}: {exc}") from None
+        raise CsvProblem(f"cannot read {label} as CSV: line {n + at}: {exc}") from None
     if n + 1 - first != lines:
-        raise CsvProblem(f"{label} line {n + 2}: a quoted field spans lines; a log's fields "
+        raise CsvProblem(f"{label} line {n + at}: a quoted field spans lines; a log's fields "
                          f"are numbers")
 
 
@@ -246,6 +299,6 @@ def read_cell(layout: CsvLayout, row: int, name: str) -> str:
     for first, chunk, count in _chunks(layout.path, layout.data_start):
         if first <= row < first + count:
             line = chunk.decode("utf-8", errors="replace").split("\n")[row - first]
-            fields = next(csv.reader([line]), [])
+            fields = next(csv.reader([line], delimiter=layout.delimiter), [])
             return fields[column] if column < len(fields) else ""
     return ""

@@ -114,7 +114,7 @@ class FrankaSource(CsvSource):
             self.seq_first = _frame(first, where) if first is not None else int(seq[0])
             self.times_ns = (seq - self.seq_first) * 1_000_000
             self.time_column = "seq"
-            check_times(self.times_ns, f"{label} column 'seq'", lines=True)
+            check_times(self.times_ns, f"{label} column 'seq'", lines=2)
         self.forbidden = self._forbidden(ring)
         self.accepted = tuple(accept)
         self.ring_issues = self._ring_issues(label)
@@ -328,17 +328,18 @@ class FrankaSource(CsvSource):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         expanded = self.expand(columns) if columns else columns
         if expanded and any(c.startswith(TARGETS) for c in expanded):
             if not all(c.startswith(TARGETS) for c in expanded):
                 raise SourceError(f"recording {str(self.path)!r}: columns {list(columns or [])} "
                                   f"mix the run's rows and its targets file's (another time "
                                   f"base); map the targets.* columns separately")
-            stream = self.targets.stream(columns=[c[len(TARGETS):] for c in expanded])
+            stream = self.targets.stream(columns=[c[len(TARGETS):] for c in expanded],
+                                         check_values=check_values)
             return replace(stream, components=tuple(expanded))
         return super().stream(topic=topic, field=field, columns=expanded, time=time,
-                              message_type=message_type)
+                              message_type=message_type, check_values=check_values)
 
 
 def episode_recording(info: Mapping[str, Any]) -> FrankaSource:

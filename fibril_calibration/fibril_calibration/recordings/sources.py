@@ -28,7 +28,7 @@ import csv
 import re
 import sqlite3
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,21 @@ MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
 # corrupt log (it would overflow squared residuals or make the simulation unstable).
 MAX_VALUE = 1e12
 MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")  # MotorCommand.MODE_* order
+
+
+# An error lists names (topics, columns, elements) only while the list stays short enough
+# to be read whole in a one-line error; a longer one is counted and pointed to instead.
+LISTING_LIMIT = 400
+
+
+def listing(names: Sequence[str], what: str, path: Path, extra: str = "") -> str:
+    """``its topics: a, b`` or, for a list too long for a one-line error, ``its 180 topics
+    (list them: fibril_sim recording info PATH)``: never a list cut off mid-way."""
+    text = ", ".join(names) or "none"
+    if len(text) <= LISTING_LIMIT:
+        return f"its {what}: {text}"
+    return (f"its {len(names)} {what} (list them: fibril_sim recording info {str(path)!r}"
+            f"{extra})")
 
 
 def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
@@ -100,9 +115,21 @@ class Stream:
     values: np.ndarray
     components: tuple[str, ...]
     modes: tuple[str, ...] | None = None  # per row: a fibril_msgs/MotorCommand's mode
+    origin_ns: int | None = None  # the recording's start (None: the stream's first time)
+    first_line: int = 0  # a CSV log: the file's line of row 0 (0: a bag, messages counted)
+    rows: np.ndarray | None = None  # each sample's row in the file (None: sample k is row k)
 
     def __len__(self) -> int:
         return int(self.times_ns.shape[0])
+
+    def place(self, k: int) -> str:
+        """Where sample ``k`` is in the file: ``line 57`` (CSV) or ``message 55 at 0.12 s
+        into the recording (stamp ...)`` (bag)."""
+        row = int(self.rows[k]) if self.rows is not None else int(k)
+        if self.first_line:
+            return f"line {row + self.first_line}"
+        origin = self.origin_ns if self.origin_ns is not None else int(self.times_ns[0])
+        return f"message {row} at {when(self.times_ns[k], origin)}"
 
 
 class Source:
@@ -114,7 +141,7 @@ class Source:
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -134,8 +161,10 @@ class BagSource(Source):
     deserializer message by message."""
 
     def __init__(self, path: Path, format: str, time: str = "log", *,
-                 reader: str = "rosbags", auto: bool = False) -> None:
+                 reader: str = "rosbags", auto: bool = False,
+                 types: tuple[Path, ...] = ()) -> None:
         self.path = path
+        self.types = types  # .msg folders for types the bag does not define
         self.format = format
         self.time = time
         self.reader = reader  # the library that reads the bytes: rosbags or rosbag2_py
@@ -244,9 +273,8 @@ class BagSource(Source):
     def message_type(self, topic: str) -> str:
         found = self._connections.get(topic)
         if not found:
-            listed = ", ".join(sorted(self._connections)) or "none"
-            raise SourceError(f"recording {str(self.path)!r} has no topic {topic!r}; its "
-                              f"topics: {listed}")
+            raise SourceError(f"recording {str(self.path)!r} has no topic {topic!r}; "
+                              f"{listing(sorted(self._connections), 'topics', self.path)}")
         types = sorted({c.msgtype for c in found})
         if len(types) > 1:
             raise SourceError(f"recording {str(self.path)!r} topic {topic!r} has several "
@@ -303,7 +331,16 @@ class BagSource(Source):
         if decoded is None:
             msgtype = self.message_type(topic)
             if self._typestore is None:
-                self._typestore = _bag_typestore(self._reader.connections)
+                from .message_types import bag_typestore_with
+
+                try:
+                    self._typestore = bag_typestore_with(self._reader.connections, self.types)
+                except ValueError as exc:
+                    raise SourceError(f"recording {str(self.path)!r}: {exc}") from None
+            if msgtype not in self._typestore.fielddefs:
+                from .message_types import missing_definition
+
+                raise SourceError(missing_definition(self.path, topic, msgtype))
             deserialize = self._typestore.deserialize_cdr
             decoded = []
             try:
@@ -314,19 +351,17 @@ class BagSource(Source):
                 at = int(times[index])
                 raise SourceError(f"recording {str(self.path)!r} topic {topic!r}: cannot "
                                   f"decode message {index} of the topic ({msgtype}) at "
-                                  f"{self._since_start(at)} (log time {_t(at)}): "
-                                  f"{exc}") from None
+                                  f"{when(at, self.start_ns())}: {exc}") from None
             self._messages[topic] = decoded
         return times, decoded
 
-    def _since_start(self, time_ns: int) -> str:
-        """``12.345 s after the recording's start`` (the bag's start time, or its earliest
-        message read)."""
+    def start_ns(self) -> int | None:
+        """The recording's start: the bag's start time, or its earliest message read."""
         start = getattr(self._reader, "start_time", None)
-        if not isinstance(start, int) or start > time_ns:
-            firsts = [int(t[0]) for t, _ in self._raw.values() if len(t)]
-            start = min(firsts, default=time_ns)
-        return f"{(time_ns - start) / 1e9:.9g} s after the recording's start"
+        firsts = [int(t[0]) for t, _ in self._raw.values() if len(t)]
+        if isinstance(start, int) and (not firsts or start <= min(firsts)):
+            return start
+        return min(firsts, default=None)
 
     def _joint_table(self, topic: str, msgtype: str) -> _JointTable | None:
         if topic not in self._joints:
@@ -338,7 +373,7 @@ class BagSource(Source):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         if topic is None or columns is not None:
             raise SourceError(f"recording {str(self.path)!r} is a bag: name a topic (and a "
                               f"field), not columns")
@@ -361,8 +396,9 @@ class BagSource(Source):
         picked = table.pick(field) if table is not None and field is not None else None
         if picked is not None:
             times = table.header_ns if time == "header" else log_times  # type: ignore[union-attr]
-            stream = Stream(f"{label} field {field!r}", times, picked[0], picked[1])
-            check_stream(stream)
+            stream = Stream(f"{label} field {field!r}", times, picked[0], picked[1],
+                            origin_ns=self.start_ns())
+            check_stream(stream, values=check_values)
             return stream
         _, messages = self.messages(topic)
         if time == "header":
@@ -380,25 +416,29 @@ class BagSource(Source):
             for n, message in enumerate(messages):
                 mode = int(message.mode)
                 if not 0 <= mode < len(MOTOR_MODES):
-                    raise SourceError(f"{label}: MotorCommand at time {_t(times[n])} has mode "
+                    raise SourceError(f"{label}: MotorCommand {n} at "
+                                      f"{when(times[n], self.start_ns())} has mode "
                                       f"{mode}; expected 0..{len(MOTOR_MODES) - 1}")
                 modes.append(MOTOR_MODES[mode])
             values = np.fromiter((m.value for m in messages), dtype=np.float64,
                                  count=len(messages)).reshape(-1, 1)
-            stream = Stream(label, times, values, ("value",), tuple(modes))
+            stream = Stream(label, times, values, ("value",), tuple(modes),
+                            origin_ns=self.start_ns())
         else:
             label += f" field {field!r}"
-            extract, components = _accessor(field, messages[0], msgtype, label)
+            extract, components = _accessor(field, messages[0], msgtype, label, self.path,
+                                            topic)
             rows: list[Any] = []
             try:
                 for message in messages:
                     rows.append(extract(message))
             except _FieldError as exc:
                 n = len(rows)
-                raise SourceError(f"{label}: message at time {_t(times[n])}: {exc}") from None
+                raise SourceError(f"{label}: message {n} at {when(times[n], self.start_ns())}: "
+                                  f"{exc}") from None
             values = np.array(rows, dtype=np.float64).reshape(len(rows), len(components))
-            stream = Stream(label, times, values, components)
-        check_stream(stream)
+            stream = Stream(label, times, values, components, origin_ns=self.start_ns())
+        check_stream(stream, values=check_values)
         return stream
 
     def close(self) -> None:
@@ -528,50 +568,6 @@ def _short(msgtype: str) -> str:
     return f"{parts[0]}/{parts[-1]}" if len(parts) >= 2 else msgtype
 
 
-def _bag_typestore(connections: Sequence[Any]) -> Any:
-    """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
-    reused) when every definition the bag embeds matches it; otherwise a private copy with
-    the embedded definitions registered over it (those win: they describe the recorded
-    bytes). The shared store is never changed."""
-    from fibril_sim_core.trace._msgtypes import typestore
-    from rosbags.typesys.store import Typestore
-
-    shared = typestore()
-    embedded = _embedded_types(connections)
-    differing = {name: d for name, d in embedded.items() if shared.fielddefs.get(name) != d}
-    if not differing:
-        return shared
-    store = Typestore()
-    store.fielddefs.update({k: v for k, v in shared.fielddefs.items() if k not in differing})
-    store.types.update({k: v for k, v in shared.types.items() if k not in differing})
-    store.register(differing)
-    return store
-
-
-def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
-    """The message definitions a bag's connections embed (MSG or IDL), parsed; an
-    unparsable one is skipped (the known types still decode)."""
-    from rosbags.typesys import get_types_from_idl, get_types_from_msg
-
-    types: dict[str, Any] = {}
-    for connection in connections:
-        definition = connection.msgdef
-        fmt = getattr(definition.format, "name", str(definition.format))
-        try:
-            if fmt == "MSG" and definition.data:
-                types.update(get_types_from_msg(definition.data, connection.msgtype))
-            elif fmt == "IDL" and definition.data:
-                separator = "=" * 80 + "\n"
-                if definition.data.startswith(f"{separator}IDL: "):
-                    for part in definition.data.split(separator)[1:]:
-                        types.update(get_types_from_idl(part.split("\n", 1)[1]))
-                else:
-                    types.update(get_types_from_idl(definition.data))
-        except _TYPE_ERRORS:
-            pass
-    return types
-
-
 class _FieldError(Exception):
     pass
 
@@ -579,8 +575,8 @@ class _FieldError(Exception):
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]+)\])?$")
 
 
-def _accessor(field: str, first: Any, msgtype: str,
-              label: str) -> tuple[Callable[[Any], Any], tuple[str, ...]]:
+def _accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None = None,
+              topic: str = "") -> tuple[Callable[[Any], Any], tuple[str, ...]]:
     """A function message → row of floats for ``field``, and the row's component names.
 
     Built from the first message; later messages go through the same steps (a named index is
@@ -600,10 +596,9 @@ def _accessor(field: str, first: Any, msgtype: str,
     parent = None
     for n, name in enumerate(names):
         if not hasattr(node, name):
-            fields = ", ".join(_fields(node)) or "none"
             at = ".".join(names[:n]) or msgtype
             raise SourceError(f"{label}: {msgtype} has no field {'.'.join(names[:n + 1])!r} "
-                              f"({at} has: {fields})")
+                              f"({at}: {_listed(_fields(node), 'fields', path, topic)})")
         parent, node = node, getattr(node, name)
     path = tuple(names)
 
@@ -638,8 +633,8 @@ def _accessor(field: str, first: Any, msgtype: str,
                               f"'name' list beside {names[-1]!r} (use a numeric index)")
         listed = list(parent.name)
         if index not in listed:
-            raise SourceError(f"{label}: no element named {index!r}; the message names: "
-                              f"{', '.join(listed) or 'none'}")
+            raise SourceError(f"{label}: no element named {index!r}; the first message's "
+                              f"{_listed(listed, 'names', path, topic)}")
         cache: dict[str, Any] = {"names": listed, "position": listed.index(index)}
 
         def by_name(message: Any) -> Any:
@@ -659,6 +654,12 @@ def _accessor(field: str, first: Any, msgtype: str,
 
         return by_name, (field,)
     return _leaf(node, walk, field, msgtype, label)
+
+
+def _listed(names: Sequence[str], what: str, path: Path | None, topic: str) -> str:
+    if path is None:
+        return f"its {what}: {', '.join(names) or 'none'}"
+    return listing(names, what, path, f" --fields {topic}")
 
 
 def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype: str,
@@ -717,13 +718,17 @@ class CsvSource(Source):
     format = "csv"
     tabular = True
 
-    def __init__(self, path: Path, time_column: str | None, time_unit: str | None) -> None:
+    def __init__(self, path: Path, time_column: str | None, time_unit: str | None, *,
+                 header: bool | None = None,
+                 columns: Sequence[str] | Mapping[int, str] | None = None,
+                 delimiter: str | None = None) -> None:
         from .csv_columns import CsvProblem, read_layout
 
         self.path = path
         label = f"recording {str(path)!r}"
         try:
-            self._layout = read_layout(path, label)
+            self._layout = read_layout(path, label, header=header, columns=columns,
+                                       delimiter=delimiter)
         except OSError as exc:
             raise SourceError(f"cannot read {label}: {exc.strerror or exc}") from None
         except CsvProblem as exc:
@@ -737,12 +742,20 @@ class CsvSource(Source):
         if not self._layout.rows:
             raise SourceError(f"{label} has a header but no rows")
         self._columns: dict[str, np.ndarray] = {}
+        self.first_line = self._layout.first_line  # the file's line of data row 0
         if time_column is None:
-            raise SourceError(f"{label}: name its time column (time_column: t_s, time_ns, or a "
-                              f"column with time_unit)")
+            from .csv_layout import TIME_NAMES, guess_time_column
+
+            time_column, implied = guess_time_column(self.header)
+            if time_column is None:
+                raise SourceError(f"{label}: name its time column (time_column: ...; found "
+                                  f"without it only when exactly one column is called "
+                                  f"{', '.join(TIME_NAMES)})")
+            if time_unit is None and implied is None:
+                time_unit = self._unit_from_size(time_column)
         if time_column not in self._index:
-            raise SourceError(f"{label} has no time column {time_column!r}; its columns: "
-                              f"{', '.join(self.header)}")
+            raise SourceError(f"{label} has no time column {time_column!r}; "
+                              f"{listing(self.header, 'columns', path)}")
         unit = time_unit or _IMPLIED_UNITS.get(time_column)
         if unit is None:
             raise SourceError(f"{label}: time column {time_column!r} needs a time_unit (one of "
@@ -753,6 +766,14 @@ class CsvSource(Source):
         self.time_column = time_column
         self._unit = unit
         self._times: np.ndarray | None = None
+
+    def _unit_from_size(self, name: str) -> str:
+        """A ``time`` / ``timestamp`` column's unit from its first value's integer digits: 19
+        (ns since the epoch), 16 (us), 13 (ms), otherwise seconds."""
+        text = self.cell(0, name).strip().lstrip("+-")
+        digits = len(text.split(".")[0].split("e")[0].split("E")[0])
+        return "ns" if digits >= 18 else "us" if digits >= 15 else "ms" if digits >= 12 \
+            else "s"
 
     @property
     def rows(self) -> int:
@@ -819,18 +840,18 @@ class CsvSource(Source):
                 text = self.cell(n, self.time_column)
                 reason = ("has no time" if not np.isfinite(raw[n]) else
                           "has a time beyond 64-bit nanoseconds (292 years)")
-                raise SourceError(f"{label}: line {n + 2} {reason} ({text!r})")
+                raise SourceError(f"{label}: line {n + self.first_line} {reason} ({text!r})")
             times = np.rint(scaled, out=scaled).astype(np.int64)
             del scaled
-        check_times(times, label, lines=True)
+        check_times(times, label, lines=self.first_line)
         return times
 
     def column(self, name: str) -> np.ndarray:
         values = self._columns.get(name)
         if values is None:
             if name not in self._index:
-                raise SourceError(f"recording {str(self.path)!r} has no column {name!r}; its "
-                                  f"columns: {', '.join(self.header)}")
+                raise SourceError(f"recording {str(self.path)!r} has no column {name!r}; "
+                                  f"{listing(self.header, 'columns', self.path)}")
             if name == self.time_column and self._unit == "ns":
                 values = self.times_ns.astype(np.float64)
                 self._columns[name] = values
@@ -841,7 +862,7 @@ class CsvSource(Source):
 
     def stream(self, *, topic: str | None = None, field: str | None = None,
                columns: Sequence[str] | None = None, time: str | None = None,
-               message_type: str | None = None) -> Stream:
+               message_type: str | None = None, check_values: bool = True) -> Stream:
         if topic is not None or field is not None or not columns:
             raise SourceError(f"recording {str(self.path)!r} is a CSV log: name columns, not a "
                               f"topic or field")
@@ -849,44 +870,64 @@ class CsvSource(Source):
         values = np.column_stack([self.column(c) for c in columns])
         label = f"recording {str(self.path)!r} column{'s' if len(columns) > 1 else ''} " + \
             ", ".join(repr(c) for c in columns)
-        stream = Stream(label, self.times_ns, values, tuple(columns))
-        check_stream(stream, lines=True)
+        stream = Stream(label, self.times_ns, values, tuple(columns),
+                        first_line=self.first_line)
+        check_stream(stream, lines=self.first_line, values=check_values)
         return stream
 
 
 # --------------------------------------------------------------------------- checks
 
-def _t(time_ns: Any) -> str:
-    return f"{int(time_ns) / 1e9:.9g} s"
+def when(time_ns: Any, origin_ns: int | None) -> str:
+    """A time in an error: seconds into the recording, the absolute stamp in parentheses
+    (``2.5 s into the recording (stamp 1700000002.500000000 s)``)."""
+    t = int(time_ns)
+    origin = t if origin_ns is None else int(origin_ns)
+    return f"{(t - origin) / 1e9:.9g} s into the recording (stamp {_stamp(t)} s)"
 
 
-def check_times(times: np.ndarray, label: str, *, lines: bool = False) -> None:
+def _stamp(time_ns: int) -> str:
+    sign = "-" if time_ns < 0 else ""
+    sec, nsec = divmod(abs(time_ns), 1_000_000_000)
+    return f"{sign}{sec}.{nsec:09d}"
+
+
+def check_times(times: np.ndarray, label: str, *, lines: int = 0,
+                origin_ns: int | None = None) -> None:
     """Times must not go backwards (equal neighbours are allowed here: a command topic may
     carry two messages at one time; reference signals check strict order themselves)."""
     back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
         i = int(back[0]) + 1
-        where = f" line {i + 2}" if lines else ""
-        raise SourceError(f"{label}: time goes backwards at{where} {_t(times[i])}, after "
-                          f"{_t(times[i - 1])}")
+        where = f" line {i + lines}" if lines else f" message {i}"
+        origin = int(times[0]) if origin_ns is None else origin_ns
+        raise SourceError(f"{label}: time goes backwards at{where} {when(times[i], origin)}, "
+                          f"after {when(times[i - 1], origin)}")
 
 
-def check_stream(stream: Stream, *, lines: bool = False) -> None:
+def check_stream(stream: Stream, *, lines: int = 0, values: bool = True) -> None:
     """No backwards time, no NaN rows (the count and the first time are named), no value
     beyond ``MAX_VALUE`` (the column and line of a CSV log, the message of a bag)."""
-    check_times(stream.times_ns, stream.label, lines=lines)
+    origin = stream.origin_ns
+    if origin is None and len(stream):
+        origin = int(stream.times_ns[0])
+    check_times(stream.times_ns, stream.label, lines=lines, origin_ns=origin)
+    if not values:  # the caller sorts out bad values itself (mapping's on_invalid)
+        return
     values = stream.values
     bad = ~np.all(np.isfinite(values), axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        where = f" (line {first + 2})" if lines else f" (message {first})"
+        where = f" (line {first + lines})" if lines else f" (message {first})"
         raise SourceError(f"{stream.label}: {int(bad.sum())} row(s) with NaN or infinite "
-                          f"values, the first at {_t(stream.times_ns[first])}{where}")
+                          f"values, the first at {when(stream.times_ns[first], origin)}"
+                          f"{where}")
     huge = (values > MAX_VALUE) | (values < -MAX_VALUE)  # no |values| copy of a large log
     if huge.any():
         row, col = (int(i) for i in np.argwhere(huge)[0])
-        where = (f"column {stream.components[col]!r} line {row + 2}" if lines else
-                 f"{stream.components[col]!r} of message {row} at {_t(stream.times_ns[row])}")
+        where = (f"column {stream.components[col]!r} line {row + lines}" if lines else
+                 f"{stream.components[col]!r} of message {row} at "
+                 f"{when(stream.times_ns[row], origin)}")
         raise SourceError(f"{stream.label}: {where}: {float(values[row, col])!r} cannot be a "
                           f"recorded value (beyond {MAX_VALUE:g}; {int(huge.sum())} such "
                           f"value(s))")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ from fibril_sim_core import _schema as s
 
 from ..recordings.formats import open_source
 from ..recordings.sources import MOTOR_COMMAND, Source, SourceError, Stream
+from .validity import Plausible, apply_validity, joint_plausible, parse_validity
 from .windows import parse_windows
 
 if TYPE_CHECKING:
@@ -65,9 +66,10 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
-                "accept", "abort",
-                "sidecar", "reader")
-_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap")
+                "offset", "accept", "abort", "sidecar", "reader", "types", "header", "columns",
+                "delimiter")
+_STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source",
+                "valid", "on_invalid")
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
@@ -87,6 +89,12 @@ class _SourceSpec:
     origin_ns: int | None
     sidecar: Path | None = None
     reader: str | None = None  # a bag's library (bag_readers): None is rosbags
+    types: tuple[Path, ...] = ()  # .msg folders for types the bag does not define
+    header: bool | None = None  # a CSV log: False for a headerless export
+    column_names: tuple[str, ...] | tuple[tuple[int, str], ...] | None = None
+    delimiter: str | None = None
+    offset_ns: int = 0  # added to its times: onto the episode's time base
+    owner: Any = field(default=None, compare=False, repr=False)  # the SourceSet
     accept: tuple[str, ...] = ()  # franka_sysid: ring-log problems taken knowingly
     abort: str = "refuse"  # franka_sysid: an aborted run is refused, or truncated
 
@@ -131,6 +139,7 @@ class SourceSet:
             for name, spec in s.mapping(value, where).items():
                 self._named[str(name)] = (spec, where.key(str(name)))
         self._open: dict[tuple[Any, ...], Source] = {}
+        self.wanted: list[str] = []  # the columns the entry being read names (one pass each)
 
     def spec(self, value: Any, where: s.Where) -> _SourceSpec:
         """``source:`` of an episode: a name in ``sources`` or an inline mapping."""
@@ -155,6 +164,9 @@ class SourceSet:
         origin = None
         if "origin" in body:
             origin = round(s.number(body["origin"], where.key("origin")) * _NS)
+        offset = 0
+        if "offset" in body:
+            offset = round(s.number(body["offset"], where.key("offset")) * _NS)
         return _SourceSpec(
             path=self.base / s.string(body["path"], where.key("path")), where=where,
             format=s.string(body["format"], where.key("format")) if "format" in body else None,
@@ -167,20 +179,25 @@ class SourceSet:
             sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
                      if "sidecar" in body else None),
             reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
-            **_franka_options(body, where))
+            types=_types(body, where, self.base), **_csv_layout(body, where),
+            offset_ns=offset, owner=self, **_franka_options(body, where))
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
         column when it is opened, in one pass."""
         key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar, spec.reader, spec.accept, spec.abort)
+               spec.sidecar, spec.reader, spec.accept, spec.abort, spec.types, spec.header,
+               spec.column_names, spec.delimiter)
         source = self._open.get(key)
         if source is None:
             try:
                 source = open_source(spec.path, spec.format, time=spec.time,
                                      time_column=spec.time_column, time_unit=spec.time_unit,
                                      sidecar=spec.sidecar, reader=spec.reader, columns=columns,
-                                     accept=spec.accept, abort=spec.abort)
+                                     accept=spec.accept, abort=spec.abort,
+                                     types=spec.types, header=spec.header,
+                                     column_names=_names(spec.column_names),
+                                     delimiter=spec.delimiter)
             except SourceError as exc:
                 raise spec.where.key("path").fail(str(exc)) from None
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
@@ -202,6 +219,67 @@ class SourceSet:
         self.close()
 
 
+def _csv_layout(body: Mapping[str, Any], where: s.Where) -> dict[str, Any]:
+    """A CSV export's ``header: false``, ``columns`` ([names] or {index: name}) and
+    ``delimiter`` ("," ";" or "\\t")."""
+    out: dict[str, Any] = {}
+    if "header" in body:
+        value = body["header"]
+        if not isinstance(value, bool):
+            raise where.key("header").fail(f"expected true or false, got {s.describe(value)}")
+        out["header"] = value
+    if "columns" in body:
+        at = where.key("columns")
+        if out.get("header", True):
+            raise at.fail("columns names the columns of a file without a header row: give "
+                          "header: false too")
+        value = body["columns"]
+        if isinstance(value, Mapping):
+            pairs = []
+            for key, name in value.items():
+                if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+                    raise at.fail(f"expected column indices (0, 1, ...) as keys, got {key!r}")
+                pairs.append((key, s.string(name, at.key(str(key)))))
+            out["column_names"] = tuple(sorted(pairs))
+        else:
+            out["column_names"] = tuple(s.string(v, at.key(n))
+                                        for n, v in enumerate(s.sequence(value, at)))
+        names = [n for n in (out["column_names"] if not isinstance(value, Mapping)
+                             else [p[1] for p in out["column_names"]])]
+        if len(set(names)) != len(names):
+            raise at.fail("a column is named twice")
+    if "delimiter" in body:
+        value = s.string(body["delimiter"], where.key("delimiter"))
+        if value not in (",", ";", "\t"):
+            raise where.key("delimiter").fail(f"expected ',', ';' or a tab, got {value!r}")
+        out["delimiter"] = value
+    return out
+
+
+def _names(value: Any) -> Any:
+    if value and isinstance(value[0], tuple):
+        return dict(value)
+    return value
+
+
+def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, ...]:
+    """``types: [msg_dir, ...]``: folders of .msg files (``message_types``), each checked."""
+    if "types" not in body:
+        return ()
+    at = where.key("types")
+    items = body["types"]
+    if not isinstance(items, list) or not items:
+        raise at.fail("expected a list of folders of .msg files")
+    folders = tuple(base / s.string(item, at.key(n)) for n, item in enumerate(items))
+    from ..recordings.message_types import msg_folder_types
+
+    try:
+        msg_folder_types(folders)
+    except ValueError as exc:
+        raise at.fail(str(exc)) from None
+    return folders
+
+
 def _gap(body: Mapping[str, Any], where: s.Where) -> int | None:
     if "max_gap" not in body:
         return None
@@ -217,12 +295,38 @@ class _Mapped:
     stream: Stream
     where: s.Where
     max_gap_ns: int | None
+    spec: Any = None  # the _SourceSpec it was read from
 
 
 def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
-            field_suffix: str = "", column: str | None = None) -> _Mapped:
+            field_suffix: str = "", column: str | None = None,
+            plausible: Plausible | None = None) -> _Mapped:
     """The stream a mapping names: ``topic`` + ``field`` (+ ``type``, ``time``) of a bag, or
-    ``column`` / ``columns`` of a CSV log."""
+    ``column`` / ``columns`` of a CSV log; of the episode's source, or of the stream's own
+    ``source`` (a name in ``sources`` or a mapping), its times moved by that source's
+    ``offset`` onto the episode's time base; its invalid rows (``validity``: ``valid``,
+    ``on_invalid`` and the model's ``plausible`` bounds) handled."""
+    if "source" in body and spec.owner is not None:
+        spec = spec.owner.spec(body["source"], where.key("source"))
+        source = spec.owner.open(spec, spec.owner.wanted)
+    validity = parse_validity(body, where)
+    mapped = _read(body, where, source, spec, field_suffix=field_suffix, column=column,
+                   check_values=validity.on_invalid == "error")
+    checked = apply_validity(mapped.stream, validity, plausible, where)
+    if checked is not mapped.stream:
+        mapped = _Mapped(checked, mapped.where, mapped.max_gap_ns, mapped.spec)
+    if spec.offset_ns:
+        stream = mapped.stream
+        mapped = _Mapped(replace(stream, times_ns=stream.times_ns + spec.offset_ns,
+                                 origin_ns=None if stream.origin_ns is None
+                                 else stream.origin_ns + spec.offset_ns),
+                         mapped.where, mapped.max_gap_ns, spec)
+    return mapped
+
+
+def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: _SourceSpec, *,
+          field_suffix: str = "", column: str | None = None,
+          check_values: bool = True) -> _Mapped:
     try:
         if "topic" in body:
             if source.tabular:
@@ -236,7 +340,8 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
             if time is not None and time not in ("log", "header"):
                 raise where.key("time").fail(f"expected log or header, got {time!r}")
             kind = s.string(body["type"], where.key("type")) if "type" in body else None
-            stream = source.stream(topic=topic, field=field, time=time, message_type=kind)
+            stream = source.stream(topic=topic, field=field, time=time, message_type=kind,
+                                   check_values=check_values)
         else:
             if not source.tabular:
                 raise where.fail(f"{str(source.path)!r} is a bag: name a topic (and field)")
@@ -252,11 +357,11 @@ def _stream(body: Mapping[str, Any], where: s.Where, source: Source, spec: _Sour
             else:
                 raise where.fail("name the recorded data: topic + field (a bag) or column / "
                                  "columns (a CSV log)")
-            stream = source.stream(columns=columns)
+            stream = source.stream(columns=columns, check_values=check_values)
     except SourceError as exc:
         raise where.fail(str(exc)) from None
     gap = _gap(body, where)
-    return _Mapped(stream, where, gap if gap is not None else spec.max_gap_ns)
+    return _Mapped(stream, where, gap if gap is not None else spec.max_gap_ns, spec)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -312,12 +417,13 @@ def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
             if endpoint.payload_type != MOTOR_PAYLOAD:
                 raise pw.fail(f"endpoint {source_id!r} takes {endpoint.payload_type!r}; "
                               f"recordings feed {MOTOR_PAYLOAD} endpoints")
+            bounds = _endpoint_plausible(plan, endpoint, mode)
             if name is not None and "topic" in body:
-                mapped = _stream(body, at, source, spec, field_suffix=name)
+                mapped = _stream(body, at, source, spec, field_suffix=name, plausible=bounds)
             elif name is not None:
-                mapped = _stream(body, pw, source, spec, column=name)
+                mapped = _stream(body, pw, source, spec, column=name, plausible=bounds)
             else:
-                mapped = _stream(body, at, source, spec)
+                mapped = _stream(body, at, source, spec, plausible=bounds)
             if mapped.stream.modes is None:
                 if mode is None:
                     raise at.key("mode").fail(f"missing: the command mode of {source_id!r} "
@@ -342,6 +448,22 @@ def _inputs(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
                 checked.add((source_id, m))
             out.append(_Input(source_id, mapped, mode, commit, endpoint.latency_ticks))
     return out
+
+
+def _endpoint_plausible(plan: SimulationPlan, endpoint: Any, mode: str | None
+                        ) -> Plausible | None:
+    """A command's bounds: a position target within its joint's range (plus the margin), any
+    other command within the plausible limit."""
+    import mujoco
+
+    model = plan.model
+    actuator = endpoint.actuator_id
+    if int(model.actuator_trntype[actuator]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+        return joint_plausible(model, "", "command")
+    joint = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT,
+                              int(model.actuator_trnid[actuator, 0])) or ""
+    bounds = joint_plausible(model, joint, "position" if mode == "position" else "command")
+    return replace(bounds, what=f"{bounds.what} for endpoint {endpoint.endpoint!r}")
 
 
 def _commit_ticks(relative: np.ndarray, dt: int, policy: str) -> np.ndarray:
@@ -449,7 +571,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
     spec = sources.spec(body["source"], where.key("source"))
     named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
-    source = sources.open(spec, _columns(named))
+    sources.wanted = _columns(named)
+    source = sources.open(spec, sources.wanted)
     if hasattr(source, "prefetch"):  # every topic / column the entry names in one pass
         try:
             source.prefetch(_columns(named) if source.tabular else _topics(named))
@@ -467,7 +590,11 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             continue
         at = sw.key(observation_id)
         raw = s.mapping(raw_signals[observation_id], at)
-        mapped = _stream(raw, at, source, spec)
+        bounds = None
+        if observation.source in ("joint_position", "joint_velocity") and observation.name:
+            bounds = joint_plausible(plan.model, observation.name,
+                                     observation.source.removeprefix("joint_"))
+        mapped = _stream(raw, at, source, spec, plausible=bounds)
         width = mapped.stream.values.shape[1]
         if width != observation.dimension:
             raise at.fail(f"{mapped.stream.label} gives {width} value(s) per sample "
@@ -476,23 +603,28 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                           f"{observation.dimension} ({', '.join(observation.components)})")
         repeated = np.flatnonzero(np.diff(mapped.stream.times_ns) == 0)
         if repeated.size:
-            t = int(mapped.stream.times_ns[int(repeated[0]) + 1])
-            raise at.fail(f"{mapped.stream.label}: two samples at {t / _NS:.9g} s; reference "
-                          f"times must increase strictly")
+            k = int(repeated[0]) + 1
+            t = int(mapped.stream.times_ns[k])
+            raise at.fail(f"{mapped.stream.label}: two samples at {t / _NS:.9g} s "
+                          f"({mapped.stream.place(k - 1)} and {mapped.stream.place(k)}); "
+                          f"reference times must increase strictly")
         settings = {k: v for k, v in raw.items() if k not in _STREAM_KEYS}
         signals.append((observation, settings, at, mapped))
 
     state, state_streams = _state_entries(body.get("initial_state", []),
                                           where.key("initial_state"), source, spec,
-                                          {o.id: m for o, _, _, m in signals})
+                                          {o.id: m for o, _, _, m in signals}, plan.model)
 
     used = [i.mapped for i in inputs] + [m for *_, m in signals] + state_streams
     origin = spec.origin_ns
     if origin is None:
         origin = min(int(m.stream.times_ns[0]) for m in used)
     last = max(int(m.stream.times_ns[-1]) for m in used)
+    # ``every`` windows start where every mapped stream has data (on the tick grid)
+    covered = max(int(m.stream.times_ns[0]) for m in used) - origin
     windows, listed = parse_windows(body.get("windows"), where.key("windows"), last - origin,
-                                    dt)
+                                    dt, max(0, -(-covered // dt) * dt))
+    use = _recording_use(used, spec, windows, origin)
     if "windows" in body and scope == "validation" and any(w.validation for w in windows):
         raise where.key("windows").key("validation_every").fail(
             "validation_every splits training entries; every window of a validation entry "
@@ -540,6 +672,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
+                "sources": _used_sources(used, spec), "recording_use": use,
                 "reader": getattr(source, "reader", None),
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
@@ -563,6 +696,42 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             recorded_inputs=records, signals=tuple(built), content_sha256=content,
             recording=spec.path, source=info, initial_state_fit=state_fit))
     return out
+
+
+def _recording_use(used: Sequence[_Mapped], spec: _SourceSpec, windows: Sequence[Any],
+                   origin: int) -> list[dict[str, Any]]:
+    """How much of each file the entry's windows cover: its span (s after the origin) and the
+    seconds and fraction of it inside some window."""
+    spans: dict[str, list[int]] = {}
+    for mapped in used:
+        path = str((mapped.spec or spec).path)
+        times = mapped.stream.times_ns
+        span = spans.setdefault(path, [int(times[0]), int(times[-1])])
+        span[0], span[1] = min(span[0], int(times[0])), max(span[1], int(times[-1]))
+    cuts = sorted((origin + w.start_ns, origin + w.end_ns) for w in windows)
+    out = []
+    for path, (first, last) in spans.items():
+        covered, reach = 0, first
+        for start, end in cuts:
+            start, end = max(start, reach), min(end, last)
+            if end > start:
+                covered += end - start
+                reach = end
+        total = max(last - first, 1)
+        out.append({"path": path, "span_s": [(first - origin) / _NS, (last - origin) / _NS],
+                    "used_s": covered / _NS, "used_fraction": round(covered / total, 6)})
+    return out
+
+
+def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec) -> list[dict[str, Any]]:
+    """Every file the entry's streams came from, with its offset (s)."""
+    out: dict[str, dict[str, Any]] = {}
+    for mapped in [None, *used]:
+        found = spec if mapped is None else (mapped.spec or spec)
+        if isinstance(found, _SourceSpec):
+            out.setdefault(str(found.path), {"path": str(found.path),
+                                             "offset_s": found.offset_ns / _NS})
+    return list(out.values())
 
 
 def _content_hash(base: str, records: Sequence[IngressRecord]) -> str:
@@ -623,10 +792,13 @@ def _check_gaps(mapped: _Mapped, start: int, end: int, origin: int, label: str) 
     wide = np.flatnonzero(gaps > limit)
     if wide.size:
         i = int(wide[0])
+        stream = mapped.stream
+        ends = [("the window start" if i == 0 else stream.place(first + i - 1)),
+                ("the window end" if first + i >= stop else stream.place(first + i))]
         raise mapped.where.fail(
             f"{label}: {mapped.stream.label} has a gap of {gaps[i] / 1e6:.6g} ms from "
             f"{(edges[i] - origin) / _NS:.9g} s to {(edges[i + 1] - origin) / _NS:.9g} s after "
-            f"the origin, more than max_gap {limit / 1e6:g} ms")
+            f"the origin ({ends[0]} to {ends[1]}), more than max_gap {limit / 1e6:g} ms")
 
 
 # --------------------------------------------------------------------------- initial state
@@ -636,7 +808,7 @@ _FROM = {"joint": (("qpos_from", "qpos"), ("qvel_from", "qvel")),
 
 
 def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec,
-                   signals: Mapping[str, _Mapped]
+                   signals: Mapping[str, _Mapped], model: Any = None
                    ) -> tuple[list[tuple[dict[str, Any], list[tuple[str, _Mapped]]]],
                               list[_Mapped]]:
     """``initial_state`` entries whose ``*_from`` keys name a stream or a signal."""
@@ -676,7 +848,12 @@ def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec
                 mapped = signals[name]
             else:
                 s.keys(ref, fw, optional=_STREAM_KEYS)
-                mapped = _stream(ref, fw, source, spec)
+                bounds = None
+                if body.get("type") == "joint" and isinstance(body.get("joint"), str) \
+                        and model is not None:
+                    bounds = joint_plausible(model, body["joint"],
+                                             "position" if key == "qpos" else "velocity")
+                mapped = _stream(ref, fw, source, spec, plausible=bounds)
                 streams.append(mapped)
             taken.append((key, mapped))
         out.append((body, taken))

@@ -36,11 +36,12 @@ class Window:
         return [self.start_ns / _NS, self.end_ns / _NS]
 
 
-def parse_windows(value: Any, where: s.Where, span_ns: int, timestep_ns: int = 1
-                  ) -> tuple[tuple[Window, ...], bool]:
+def parse_windows(value: Any, where: s.Where, span_ns: int, timestep_ns: int = 1,
+                  default_start_ns: int = 0) -> tuple[tuple[Window, ...], bool]:
     """The windows (and whether they were listed explicitly); ``span_ns`` is the recording's
     length after its origin (the default end), ``timestep_ns`` the plan's physics timestep
-    (the shortest ``every`` / ``length``)."""
+    (the shortest ``every`` / ``length``), ``default_start_ns`` where ``every`` windows start
+    without a ``start`` (where every mapped stream has data)."""
     if value is None:
         return (Window(0, 0, span_ns),), False
     if isinstance(value, (list, tuple)):
@@ -67,14 +68,17 @@ def parse_windows(value: Any, where: s.Where, span_ns: int, timestep_ns: int = 1
     every = _at_least_a_step(body["every"], where.key("every"), timestep_ns)
     length = _at_least_a_step(body["length"], where.key("length"), timestep_ns) \
         if "length" in body else every
-    start = _ns(s.number(body.get("start", 0.0), where.key("start"), minimum=0.0))
+    start = (_ns(s.number(body["start"], where.key("start"), minimum=0.0)) if "start" in body
+             else default_start_ns)
     end = _ns(s.number(body["end"], where.key("end"))) if "end" in body else span_ns
     nth = s.integer(body["validation_every"], where.key("validation_every"), minimum=2) \
         if "validation_every" in body else None
     if end - start < length:
+        late = ("" if "start" in body or not default_start_ns else
+                f"; every mapped stream has data from {start / _NS:g} s on")
         raise where.fail(f"no window of {length / _NS:g} s fits between {start / _NS:g} s and "
                          f"{end / _NS:g} s (the recording spans {span_ns / _NS:g} s after its "
-                         f"origin)")
+                         f"origin{late})")
     count = (end - start - length) // every + 1
     if count > MAX_WINDOWS:
         nearest = -(-(end - start - length) // (MAX_WINDOWS - 1))

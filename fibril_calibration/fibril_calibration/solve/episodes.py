@@ -146,6 +146,43 @@ class Track:
     offset_ns: float | None = None  # a calibrated time offset of the signal (``time_offsets``)
 
 
+def _window(episode: Any) -> str:
+    """`` (window 0.6 s..0.8 s of 'log.csv')`` for an episode cut from a recording."""
+    source = getattr(episode, "source", None) or {}
+    span = source.get("window_s")
+    if not span:
+        return ""
+    return f" (window {span[0]:g} s..{span[1]:g} s of {source.get('path')!r})"
+
+
+def _largest_values(episode: Any) -> str:
+    """The largest recorded input and initial-state value, to look at first."""
+    import json
+
+    parts = []
+    best: tuple[float, str] | None = None
+    for record in episode.recorded_inputs:
+        try:
+            value = float(json.loads(record.payload_json).get("value"))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if best is None or abs(value) > best[0]:
+            best = (abs(value), f"input {record.source_id} = {value:g} at tick "
+                                f"{record.commit_tick}")
+    if best is not None:
+        parts.append(f"largest {best[1]}")
+    top: tuple[float, str] | None = None
+    for entry in episode.initial_state:
+        for key in ("qpos", "qvel", "pos", "quat"):
+            for value in entry.get(key) or ():
+                if top is None or abs(float(value)) > top[0]:
+                    what = entry.get("joint") or entry.get("body") or entry.get("type")
+                    top = (abs(float(value)), f"initial {key} of {what} = {float(value):g}")
+    if top is not None:
+        parts.append(f"largest {top[1]}")
+    return f" ({'; '.join(parts)}; check them with valid: / on_invalid:)" if parts else ""
+
+
 def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                 decoders: CalibrationDeviceOutputDecoderRegistry, *,
                 rollout_context: AbstractContextManager[Any] | None = None) -> list[Track]:
@@ -255,9 +292,9 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     for warning in _WARNINGS:
         if data.warning[warning].number > 0:
             raise EvaluationError(
-                f"{label}: the simulation became unstable ({warning.name} x"
+                f"{label}{_window(episode)}: the simulation became unstable ({warning.name} x"
                 f"{data.warning[warning].number}); MuJoCo reset the state, so this candidate "
-                f"has no valid rollout")
+                f"has no valid rollout{_largest_values(episode)}")
 
     dt = schedule.timestep_ns
     limit = schedule.horizon * dt
