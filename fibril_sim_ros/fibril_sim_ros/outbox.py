@@ -173,6 +173,11 @@ class Outbox:
         done.wait(timeout)
 
     @property
+    def thread(self) -> threading.Thread:
+        """The writer thread."""
+        return self._thread
+
+    @property
     def backlog(self) -> int:
         """Writes waiting for the writer thread."""
         return len(self._queue)

@@ -3,7 +3,8 @@
     ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
         [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=0] [-p trace_dir:=DIR]
         [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
-        [-p control_period:=0.002] [-p server_socket:=PATH|auto]
+        [-p control_period:=0.002] [-p server_socket:=PATH|auto] [-p lateness_warn_ms:=10]
+        [-p thread_priority:=0]
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
 
 It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
@@ -13,6 +14,12 @@ converted and written on the bridge's topics in emission order (see ``outbox``: 
 thread, GIL-free, in real time and sync mode; through a writer thread as fast as possible),
 then ``/clock`` (SessionTime) once per frame. Services: ``~/step``, ``~/reset``,
 ``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
+
+Real time: the host holds each output until its due wall time (acquisition + latency on the
+paced clock); a watchdog measures how late each is written, WARNs (at most once a second)
+past ``lateness_warn_ms`` with the cause it sees, and ``get_state`` reports the percentiles
+(see ``watchdog`` and docs/real_time.md). ``thread_priority`` N runs the delivery path's
+threads at nice -N (see ``priority``).
 
 Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
 ``/clock``, then waits until every sync topic has answered (a message received after that
@@ -68,6 +75,7 @@ from .bridge import OUTPUT_QOS, Bridge, load_bridge
 from .ground_truth import FramePublisher, JointStates, tf_available
 from .inputs import InputGroup, InputThread, available as input_thread_available
 from .outbox import Outbox
+from .priority import MAX_BOOST, boost
 from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
 from .watchdog import DeliveryWatchdog
@@ -152,6 +160,8 @@ class SimNode(Node):
         # Real time: an output written later than this after its due time is a WARN (at most
         # one a second, with the cause; see watchdog).
         declare("lateness_warn_ms", DEFAULT_LATENESS_WARN_MS, number)
+        # The delivery path's threads at nice -N (see priority); 0: as the process.
+        declare("thread_priority", 0)
 
     def _param(self, name: str) -> Any:
         try:
@@ -308,6 +318,17 @@ class SimNode(Node):
         thread for tens of ms: publish lateness)."""
         gc.collect()
         gc.freeze()
+        amount = int(self._param("thread_priority") or 0)
+        if not 0 <= amount <= MAX_BOOST:
+            raise NodeConfigError(f"parameter 'thread_priority' must be in 0..{MAX_BOOST}, "
+                                  f"got {amount}")
+        if amount:  # (the calling thread spins the executor: run())
+            inputs = self._inputs
+            problem = boost([self._runtime.host.thread, self.outbox.thread,
+                             inputs.thread if inputs is not None else None,
+                             threading.current_thread()], amount)
+            if problem is not None:
+                self.get_logger().warning(problem)
         if self.sync is not None:
             self.sync.start(paused=start_paused)
         elif not start_paused:
@@ -794,7 +815,7 @@ class SimNode(Node):
         for parameter in parameters:
             if parameter.name in ("manifest", "bridge", "seed", "trace_dir", "clock_period",
                                   "sync_topics", "sync_timeout", "control_period",
-                                  "start_paused", "server_socket"):
+                                  "start_paused", "server_socket", "thread_priority"):
                 return SetParametersResult(
                     successful=False,
                     reason=f"{parameter.name} is read at start-up only; restart the node")

@@ -109,3 +109,23 @@ def test_a_stalled_host_delivers_late_and_reports_the_overrun(tmp_path) -> None:
     late = [now - host.wall_time(r.session_delivery_time_ns) for now, r in got
             if now > stalled[0]]
     assert late and late[0] == pytest.approx(0.3, abs=0.001)  # the first sample after it
+
+
+def test_thread_priority_renices_the_given_threads_or_says_why_not() -> None:
+    import os
+
+    from fibril_sim_ros.priority import boost
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        problem = boost([thread, None, threading.Thread()], 5)  # (unstarted: skipped)
+        if os.geteuid() == 0:
+            assert problem is None
+            assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == -5
+        else:
+            assert problem is not None and "CAP_SYS_NICE" in problem
+    finally:
+        stop.set()
+        thread.join()

@@ -40,6 +40,9 @@ _PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
 _PACE_S = 0.001
+# Shorter waits are not worth a sleep (a wake-up costs more, and a timed wait may end a few
+# microseconds early, which would otherwise mean a second one right after).
+_MIN_WAIT_S = 20e-6
 # The record types the dispatch routes by table (``wanted_records`` leaves render frames out:
 # they go to their streams' sinks).
 _DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame, StateObservation}
@@ -183,6 +186,11 @@ class SimulationHost:
         return self._mode == "realtime" and not self._paused
 
     @property
+    def thread(self) -> threading.Thread | None:
+        """The host thread (None before ``start`` and after ``stop``)."""
+        return self._thread
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -267,7 +275,7 @@ class SimulationHost:
         clock = self.clock
         start = clock.now()
         wait = self._due(self.instance.session_time_ns) - start
-        if wait > 0:
+        if wait > _MIN_WAIT_S:
             if clock.wait(self._poke, wait):
                 self._holding = False
             self._held += clock.now() - start
@@ -474,7 +482,7 @@ class SimulationHost:
                 due = self._due(instance.session_time_ns)
                 self._idle(due)
                 wait = due - self.clock.now()
-                if wait > 0 and self.clock.wait(self._poke, wait):
+                if wait > _MIN_WAIT_S and self.clock.wait(self._poke, wait):
                     paced = self._holding = False  # a request waits: the rest at once
                 mark = self.clock.now()
             instance.advance(chunk)
