@@ -6,7 +6,9 @@ delivery time (acquisition + device latency); the host holds it until then (see
 DDS (or to the writer thread); the watchdog keeps the lateness of the last ``WINDOW`` outputs
 for ``get_state`` and, when one is later than the threshold, logs a WARN (at most one a
 second) naming the cause it can see: a garbage-collection pause (``gc.callbacks``), the host
-overrunning (its frame's own work took longer than real time), a backlog on the writer
+overrunning (its frame's own work took more CPU than the real time it covered) or stalling
+(the frame took long on the wall clock, not in CPU: blocked, or starved of the CPU by other
+processes), a backlog on the writer
 thread, or, when none of these, the host thread waking late (another process or thread had
 the CPU or the GIL).
 """
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-WINDOW = 8192  # outputs kept for the percentiles (about 8 s of a 1 kHz sensor)
+WINDOW = 32768  # outputs kept for the percentiles (about 15 s of the drivetrain's 2.2 kHz)
 WARN_PERIOD_S = 1.0
 # A pause or an overrun explains a late output when it happened in the lateness window (from
 # the output's due time to its write), widened by this much.
@@ -35,6 +37,9 @@ class Paced(Protocol):
 
     overrun_at: float
     overrun_s: float
+    overrun_wall_s: float
+    overrun_cpu_s: float
+    overrun_span_s: float
 
     def wall_time(self, session_time_ns: int) -> float: ...
 
@@ -114,8 +119,14 @@ class DeliveryWatchdog:
                     f"(generation {pause.generation})")
         host = self._host
         if host.overrun_at >= since:
-            return (f"host overrun: a frame's stepping and record callbacks ended "
-                    f"{host.overrun_s * 1e3:.1f} ms after its due time")
+            wall, cpu = host.overrun_wall_s * 1e3, host.overrun_cpu_s * 1e3
+            if host.overrun_cpu_s > host.overrun_span_s:
+                return (f"host overrun: a frame's stepping and record callbacks took "
+                        f"{cpu:.1f} ms of CPU for {host.overrun_span_s * 1e3:.1f} ms of real "
+                        f"time (ended {host.overrun_s * 1e3:.1f} ms after its due time)")
+            return (f"host stalled: a frame took {wall:.1f} ms but only {cpu:.1f} ms of CPU "
+                    f"(a record callback blocked, or other processes had the CPU; ended "
+                    f"{host.overrun_s * 1e3:.1f} ms after its due time)")
         waiting = self._backlog()
         if waiting:
             return f"writer backlog: {waiting} message(s) waiting for the publisher thread"

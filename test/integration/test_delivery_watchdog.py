@@ -1,7 +1,9 @@
-"""The node's real-time watchdog: a host stalled on purpose (a record callback that sleeps on
-the host thread, the test hook) makes outputs late; the node logs one WARN naming the cause
-(host overrun) with the lateness, and ``get_state`` reports the lateness percentiles, the count
-of late outputs and that warning. In-process, so the hook can reach the host thread."""
+"""The node's real-time watchdog: a host held up on purpose (the test hook: a record callback
+on the host thread that sleeps, or spins the CPU, for 300 ms) makes outputs late; the node
+logs one WARN with the lateness and the cause (sleeping: the host stalled, a long frame with
+little CPU; spinning: the host overran, its own work took the CPU), and ``get_state`` reports
+the lateness percentiles, the count of late outputs and that warning. In-process, so the
+hook can reach the host thread."""
 
 from __future__ import annotations
 
@@ -30,10 +32,19 @@ def _wait(condition, seconds: float) -> None:
         time.sleep(0.01)
 
 
-def test_a_stalled_host_is_warned_about_and_get_state_says_so(capfd) -> None:
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize(("hold", "cause"), [(time.sleep, "host stalled"),
+                                             (_spin, "host overrun")])
+def test_a_held_up_host_is_warned_about_and_get_state_says_so(capfd, hold, cause) -> None:
     context = rclpy.Context()
     rclpy.init(context=context, args=["--ros-args", "-p", f"manifest:={MANIFEST}",
-                                      "-p", "lateness_warn_ms:=50"])
+                                      "-p", "lateness_warn_ms:=200"])
+    started = time.monotonic()
     node = SimNode(context=context)
     try:
         listener = rclpy.create_node("watchdog_listener", context=context)
@@ -43,7 +54,7 @@ def test_a_stalled_host_is_warned_about_and_get_state_says_so(capfd) -> None:
         def stall(frame) -> None:  # the test hook: the host thread stuck for 300 ms, once
             if not stalled and frame.session_time_ns >= 500_000_000:
                 stalled.append(time.monotonic())
-                time.sleep(0.3)
+                hold(0.3)
 
         node.connection.on_record(stall, kinds="frame_timing")
         _wait(lambda: stalled and time.monotonic() > stalled[0] + 0.5, 60)
@@ -51,17 +62,17 @@ def test_a_stalled_host_is_warned_about_and_get_state_says_so(capfd) -> None:
         assert state.mode == "realtime"
         assert state.lateness_max_ms >= 250.0
         assert state.late_deliveries >= 1
-        assert "host overrun" in state.lateness_warning, state.lateness_warning
-        assert state.lateness_p50_ms < 50.0  # the stall, not the rest, was late
+        assert state.lateness_warning.startswith("real-time delivery ")
         listener.destroy_node()
     finally:
         node.close()
+        elapsed = time.monotonic() - started
         node.destroy_node()
         context.try_shutdown()
     err = capfd.readouterr().err
     warnings = [line for line in err.splitlines()
                 if "WARN" in line and "real-time delivery" in line]
-    assert len(warnings) >= 1, err
-    assert "host overrun" in warnings[0] and "ms late" in warnings[0]
+    # The stall's warning names its cause (a loaded machine may add others: starved).
+    assert any(cause in line and "ms late" in line for line in warnings), err
     # At most one a second: the stall's catch-up (hundreds of late samples) is one warning.
-    assert len(warnings) <= 2, warnings
+    assert len(warnings) <= elapsed + 1, warnings

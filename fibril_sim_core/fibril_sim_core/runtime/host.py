@@ -116,11 +116,17 @@ class SimulationHost:
         # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
         self._holding = False
         self._held = 0.0  # seconds held in the current frame
-        # The last paced frame that ended after its due wall time (stepping and record
-        # callbacks took longer than real time): when it ended (clock.now()) and how late.
+        # The last paced frame that ended after its due wall time and took longer than the
+        # simulated time it covered: when it ended (clock.now()), how late, its wall time
+        # (stepping and record callbacks, not pacing waits), the host thread's CPU time in it
+        # and the real time the frame covered (more CPU than that: the host's own work is too
+        # slow; less: it was blocked, or other processes had the CPU).
         # Floats, not a tuple: nothing the collector tracks is made per frame.
         self.overrun_at = -math.inf
         self.overrun_s = 0.0
+        self.overrun_wall_s = 0.0
+        self.overrun_cpu_s = 0.0
+        self.overrun_span_s = 0.0
         self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
         self._observations = ObservationStreams(instance.model,
                                                 instance.plan.timebase.timestep_ns)
@@ -462,6 +468,7 @@ class SimulationHost:
         self._held = 0.0
         done = 0
         busy = 0.0
+        cpu = time.thread_time() if paced else 0.0
         mark = self.clock.now()
         while True:
             if renders.active:
@@ -503,8 +510,11 @@ class SimulationHost:
             late = now - self._due(instance.session_time_ns)
             # Late, and the frame's own work (stepping, record callbacks, frame listeners)
             # took longer than the simulated time it covered: the host overran.
-            if late > 0 and busy + now - mark - self._held > sim / self._rtf:
-                self.overrun_at, self.overrun_s = now, late
+            work = busy + now - mark - self._held
+            if late > 0 and work > sim / self._rtf:
+                self.overrun_at, self.overrun_s, self.overrun_wall_s = now, late, work
+                self.overrun_cpu_s = time.thread_time() - cpu
+                self.overrun_span_s = sim / self._rtf
 
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
