@@ -18,6 +18,7 @@ from _runtime_rig import wait_for
 from fibril_sim_core.manifest import RuntimeOptions
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 from fibril_sim_core.runtime.host import SimulationHost
+from fibril_sim_core.runtime.observation import ObservationRequest
 
 
 class FakeClock:
@@ -49,7 +50,8 @@ def _host(tmp_path, clock: FakeClock) -> SimulationHost:
 
 
 def _run(host: SimulationHost, until) -> None:
-    host.start()
+    if host.thread is None:
+        host.start()
     try:
         host.request("resume")
         wait_for(until, 30)
@@ -62,6 +64,10 @@ def test_samples_are_handed_over_at_their_due_time_not_batched_to_frame_ends(tmp
     host = _host(tmp_path, clock)
     got: list = []
     host.add_callback(lambda record: got.append((clock.now(), record)))
+    observed: list = []  # ground truth (joint states) at 500 Hz, through its own sink
+    host.start()
+    host.request("observe", (ObservationRequest(500.0), lambda o: observed.append(
+        (clock.now(), o)), None))
     _run(host, lambda: sum(type(r) is FrameTiming for _, r in list(got)) >= 6)
     # (Up to the 5th frame: stopping ends the frame it interrupts at once.)
     end = [r for _, r in got if type(r) is FrameTiming][4].session_time_ns
@@ -76,6 +82,9 @@ def test_samples_are_handed_over_at_their_due_time_not_batched_to_frame_ends(tmp
                       record.session_acquisition_time_ns + timestep)
         # ... and handed over exactly when the paced clock reaches it.
         assert now == pytest.approx(host.wall_time(emitted), abs=1e-9), record
+    assert len(observed) >= 5 * 10
+    for now, observation in observed:  # so does the ground truth
+        assert now == pytest.approx(host.wall_time(observation.session_time_ns), abs=1e-9)
     for now, frame in frames:  # /clock goes out at its time too
         assert now == pytest.approx(host.wall_time(frame.session_time_ns), abs=1e-9)
     # 20 ms frames, yet no two encoder samples leave together: one a millisecond.

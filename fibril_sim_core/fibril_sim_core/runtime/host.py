@@ -475,6 +475,8 @@ class SimulationHost:
                 renders.render_due(instance.episode, instance.tick, self._session_tick(),
                                    instance.data)
             if observations.active:
+                if self._holding and observations.ticks_until_due(self._session_tick()) <= 0:
+                    self._hold()  # (its records go to the sinks, not through _dispatch)
                 observations.observe_due(instance.episode, instance.tick, self._session_tick(),
                                          instance.data, free_fast)
             if done >= ticks or (self._stopping and done):
