@@ -280,9 +280,12 @@ class SimulationHost:
         holding for the rest of the frame (it is served at once, as before)."""
         clock = self.clock
         start = clock.now()
-        wait = self._due(self.instance.session_time_ns) - start
-        if wait > _MIN_WAIT_S:
-            if clock.wait(self._poke, wait):
+        due = self._due(self.instance.session_time_ns)
+        if due - start > _MIN_WAIT_S:
+            if self._idle_tasks:  # (the trace writer serializes in the time left)
+                self._idle(due)
+            wait = due - clock.now()
+            if wait > _MIN_WAIT_S and clock.wait(self._poke, wait):
                 self._holding = False
             self._held += clock.now() - start
 
