@@ -76,3 +76,12 @@ def test_a_held_up_host_is_warned_about_and_get_state_says_so(capfd, hold, cause
     assert any(cause in line and "ms late" in line for line in warnings), err
     # At most one a second: the stall's catch-up (hundreds of late samples) is one warning.
     assert len(warnings) <= elapsed + 1, warnings
+
+
+@pytest.mark.parametrize("value", [0, -5.0, float("nan"), True, "10"])
+def test_a_bad_lateness_threshold_is_a_named_error(value) -> None:
+    from fibril_sim_ros.sim_node import NodeConfigError
+
+    with pytest.raises(NodeConfigError, match="lateness_warn_ms"):
+        SimNode._lateness_threshold(value)
+    assert SimNode._lateness_threshold(2) == 0.002
