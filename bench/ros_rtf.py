@@ -54,7 +54,8 @@ minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
    ``--baseline DIR`` runs another checkout's node too, interleaved.
 
 Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 20]
-[--repeats 5] [--no-realtime] [--ground-truth] [--live [--hogs 1] [--baseline DIR]]``
+[--repeats 5] [--no-realtime] [--ground-truth] [--live [--hogs 1] [--priority 10]
+[--live-repeats 1] [--robots drivetrain panda] [--baseline DIR]]``
 """
 
 from __future__ import annotations
@@ -668,42 +669,65 @@ def live(args: argparse.Namespace) -> None:
     targets = {"drivetrain": 2 * 1.0 + 2.0 + 1.0, "panda": 2 * 2.0 + 0.0}
     print(f"live delivery at rtf 1, {args.seconds:g} s each, {args.hogs} CPU-busy "
           f"process(es) beside it, {os.cpu_count()} cores; ms")
+    summary: dict[tuple[str, bool, str], list[dict]] = {}
     try:
-        for robot in ("drivetrain", "panda"):
-            for traced in (False, True):
-                for name, (command, priority) in nodes.items():
-                    r = live_run(scratch, robot, traced, args.seconds, args.hogs, command,
-                                 priority)
-                    sleep_p99 = float(np.percentile(r["sleep"], 99))
-                    p50, p99, worst = r["node"]
-                    target = 2 * sleep_p99 + 1.0
-                    trip = r["roundtrip"]
-                    print(f"[{name}] {robot} {'traced' if traced else 'untraced'}: load "
-                          f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; rtf {r['rtf']:.4f}")
-                    print(f"  sleep(1 ms) overshoot  p50 {np.percentile(r['sleep'], 50):.3f} "
-                          f"p99 {sleep_p99:.3f} max {r['sleep'].max():.3f}")
-                    if worst:
-                        print(f"  node lateness (write)  p50 {p50:.3f} p99 {p99:.3f} max "
-                              f"{worst:.3f}; p99 / sleep p99 {p99 / sleep_p99:.2f}; target "
-                              f"p99 <= {target:.3f}: {'met' if p99 <= target else 'NOT met'};"
-                              f" {r['late']} over the warn threshold")
-                    else:
-                        print("  node lateness (write)  n/a (this node does not measure it)")
-                    if len(r["arrival"]):
-                        arrival = r["arrival"]
-                        print(f"  arrival lateness (controller) p50 "
-                              f"{np.percentile(arrival, 50):.3f} p99 "
-                              f"{np.percentile(arrival, 99):.3f} max {arrival.max():.3f} "
-                              f"over {len(arrival)} samples")
-                    if len(trip):
-                        print(f"  command -> sample round trip p50 {np.median(trip):.3f} p99 "
-                              f"{np.percentile(trip, 99):.3f} over {len(trip)}; target p50 <= "
-                              f"{targets[robot]:g}: "
-                              f"{'met' if np.median(trip) <= targets[robot] else 'NOT met'}")
-                    if r["warning"]:
-                        print(f"  last watchdog warning: {r['warning']}")
+        for _ in range(max(1, args.live_repeats)):
+            for robot in args.robots:
+                for traced in (False, True):
+                    for name, (command, priority) in nodes.items():  # interleaved
+                        r = live_run(scratch, robot, traced, args.seconds, args.hogs, command,
+                                     priority)
+                        summary.setdefault((robot, traced, name), []).append(r)
+                        _print_live(name, robot, traced, r, targets[robot])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    print(f"medians of {max(1, args.live_repeats)} interleaved run(s) (ms): sleep p99 | node "
+          f"lateness p50 / p99 | p99 / sleep p99 | arrival p50 / p99 | round trip p50 | rtf")
+    for (robot, traced, name), runs in summary.items():
+        def med(f) -> float:
+            return float(np.median([f(r) for r in runs]))
+
+        sleep = med(lambda r: np.percentile(r["sleep"], 99))
+        print(f"  {robot:10s} {'traced  ' if traced else 'untraced'} {name:26s} "
+              f"{sleep:7.3f} | {med(lambda r: r['node'][0]):8.3f} / "
+              f"{med(lambda r: r['node'][1]):8.3f} | "
+              f"{med(lambda r: r['node'][1] / np.percentile(r['sleep'], 99)):6.2f} | "
+              f"{med(lambda r: _pct(r['arrival'], 50)):8.3f} / "
+              f"{med(lambda r: _pct(r['arrival'], 99)):8.3f} | "
+              f"{med(lambda r: _pct(r['roundtrip'], 50)):6.3f} | {med(lambda r: r['rtf']):.4f}")
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def _print_live(name: str, robot: str, traced: bool, r: dict, trip_target: float) -> None:
+    sleep_p99 = float(np.percentile(r["sleep"], 99))
+    p50, p99, worst = r["node"]
+    target = 2 * sleep_p99 + 1.0
+    trip = r["roundtrip"]
+    print(f"[{name}] {robot} {'traced' if traced else 'untraced'}: load "
+          f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; rtf {r['rtf']:.4f}")
+    print(f"  sleep(1 ms) overshoot  p50 {np.percentile(r['sleep'], 50):.3f} "
+          f"p99 {sleep_p99:.3f} max {r['sleep'].max():.3f}")
+    if worst:
+        print(f"  node lateness (write)  p50 {p50:.3f} p99 {p99:.3f} max "
+              f"{worst:.3f}; p99 / sleep p99 {p99 / sleep_p99:.2f}; target "
+              f"p99 <= {target:.3f}: {'met' if p99 <= target else 'NOT met'};"
+              f" {r['late']} over the warn threshold")
+    else:
+        print("  node lateness (write)  n/a (this node does not measure it)")
+    if len(r["arrival"]):
+        arrival = r["arrival"]
+        print(f"  arrival lateness (controller) p50 {np.percentile(arrival, 50):.3f} p99 "
+              f"{np.percentile(arrival, 99):.3f} max {arrival.max():.3f} "
+              f"over {len(arrival)} samples")
+    if len(trip):
+        print(f"  command -> sample round trip p50 {np.median(trip):.3f} p99 "
+              f"{np.percentile(trip, 99):.3f} over {len(trip)}; target p50 <= "
+              f"{trip_target:g}: {'met' if np.median(trip) <= trip_target else 'NOT met'}")
+    if r["warning"]:
+        print(f"  last watchdog warning: {r['warning']}")
 
 
 def main() -> None:
@@ -726,6 +750,10 @@ def main() -> None:
                         help="only the live delivery phase (see the module docstring)")
     parser.add_argument("--hogs", type=int, default=1,
                         help="--live: CPU-busy processes running beside the node")
+    parser.add_argument("--live-repeats", type=int, default=1,
+                        help="--live: interleaved repeats (medians reported)")
+    parser.add_argument("--robots", nargs="+", default=["drivetrain", "panda"],
+                        choices=["drivetrain", "panda"], help="--live: which robots")
     parser.add_argument("--priority", type=int, default=10,
                         help="--live: also run the node with this thread_priority (0: not)")
     parser.add_argument("--controller", help=argparse.SUPPRESS)  # child processes of --live
