@@ -32,8 +32,30 @@ minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
    the as-fast-as-possible ticks/s, as ratios to ``fibril_sim run`` of the same manifest.
    Target: rtf >= 0.99 and the fast ratio at most 10 % below the node without them.
 
+4. ``--live``: live delivery at rtf 1 (docs/benchmarks/live_delivery.md), with ``--hogs``
+   (default 1) CPU-busy processes running: for the drivetrain (above, plus the motor feedback
+   at 1 kHz, latency 1 ms) and the Panda (``/joint_states`` at 500 Hz and ``/tf`` at 100 Hz
+   on), each untraced and traced, in the same minutes:
+   * the machine's own timer noise: a child process's ``time.sleep(0.001)`` loop, its
+     overshoot p50 / p99 / max (at the node's ``thread_priority`` when it has one);
+   * the node's delivery lateness as it measures it (``get_state``: each output's write time
+     minus its due wall time), p50 / p99 / max, and p99 as a ratio to the sleep loop's p99;
+     target p99 <= 2 x sleep p99 + 1 ms;
+   * a controller process (``--controller``: rclpy, GC off) that subscribes to the feedback
+     (``/drive_feedback``; Panda: ``/joint_states``), and every 20 ms, from inside a sample's
+     callback, flips the sign of its command (duty 0.6 on ``/motor/command``; Panda torque
+     2 Nm on ``/joint1/command``); the round trip is from that publication to the arrival
+     of the first sample whose force (effort) has the new sign. Target p50 <= 2 control
+     periods (sample periods: 1 ms; Panda 2 ms) + the device latencies (command 2 ms +
+     feedback 1 ms; Panda 0). It also reports the samples' arrival lateness there: arrival
+     - (stamp + latency), less its minimum over the run (the clocks' offset);
+   * the real-time factor from get_state;
+   * the load average before and after (a shared machine).
+   ``--baseline DIR`` runs another checkout's node too, interleaved.
+
 Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 20]
-[--repeats 5] [--no-realtime] [--ground-truth]``
+[--repeats 5] [--no-realtime] [--ground-truth] [--live [--hogs 1] [--priority 10]
+[--live-repeats 1] [--robots drivetrain panda] [--baseline DIR]]``
 """
 
 from __future__ import annotations
@@ -84,6 +106,8 @@ components:
      config: {{period: 0.001, latency: 0.001, counts_per_revolution: 1024, noise_counts: 0.5}}}}
   - {{id: chassis_imu, type: fibril_sim/imu, bind: {{site: imu}},
      config: {{period: 0.005, latency: 0.001, gyro_noise: 0.01, accel_noise: 0.05}}}}
+  - {{id: drive_feedback, type: fibril_sim/motor_feedback, bind: {{actuator: drive}},
+     config: {{period: 0.001, latency: 0.001}}}}
 runtime: {{mode: realtime, real_time_factor: 1.0}}
 scenario:
   keyframe: rest
@@ -170,9 +194,11 @@ class Subscriber(_Peer):
             if not client.wait_for_service(timeout_sec=30):
                 raise SystemExit("the node did not come up (no ~/get_state)")
             future = client.call_async(GetState.Request())
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while not future.done() and time.monotonic() < deadline:
                 time.sleep(0.002)
+            if not future.done():
+                raise SystemExit("the node did not answer ~/get_state in 30 s")
             return future.result()
         finally:
             self.node.destroy_client(client)
@@ -484,6 +510,226 @@ def ground_truth(args: argparse.Namespace) -> None:
           f"{', '.join(f'{r:.3f}' for r in on)})   target >= 0.90; real time target >= 0.99")
 
 
+# --------------------------------------------------------------------------- live delivery
+LIVE_PANDA_BRIDGE = """schema_version: {major: 1, minor: 0}
+joint_states: {rate: 500.0}
+tf: {rate: 100.0}
+"""
+FLIP_S = 0.02  # the controller flips its command this often
+
+
+def sleep_noise(seconds: float, out: Path) -> None:
+    """Child process: the overshoot of ``time.sleep(0.001)`` (s), GC off, saved as .npy."""
+    gc.disable()
+    overshoot = []
+    end = time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        if start > end:
+            break
+        time.sleep(0.001)
+        overshoot.append(time.perf_counter() - start - 0.001)
+    np.save(out, np.array(overshoot))
+
+
+def hog(seconds: float) -> None:
+    """Child process: a CPU-busy loop."""
+    end = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < end:
+        for _ in range(10_000):
+            x += 1
+
+
+def controller(spec: dict) -> None:
+    """Child process: the controller of ``--live`` (see the module docstring). Writes
+    ``{"roundtrip": [...s], "lateness": [...s]}`` to spec["out"]."""
+    import json
+
+    gc.disable()
+    rclpy.init()
+    node = rclpy.create_node("fibril_bench_controller")
+    panda = spec["robot"] == "panda"
+    if panda:
+        from sensor_msgs.msg import JointState as Sample
+
+        topic, command_topic = "/joint_states", "/joint1/command"
+        mode, amplitude, latency_ns = MotorCommand.MODE_TORQUE, 2.0, 0
+    else:
+        from fibril_msgs.msg import DeviceSample as Sample
+
+        topic, command_topic = "/drive_feedback", "/motor/command"
+        mode, amplitude, latency_ns = MotorCommand.MODE_DUTY, 0.6, MS
+    publisher = node.create_publisher(MotorCommand, command_topic, 10)
+    arrivals: list[tuple[int, int]] = []
+    roundtrip: list[float] = []
+    state = {"sign": 1.0, "sent": 0, "waiting": False, "next": 0.0}
+    start = time.monotonic() + spec["settle"]
+    end = start + spec["seconds"]
+
+    def on_sample(msg: Any) -> None:
+        now_ns = time.time_ns()
+        now = time.monotonic()
+        if now < start:
+            return
+        arrivals.append((ns(msg.header.stamp) + latency_ns, now_ns))
+        value = msg.effort[0] if panda else msg.values[0]
+        if state["waiting"] and value * state["sign"] > 0:
+            roundtrip.append((now_ns - state["sent"]) / 1e9)
+            state["waiting"] = False
+        if now >= state["next"]:
+            state["sign"] = -state["sign"]
+            state["next"] = now + FLIP_S
+            state["sent"] = time.time_ns()
+            state["waiting"] = True
+            publisher.publish(MotorCommand(mode=mode, value=amplitude * state["sign"]))
+
+    node.create_subscription(Sample, topic, on_sample, RELIABLE)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    while time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.05)
+    offsets = np.array([arrived - due for due, arrived in arrivals], dtype=np.float64)
+    lateness = (offsets - offsets.min()) / 1e9 if len(offsets) else offsets
+    Path(spec["out"]).write_text(json.dumps({"roundtrip": roundtrip,
+                                             "lateness": lateness.tolist()}))
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def _child(*args: str, **kwargs: Any) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args],
+                            stdin=subprocess.DEVNULL, **kwargs)
+
+
+def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
+             node_command: list[str] | None, priority: int = 0) -> dict:
+    """One node at rtf 1 with the controller, the sleep loop and the hogs beside it."""
+    import json
+
+    settle = 3.0
+    name = f"live-{robot}-{'traced' if traced else 'untraced'}-{priority}"
+    params: dict[str, Any] = dict(real_time_factor=1.0)
+    if priority:
+        params["thread_priority"] = priority
+    if traced:
+        shutil.rmtree(scratch / f"{name}.trace", ignore_errors=True)
+        params["trace_dir"] = scratch / f"{name}.trace"
+    if robot == "panda":
+        bridge = scratch / "live-panda-bridge.yaml"
+        bridge.write_text(LIVE_PANDA_BRIDGE)
+        params["bridge"] = bridge
+        manifest = PANDA
+    else:
+        manifest = scratch / "bench.yaml"
+    load_before = os.getloadavg()[0]
+    hog_processes = [_child("--hog", str(seconds + settle + 20)) for _ in range(hogs)]
+    peer = Subscriber()
+    node = start_node(manifest, scratch, name, node_command, **params)
+    try:
+        peer.state()  # the node is up
+        out = scratch / f"{name}.json"
+        spec = {"robot": robot, "seconds": seconds, "settle": settle, "out": str(out)}
+        control = _child("--controller", json.dumps(spec))
+        time.sleep(settle)
+        noise = _child("--sleep-noise", str(seconds), str(scratch / f"{name}.npy"))
+        if priority:  # the machine's timer noise for a thread at the node's priority
+            try:
+                os.setpriority(os.PRIO_PROCESS, noise.pid, -priority)
+            except PermissionError:
+                pass
+        control.wait(seconds + 60)
+        noise.wait(60)
+        state = peer.state()
+        result = json.loads(out.read_text())
+    finally:
+        stop_node(node)
+        peer.close()
+        for process in hog_processes:
+            process.terminate()
+            process.wait()
+    return {"rtf": state.real_time_factor,
+            "node": (state.lateness_p50_ms, state.lateness_p99_ms, state.lateness_max_ms),
+            "late": state.late_deliveries, "warning": state.lateness_warning,
+            "sleep": np.load(scratch / f"{name}.npy") * 1e3,
+            "roundtrip": np.array(result["roundtrip"]) * 1e3,
+            "arrival": np.array(result["lateness"]) * 1e3,
+            "load": (load_before, os.getloadavg()[0])}
+
+
+def live(args: argparse.Namespace) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-live-"))
+    (scratch / "bench.yaml").write_text(MANIFEST)
+    nodes: dict[str, tuple[list[str] | None, int]] = {"node": (None, 0)}
+    if args.priority:
+        nodes[f"node, thread_priority {args.priority}"] = (None, args.priority)
+    if args.baseline is not None:
+        nodes["baseline"] = (baseline_command(args.baseline.resolve()), 0)
+    # Sample periods (the controller reacts to each) and device latencies, ms.
+    targets = {"drivetrain": 2 * 1.0 + 2.0 + 1.0, "panda": 2 * 2.0 + 0.0}
+    print(f"live delivery at rtf 1, {args.seconds:g} s each, {args.hogs} CPU-busy "
+          f"process(es) beside it, {os.cpu_count()} cores; ms")
+    summary: dict[tuple[str, bool, str], list[dict]] = {}
+    try:
+        for _ in range(max(1, args.live_repeats)):
+            for robot in args.robots:
+                for traced in (False, True):
+                    for name, (command, priority) in nodes.items():  # interleaved
+                        r = live_run(scratch, robot, traced, args.seconds, args.hogs, command,
+                                     priority)
+                        summary.setdefault((robot, traced, name), []).append(r)
+                        _print_live(name, robot, traced, r, targets[robot])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"medians of {max(1, args.live_repeats)} interleaved run(s) (ms): sleep p99 | node "
+          f"lateness p50 / p99 | p99 / sleep p99 | arrival p50 / p99 | round trip p50 | rtf")
+    for (robot, traced, name), runs in summary.items():
+        def med(f) -> float:
+            return float(np.median([f(r) for r in runs]))
+
+        sleep = med(lambda r: np.percentile(r["sleep"], 99))
+        print(f"  {robot:10s} {'traced  ' if traced else 'untraced'} {name:26s} "
+              f"{sleep:7.3f} | {med(lambda r: r['node'][0]):8.3f} / "
+              f"{med(lambda r: r['node'][1]):8.3f} | "
+              f"{med(lambda r: r['node'][1] / np.percentile(r['sleep'], 99)):6.2f} | "
+              f"{med(lambda r: _pct(r['arrival'], 50)):8.3f} / "
+              f"{med(lambda r: _pct(r['arrival'], 99)):8.3f} | "
+              f"{med(lambda r: _pct(r['roundtrip'], 50)):6.3f} | {med(lambda r: r['rtf']):.4f}")
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def _print_live(name: str, robot: str, traced: bool, r: dict, trip_target: float) -> None:
+    sleep_p99 = float(np.percentile(r["sleep"], 99))
+    p50, p99, worst = r["node"]
+    target = 2 * sleep_p99 + 1.0
+    trip = r["roundtrip"]
+    print(f"[{name}] {robot} {'traced' if traced else 'untraced'}: load "
+          f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; rtf {r['rtf']:.4f}")
+    print(f"  sleep(1 ms) overshoot  p50 {np.percentile(r['sleep'], 50):.3f} "
+          f"p99 {sleep_p99:.3f} max {r['sleep'].max():.3f}")
+    if worst:
+        print(f"  node lateness (write)  p50 {p50:.3f} p99 {p99:.3f} max "
+              f"{worst:.3f}; p99 / sleep p99 {p99 / sleep_p99:.2f}; target "
+              f"p99 <= {target:.3f}: {'met' if p99 <= target else 'NOT met'};"
+              f" {r['late']} over the warn threshold")
+    else:
+        print("  node lateness (write)  n/a (this node does not measure it)")
+    if len(r["arrival"]):
+        arrival = r["arrival"]
+        print(f"  arrival lateness (controller) p50 {np.percentile(arrival, 50):.3f} p99 "
+              f"{np.percentile(arrival, 99):.3f} max {arrival.max():.3f} "
+              f"over {len(arrival)} samples")
+    if len(trip):
+        print(f"  command -> sample round trip p50 {np.median(trip):.3f} p99 "
+              f"{np.percentile(trip, 99):.3f} over {len(trip)}; target p50 <= "
+              f"{trip_target:g}: {'met' if np.median(trip) <= trip_target else 'NOT met'}")
+    if r["warning"]:
+        print(f"  last watchdog warning: {r['warning']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -500,7 +746,34 @@ def main() -> None:
     parser.add_argument("--ground-truth", action="store_true",
                         help="only the Panda with /joint_states, /tf, robot description and "
                              "markers on against off (see the module docstring)")
+    parser.add_argument("--live", action="store_true",
+                        help="only the live delivery phase (see the module docstring)")
+    parser.add_argument("--hogs", type=int, default=1,
+                        help="--live: CPU-busy processes running beside the node")
+    parser.add_argument("--live-repeats", type=int, default=1,
+                        help="--live: interleaved repeats (medians reported)")
+    parser.add_argument("--robots", nargs="+", default=["drivetrain", "panda"],
+                        choices=["drivetrain", "panda"], help="--live: which robots")
+    parser.add_argument("--priority", type=int, default=10,
+                        help="--live: also run the node with this thread_priority (0: not)")
+    parser.add_argument("--controller", help=argparse.SUPPRESS)  # child processes of --live
+    parser.add_argument("--sleep-noise", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--hog", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.controller:
+        import json
+
+        controller(json.loads(args.controller))
+        return
+    if args.sleep_noise:
+        sleep_noise(float(args.sleep_noise[0]), Path(args.sleep_noise[1]))
+        return
+    if args.hog:
+        hog(args.hog)
+        return
+    if args.live:
+        live(args)
+        return
     if args.ground_truth:
         ground_truth(args)
         return

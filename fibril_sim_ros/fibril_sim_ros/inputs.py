@@ -82,6 +82,10 @@ class InputThread:
         self._thread = threading.Thread(target=self._run, name="fibril-sim-inputs",
                                         daemon=True)
 
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
     def start(self) -> None:
         if self._subscriptions:
             self._thread.start()

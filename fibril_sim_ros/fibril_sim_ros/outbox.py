@@ -66,6 +66,9 @@ class Outbox:
         # it is interleaved at every clock period again.
         self.clock_listened = True
         self.on_frame: Callable[[FrameTiming], None] | None = None  # sync mode, host thread
+        # Real time: told the due (session) time of every output as it is written or queued
+        # (the node's DeliveryWatchdog), on the host thread.
+        self.watch: Callable[[int], None] | None = None
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
                                         daemon=True)
@@ -87,6 +90,8 @@ class Outbox:
                     if due > self.last_clock_ns:
                         self.clock(due, kick=False)
                 self._node.publish_output(record)
+                if self.watch is not None:
+                    self.watch(record.session_delivery_time_ns)
             except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
                 self._failed(exc)
         elif cls is FrameTiming:
@@ -104,6 +109,8 @@ class Outbox:
         elif cls is StateObservation:
             try:
                 self._node.publish_observation(record)
+                if self.watch is not None:
+                    self.watch(record.session_time_ns)
             except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
                 self._failed(exc)
 
@@ -164,6 +171,16 @@ class Outbox:
         self._queue.append((_set, done))
         self._work.set()
         done.wait(timeout)
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The writer thread."""
+        return self._thread
+
+    @property
+    def backlog(self) -> int:
+        """Writes waiting for the writer thread."""
+        return len(self._queue)
 
     @property
     def idle(self) -> bool:

@@ -3,7 +3,8 @@
     ros2 run fibril_sim_ros sim_node --ros-args -p manifest:=PATH [-p bridge:=PATH]
         [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=N] [-p trace_dir:=DIR]
         [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
-        [-p control_period:=0.002] [-p server_socket:=PATH|auto]
+        [-p control_period:=0.002] [-p server_socket:=PATH|auto] [-p lateness_warn_ms:=10]
+        [-p thread_priority:=0]
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
 
 It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
@@ -13,6 +14,12 @@ converted and written on the bridge's topics in emission order (see ``outbox``: 
 thread, GIL-free, in real time and sync mode; through a writer thread as fast as possible),
 then ``/clock`` (SessionTime) once per frame. Services: ``~/step``, ``~/reset``,
 ``~/set_paused``, ``~/get_state``; topic ``~/frame_timing``.
+
+Real time: the host holds each output until its due wall time (acquisition + latency on the
+paced clock); a watchdog measures how late each is written, WARNs (at most once a second)
+past ``lateness_warn_ms`` with the cause it sees, and ``get_state`` reports the percentiles
+(see ``watchdog`` and docs/real_time.md). ``thread_priority`` N runs the delivery path's
+threads at nice -N (see ``priority``).
 
 Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
 ``/clock``, then waits until every sync topic has answered (a message received after that
@@ -68,8 +75,10 @@ from .bridge import OUTPUT_QOS, Bridge, load_bridge
 from .ground_truth import FramePublisher, JointStates, tf_available
 from .inputs import InputGroup, InputThread, available as input_thread_available
 from .outbox import Outbox
+from .priority import MAX_BOOST, boost
 from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events, subscription_events
 from .sync import SyncDriver, SyncTimeout
+from .watchdog import DeliveryWatchdog
 
 NODE_NAME = "fibril_sim"
 EXIT_CONFIG = 2
@@ -88,6 +97,7 @@ HEAVY_TYPES = frozenset({"sensor_msgs/msg/Image", "sensor_msgs/msg/LaserScan"})
 # end of the frame. The frame doubles or halves toward it, within the bounds below.
 FAST_FRAME_WALL_S = 0.02
 FAST_FRAME_MAX_FACTOR = 100  # at most this many manifest frames in one fast frame
+DEFAULT_LATENESS_WARN_MS = 10.0
 
 
 class NodeConfigError(FibrilError):
@@ -147,6 +157,11 @@ class SimNode(Node):
         declare("sync_timeout", 5.0, number)
         declare("control_period", 0.0, number)
         declare("server_socket", "")
+        # Real time: an output written later than this after its due time is a WARN (at most
+        # one a second, with the cause; see watchdog).
+        declare("lateness_warn_ms", DEFAULT_LATENESS_WARN_MS, number)
+        # The delivery path's threads at nice -N (see priority); 0: as the process.
+        declare("thread_priority", 0)
 
     def _param(self, name: str) -> Any:
         try:
@@ -220,9 +235,12 @@ class SimNode(Node):
                                      start_paused=True)
             self.mode = "sync"
         else:
+            # Paused until the node is complete (``_begin``): real-time pacing starts from
+            # then, not from the host thread's start with the rest of the set-up still to do
+            # (its samples would be hundreds of ms late, then caught up in a burst).
             options = RuntimeOptions(mode="realtime" if rtf > 0 else "fast",
                                      real_time_factor=rtf if rtf > 0 else 1.0,
-                                     frame_duration_s=frame_s, start_paused=start_paused)
+                                     frame_duration_s=frame_s, start_paused=True)
             self.mode = "realtime" if rtf > 0 else "fast"
         self._apply_mode()
         trace_dir = str(self._param("trace_dir") or "")
@@ -237,6 +255,11 @@ class SimNode(Node):
         self._runtime = SimulationRuntime(plan, seed=seed, trace=self._trace, options=options,
                                           server=self._server_options())
         self.connection = self._runtime.connect()
+        host = self._runtime.host
+        self.watchdog = DeliveryWatchdog(
+            host, host.clock.now, self.get_logger().warning, lambda: self.outbox.backlog,
+            self._lateness_threshold(self._param("lateness_warn_ms")))
+        self.watchdog.gc.install()
         self._make_publishers()
         self._make_subscriptions()
         if isinstance(self._input_group, InputGroup):
@@ -270,8 +293,7 @@ class SimNode(Node):
         self._runtime.start()
         self._start_observations()
         self.paused = start_paused
-        if self.sync is not None:
-            self.sync.start(paused=start_paused)
+        self._begin(start_paused)
         self.get_logger().info(
             f"simulating {plan.manifest.path} ({self.mode}"
             + (f", real-time factor {rtf:g}" if self.mode == "realtime" else "")
@@ -283,6 +305,37 @@ class SimNode(Node):
             + ", ".join(f"{e.topic} <- {e.type.split('/')[-1]}" for e in self.bridge.inputs)
             + "; " + ", ".join(f"{e.topic} ({e.type.split('/')[-1]})"
                                for e in self.bridge.outputs))
+
+    @staticmethod
+    def _lateness_threshold(value: Any) -> float:
+        """``lateness_warn_ms`` in seconds (a positive number of ms)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            raise NodeConfigError(f"parameter 'lateness_warn_ms' must be a number of "
+                                  f"milliseconds > 0, got {value!r}")
+        return float(value) / 1e3
+
+    def _begin(self, start_paused: bool) -> None:
+        """Start stepping. Everything built so far lives as long as the node: it is kept out
+        of the collector's passes first (``gc.freeze``; a full pass over it pauses every
+        thread for tens of ms: publish lateness)."""
+        gc.collect()
+        gc.freeze()
+        amount = int(self._param("thread_priority") or 0)
+        if not 0 <= amount <= MAX_BOOST:
+            raise NodeConfigError(f"parameter 'thread_priority' must be in 0..{MAX_BOOST}, "
+                                  f"got {amount}")
+        if amount:  # (the calling thread spins the executor: run())
+            inputs = self._inputs
+            problem = boost([self._runtime.host.thread, self.outbox.thread,
+                             inputs.thread if inputs is not None else None,
+                             threading.current_thread()], amount)
+            if problem is not None:
+                self.get_logger().warning(problem)
+        if self.sync is not None:
+            self.sync.start(paused=start_paused)
+        elif not start_paused:
+            self.connection.resume()
 
     def _server_options(self) -> Any:
         """``server_socket``: "" none (default), ``auto`` a private directory, else a path
@@ -742,6 +795,11 @@ class SimNode(Node):
         drops = dict(self.outbox.drops)
         response.drop_topics = list(drops)
         response.drop_counts = [int(v) for v in drops.values()]
+        watchdog = self.watchdog
+        (response.lateness_p50_ms, response.lateness_p99_ms,
+         response.lateness_max_ms) = watchdog.percentiles()
+        response.late_deliveries = int(watchdog.late)
+        response.lateness_warning = watchdog.last_warning
         return response
 
     def _fill(self, response: Step.Response, state: dict[str, Any]) -> None:
@@ -762,10 +820,16 @@ class SimNode(Node):
         for parameter in parameters:
             if parameter.name in ("manifest", "bridge", "seed", "trace_dir", "clock_period",
                                   "sync_topics", "sync_timeout", "control_period",
-                                  "start_paused", "server_socket"):
+                                  "start_paused", "server_socket", "thread_priority"):
                 return SetParametersResult(
                     successful=False,
                     reason=f"{parameter.name} is read at start-up only; restart the node")
+            if parameter.name == "lateness_warn_ms":
+                try:
+                    self.watchdog.threshold_s = self._lateness_threshold(parameter.value)
+                except NodeConfigError as exc:
+                    return SetParametersResult(successful=False, reason=str(exc))
+                continue
             if parameter.name != "real_time_factor":
                 continue
             value = parameter.value
@@ -800,6 +864,9 @@ class SimNode(Node):
             self.outbox.blocking = self.mode != "realtime"
             self.outbox.queued = fast
             self.outbox.interleave_clock = fast and self.outbox.clock_step_ns > 0
+            watchdog = getattr(self, "watchdog", None)
+            self.outbox.watch = (watchdog.delivered if watchdog is not None
+                                 and self.mode == "realtime" else None)
             if self._runtime is not None:
                 self._runtime.host.frame_ticks = (self.fast_frame_ticks if fast
                                                   else self.paced_frame_ticks)
@@ -838,6 +905,9 @@ class SimNode(Node):
         if runtime is not None:
             runtime.stop()
         self.outbox.stop()
+        watchdog = getattr(self, "watchdog", None)
+        if watchdog is not None:
+            watchdog.gc.remove()
         trace, self._trace = self._trace, None
         if trace is not None:
             trace.close()
@@ -921,10 +991,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             except (FibrilError, ParameterException) as exc:
                 print(f"{NODE_NAME}: error: {exc}", file=sys.stderr, flush=True)
                 return EXIT_CONFIG
-            # Everything built so far lives as long as the node: keep it out of the
-            # collector's full passes (long pauses of the host thread are publish jitter).
-            gc.collect()
-            gc.freeze()
+            # (The node froze what it built out of the collector's passes: SimNode._begin.)
             executor = SingleThreadedExecutor()
             executor.add_node(node)
             # One executor thread: services hand their blocking work to worker threads. The

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import FibrilError, InstanceError
 from ..instance import Record, SimulationInstance
@@ -40,9 +40,33 @@ _PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
 _PACE_S = 0.001
+# Shorter waits are not worth a sleep (a wake-up costs more, and a timed wait may end a few
+# microseconds early, which would otherwise mean a second one right after).
+_MIN_WAIT_S = 20e-6
 # The record types the dispatch routes by table (``wanted_records`` leaves render frames out:
 # they go to their streams' sinks).
 _DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame, StateObservation}
+
+
+class PaceClock(Protocol):
+    """What real-time pacing reads and waits on: the wall clock (``WallClock``), or a fake one
+    in tests (its ``wait`` moves its time on instead of sleeping)."""
+
+    def now(self) -> float:
+        """Seconds on a monotonic clock."""
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds`` or until ``event`` is set; True when it was set."""
+
+
+class WallClock:
+    """``time.perf_counter`` and ``Event.wait``."""
+
+    now = staticmethod(time.perf_counter)
+
+    @staticmethod
+    def wait(event: threading.Event, seconds: float) -> bool:
+        return event.wait(seconds)
 
 
 @dataclass
@@ -57,8 +81,10 @@ class _Request:
 class SimulationHost:
     """Owns the instance and its thread; serves control requests between frames."""
 
-    def __init__(self, instance: SimulationInstance, options: RuntimeOptions) -> None:
+    def __init__(self, instance: SimulationInstance, options: RuntimeOptions,
+                 clock: PaceClock | None = None) -> None:
         self.instance = instance
+        self.clock: PaceClock = clock or WallClock()
         self.options = options
         timebase = instance.plan.timebase
         self.frame_ticks = max(1, timebase.ticks_ceil(options.frame_duration_s))
@@ -86,7 +112,21 @@ class SimulationHost:
         self.last_frame: FrameTiming | None = None
         self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
         self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
-        self._anchor = (0.0, 0)  # real-time pacing: (perf_counter, session ns) it counts from
+        self._anchor = (0.0, 0)  # real-time pacing: (clock.now(), session ns) it counts from
+        # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
+        self._holding = False
+        self._held = 0.0  # seconds held in the current frame
+        # The last paced frame that ended after its due wall time and took longer than the
+        # simulated time it covered: when it ended (clock.now()), how late, its wall time
+        # (stepping and record callbacks, not pacing waits), the host thread's CPU time in it
+        # and the real time the frame covered (more CPU than that: the host's own work is too
+        # slow; less: it was blocked, or other processes had the CPU).
+        # Floats, not a tuple: nothing the collector tracks is made per frame.
+        self.overrun_at = -math.inf
+        self.overrun_s = 0.0
+        self.overrun_wall_s = 0.0
+        self.overrun_cpu_s = 0.0
+        self.overrun_span_s = 0.0
         self._renders = RenderStreams(instance.model, instance.plan.timebase.timestep_ns)
         self._observations = ObservationStreams(instance.model,
                                                 instance.plan.timebase.timestep_ns)
@@ -135,7 +175,7 @@ class SimulationHost:
 
     def add_idle_task(self, task: Callable[[float], None]) -> None:
         """``task(deadline)`` runs on the host thread when real-time pacing leaves it idle,
-        before it waits for ``deadline`` (``time.perf_counter()``); it must return in time
+        before it waits for ``deadline`` (``self.clock.now()``); it must return in time
         (the trace writer serializes its queue there: no other thread then holds the GIL
         when stepping resumes)."""
         with self._lock:
@@ -150,6 +190,11 @@ class SimulationHost:
     def paced(self) -> bool:
         """Stepping in real time (not paused, not as fast as possible)."""
         return self._mode == "realtime" and not self._paused
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The host thread (None before ``start`` and after ``stop``)."""
+        return self._thread
 
     @property
     def running(self) -> bool:
@@ -208,6 +253,8 @@ class SimulationHost:
 
     # -------------------------------------------------------------- host thread
     def _dispatch(self, record: Record) -> None:
+        if self._holding:
+            self._hold()
         cls = type(record)
         routes = self._routes.get(cls)
         if routes is None:  # a type no callback wants, or one outside the table
@@ -226,6 +273,22 @@ class SimulationHost:
                 if source in devices:
                     callback(record)
 
+    def _hold(self) -> None:
+        """In real time, wait until the wall time of the boundary being processed, so that
+        its records go out when they are due, not when the piece that made them was stepped
+        (a piece starts at its first tick's time). A request arriving meanwhile ends the
+        holding for the rest of the frame (it is served at once, as before)."""
+        clock = self.clock
+        start = clock.now()
+        due = self._due(self.instance.session_time_ns)
+        if due - start > _MIN_WAIT_S:
+            if self._idle_tasks:  # (the trace writer serializes in the time left)
+                self._idle(due)
+            wait = due - clock.now()
+            if wait > _MIN_WAIT_S and clock.wait(self._poke, wait):
+                self._holding = False
+            self._held += clock.now() - start
+
     def _run(self) -> None:
         try:
             self._loop()
@@ -242,7 +305,7 @@ class SimulationHost:
 
     def _loop(self) -> None:
         instance = self.instance
-        self._anchor = (time.perf_counter(), instance.session_time_ns)
+        self._anchor = (self.clock.now(), instance.session_time_ns)
         while not self._stopping:
             wait: float | None
             if self._paused:
@@ -250,22 +313,24 @@ class SimulationHost:
             elif self._mode == "realtime":
                 due = self._due(instance.session_time_ns)
                 self._idle(due)
-                wait = max(0.0, due - time.perf_counter())
+                wait = max(0.0, due - self.clock.now())
             else:
                 wait = 0.0
-            try:
-                if wait is None:
-                    item = self._requests.get()
-                elif wait > 0:
-                    item = self._requests.get(timeout=wait)
-                else:
+            if wait is None:
+                item = self._requests.get()
+            else:
+                self._poke.clear()  # (a request put after this sets it again)
+                try:
                     item = self._requests.get_nowait()
-            except queue.Empty:
-                item = None
+                except queue.Empty:
+                    item = None
+                    if wait > 0:
+                        self.clock.wait(self._poke, wait)
+                        continue
             if item is not None:
                 resync = self._serve(item)
                 if resync:
-                    self._anchor = (time.perf_counter(), instance.session_time_ns)
+                    self._anchor = (self.clock.now(), instance.session_time_ns)
                 continue
             if not self._paused:
                 self._frame(self.frame_ticks, paced=self._mode == "realtime", free=True)
@@ -273,9 +338,14 @@ class SimulationHost:
     def _idle(self, due: float) -> None:
         """Offer the time until ``due`` to the idle tasks, if there is any."""
         for task in self._idle_tasks:
-            if time.perf_counter() >= due:
+            if self.clock.now() >= due:
                 return
             task(due)
+
+    def wall_time(self, session_time_ns: int) -> float:
+        """When (``clock.now()``) real-time pacing reaches ``session_time_ns``: the due time
+        of an output delivered then."""
+        return self._due(session_time_ns)
 
     def _due(self, session_time_ns: int) -> float:
         """The wall time (perf_counter) at which real-time pacing reaches a session time."""
@@ -292,7 +362,7 @@ class SimulationHost:
         advancing = False
         try:
             if item.action in _PACING_ACTIONS:
-                self._frames_since = time.perf_counter()  # a new pace: measured afresh
+                self._frames_since = self.clock.now()  # a new pace: measured afresh
             if item.action == "pause":
                 self._paused = True
             elif item.action == "resume":
@@ -381,8 +451,9 @@ class SimulationHost:
     def _frame(self, ticks: int, paced: bool = False, free: bool = False) -> None:
         """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
         long ``step(n)`` is served at a tick boundary. ``paced``: in real time, each piece of
-        about ``_PACE_S`` waits for its wall time (the frame's FrameTiming counts the
-        stepping, not the waiting)."""
+        about ``_PACE_S`` starts at its first tick's wall time and the records of each
+        boundary are held until that boundary's wall time (``_hold``); the frame's FrameTiming
+        counts the stepping, not the waiting."""
         instance = self.instance
         if self._interest_changed:
             self._interest_changed = False
@@ -396,14 +467,19 @@ class SimulationHost:
             piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
             self._poke.clear()
             paced = self._requests.empty()
+        self._holding = paced
+        self._held = 0.0
         done = 0
         busy = 0.0
-        mark = time.perf_counter()
+        cpu = time.thread_time() if paced else 0.0
+        mark = self.clock.now()
         while True:
             if renders.active:
                 renders.render_due(instance.episode, instance.tick, self._session_tick(),
                                    instance.data)
             if observations.active:
+                if self._holding and observations.ticks_until_due(self._session_tick()) <= 0:
+                    self._hold()  # (its records go to the sinks, not through _dispatch)
                 observations.observe_due(instance.episode, instance.tick, self._session_tick(),
                                          instance.data, free_fast)
             if done >= ticks or (self._stopping and done):
@@ -414,25 +490,36 @@ class SimulationHost:
             if observations.active:
                 chunk = max(1, min(chunk, observations.ticks_until_due(self._session_tick())))
             if paced and done:
-                busy += time.perf_counter() - mark
+                busy += self.clock.now() - mark
                 due = self._due(instance.session_time_ns)
                 self._idle(due)
-                wait = due - time.perf_counter()
-                if wait > 0 and self._poke.wait(wait):
-                    paced = False  # a request waits: the rest of the frame at once
-                mark = time.perf_counter()
+                wait = due - self.clock.now()
+                if wait > _MIN_WAIT_S and self.clock.wait(self._poke, wait):
+                    paced = self._holding = False  # a request waits: the rest at once
+                mark = self.clock.now()
             instance.advance(chunk)
             done += chunk
-        end = time.perf_counter()
-        wall = busy + end - mark
+        end = self.clock.now()
+        wall = busy + end - mark - self._held
         sim = (instance.session_time_ns - start_sim) / 1e9
         self._frames.append((end, instance.session_time_ns))
         frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
         self._dispatch(frame)
+        self._holding = False
         for listener in self._frame_listeners:
             listener()
+        if paced:
+            now = self.clock.now()
+            late = now - self._due(instance.session_time_ns)
+            # Late, and the frame's own work (stepping, record callbacks, frame listeners)
+            # took longer than the simulated time it covered: the host overran.
+            work = busy + now - mark - self._held
+            if late > 0 and work > sim / self._rtf:
+                self.overrun_at, self.overrun_s, self.overrun_wall_s = now, late, work
+                self.overrun_cpu_s = time.thread_time() - cpu
+                self.overrun_span_s = sim / self._rtf
 
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
@@ -449,7 +536,7 @@ class SimulationHost:
         frames = self._frames
         if len(frames) < 2:
             return 0.0
-        now = time.perf_counter()
+        now = self.clock.now()
         since = max(now - _RTF_WINDOW_S, self._frames_since)
         last_wall, last_sim = frames[-1]
         first_wall, first_sim = last_wall, last_sim
