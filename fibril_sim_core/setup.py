@@ -18,6 +18,9 @@ setup(
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
     install_requires=['numpy>=1.26.4', 'PyYAML>=6.0.1', 'mujoco>=4.0.0', 'rosbags>=0.11.9',
                       'zstandard>=0.23.0', 'pyzmq>=25.1.1', 'msgpack>=1.0.6'],
+    # The dask execution backend (experiments and calibrations on a Dask cluster); the default
+    # local backend never imports it.
+    extras_require={'dask': ['dask[distributed]>=2026.8.0']},
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

@@ -3,8 +3,9 @@
 Every run builds a normal SimulationPlan from the canonical manifest plus the baseline overlay
 with the variant's values, so construction provenance and ``parameter_set_hash`` are the usual
 ones. A failing variant is recorded with its result class and never stops its siblings.
-Variant-level parallelism uses separate processes (``workers``, forked from a fork server); records are identical to a
-serial run apart from timestamps and wall times.
+Variant-level parallelism uses separate processes (``workers``, forked from a fork server) or,
+with ``execution.backend: dask``, one Dask task per run (``dask_runner``); records are identical
+to a serial run apart from timestamps and wall times.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import mujoco
 from .._schema import Where
 from .._signals import Interrupted, raise_on_termination, terminating
 from ..errors import FibrilError
+from ..execution.backend import resolve_backend
+from ..execution.bundle import remap
 from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experiment
 from ..manifest import load_manifest, load_scenario
 from .metrics import COMPARE, ContactObserver, MetricUnavailable, signal_metric
@@ -41,7 +44,8 @@ from ..provenance import sha256_file
 from ..trace import TraceWriter
 
 RESULT_FORMAT = "fibril_sim/experiment_result"
-RESULT_VERSION = {"major": 1, "minor": 0}
+# 1.1: execution.backend (backend, scheduler, worker count and versions).
+RESULT_VERSION = {"major": 1, "minor": 1}
 
 # Result classes, in the order a run can fail.
 INVALID_PARAMETER = "invalid_parameter"
@@ -66,12 +70,19 @@ class RunJob:
     role: str
     values: Mapping[str, Any]
     trace: Path
+    #: (path here, path to report) pairs: a Dask worker builds from its copy of the
+    #: submitter's files and reports the submitter's paths.
+    shown: tuple[tuple[str, str], ...] = ()
 
 
 def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                    progress: Callable[[str], None] | None = None,
-                   overwrite: bool = False) -> dict[str, Any]:
+                   overwrite: bool = False, scheduler: str | None = None,
+                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run every run of ``experiment``; return the versioned result document.
+
+    ``scheduler`` (``--scheduler``) or ``FIBRIL_DASK_SCHEDULER`` in ``environ`` (default: this
+    process's environment) run it on Dask instead of the document's ``execution.backend``.
 
     ``traces`` must not exist, unless ``overwrite`` (an explicit choice, ``--overwrite``):
     then an existing trace folder is removed once the experiment has been validated, but only
@@ -79,9 +90,13 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
     ``--traces`` names."""
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment)
+    backend = resolve_backend(experiment.execution.backend, scheduler,
+                              os.environ if environ is None else environ,
+                              experiment.execution.workers)
     baseline = load_overlay_artifact(experiment.baseline_overlay)
     _check_start(experiment)
-    if traces.exists() or traces.is_symlink():
+    existing = traces.exists() or traces.is_symlink()
+    if existing:
         if not overwrite:
             raise ExperimentError(f"{traces}: the trace folder already exists; pass "
                                   f"--overwrite to replace it, or choose another with --traces")
@@ -89,15 +104,30 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
             raise ExperimentError(f"{traces}: exists and is not the trace folder of an "
                                   f"experiment run (only run traces: folders holding a "
                                   f"rosbag2 metadata.yaml or .mcap files); not replaced")
-        shutil.rmtree(traces)
-    traces.mkdir(parents=True)
     baseline_values = {p.id: p.value for p in baseline.parameters}
     jobs = [RunJob(experiment.path, BASELINE_ID, "baseline", baseline_values,
                    traces / BASELINE_ID)]
     jobs += [RunJob(experiment.path, v.id, "variant", {**baseline_values, **v.parameter_values},
                     traces / v.id) for v in experiment.variants]
-    records = _run_all(jobs, experiment.execution.workers, progress)
-    return _document(experiment, baseline, records, traces)
+    if not backend.is_dask:
+        _new_folder(traces, existing)
+        records = _run_all(jobs, experiment.execution.workers, progress)
+        return _document(experiment, baseline, records, traces, backend.describe())
+    # Dask is imported only when it is used; the trace folder is touched only once the
+    # cluster is reachable and its workers' versions are checked.
+    from ..execution.dask_session import open_session
+    from .dask_runner import run_on_dask
+
+    with open_session(backend, progress) as session:
+        _new_folder(traces, existing)
+        records = run_on_dask(session, experiment, jobs, progress)
+        return _document(experiment, baseline, records, traces, session.describe())
+
+
+def _new_folder(traces: Path, existing: bool) -> None:
+    if existing:
+        shutil.rmtree(traces)
+    traces.mkdir(parents=True)
 
 
 def _is_trace_folder(path: Path) -> bool:
@@ -129,9 +159,7 @@ def _run_all(jobs: list[RunJob], workers: int,
              progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     def report(done: int, record: dict[str, Any]) -> None:
         if progress is not None:
-            reason = f": {record['error_reason']}" if record["error_reason"] else ""
-            progress(f"[{done}/{len(jobs)}] {record['id']} {record['status']} "
-                     f"({record['wall_seconds']:.2f} s){reason}")
+            progress(progress_line(done, len(jobs), record))
 
     if workers == 1 or len(jobs) == 1:
         records = []
@@ -153,13 +181,20 @@ def _run_all(jobs: list[RunJob], workers: int,
                 try:
                     results[i] = future.result()
                 except BrokenProcessPool as exc:
-                    results[i] = _failed(jobs[i], RUNTIME_FAILURE,
+                    results[i] = failed_record(jobs[i], RUNTIME_FAILURE,
                                          f"worker process died: {exc}")
                 report(len(results), results[i])
         except KeyboardInterrupt:  # SIGINT / SIGTERM: stop the workers, their traces close
             _stop_workers(pool)
             raise
     return [results[i] for i in range(len(jobs))]
+
+
+def progress_line(done: int, total: int, record: Mapping[str, Any]) -> str:
+    """``[done/total] id status (wall s): reason``, one per finished run, on every backend."""
+    reason = f": {record['error_reason']}" if record["error_reason"] else ""
+    return (f"[{done}/{total}] {record['id']} {record['status']} "
+            f"({record['wall_seconds']:.2f} s){reason}")
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -199,7 +234,10 @@ def execute_run(job: RunJob) -> dict[str, Any]:
         stopping = terminating()
         if stopping is not None:  # a worker told to stop takes no new run
             raise Interrupted(stopping)
-        return _execute_run(job)
+        record = _execute_run(job)
+        for here, shown in job.shown:
+            record = remap(record, here, shown)
+        return record
     except KeyboardInterrupt as exc:
         if worker:  # its run's trace is closed (finally); exit without joining queue threads
             os._exit(getattr(exc, "exit_code", 130))
@@ -239,7 +277,7 @@ def _execute_run(job: RunJob) -> dict[str, Any]:
                 observers.setdefault(metric.contact, ContactObserver(plan.model, metric.contact))
             except MetricUnavailable as exc:
                 contact_errors[metric.contact] = str(exc)
-    status, reason, sim_wall = _simulate(plan, scenario, execution, job.trace, observers)
+    status, reason, sim_wall = _simulate(plan, scenario, execution, job, observers)
     record["trace"] = str(job.trace)
     if status != SUCCEEDED:
         return _finish(record, clock, job, status, reason)
@@ -286,15 +324,17 @@ def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any], where: Whe
     return out
 
 
-def _simulate(plan: Any, scenario: Any, execution: Any, trace_path: Path,
+def _simulate(plan: Any, scenario: Any, execution: Any, job: RunJob,
               observers: Mapping[str, ContactObserver]) -> tuple[str, str | None, float]:
     """Step the run; returns (status, reason, wall seconds spent stepping)."""
     warnings = [getattr(mujoco.mjtWarning, name) for name in _NUMERICAL_WARNINGS]
     trace = None
     wall = 0.0
+    provenance: Any = dict(plan.provenance, seed=execution.seed)
+    for here, shown in job.shown:
+        provenance = remap(provenance, here, shown)
     try:
-        trace = TraceWriter(trace_path, provenance=dict(plan.provenance, seed=execution.seed),
-                            layout=dict(plan.layout))
+        trace = TraceWriter(job.trace, provenance=provenance, layout=dict(plan.layout))
         instance = plan.create_instance(execution.seed, scenario=scenario, trace=trace,
                                         collect=False)
         model, data = instance.model, instance.data
@@ -398,7 +438,8 @@ def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
     return record
 
 
-def _failed(job: RunJob, status: str, reason: str) -> dict[str, Any]:
+def failed_record(job: RunJob, status: str, reason: str) -> dict[str, Any]:
+    """The record of a run that never reported back (its worker died)."""
     return _finish({"id": job.run_id, "role": job.role, "started_at": None},
                    time.perf_counter(), job, status, reason)
 
@@ -437,7 +478,8 @@ def _now() -> str:
 
 
 def _document(experiment: Experiment, baseline: OverlayArtifact,
-              records: list[dict[str, Any]], traces: Path) -> dict[str, Any]:
+              records: list[dict[str, Any]], traces: Path,
+              backend: Mapping[str, Any]) -> dict[str, Any]:
     manifest = load_manifest(experiment.manifest)
     sources = {
         "experiment": {"path": str(experiment.path), "sha256": experiment.sha256},
@@ -484,7 +526,7 @@ def _document(experiment: Experiment, baseline: OverlayArtifact,
         "execution": {"steps": execution.steps, "timeout_seconds": execution.timeout_seconds,
                       "workers": execution.workers, "cpu_budget": execution.cpu_budget,
                       "mujoco_internal_threads": execution.mujoco_internal_threads,
-                      "seed": execution.seed},
+                      "seed": execution.seed, "backend": dict(backend)},
         "traces": str(traces),
         "summary": {"runs": len(records),
                     "succeeded": sum(1 for r in records if r["success"]),
