@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mujoco
+
+from ..manifest import load_manifest
+from ..provenance import asset_files, included_files
 from .backend import ExecutionError
 
 
@@ -78,6 +82,15 @@ def collect_bundle(paths: Iterable[Path]) -> Bundle:
     digest = hashlib.sha256("\n".join(f"{sha} {rel}" for rel, sha in files).encode()
                             ).hexdigest()
     return Bundle(root, tuple(files), blobs, digest)
+
+
+def manifest_files(manifest: Path) -> list[Path]:
+    """Every file a plan of ``manifest`` is built from: the manifest, its MJCF model with the
+    files it includes and the assets it reads (meshes, textures, ...), its parameter
+    overlays."""
+    loaded = load_manifest(manifest)
+    return [loaded.path, *loaded.parameter_overlays, *included_files(loaded.model),
+            *asset_files(mujoco.MjSpec.from_file(str(loaded.model)), loaded.model)]
 
 
 def remap(value: Any, old: str, new: str) -> Any:

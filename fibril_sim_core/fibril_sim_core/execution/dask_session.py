@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -45,6 +45,43 @@ class DaskSession:
             return self.client.dashboard_link if "dashboard" in services else None
         except Exception:  # noqa: BLE001 - the link is a convenience, never an error
             return None
+
+    def scatter(self, value: Any) -> Any:
+        """``value`` sent once and kept by every worker (see ``scatter_everywhere``)."""
+        return scatter_everywhere(self.client, value)
+
+    def map(self, function: Callable[..., Any], shared: Any, items: Sequence[Any],
+            limit: int | None = None) -> list[tuple[bool, Any]]:
+        """``function(shared, item)`` for each item as one task each, at most ``limit`` in
+        flight (all at once when None); ``(True, result)`` or ``(False, exception)`` per item,
+        in ``items`` order. ``shared`` is a future (``scatter_everywhere``)."""
+        futures: dict[Any, int] = {}
+        outcomes: list[tuple[bool, Any] | None] = [None] * len(items)
+        pending = iter(enumerate(items))
+        ahead = len(items) if limit is None else max(1, limit)
+
+        def submit() -> None:
+            for i, item in pending:
+                futures[self.client.submit(function, shared, item, pure=False)] = i
+                if len(futures) >= ahead:
+                    return
+
+        submit()
+        try:
+            running = distributed.as_completed(list(futures))
+            for future in running:
+                i = futures.pop(future)
+                try:
+                    outcomes[i] = (True, future.result())
+                except Exception as exc:  # noqa: BLE001 - handed to the caller, in order
+                    outcomes[i] = (False, exc)
+                before = set(futures)
+                submit()
+                running.update([f for f in futures if f not in before])
+        finally:
+            if futures:
+                self.client.cancel(list(futures), force=True)
+        return outcomes  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
         """Backend, scheduler (no credentials), worker count and the workers' versions (the

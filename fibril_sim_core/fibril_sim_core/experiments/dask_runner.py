@@ -20,12 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import distributed
-import mujoco
 
-from ..execution.bundle import Bundle, collect_bundle
-from ..execution.dask_session import DaskSession, scatter_everywhere, worker_cache
-from ..manifest import load_manifest
-from ..provenance import asset_files, included_files
+from ..execution.bundle import Bundle, collect_bundle, manifest_files
+from ..execution.dask_session import DaskSession, worker_cache
 from .experiment import Experiment
 from .runner import RUNTIME_FAILURE, RunJob, execute_run, failed_record, progress_line
 
@@ -49,7 +46,7 @@ def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob]
     bundle = collect_bundle(experiment_files(experiment))
     token = uuid.uuid4().hex
     client = session.client
-    shipped = scatter_everywhere(client, bundle)
+    shipped = session.scatter(bundle)
     futures = {client.submit(_run_task, shipped,
                              _Task(bundle.relative(job.experiment), job, token),
                              key=f"fibril-run-{job.run_id}-{token}", pure=False): i
@@ -69,12 +66,9 @@ def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob]
 
 def experiment_files(experiment: Experiment) -> list[Path]:
     """Every file a run of ``experiment`` reads."""
-    manifest = load_manifest(experiment.manifest)
-    files = [experiment.path, experiment.manifest, experiment.baseline_overlay,
-             *manifest.parameter_overlays, *included_files(manifest.model)]
+    files = [experiment.path, experiment.baseline_overlay, *manifest_files(experiment.manifest)]
     if experiment.scenario is not None:
         files.append(experiment.scenario)
-    files += asset_files(mujoco.MjSpec.from_file(str(manifest.model)), manifest.model)
     return files
 
 
