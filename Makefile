@@ -10,6 +10,8 @@
 #                requirements.txt with the Ubuntu 24.04 versions of numpy, scipy and PyYAML
 #                (requirements-distro.txt) over it, the oldest versions the packages declare
 #                (set up like .venv/, idempotent)
+#   make test-busy  the `ros or slow` tests again beside two CPU-burning processes (CI runs it
+#                after make test), so that no test depends on an idle machine
 #   make demo    setup, then a 2 s drivetrain run traced to .demo/trace and a query of it, the
 #                wheel-damping experiment and the drivetrain calibration (results in .demo/),
 #                then the SIL demo: the ROS 2 simulation node and the example controller as
@@ -29,7 +31,7 @@ PYTEST_ARGS ?=
 # Two processes on this machine talk over Fast DDS shared memory only: no network traffic.
 export FASTDDS_BUILTIN_TRANSPORTS := SHM
 
-.PHONY: setup test test-distro demo clean
+.PHONY: setup test test-busy test-distro demo clean
 
 setup:
 	@VENV="$(CURDIR)/$(VENV)" scripts/bootstrap.sh
@@ -41,6 +43,9 @@ pytest = rc=0; $(1)/bin/python -m pytest $(PYTEST_ARGS) || rc=$$?; \
 
 test: setup
 	@$(call pytest,$(VENV))
+
+test-busy: setup
+	@scripts/beside_cpu_hogs.sh 2 $(VENV)/bin/python -m pytest -m "ros or slow" $(PYTEST_ARGS)
 
 test-distro:
 	@VENV="$(CURDIR)/$(DISTRO_VENV)" REQUIREMENTS="$(DISTRO_REQUIREMENTS)" PYTHON="$(DISTRO_PYTHON)" \

@@ -135,7 +135,7 @@ def raw_read(bag: Path) -> tuple[int, float]:
 
 
 def ours(bag: Path) -> tuple[int, float]:
-    from fibril_calibration.sources import open_source
+    from fibril_calibration.recordings.formats import open_source
 
     started = time.perf_counter()
     source = open_source(bag)
@@ -181,7 +181,7 @@ def csv_child(method: str, path: Path) -> None:
     if method == "pandas":
         import pandas
     if method == "ours":
-        from fibril_calibration.sources import open_source
+        from fibril_calibration.recordings.formats import open_source
     baseline = peak()
     started = time.perf_counter()
     if method == "ours":

@@ -1,7 +1,8 @@
 """Session-wide test environment.
 
 ROS 2 tests use Fast DDS over shared memory only (no network traffic), in a ROS domain of
-their own per test session, so concurrent sessions on one machine do not see each other.
+their own per test process (locked, so concurrent sessions and parallel workers on one machine
+never see each other).
 Both are set before any test imports rclpy, and child processes inherit them.
 
 Rendering (the camera device, render observations) uses an offscreen OpenGL context: unless
@@ -12,12 +13,34 @@ is (CI installs one); with neither, the rendering tests skip and say why.
 from __future__ import annotations
 
 import ctypes.util
+import fcntl
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
-os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+
+
+def _own_domain(pool: range = range(101, 201)) -> str:
+    """A ROS domain no other test process on this machine holds (a lock file held for the
+    process's lifetime): parallel workers (pytest -n) and concurrent sessions never share one."""
+    for domain in pool:
+        handle = open(os.path.join(tempfile.gettempdir(),  # noqa: SIM115 - held until exit
+                                   f'fibril_sim-test-domain-{domain}.lock'), 'a+')
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held.append(handle)
+        return str(domain)
+    return str(1 + os.getpid() % 100)  # every one taken: a likely free one
+
+
+_held: list[object] = []
+if 'ROS_DOMAIN_ID' not in os.environ:
+    os.environ['ROS_DOMAIN_ID'] = _own_domain()
 
 
 def _offscreen_gl() -> str | None:
@@ -29,6 +52,13 @@ def _offscreen_gl() -> str | None:
 
 if "MUJOCO_GL" not in os.environ and _offscreen_gl():
     os.environ["MUJOCO_GL"] = _offscreen_gl()  # type: ignore[assignment]
+
+
+def pytest_report_header() -> str:
+    """The machine's speed factor at start (see ``_patience``): a slow or busy machine shows."""
+    from _patience import speed_factor
+
+    return f"fibril: machine speed factor {speed_factor():.1f} (timeouts scale by it)"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,51 +18,55 @@ from fibril_sim_core._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ALIGNMENTS", "align", "quat_error", "quat_slerp"), ".alignment"),
-    **dict.fromkeys(("InformationMatrix", "LocalAnalysis"), ".analysis"),
+    **dict.fromkeys(("InformationMatrix", "LocalAnalysis"), ".analysis.identifiability"),
     **dict.fromkeys(("CalibrationParameterValues", "CandidatePlanBuilder",
                      "CandidatePlanBuilderProtocol"),
-                    ".candidate_plan"),
+                    ".model.candidate_plan"),
     **dict.fromkeys(("STANDARD_DECODERS", "CalibrationDeviceOutputDecoder",
                      "CalibrationDeviceOutputDecoderRegistry"),
-                    ".decoders"),
+                    ".model.decoders"),
     **dict.fromkeys(("CalibrationResult", "run_calibration", "solver_options", "summary_text"),
                     ".engine"),
     **dict.fromkeys(("CalibrationError", "CalibrationRequestError", "EvaluationError"), ".errors"),
     **dict.fromkeys(("Evaluation", "ResidualBlock", "ResidualModel"), ".evaluation"),
     **dict.fromkeys(("LOSS_TYPES", "LossSpec"), ".losses"),
-    **dict.fromkeys(("ObservationSpec",), ".observations"),
-    **dict.fromkeys(("Tolerances",), ".optimizer"),
+    **dict.fromkeys(("ObservationSpec",), ".model.observations"),
+    **dict.fromkeys(("Tolerances",), ".solve.optimizer"),
     **dict.fromkeys(("CalibrationOutcome", "EvaluationCounts"), ".outcome"),
     **dict.fromkeys(("PARAMETERIZATIONS", "CalibrationParameter", "CoordinateMap",
                      "Parameterization", "Prior", "parameter_problems", "physical_scale",
                      "validate_parameter", "validate_parameters"),
                     ".parameters"),
-    **dict.fromkeys(("CalibrationProblem", "ProblemStatistics"), ".problem"),
+    **dict.fromkeys(("CalibrationProblem", "ProblemStatistics"), ".solve.problem"),
     **dict.fromkeys(("ParameterProfile", "ProfileLikelihood", "ProfilePoint"),
-                    ".profile_likelihood"),
-    **dict.fromkeys(("AnalysisSpec", "CalibrationRequest", "EpisodeSpec", "ExecutionSpec",
+                    ".analysis.profile_likelihood"),
+    **dict.fromkeys(("AnalysisSpec", "CalibrationRequest", "ExecutionSpec",
                      "FitSpec", "ObjectiveSpec", "OptimizerSpec", "ProfileLikelihoodSpec",
-                     "SignalSpec", "load_calibration_request", "parse_calibration_request"),
-                    ".request"),
+                     "load_calibration_request", "parse_calibration_request"),
+                    ".request.document"),
     **dict.fromkeys(("RESULT_FORMAT", "build_result_document", "write_atomic"), ".result"),
     **dict.fromkeys(("SolverOptions", "calibrate", "likelihood_interpretation_valid"), ".solver"),
-    **dict.fromkeys(("StartingPoint", "starting_point"), ".starting_point"),
-    **dict.fromkeys(("EpisodeSummary", "ResidualSummary", "SignalSummary"), ".summaries"),
-    **dict.fromkeys(("FitCriteria", "FitVerdict"), ".verdict"),
-    **dict.fromkeys(("BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError", "Stream",
-                     "open_source"),
-                    ".sources"),
-    **dict.fromkeys(("FrankaSource", "RingTargets"), ".franka"),
-    **dict.fromkeys(("BAG_READERS", "Rosbag2PyReader", "choose_reader"), ".bag_readers"),
-    **dict.fromkeys(("InitialStateProjection",), ".initial_state_fit"),
-    **dict.fromkeys(("COMMIT_POLICIES", "SourceSet", "source_episodes"), ".mapping"),
-    **dict.fromkeys(("Window", "parse_windows"), ".windows"),
+    **dict.fromkeys(("StartingPoint", "starting_point"), ".solve.starting_point"),
+    **dict.fromkeys(("EpisodeSummary", "ResidualSummary", "SignalSummary"), ".analysis.summaries"),
+    **dict.fromkeys(("FitCriteria", "FitVerdict"), ".analysis.verdict"),
+    **dict.fromkeys(("EpisodeSpec", "SignalSpec"), ".request.episode_specs"),
+    **dict.fromkeys(("open_source",), ".recordings.formats"),
+    **dict.fromkeys(("BagSource", "CsvSource", "SOURCE_FORMATS", "Source", "SourceError",
+                     "Stream"),
+                    ".recordings.sources"),
+    **dict.fromkeys(("FrankaSource", "RingTargets"), ".recordings.franka"),
+    **dict.fromkeys(("BAG_READERS", "Rosbag2PyReader", "choose_reader"),
+                    ".recordings.bag_readers"),
+    **dict.fromkeys(("InitialStateProjection",), ".model.initial_state_fit"),
+    **dict.fromkeys(("COMMIT_POLICIES", "SourceSet", "source_episodes"), ".request.mapping"),
+    **dict.fromkeys(("Window", "parse_windows"), ".request.windows"),
     **dict.fromkeys(("EVALUATION_FORMAT", "evaluate_parameter_sets", "overlay_values", "score",
                      "score_sets", "scores_text"),
                     ".scores"),
     **dict.fromkeys(("metrics_documents", "write_metrics"), ".metrics_json"),
     **dict.fromkeys(("sidecar_gains_overlay", "sysid_overlay"), ".sysid_import"),
-    **dict.fromkeys(("OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget"), ".time_offsets"),
+    **dict.fromkeys(("OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget"),
+                    ".recordings.time_offsets"),
 }
 
 __all__ = sorted(_EXPORTS)
@@ -73,40 +77,42 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .alignment import ALIGNMENTS, align, quat_error, quat_slerp
-    from .analysis import InformationMatrix, LocalAnalysis
-    from .candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder,
-                                 CandidatePlanBuilderProtocol)
-    from .decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder,
-                           CalibrationDeviceOutputDecoderRegistry)
+    from .analysis.identifiability import InformationMatrix, LocalAnalysis
+    from .analysis.profile_likelihood import ParameterProfile, ProfileLikelihood, ProfilePoint
+    from .analysis.summaries import EpisodeSummary, ResidualSummary, SignalSummary
+    from .analysis.verdict import FitCriteria, FitVerdict
     from .engine import CalibrationResult, run_calibration, solver_options, summary_text
     from .errors import CalibrationError, CalibrationRequestError, EvaluationError
     from .evaluation import Evaluation, ResidualBlock, ResidualModel
     from .losses import LOSS_TYPES, LossSpec
-    from .observations import ObservationSpec
-    from .optimizer import Tolerances
+    from .metrics_json import metrics_documents, write_metrics
+    from .model.candidate_plan import (CalibrationParameterValues, CandidatePlanBuilder,
+                                       CandidatePlanBuilderProtocol)
+    from .model.decoders import (STANDARD_DECODERS, CalibrationDeviceOutputDecoder,
+                                 CalibrationDeviceOutputDecoderRegistry)
+    from .model.initial_state_fit import InitialStateProjection
+    from .model.observations import ObservationSpec
     from .outcome import CalibrationOutcome, EvaluationCounts
     from .parameters import (PARAMETERIZATIONS, CalibrationParameter, CoordinateMap,
                              Parameterization, Prior, parameter_problems, physical_scale,
                              validate_parameter, validate_parameters)
-    from .problem import CalibrationProblem, ProblemStatistics
-    from .profile_likelihood import ParameterProfile, ProfileLikelihood, ProfilePoint
-    from .request import (AnalysisSpec, CalibrationRequest, EpisodeSpec, ExecutionSpec, FitSpec,
-                          ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec, SignalSpec,
-                          load_calibration_request, parse_calibration_request)
+    from .recordings.bag_readers import BAG_READERS, Rosbag2PyReader, choose_reader
+    from .recordings.formats import open_source
+    from .recordings.franka import FrankaSource, RingTargets
+    from .recordings.sources import (SOURCE_FORMATS, BagSource, CsvSource, Source, SourceError,
+                                     Stream)
+    from .recordings.time_offsets import OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget
+    from .request.document import (AnalysisSpec, CalibrationRequest, ExecutionSpec, FitSpec,
+                                   ObjectiveSpec, OptimizerSpec, ProfileLikelihoodSpec,
+                                   load_calibration_request, parse_calibration_request)
+    from .request.episode_specs import EpisodeSpec, SignalSpec
+    from .request.mapping import COMMIT_POLICIES, SourceSet, source_episodes
+    from .request.windows import Window, parse_windows
     from .result import RESULT_FORMAT, build_result_document, write_atomic
-    from .solver import SolverOptions, calibrate, likelihood_interpretation_valid
-    from .starting_point import StartingPoint, starting_point
-    from .summaries import EpisodeSummary, ResidualSummary, SignalSummary
-    from .verdict import FitCriteria, FitVerdict
-    from .sources import (BagSource, CsvSource, SOURCE_FORMATS, Source, SourceError, Stream,
-                          open_source)
-    from .franka import FrankaSource, RingTargets
-    from .bag_readers import BAG_READERS, Rosbag2PyReader, choose_reader
-    from .initial_state_fit import InitialStateProjection
-    from .mapping import COMMIT_POLICIES, SourceSet, source_episodes
-    from .windows import Window, parse_windows
     from .scores import (EVALUATION_FORMAT, evaluate_parameter_sets, overlay_values, score,
                          score_sets, scores_text)
-    from .metrics_json import metrics_documents, write_metrics
+    from .solve.optimizer import Tolerances
+    from .solve.problem import CalibrationProblem, ProblemStatistics
+    from .solve.starting_point import StartingPoint, starting_point
+    from .solver import SolverOptions, calibrate, likelihood_interpretation_valid
     from .sysid_import import sidecar_gains_overlay, sysid_overlay
-    from .time_offsets import OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget

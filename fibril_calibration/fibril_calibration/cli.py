@@ -165,7 +165,7 @@ def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
 def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
-    from .request import load_calibration_request
+    from .request.document import load_calibration_request
     from .result import to_json, write_atomic
     from .scores import evaluate_parameter_sets, scores_text
 

@@ -20,17 +20,17 @@ from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
 
-from .candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
-from .decoders import CalibrationDeviceOutputDecoderRegistry
-from .optimizer import Tolerances
+from .analysis.verdict import FitCriteria
+from .model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
+from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
-from .problem import CalibrationProblem, Progress
-from .request import CalibrationRequest, load_calibration_request
+from .request.document import CalibrationRequest, load_calibration_request
 from .result import build_result_document, strict, to_json
 from .scores import input_timing, nominal_set, score_sets, scores_text
+from .solve.optimizer import Tolerances
+from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate
-from .verdict import FitCriteria
 
 CandidateBuilderArgument = (CandidatePlanBuilderProtocol
                             | Callable[[SimulationManifest, Sequence[CalibrationParameter]],
@@ -122,7 +122,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             progress(f"loading {request_or_path}")
         request = load_calibration_request(request_or_path, decoders=decoders,
                                            candidate_builder=factory)
-    from .time_offsets import candidate_builder as offset_aware
+    from .recordings.time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached
         builder = offset_aware(lambda manifest, parameters: instance, request.manifest,
@@ -225,7 +225,7 @@ def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
 def _overlay_parameters(request: CalibrationRequest, builder: Any,
                         values: dict[str, float]) -> tuple[OverlayParameter, ...]:
     """The fitted values bound to their typed targets; provenance names the calibration."""
-    from .time_offsets import OffsetAwareBuilder, is_time_offset
+    from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
 
     inner = builder.inner if isinstance(builder, OffsetAwareBuilder) else builder
     if hasattr(inner, "overlay_parameters"):

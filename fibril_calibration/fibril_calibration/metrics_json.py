@@ -44,7 +44,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
-    from .request import CalibrationRequest
+    from .request.document import CalibrationRequest
 
 __all__ = ["metrics_documents", "safe_name", "unique_names", "write_metrics"]
 
@@ -107,7 +107,8 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
 
 def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     """The episode's franka_sysid recording (opened once per path), or None."""
-    from .sources import SourceError, open_source
+    from .recordings.formats import open_source
+    from .recordings.sources import SourceError
 
     source = episode.source or {}
     if source.get("format") != "franka_sysid" or not source.get("path"):
@@ -126,7 +127,7 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
               ) -> dict[str, Any] | None:
     """``{"real": {pos, ori}, "sim": {pos, ori}}``: each side against the targets in force."""
     from .alignment import quat_error, quat_multiply
-    from .sources import SourceError
+    from .recordings.sources import SourceError
 
     if recording is None or (position is None and orientation is None):
         return None

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from ._json import finite_or_none
-from .analysis import InformationMatrix, LocalAnalysis
+from .analysis.identifiability import InformationMatrix, LocalAnalysis
+from .analysis.profile_likelihood import ProfileLikelihood
+from .analysis.summaries import ResidualSummary
+from .analysis.verdict import FitVerdict
 from .losses import LossSpec
 from .parameters import CalibrationParameter
-from .profile_likelihood import ProfileLikelihood
-from .summaries import ResidualSummary
-from .verdict import FitVerdict
 
 OUTCOME_VERSION = 1
 

@@ -35,13 +35,14 @@ from fibril_sim_core.overlays import OverlayParameter, overlay_document
 from .alignment import ALIGNMENTS
 from .errors import CalibrationError
 from .parameters import physical_scale
-from .request import OBJECTIVE_VERSION, CalibrationRequest, canonical_sha256
+from .request.canonical import canonical_sha256
+from .request.document import OBJECTIVE_VERSION, CalibrationRequest
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
     from .outcome import CalibrationOutcome
-    from .problem import ProblemStatistics
+    from .solve.problem import ProblemStatistics
 
 RESULT_FORMAT = "fibril_calibration/result"
 RESULT_SCHEMA_VERSION = {"major": 1, "minor": 0}

@@ -25,8 +25,8 @@ from .errors import CalibrationError
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
-    from .problem import CalibrationProblem
-    from .request import CalibrationRequest
+    from .request.document import CalibrationRequest
+    from .solve.problem import CalibrationProblem
 
 __all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "overlay_values",
            "score", "score_sets", "scores_text"]
@@ -219,9 +219,9 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting."""
-    from .candidate_plan import CandidatePlanBuilder
-    from .problem import CalibrationProblem
+    from .model.candidate_plan import CandidatePlanBuilder
     from .result import recording_warnings, strict
+    from .solve.problem import CalibrationProblem
 
     scored: dict[str, Any] = {}
     for name in names:
@@ -229,7 +229,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             chosen, fixed = nominal_set(request), ()
         else:
             chosen, fixed = overlay_values(request, Path(name))
-        from .time_offsets import candidate_builder as offset_aware
+        from .recordings.time_offsets import candidate_builder as offset_aware
 
         builder = offset_aware(
             lambda m, p, f=fixed: CandidatePlanBuilder(m, p, fixed_overlays=f),
@@ -248,7 +248,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
     """How recording-source input samples were moved onto ticks, all episodes together."""
-    from .mapping import describe_timing
+    from .request.mapping import describe_timing
 
     return describe_timing(request.training + request.validation)
 

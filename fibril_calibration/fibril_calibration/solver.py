@@ -27,19 +27,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .analysis import analyze, information_matrix
-from .differentiation import Evaluator, FiniteDifference
+from .analysis.identifiability import analyze, information_matrix
+from .analysis.profile_likelihood import profile_likelihood
+from .analysis.summaries import ResidualSummary, summarize
+from .analysis.verdict import FitCriteria, judge
 from .errors import CalibrationRequestError
 from .evaluation import ResidualModel
 from .losses import LossSpec
-from .objective import Objective
-from .optimizer import Tolerances, minimize
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
-from .profile_likelihood import profile_likelihood
-from .starting_point import StartingPoint, starting_point
-from .summaries import ResidualSummary, summarize
-from .verdict import FitCriteria, judge
+from .solve.differentiation import Evaluator, FiniteDifference
+from .solve.objective import Objective
+from .solve.optimizer import Tolerances, minimize
+from .solve.starting_point import StartingPoint, starting_point
 
 
 @dataclass(frozen=True)

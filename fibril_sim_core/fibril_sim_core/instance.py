@@ -23,7 +23,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mujoco
 import numpy as np
@@ -39,9 +39,9 @@ from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalI
 from .sample_block import STATE_FIELDS, DeviceColumns, TraceBuffer
 
 if TYPE_CHECKING:
-    from .components import Device, Endpoint
-    from .manifest import ScenarioSpec
-    from .plan import SimulationPlan
+    from .components import ActuatorDescriptor, Device, DeviceDescriptor, Endpoint
+    from .manifest import ScenarioSpec, SimulationManifest
+    from .timebase import Timebase
 
 Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
 _NEVER = 1 << 62
@@ -324,10 +324,34 @@ def component_rng(seed: int, component_id: str) -> np.random.Generator:
         [seed & 0xFFFFFFFF, seed >> 32, zlib.crc32(component_id.encode())]))
 
 
+class InstancePlan(Protocol):
+    """What an instance reads of the plan that made it (a ``SimulationPlan``). A Protocol, so
+    this module needs no import of ``plan``, which imports it to create instances."""
+
+    @property
+    def manifest(self) -> SimulationManifest: ...
+    @property
+    def model(self) -> mujoco.MjModel: ...
+    @property
+    def timebase(self) -> Timebase: ...
+    @property
+    def devices(self) -> tuple[DeviceDescriptor, ...]: ...
+    @property
+    def actuators(self) -> tuple[ActuatorDescriptor, ...]: ...
+    @property
+    def keyframe_id(self) -> int: ...
+    @property
+    def scenario(self) -> ScenarioSpec: ...
+    @property
+    def recorded_input_signature(self) -> tuple[Any, ...]: ...
+
+    def inspect(self) -> dict[str, Any]: ...
+
+
 class SimulationInstance:
     """One run: MuJoCo state, episode/session time, device queues, drivers, ingress, RNG."""
 
-    def __init__(self, plan: SimulationPlan, *, seed: int = 0,
+    def __init__(self, plan: InstancePlan, *, seed: int = 0,
                  scenario: ScenarioSpec | None = None, trace: Any = None,
                  snapshot_every: int | None = None, collect: bool = True,
                  data: mujoco.MjData | None = None,

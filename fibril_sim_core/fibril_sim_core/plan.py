@@ -75,6 +75,13 @@ class SimulationPlan:
         spec = mujoco.MjSpec.from_file(str(self.manifest.model))
         return urdf_from_model(self.model, spec=spec, frame_prefix=frame_prefix)
 
+    def link_frames(self) -> tuple[Any, ...]:
+        """The robot description's links that are not bodies, fixed to a body (StaticFrame,
+        names without prefix): they go on /tf_static beside the fixed bodies."""
+        from .robot_description import link_frames
+
+        return link_frames(self.model)
+
     def geom_markers(self, frame_prefix: str = "") -> tuple[Any, ...]:
         """The visible geoms as markers in their bodies' frames (``robot_description``)."""
         from .robot_description import geom_markers

@@ -54,6 +54,7 @@ import numpy as np
 
 from .entities import body_names
 from .errors import FibrilError
+from .runtime.observation import StaticFrame
 
 UNLIMITED_SLIDE_RANGE = 1.0e6  # m, the +- range of a prismatic joint MuJoCo leaves unlimited
 DEFAULT_EFFORT = 0.0  # no actuator bound known
@@ -119,8 +120,6 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
     groups = frozenset(int(g) for g in visual_groups)
     name = robot_name or _model_name(model) or "mujoco_model"
     robot = ET.Element("robot", name=name)
-    link_names = _Names(set(links))
-    joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
     visual_names, collision_names = _Names(set()), _Names(set())
     elements = {body: _link(links[body]) for body in range(model.nbody)}
     for body in range(model.nbody):
@@ -129,11 +128,24 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
             _geometry(model, geom, elements[body], meshes, groups,
                       visual_names, collision_names)
     robot.extend(elements[b] for b in range(model.nbody))
-    for body in range(1, model.nbody):
-        for element in _body_joints(model, body, links, link_names, joint_names, frame_prefix):
-            robot.append(element)
+    robot.extend(_joints(model, links, frame_prefix, []))
     ET.indent(robot)
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
+
+
+def link_frames(model: mujoco.MjModel, frame_prefix: str = "") -> tuple[StaticFrame, ...]:
+    """The URDF's links that are not bodies but sit rigidly on one (the joint frame of a
+    hinge whose axis misses the body origin), as fixed frames of that body (names without
+    ``frame_prefix``): RViz draws a URDF only when every link has a transform, so the node
+    puts these on ``/tf_static``. Links between several joints of one body move with the
+    joints and get none (a known limit)."""
+    rigid: list[tuple[str, str, _Pose]] = []
+    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, rigid)
+    cut = len(frame_prefix)
+    return tuple(StaticFrame(name[cut:], body[cut:],
+                             tuple(float(v) for v in pose.position),  # type: ignore[arg-type]
+                             tuple(float(v) + 0.0 for v in pose.quaternion))  # type: ignore[arg-type]
+                 for name, body, pose in rigid)
 
 
 def geom_markers(model: mujoco.MjModel, frame_prefix: str = "", *,
@@ -279,8 +291,20 @@ def _inertial(model: mujoco.MjModel, body: int, link: ET.Element) -> None:
                   iyz="0", izz=_num(izz))
 
 
+def _joints(model: mujoco.MjModel, links: Sequence[str], prefix: str,
+            rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
+    """The URDF joints (and intermediate links) of every body; ``rigid`` gains each
+    intermediate link fixed to its body: (link, body link, pose in the body)."""
+    link_names = _Names(set(links))
+    joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
+    return [element for body in range(1, model.nbody)
+            for element in _body_joints(model, body, links, link_names, joint_names, prefix,
+                                        rigid)]
+
+
 def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: _Names,
-                 joint_names: _Names, prefix: str) -> list[ET.Element]:
+                 joint_names: _Names, prefix: str,
+                 rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
     """The URDF joints (and intermediate links) that attach ``body`` to its parent."""
     link, parent = links[body], links[int(model.body_parentid[body])]
     at_qpos0 = _Pose(model.body_pos[body], model.body_quat[body])
@@ -313,6 +337,7 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
         pending, current = after, child
     if current != link:
         out.append(_joint(joint_names.claim(f"{link}_fixed"), "fixed", current, link, pending))
+        rigid.append((current, link, pending.inverse()))
     return out
 
 

@@ -403,6 +403,8 @@ class SimNode(Node):
             from fibril_sim_core.runtime.observation import static_frames
 
             frames = static_frames(self.plan.model)
+            if bridge.robot_description is not None:  # its links that are no body, too
+                frames += self.plan.link_frames()
             if frames:
                 self._tf_static_pub.publish(self._frames.static(frames, 0))
         if bridge.robot_description is not None and self._description is not None:

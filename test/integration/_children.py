@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from _patience import patience
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "examples" / "drivetrain"
 MANIFEST = EXAMPLE / "simulation.yaml"
@@ -51,6 +53,7 @@ class Child:
 
         selector = selectors.DefaultSelector()
         selector.register(self.process.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        timeout = patience(timeout)
         if not selector.select(timeout):
             raise AssertionError(f"no output in {timeout} s; stderr: {self.stderr()}")
         line = self.process.stdout.readline()  # type: ignore[union-attr]
@@ -61,7 +64,7 @@ class Child:
         """Send ``signum``; return (exit code, seconds until it exited)."""
         start = time.monotonic()
         self.process.send_signal(signum)
-        code = self.process.wait(timeout)
+        code = self.process.wait(patience(timeout))
         return code, time.monotonic() - start
 
     def stderr(self) -> str:
@@ -78,7 +81,8 @@ class Child:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
+    """Until ``condition()``; ``timeout`` is a quiet machine's, scaled by ``patience``."""
+    deadline = time.monotonic() + patience(timeout)
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what or condition}"
         time.sleep(0.05)

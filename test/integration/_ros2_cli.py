@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from _patience import patience
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ROS2 = BIN / 'ros2'
@@ -105,7 +107,7 @@ class RosProcess:
         else:
             self.popen.send_signal(signal.SIGINT)
         try:
-            return self.popen.wait(timeout=timeout)
+            return self.popen.wait(timeout=patience(timeout))
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f'no exit within {timeout} s of SIGINT: {self.context()}')
@@ -146,9 +148,9 @@ def wait_for_graph(env: dict[str, str], process: RosProcess, *, topics: Sequence
     """Until ``ros2 topic list`` / ``ros2 node list`` have shown every topic and node (the
     process still running), polling without the daemon; each poll waits 2 s for discovery
     (0.5 s by default, too short on a busy machine)."""
-    deadline = time.monotonic() + timeout
     seen_topics: set[str] = set()
     seen_nodes: set[str] = set()
+    deadline = time.monotonic() + patience(timeout)
     discovery = ['--no-daemon', '--spin-time', '2']
     while True:
         assert process.alive(), f'exited before it was up: {process.context()}'
@@ -181,6 +183,7 @@ def run_until_discovered(args: Sequence[str], env: dict[str, str], *,
                          timeout: float = START_WALL) -> str:
     """``ros2 ARGS`` to a 0 exit; again while it fails because its fresh node has not yet
     discovered the topic (the graph was seen from another process)."""
+    timeout = patience(timeout)
     deadline = time.monotonic() + timeout
     while True:
         result = ros2(args, env, timeout=timeout)

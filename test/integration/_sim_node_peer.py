@@ -18,6 +18,8 @@ from rclpy.exceptions import InvalidHandle
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
+from _patience import patience
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "config" / "examples" / "drivetrain" / "simulation.yaml"
 
@@ -78,7 +80,7 @@ class SimProcess:
         return self.process.poll() is None
 
     def wait(self, timeout: float) -> int:
-        return self.process.wait(timeout=timeout)
+        return self.process.wait(timeout=patience(timeout))
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -147,6 +149,7 @@ class Peer:
         reader it has not discovered yet (Fast DDS: "failed to send response"), so clients are
         kept for the next call, and a request that changes nothing is re-sent every 2 s."""
         client = self._client(cls, name)
+        timeout = patience(timeout)
         assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
         attempt = 2.0 if cls.__name__ in _IDEMPOTENT else timeout
         deadline = time.monotonic() + timeout
@@ -163,7 +166,7 @@ class Peer:
     def wait_for_service(self, cls: type, name: str, sim: SimProcess,
                          timeout: float = 30.0) -> None:
         client = self._client(cls, name)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patience(timeout)
         while not client.wait_for_service(timeout_sec=0.1):
             assert sim.alive(), f"the node exited early\n{sim.log()}"
             assert time.monotonic() < deadline, f"{name} not available\n{sim.log()}"
@@ -183,7 +186,7 @@ class Peer:
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str,
                log: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}\n{log()}")

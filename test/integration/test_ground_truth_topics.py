@@ -96,13 +96,19 @@ def test_joint_states_are_on_by_default_on_the_grid_with_effort(paused, peer) ->
 def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -> None:
     tf2_msgs = pytest.importorskip("tf2_msgs.msg", reason="tf2_msgs is not installed (make "
                                    "setup builds it from ../shared/vendor/ros2)")
-    import yaml
+    import xml.etree.ElementTree as ET
 
-    # The drivetrain with a fixed sensor mount on the chassis (a frame for /tf_static).
+    import yaml
+    from rcl_interfaces.srv import GetParameters
+
+    # The drivetrain with a fixed sensor mount on the chassis (a frame for /tf_static) and a
+    # flap hinged off its origin (the URDF's joint frame of it is a link that is no body).
     source = Path(MANIFEST)
     model = (source.parent / "drivetrain.xml").read_text().replace(
         '<body name="axle"', '<body name="mount" pos="0 0 0.03" quat="0 0 0 1"><geom '
-        'type="box" size=".01 .01 .01" mass="0.01"/></body>\n<body name="axle"', 1)
+        'type="box" size=".01 .01 .01" mass="0.01"/></body>\n<body name="flap" pos="0.1 0 0">'
+        '<joint name="flap_hinge" axis="0 1 0" pos="0 0 0.02"/><geom type="box" '
+        'size=".01 .01 .01" mass="0.01"/></body>\n<body name="axle"', 1)
     (tmp_path / "drivetrain.xml").write_text(model)
     document = yaml.safe_load(source.read_text())
     (tmp_path / "simulation.yaml").write_text(yaml.safe_dump(document))
@@ -121,7 +127,7 @@ def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -
         messages = [m for m, _ in snapshot(tf, peer.lock)]
         peer.unsubscribe(tf)
         pairs = {(t.header.frame_id, t.child_frame_id) for t in messages[-1].transforms}
-        assert pairs == {("world", "chassis"), ("chassis", "axle")}
+        assert pairs == {("world", "chassis"), ("chassis", "axle"), ("chassis", "flap")}
         stamps = sorted({ns(t.header.stamp) for m in messages for t in m.transforms})
         assert all(s % (20 * MS) == 0 for s in stamps) and stamps[-1] > start
         for msg in messages:
@@ -131,11 +137,23 @@ def test_tf_has_every_moving_body_and_tf_static_the_fixed_ones(tmp_path, peer) -
         wait_until(lambda: static, 20, "/tf_static", sim.log)
         (latched,) = [m for m, _ in snapshot(static, peer.lock)]
         peer.unsubscribe(static)
-        (mount,) = latched.transforms
+        mount, hinge = sorted(latched.transforms, key=lambda item: item.child_frame_id != "mount")
         assert (mount.header.frame_id, mount.child_frame_id) == ("chassis", "mount")
         t, q = mount.transform.translation, mount.transform.rotation
         assert (t.x, t.y, t.z) == pytest.approx((0.0, 0.0, 0.03))
         assert (q.x, q.y, q.z, q.w) == pytest.approx((0.0, 0.0, 1.0, 0.0))  # ROS: x y z w
+        # the flap's joint frame sits at the hinge's anchor in the flap
+        assert (hinge.header.frame_id, hinge.child_frame_id) == ("flap", "flap_hinge")
+        t = hinge.transform.translation
+        assert (t.x, t.y, t.z) == pytest.approx((0.0, 0.0, 0.02))
+        # RViz draws the URDF only when every link has a transform
+        reply = peer.call(GetParameters, "/fibril_sim/get_parameters",
+                          GetParameters.Request(names=["robot_description"]))
+        links = {link.get("name") for link in ET.fromstring(reply.values[0].string_value)
+                 .iter("link")}
+        framed = {"world"} | {c for _, c in pairs} | {t.child_frame_id
+                                                     for t in latched.transforms}
+        assert links == framed
     finally:
         sim.stop()
 

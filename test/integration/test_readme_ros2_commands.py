@@ -18,10 +18,10 @@ A README command this test does not know how to run fails it: add its runner her
 
 from __future__ import annotations
 
-import time
-
 import re
 import shlex
+import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +38,7 @@ from _ros2_cli import (
     run_until_discovered,
     wait_for_graph,
 )
+from _patience import patience
 
 README = REPO / 'README.md'
 EXAMPLE = 'config/examples/drivetrain/simulation.yaml'
@@ -146,16 +147,24 @@ def _running_node(env: dict[str, str], tmp_path: Path, *, paused: bool = False,
 def _param_set_on_running_node(command: list[str], env: dict[str, str],
                                tmp_path: Path) -> None:
     with _running_node(env, tmp_path):
-        for _ in range(10):  # the CLI's own discovery of the node, on a busy machine
-            result = ros2(command[1:], env)
-            if 'Node not found' not in result.stdout:
-                break
-            time.sleep(1.0)
+        result = _once_the_node_is_found(command[1:], env)
         assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
             result.stdout)
         name, value = command[-2:]
-        got = ros2(['param', 'get', '/fibril_sim', name], env).stdout
+        got = _once_the_node_is_found(['param', 'get', '/fibril_sim', name], env).stdout
         assert value in got, got
+
+
+def _once_the_node_is_found(args: list[str], env: dict[str, str]
+                            ) -> subprocess.CompletedProcess[str]:
+    """``ros2 param ...``, again while the CLI's fresh node has not discovered the node yet
+    ("Node not found": each ``ros2`` command discovers the graph anew, slowly when busy)."""
+    deadline = time.monotonic() + patience(30.0)
+    while True:
+        result = ros2(args, env)
+        if 'Node not found' not in result.stdout or time.monotonic() > deadline:
+            return result
+        time.sleep(1.0)
 
 
 def _echo_once_on_running_node(command: list[str], env: dict[str, str],

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _children import MANIFEST, Child, environment, wait_for
+from _patience import patience
 from fibril_sim_core.manifest import RuntimeOptions
 
 from fibril_sim_core import (
@@ -79,7 +80,7 @@ def test_remote_client_is_bit_identical_to_in_process(serve, tmp_path: Path) -> 
     assert len(remote_records) == len(local_records) > 400
     assert [_key(r) for r in remote_records] == [_key(r) for r in local_records]
     code, seconds = child.stop(signal.SIGTERM)
-    assert code == 143 and seconds < 2.0, child.stderr()
+    assert code == 143 and seconds < patience(2.0), child.stderr()
 
 
 def test_tcp_client_with_the_wrong_token_is_refused(serve, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from _children import EXAMPLE, MANIFEST, Child, environment, wait_for
+from _patience import patience
 from mcap.reader import make_reader
 
 from fibril_sim_core.trace import TraceReader
@@ -56,7 +57,7 @@ def test_run_stops_cleanly(tmp_path: Path, signum: int, code: int, verb: str) ->
         err = child.stderr()
     finally:
         child.close()
-    assert exit_code == code and seconds < 2.0, (seconds, err)
+    assert exit_code == code and seconds < patience(2.0), (seconds, err)
     assert re.fullmatch(rf"fibril_sim: {verb} at tick \d+; trace closed: {re.escape(str(trace))}\n",
                         err), err
     _assert_complete_trace(trace)
@@ -75,7 +76,7 @@ def test_run_with_sigint_ignored_stops_on_sigterm(tmp_path: Path) -> None:
         err = child.stderr()
     finally:
         child.close()
-    assert exit_code == 143 and seconds < 2.0, (seconds, err)
+    assert exit_code == 143 and seconds < patience(2.0), (seconds, err)
     assert "terminated at tick" in err and "Traceback" not in err
     _assert_complete_trace(trace)
 
@@ -92,7 +93,7 @@ def test_serve_stops_cleanly(tmp_path: Path, signum: int, code: int) -> None:
         err = child.stderr()
     finally:
         child.close()
-    assert exit_code == code and seconds < 2.0, (seconds, err)
+    assert exit_code == code and seconds < patience(2.0), (seconds, err)
     assert re.search(r"at episode 0 tick \d+; trace closed: ", err), err
     socket = Path(line.split("unix://", 1)[1])
     assert not socket.exists()  # the server removed its socket
@@ -121,11 +122,11 @@ def test_a_second_signal_forces_exit(tmp_path: Path) -> None:
         assert child.stdout.readline() == "cleaning up\n"
         start = time.monotonic()
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=10)
+        out, err = child.communicate(timeout=patience(10))
     finally:
         if child.poll() is None:
             child.kill()
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < patience(2.0)
     assert child.returncode == 130 and out == ""
     assert err == "fibril_sim: SIGINT again: exiting now\n"
 
@@ -156,7 +157,7 @@ def test_experiment_run_stops_cleanly_without_a_result(tmp_path: Path, workers: 
         err = child.stderr()
     finally:
         child.close()
-    assert exit_code == 143 and seconds < 2.0, (seconds, err)
+    assert exit_code == 143 and seconds < patience(2.0), (seconds, err)
     assert err.rstrip().endswith("fibril_sim: terminated"), err
     assert "Traceback" not in err
     assert not output.exists()  # an unfinished experiment writes no result
@@ -180,7 +181,7 @@ def test_calibrate_stops_cleanly_without_a_result(tmp_path: Path) -> None:
         err = child.stderr()
     finally:
         child.close()
-    assert exit_code == 143 and seconds < 2.0, (seconds, err)
+    assert exit_code == 143 and seconds < patience(2.0), (seconds, err)
     assert err.rstrip().endswith("fibril_sim: terminated") and "Traceback" not in err, err
     assert not result.exists() and not overlay.exists()
 
@@ -200,7 +201,7 @@ def test_the_same_signal_twice_at_once_is_one_request_to_stop(tmp_path: Path) ->
         assert child.poll() is None  # still cleaning up: the duplicate did not force exit
         time.sleep(1.0)
         child.send_signal(signal.SIGINT)  # a second request, a second later
-        out, err = child.communicate(timeout=10)
+        out, err = child.communicate(timeout=patience(10))
     finally:
         if child.poll() is None:
             child.kill()

@@ -140,8 +140,8 @@ def synthesize(folder: Path, doc: dict[str, Any], truth: Mapping[str, float], *,
     the instance's StateSnapshot / DeviceOutput records.
     """
     from fibril_calibration.alignment import align
-    from fibril_calibration.episodes import run_episode
-    from fibril_calibration.problem import CalibrationProblem
+    from fibril_calibration.solve.episodes import run_episode
+    from fibril_calibration.solve.problem import CalibrationProblem
     from fibril_calibration.request import load_calibration_request
 
     request = load_calibration_request(write_request(folder, doc, "synthesize.yaml"))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from _models import HINGE_XML, build, device, motor
+from _patience import patience
 from fibril_sim_core.manifest import RuntimeOptions
 
 from fibril_sim_core import ServerOptions, SimulationPlan, SimulationRuntime
@@ -44,7 +45,8 @@ def runtime_starter(seed: int, plan: SimulationPlan | None = None,
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
+    """Until ``condition()``; ``timeout`` is a quiet machine's, scaled by ``patience``."""
+    deadline = time.monotonic() + patience(timeout)
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)

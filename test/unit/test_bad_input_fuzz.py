@@ -432,7 +432,7 @@ def _mutate_recording(rng: random.Random, data: bytes, binary: bool) -> tuple[st
 
 def _streams_of(path: Path) -> list[Any]:
     import _recording_rig as rig
-    from fibril_calibration.sources import open_source
+    from fibril_calibration.recordings.formats import open_source
 
     source = open_source(path)
     try:

@@ -14,10 +14,11 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.bag_readers import choose_reader
+from fibril_calibration.recordings.bag_readers import choose_reader
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 
 def _fake_module(calls: list[Any], *, fail_open: bool = False,

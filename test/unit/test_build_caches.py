@@ -27,10 +27,10 @@ from _calibration_rig import manifest_doc as rig_manifest_doc
 from _models import (HINGE_XML, dense_records, device, manifest_doc, motor,
                      write_manifest, write_model)
 
-from fibril_calibration.candidate_plan import CandidatePlanBuilder
+from fibril_calibration.model.candidate_plan import CandidatePlanBuilder
 from fibril_calibration.errors import EvaluationError
 from fibril_calibration.parameters import CalibrationParameter
-from fibril_calibration.problem import CalibrationProblem
+from fibril_calibration.solve.problem import CalibrationProblem
 from fibril_calibration.request import load_calibration_request
 from fibril_sim_core import (
     ComponentTarget,

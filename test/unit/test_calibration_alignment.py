@@ -9,7 +9,7 @@ import pytest
 
 from fibril_calibration.alignment import (align, quat_error, quat_multiply, quat_normalize,
                                           quat_slerp)
-from fibril_calibration.episodes import grid_ticks
+from fibril_calibration.solve.episodes import grid_ticks
 from fibril_calibration.errors import EvaluationError
 
 SIM_T = np.array([0, 10, 20, 30])

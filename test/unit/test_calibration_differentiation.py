@@ -9,8 +9,8 @@ import pytest
 from _calibration_models import BatchNumpyModel, NumpyModel, Signal
 from scipy.optimize import least_squares
 
-from fibril_calibration.analysis import analyze
-from fibril_calibration.differentiation import Evaluator, FiniteDifference
+from fibril_calibration.analysis.identifiability import analyze
+from fibril_calibration.solve.differentiation import Evaluator, FiniteDifference
 from fibril_calibration.errors import CalibrationRequestError, EvaluationError
 from fibril_calibration.evaluation import ResidualBlock
 from fibril_calibration.losses import LossSpec, data_only_loss, robustified_squares, unit_loss
@@ -23,8 +23,8 @@ from fibril_calibration.parameters import (
     validate_parameter,
     validate_parameters,
 )
-from fibril_calibration.summaries import summarize
-from fibril_calibration.verdict import bound_fractions, episode_rms_ratio
+from fibril_calibration.analysis.summaries import summarize
+from fibril_calibration.analysis.verdict import bound_fractions, episode_rms_ratio
 
 T = np.linspace(0.0, 2.0, 30)
 

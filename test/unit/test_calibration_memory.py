@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fibril_calibration.candidate_plan import CandidatePlanBuilder
-from fibril_calibration.problem import CalibrationProblem
+from fibril_calibration.model.candidate_plan import CandidatePlanBuilder
+from fibril_calibration.solve.problem import CalibrationProblem
 from fibril_calibration.request import load_calibration_request
 
 ARM_XML = """\

@@ -14,11 +14,11 @@ import pytest
 from _calibration_rig import (DAMPING, ENCODER_BIAS, RESISTANCE, duty, request_doc, samples,
                               synthesize, write_request, write_rig)
 
-from fibril_calibration.candidate_plan import CandidatePlanBuilder
+from fibril_calibration.model.candidate_plan import CandidatePlanBuilder
 from fibril_calibration.engine import run_calibration
-from fibril_calibration.episodes import run_episode
+from fibril_calibration.solve.episodes import run_episode
 from fibril_calibration.errors import EvaluationError
-from fibril_calibration.problem import CalibrationProblem
+from fibril_calibration.solve.problem import CalibrationProblem
 from fibril_calibration.request import CalibrationRequest, load_calibration_request
 from fibril_sim_core import ActuatorApplication, DeviceOutput, IngressRecord, StateSnapshot
 
@@ -403,8 +403,8 @@ def test_recovers_three_parameters_within_their_intervals(rig: Path, tmp_path: P
 
 
 def test_custom_decoders_decode_device_outputs_at_evaluation(rig: Path, tmp_path: Path) -> None:
-    from fibril_calibration.decoders import (CalibrationDeviceOutputDecoder,
-                                             CalibrationDeviceOutputDecoderRegistry)
+    from fibril_calibration.model.decoders import (CalibrationDeviceOutputDecoder,
+                                                   CalibrationDeviceOutputDecoderRegistry)
 
     registry = CalibrationDeviceOutputDecoderRegistry.standard()
     registry.register(CalibrationDeviceOutputDecoder(

@@ -15,8 +15,8 @@ import yaml
 from _calibration_rig import (DAMPING, ENCODER_BIAS, RESISTANCE, duty, request_doc, samples,
                               write_request, write_rig)
 
-from fibril_calibration.decoders import (CalibrationDeviceOutputDecoder,
-                                         CalibrationDeviceOutputDecoderRegistry)
+from fibril_calibration.model.decoders import (CalibrationDeviceOutputDecoder,
+                                               CalibrationDeviceOutputDecoderRegistry)
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request
 
@@ -606,8 +606,8 @@ context:
 
 
 def test_the_specification_example_loads_and_evaluates(tmp_path: Path) -> None:
-    from fibril_calibration.decoders import STANDARD_DECODERS
-    from fibril_calibration.problem import CalibrationProblem
+    from fibril_calibration.model.decoders import STANDARD_DECODERS
+    from fibril_calibration.solve.problem import CalibrationProblem
 
     manifest = Path(__file__).resolve().parents[2] / "config/examples/drivetrain/simulation.yaml"
     path = tmp_path / "calibration.yaml"

@@ -10,8 +10,8 @@ import pytest
 
 from _calibration_rig import request_doc, samples, synthesize, write_request, write_rig
 from fibril_calibration import run_calibration
-from fibril_calibration.episodes import run_episode
-from fibril_calibration.problem import CalibrationProblem
+from fibril_calibration.solve.episodes import run_episode
+from fibril_calibration.solve.problem import CalibrationProblem
 from fibril_calibration.request import load_calibration_request
 from fibril_sim_core import MujocoTarget, OverlayParameter, SimulationBuilder, load_manifest
 
@@ -156,7 +156,7 @@ def test_recorded_inputs_file_may_be_a_run_inputs_file(tmp_path: Path) -> None:
 
 def test_recycled_mujoco_data_gives_identical_residuals(tmp_path: Path, monkeypatch) -> None:
     """Rollouts reuse their thread's MjData (reset by the fresh instance): same numbers."""
-    from fibril_calibration import episodes
+    from fibril_calibration.solve import episodes
 
     rig = write_rig(tmp_path)
     request = load_calibration_request(write_request(tmp_path, request_doc(rig)))

@@ -18,7 +18,8 @@ from fibril_calibration.errors import (
     CalibrationRequestError,
     EvaluationError,
 )
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 from fibril_sim_core import _schema as s
 
 
@@ -92,7 +93,7 @@ def test_franka_bad_seq_cells_and_sidecar_numbers_are_source_errors(tmp_path: Pa
 
 def test_source_set_turns_reader_errors_into_request_errors(arm: dict[str, Any],
                                                             monkeypatch: Any) -> None:
-    from fibril_calibration import mapping
+    from fibril_calibration.request import mapping
 
     for error in (PermissionError(13, "Permission denied"), ValueError("bad chunk")):
         def broken(*_: Any, error: Exception = error, **__: Any) -> Any:
@@ -116,7 +117,7 @@ def test_window_grid_that_rounds_below_a_timestep_is_refused(arm: dict[str, Any]
 
 
 def test_window_count_is_capped() -> None:
-    from fibril_calibration.windows import MAX_WINDOWS, parse_windows
+    from fibril_calibration.request.windows import MAX_WINDOWS, parse_windows
 
     where = s.Where("r.yaml", "windows", CalibrationRequestError)
     with pytest.raises(CalibrationRequestError, match=r"windows.every: .*at most 100000 per "
@@ -168,8 +169,8 @@ def test_a_failing_score_keeps_the_finished_fit(arm: dict[str, Any], monkeypatch
 # --------------------------------------------------------------------------- 5. quat_from
 
 def test_initial_quaternion_interpolates_on_the_short_arc() -> None:
-    from fibril_calibration.mapping import _Mapped, _state_values
-    from fibril_calibration.sources import Stream
+    from fibril_calibration.request.mapping import _Mapped, _state_values
+    from fibril_calibration.recordings.sources import Stream
 
     half = 0.1
     q0 = [1.0, 0.0, 0.0, 0.0]
@@ -232,8 +233,8 @@ def test_duplicate_or_colliding_evaluate_sets_are_refused(tmp_path: Path) -> Non
 def test_starting_point_and_time_offsets_exports() -> None:
     import dataclasses
 
-    from fibril_calibration import time_offsets
-    from fibril_calibration.starting_point import StartingPoint
+    from fibril_calibration.recordings import time_offsets
+    from fibril_calibration.solve.starting_point import StartingPoint
 
     assert [f.name for f in dataclasses.fields(StartingPoint)] == ["physical", "warnings"]
     for name in ("candidate_builder", "offset_ticks", "shifted_linear", "TimeOffsetTarget",

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from _calibration_models import NumpyModel, Signal
 
-from fibril_calibration import _least_squares
-from fibril_calibration._least_squares import least_squares_with_callback
+from fibril_calibration.solve import _least_squares
+from fibril_calibration.solve._least_squares import least_squares_with_callback
 from fibril_calibration.losses import LossSpec
-from fibril_calibration.optimizer import Tolerances
+from fibril_calibration.solve.optimizer import Tolerances
 from fibril_calibration.parameters import CalibrationParameter
 from fibril_calibration.solver import SolverOptions, calibrate
 

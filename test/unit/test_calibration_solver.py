@@ -13,7 +13,7 @@ from scipy.stats import norm
 from fibril_calibration.losses import LossSpec
 from fibril_calibration.parameters import CalibrationParameter, Prior
 from fibril_calibration.solver import SolverOptions, calibrate
-from fibril_calibration.verdict import FitCriteria
+from fibril_calibration.analysis.verdict import FitCriteria
 
 T = np.linspace(0.0, 3.0, 60)
 

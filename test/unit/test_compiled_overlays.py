@@ -11,6 +11,7 @@ from typing import Any
 import mujoco
 import pytest
 from _models import manifest_doc, motor, write_manifest
+from _patience import patience
 from test_overlays import kinds_manifest, param
 
 from fibril_sim_core import ParameterOverlays, PlanError, SimulationBuilder
@@ -227,7 +228,7 @@ def test_mesh_model_candidates_are_written_bit_identically_without_compiling(
         builder.release(plan)
         del plan
     assert compiles == [1, 1] + [0] * 10
-    assert sorted(seconds[3:])[4] < 0.02  # median about 2 ms (40-50 ms compiling)
+    assert sorted(seconds[3:])[4] < patience(0.02)  # median about 2 ms (40-50 ms compiling)
 
 
 def test_a_calibration_is_the_same_written_or_compiled(tmp_path: Path,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fibril_calibration import csv_columns
-from fibril_calibration.sources import CsvSource, SourceError
+from fibril_calibration.recordings import csv_columns
+from fibril_calibration.recordings.sources import CsvSource, SourceError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ MEMORY_CHILD = textwrap.dedent("""
     import resource, sys
     from pathlib import Path
     import numpy as np
-    from fibril_calibration.sources import CsvSource
+    from fibril_calibration.recordings.sources import CsvSource
     def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     base = peak()

@@ -21,8 +21,9 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.mcap_integrity import McapDamage, check_mcap
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.mcap_integrity import McapDamage, check_mcap
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,8 @@ from typing import Any
 import _recording_rig as rig
 import numpy as np
 import pytest
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 from fibril_sim_core.cli import main
 

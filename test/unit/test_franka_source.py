@@ -18,7 +18,8 @@ import pytest
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.errors import CalibrationRequestError
 from fibril_calibration.request import load_calibration_request
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 SEQ_FIRST = 5000
 DURATION = 0.6

@@ -197,7 +197,7 @@ def test_offsets_use_the_projections_truncated_svd() -> None:
     """The reported correction is the one the projection applied: r + S δ == apply(r) even
     when S is numerically rank deficient (a singular value under the projection's cut-off but
     above lstsq's default), and the coordinates loading on the null space are unidentified."""
-    from fibril_calibration.initial_state_fit import Coordinate, InitialStateProjection, step
+    from fibril_calibration.model.initial_state_fit import Coordinate, InitialStateProjection, step
 
     rng = np.random.default_rng(3)
     a = rng.normal(size=200)
@@ -279,7 +279,7 @@ def test_a_failing_sensitivity_rollout_counts_and_names_the_perturbed_state(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import _calibration_rig as crig
     from fibril_calibration.errors import EvaluationError
-    from fibril_calibration.problem import CalibrationProblem
+    from fibril_calibration.solve.problem import CalibrationProblem
 
     manifest = crig.write_rig(tmp_path)
     doc = crig.request_doc(manifest)

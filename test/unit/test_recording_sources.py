@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.scores import evaluate_parameter_sets
-from fibril_calibration.sources import SourceError, open_source
+from fibril_calibration.recordings.sources import SourceError
+from fibril_calibration.recordings.formats import open_source
 
 WINDOWS = {"every": 0.2, "validation_every": 4}
 
@@ -492,7 +493,7 @@ def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict
     unchanged."""
     from types import SimpleNamespace
 
-    from fibril_calibration.sources import _bag_typestore
+    from fibril_calibration.recordings.sources import _bag_typestore
     from fibril_sim_core.trace._msgtypes import typestore
 
     source = open_source(arm["mcap"])
@@ -516,7 +517,7 @@ def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict
 def test_candidate_builder_fixed_overlays(arm: dict[str, Any]) -> None:
     """``CandidatePlanBuilder(fixed_overlays=...)``: the --evaluate path's held parameters are
     in every candidate; one that binds a fitted target again is an error naming it."""
-    from fibril_calibration.candidate_plan import CandidatePlanBuilder
+    from fibril_calibration.model.candidate_plan import CandidatePlanBuilder
     from fibril_calibration.parameters import CalibrationParameter
     from fibril_sim_core.errors import FibrilError
     from fibril_sim_core.overlays import MujocoTarget, OverlayParameter

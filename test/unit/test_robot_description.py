@@ -25,6 +25,7 @@ from fibril_sim_core.robot_description import (
     RobotDescriptionError,
     body_frame_names,
     geom_markers,
+    link_frames,
     urdf_from_model,
 )
 
@@ -377,6 +378,27 @@ def test_zoo_urdf_every_attachment_and_geom(zoo: tuple[mujoco.MjModel, Path]) ->
     assert by_name["target"].find("collision") is None
     assert by_name["world"].find("visual/geometry/box").get("size") == "20.0 20.0 0.001"
     check_forward_kinematics(model, urdf)
+
+
+def test_link_frames_put_an_off_axis_joint_frame_where_the_urdf_does(
+        zoo: tuple[mujoco.MjModel, Path]) -> None:
+    """The URDF's links that are no body but sit fixed on one (the unnamed body's off-axis
+    hinge) are frames of that body where forward kinematics of the URDF puts them; the links
+    between the chained joints of one body move with them and are not among these."""
+    model, _ = zoo
+    _, links, joints = parse(urdf_from_model(model, frame_prefix="r/"))
+    (frame,) = link_frames(model, "r/")
+    assert (frame.name, frame.parent) == ("joint_3", "body_3")  # without the prefix
+    names = body_frame_names(model, "r/")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        data, qpos = random_state(model, rng)
+        world = [transform(data.xpos[b], data.xmat[b]) for b in range(model.nbody)]
+        floating = {names[b]: np.linalg.inv(world[int(model.body_parentid[b])]) @ world[b]
+                    for b in range(1, model.nbody)}
+        poses = world_poses(links, joints, qpos, floating)
+        expected = poses["r/body_3"] @ transform(frame.position, quat_matrix(frame.orientation))
+        np.testing.assert_allclose(poses["r/joint_3"], expected, atol=1e-9)
 
 
 def test_frame_prefix_names_links_not_joints(zoo: tuple[mujoco.MjModel, Path]) -> None:

@@ -56,7 +56,7 @@ def test_delay_and_damping_are_recovered(delayed: dict[str, Any]) -> None:
 
 
 def test_problem_evaluates_the_offset_without_a_builder(delayed: dict[str, Any]) -> None:
-    from fibril_calibration.problem import CalibrationProblem
+    from fibril_calibration.solve.problem import CalibrationProblem
 
     request = _load(delayed["folder"], delayed["doc"])
     with CalibrationProblem(request) as problem:
@@ -107,7 +107,7 @@ class _Recording:
     """A ready candidate builder (the standard one) that records the plans handed back."""
 
     def __init__(self, manifest: Any, parameters: Any) -> None:
-        from fibril_calibration.candidate_plan import CandidatePlanBuilder
+        from fibril_calibration.model.candidate_plan import CandidatePlanBuilder
 
         self.inner = CandidatePlanBuilder(manifest, parameters)
         self.released: list[Any] = []
@@ -122,7 +122,7 @@ class _Recording:
 
 def test_a_ready_builder_object_gets_the_offsets_and_plans_back(
         delayed: dict[str, Any]) -> None:
-    from fibril_calibration.time_offsets import is_time_offset
+    from fibril_calibration.recordings.time_offsets import is_time_offset
 
     request = _load(delayed["folder"], delayed["doc"])
     ready = _Recording(request.manifest,
@@ -132,13 +132,13 @@ def test_a_ready_builder_object_gets_the_offsets_and_plans_back(
     overlay_ids = [p["id"] for p in result.parameter_overlay["parameters"]]
     assert overlay_ids == ["d_j1", "d_j2"]
     assert ready.released  # OffsetAwareBuilder.release forwards to the ready builder
-    from fibril_calibration.time_offsets import OffsetPlan
+    from fibril_calibration.recordings.time_offsets import OffsetPlan
 
     assert not any(isinstance(plan, OffsetPlan) for plan in ready.released)
 
 
 def test_offset_aware_builder_release_unwraps_the_plan() -> None:
-    from fibril_calibration.time_offsets import OffsetAwareBuilder, OffsetPlan
+    from fibril_calibration.recordings.time_offsets import OffsetAwareBuilder, OffsetPlan
 
     class Inner:
         def __init__(self) -> None:

@@ -29,6 +29,8 @@ from fibril_sim_core.trace.reader import TraceReader
 
 from fibril_sim_core.trace import _msgtypes
 
+from _patience import patience
+
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "fibril_sim_core"
 TIMESTEP_NS = 2_000_000
@@ -534,7 +536,7 @@ def test_sigint_leaves_a_complete_trace(tmp_path: Path) -> None:
                 break
         assert reported >= 3000, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=20)
+        _, stderr = proc.communicate(timeout=patience(20))
     finally:
         if proc.poll() is None:
             proc.kill()

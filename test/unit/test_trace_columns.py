@@ -27,6 +27,7 @@ from test_trace import assert_doctor_ok
 from test_trace_payloads import _reference
 
 from fibril_sim_core import SimulationBuilder
+from _patience import patience
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVETRAIN = REPO / "config/examples/drivetrain/simulation.yaml"
@@ -498,7 +499,7 @@ def test_a_signal_leaves_a_complete_columns_trace(tmp_path: Path, signum: int) -
                 break
         assert reached >= 10_000, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=20)
+        _, stderr = proc.communicate(timeout=patience(20))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -26,6 +26,8 @@ from fibril_sim_core.trace._mcap import McapIndex
 from fibril_sim_core.trace.query import query
 from fibril_sim_core.trace.reader import TraceReader, TraceWarning
 
+from _patience import patience
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / p) for p in (
     "fibril_sim_core", "fibril_calibration", "fibril_sim_ros"))
@@ -208,7 +210,7 @@ def test_sigkilled_writer_leaves_a_readable_trace(tmp_path: Path) -> None:
         assert line, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=patience(10))
     finally:
         if proc.poll() is None:
             proc.kill()

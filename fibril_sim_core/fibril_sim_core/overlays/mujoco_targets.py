@@ -16,13 +16,36 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import mujoco
 import numpy as np
 
-if TYPE_CHECKING:
-    from .artifact import MujocoTarget, OverlayParameter
+
+
+class MujocoTargetLike(Protocol):
+    """What the appliers read of an ``artifact.MujocoTarget``: a Protocol, since ``artifact``
+    imports this module for its target kinds."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def object(self) -> str: ...
+    @property
+    def component_index(self) -> int: ...
+    @property
+    def attribute(self) -> str | None: ...
+
+
+class BoundParameter(Protocol):
+    """What the appliers read of an ``artifact.OverlayParameter``: its value."""
+
+    @property
+    def value(self) -> Any: ...
+
+
+P = TypeVar("P", bound=BoundParameter)
+T = TypeVar("T", bound=MujocoTargetLike)
 
 _OBJ = {"body": mujoco.mjtObj.mjOBJ_BODY, "joint": mujoco.mjtObj.mjOBJ_JOINT,
         "geom": mujoco.mjtObj.mjOBJ_GEOM, "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
@@ -87,8 +110,8 @@ class TargetProblem(Exception):
 
 
 def apply_mujoco_overlays(spec: mujoco.MjSpec,
-                          bindings: Sequence[tuple[OverlayParameter, MujocoTarget]],
-                          fail: Callable[[OverlayParameter, MujocoTarget, str], Exception],
+                          bindings: Sequence[tuple[P, T]],
+                          fail: Callable[[P, T, str], Exception],
                           *, inertials: dict[Any, Any] | None = None,
                           model_key: Any = None) -> None:
     """Write every binding into ``spec`` (parsed, not yet compiled). ``inertials`` caches
@@ -99,7 +122,7 @@ def apply_mujoco_overlays(spec: mujoco.MjSpec,
     if bodies:
         _materialize_inertia(spec, bodies, inertials if model_key is not None else None,
                              model_key)
-    dcmotors: dict[str, list[tuple[OverlayParameter, MujocoTarget]]] = {}
+    dcmotors: dict[str, list[tuple[P, T]]] = {}
     for parameter, target, obj in objects:
         if target.kind.startswith("dcmotor_"):
             if obj.gaintype != mujoco.mjtGain.mjGAIN_DCMOTOR:
@@ -115,7 +138,7 @@ def apply_mujoco_overlays(spec: mujoco.MjSpec,
         _apply_dcmotor(spec.actuator(name), {t.kind: float(p.value) for p, t in items})
 
 
-def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTarget
+def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTargetLike
                    ) -> Any:
     """The value the compiled model holds for ``target`` (None when not observable)."""
     if target.kind == "plugin_attribute":
@@ -163,9 +186,8 @@ def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTar
 # --------------------------------------------------------------------------- helpers
 
 
-def _find(spec: mujoco.MjSpec, target: MujocoTarget,
-          fail: Callable[[OverlayParameter, MujocoTarget, str], Exception],
-          parameter: OverlayParameter) -> Any:
+def _find(spec: mujoco.MjSpec, target: T, fail: Callable[[P, T, str], Exception],
+          parameter: P) -> Any:
     objtype = KINDS[target.kind].objtype
     if objtype == "plugin":
         for plugin in spec.plugins:
@@ -218,7 +240,7 @@ def _set_element(obj: Any, name: str, index: int, value: float) -> None:
     setattr(obj, name, array)
 
 
-def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTarget, value: Any) -> None:
+def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTargetLike, value: Any) -> None:
     kind, i = target.kind, target.component_index
     if kind == "body_mass":
         obj.mass = value

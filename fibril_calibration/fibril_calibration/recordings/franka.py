@@ -365,7 +365,7 @@ class RingTargets(CsvSource):
 def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
             column: Any) -> list[np.ndarray]:
     """The rotvec_des columns of ``source``: ``log(conj(q_anchor) ⊗ q_des)``."""
-    from .alignment import quat_error
+    from ..alignment import quat_error
 
     anchor = sidecar.get("q_anchor_xyzw")
     if not (isinstance(anchor, list) and len(anchor) == 4):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .evaluation import ResidualBlock
+from ..evaluation import ResidualBlock
 
 
 def _rms(sse: float, count: int) -> float | None:

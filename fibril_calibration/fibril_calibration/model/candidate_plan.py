@@ -22,7 +22,7 @@ from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterO
                                       overlay_document)
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
-from .parameters import CalibrationParameter
+from ..parameters import CalibrationParameter
 
 CalibrationParameterValues = Mapping[str, float]
 """Physical values by parameter id (declaration order)."""

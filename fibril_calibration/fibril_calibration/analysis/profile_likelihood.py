@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import toms748
 
-from ._json import finite_or_none
-from .errors import EvaluationError
-from .objective import Objective
-from .optimizer import CONVERGED, Tolerances, minimize
+from .._json import finite_or_none
+from ..errors import EvaluationError
+from ..solve.objective import Objective
+from ..solve.optimizer import CONVERGED, Tolerances, minimize
 
 CONFIDENCE_LEVEL = 0.95
 

@@ -33,15 +33,15 @@ import numpy as np
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.records import ActuatorApplication, DeviceOutput
 
-from .alignment import align, quat_error
-from .decoders import CalibrationDeviceOutputDecoderRegistry
-from .errors import EvaluationError
-from .observations import ObservationSpec, snapshot_reader
+from ..alignment import align, quat_error
+from ..errors import EvaluationError
+from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
+from ..model.observations import ObservationSpec, snapshot_reader
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .request import EpisodeSpec, SignalSpec
+    from ..request.episode_specs import EpisodeSpec, SignalSpec
 
 # MuJoCo resets the state (or zeroes a huge control: BADCTRL) and goes on: a rollout that
 # raised any of these has no valid samples.
@@ -102,7 +102,7 @@ def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSp
             signals.append(SignalSchedule(signal, observation, None))
             continue
         if signal.time_offset_bounds_ns is not None:  # every tick a shifted sample may need
-            from .time_offsets import offset_ticks
+            from ..recordings.time_offsets import offset_ticks
 
             ticks = offset_ticks(signal.times_ns, *signal.time_offset_bounds_ns,
                                  observation.sample_every_steps, timestep_ns)
@@ -365,7 +365,7 @@ def episode_residuals(schedule: EpisodeSchedule, tracks: list[Track]
         if item.identity:
             aligned = track.values
         elif signal.time_offset_bounds_ns is not None:
-            from .time_offsets import shifted_linear
+            from ..recordings.time_offsets import shifted_linear
 
             aligned = shifted_linear(signal.times_ns, track.offset_ns or 0.0, track.times_ns,
                                      track.values, quaternion=observation.quaternion,

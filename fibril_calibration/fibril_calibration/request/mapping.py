@@ -50,14 +50,15 @@ from fibril_sim_core.records import IngressRecord
 
 from fibril_sim_core import _schema as s
 
-from .sources import MOTOR_COMMAND, Source, SourceError, Stream, open_source
+from ..recordings.formats import open_source
+from ..recordings.sources import MOTOR_COMMAND, Source, SourceError, Stream
 from .windows import parse_windows
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .observations import ObservationSpec
-    from .request import EpisodeSpec
+    from ..model.observations import ObservationSpec
+    from .episode_specs import EpisodeSpec
 
 __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 
@@ -114,7 +115,7 @@ class SourceSet:
             raise where.key("time").fail(f"expected log (the bag's receive time) or header "
                                          f"(header.stamp), got {time!r}")
         if "reader" in body:
-            from .bag_readers import choose_reader
+            from ..recordings.bag_readers import choose_reader
 
             try:
                 choose_reader(s.string(body["reader"], where.key("reader")), "reader")
@@ -397,7 +398,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                     sources: SourceSet) -> list[EpisodeSpec]:
     """The episodes of one ``source:`` entry: one per window (scope: the entry's, or
     validation for a ``validation_every`` window)."""
-    from . import request as r
+    from . import episode_specs as r, initial_states as states
 
     body = s.mapping(value, where)
     s.keys(body, where, required=("id", "source", "signals"), optional=_EPISODE_KEYS)
@@ -492,8 +493,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
             built.append(r._signal(settings, at, observation, dt, horizon, sources.base, None,
                                    loaded=(relative, values)))
         initial = _state_values(state, start, origin, label, ww)
-        initial_state = r._initial_state(initial, where.key("initial_state"), plan)
-        state_fit = r.initial_state_fit(body, where, initial_state, plan)
+        initial_state = states._initial_state(initial, where.key("initial_state"), plan)
+        state_fit = states.initial_state_fit(body, where, initial_state, plan)
         last_time = max(int(sig.times_ns[-1]) for sig in built)
         needed = -(-last_time // dt)
         if horizon is not None and horizon < needed:
@@ -674,7 +675,7 @@ def _state_values(entries: Sequence[tuple[dict[str, Any], list[tuple[str, _Mappe
             if times[after] == start or after == 0:
                 row = values[after]
             elif key == "quat":  # shortest-path SLERP (q and -q are one orientation)
-                from .alignment import align
+                from ..alignment import align
 
                 row = align(np.array([start], dtype=np.int64), times[after - 1:after + 1],
                             values[after - 1:after + 1], "linear", quaternion=True)[0]

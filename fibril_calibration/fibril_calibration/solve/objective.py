@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..evaluation import Evaluation, ResidualBlock
+from ..losses import LossSpec, data_only_loss, robustified_squares
 from .differentiation import Evaluator, FiniteDifference, Linearization
-from .evaluation import Evaluation, ResidualBlock
-from .losses import LossSpec, data_only_loss, robustified_squares
 
 PRIOR_EPISODE = "__prior__"
 

@@ -20,10 +20,6 @@ upper bounds) so that targets and selectors are checked on a real compiled model
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,27 +32,27 @@ from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
 from fibril_sim_core.overlays import OverlayError, OverlayTarget, parse_target, parse_value
-from fibril_sim_core.records import IngressRecord
 
-from .alignment import ALIGNMENTS
-from .decoders import CalibrationDeviceOutputDecoderRegistry
-from .errors import CalibrationRequestError
-from .losses import LOSS_TYPES, LossSpec
-from .observations import ObservationSpec, parse_observation
-from .parameters import PARAMETERIZATIONS, CalibrationParameter, Prior, parameter_problems
-from .sources import MAX_VALUE
-from .recordings import (Recording, RecordingError, Recordings, TraceError, TraceQueryError,
-                         without_scenario_inputs)
+from ..errors import CalibrationRequestError
+from ..losses import LOSS_TYPES, LossSpec
+from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
+from ..model.observations import ObservationSpec, parse_observation
+from ..parameters import PARAMETERIZATIONS, CalibrationParameter, Prior, parameter_problems
+from ..recordings.traces import Recordings
+from .canonical import canonical_sha256
+from .episode_specs import (EpisodeSpec, _EpisodeTraces, _episode_hash, _open_recording,
+                            _recorded_inputs, _recording_episode, _recording_inputs,
+                            _run_inputs_file, _signal, signal_entries)
+from .initial_states import _initial_state, initial_state_fit
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .candidate_plan import CandidatePlanBuilderProtocol
+    from ..model.candidate_plan import CandidatePlanBuilderProtocol
 
 SCHEMA_MAJOR = 3
 SCHEMA_MINORS = (1,)
 OPTIMIZER_TYPES = ("ceres", "least_squares")
-SCALE_SEMANTICS = ("measurement_standard_deviation", "characteristic_scale", "user_scale")
 OBJECTIVE_VERSION = "fibril_calibration/objective/v1"
 RESERVED_EPISODE_IDS = ("__prior__",)
 # Keys the result writes into its context beside the request's own context keys.
@@ -72,61 +68,6 @@ _TOP_OPTIONAL = ("validation", "optimizer", "objective", "execution", "analysis"
 
 
 # --------------------------------------------------------------------------- typed request
-
-@dataclass(frozen=True)
-class SignalSpec:
-    """The reference samples of one observation in one episode and how they are compared."""
-
-    observation: str
-    alignment: str
-    residual_scales: np.ndarray = field(repr=False)  # (residual_dimension,)
-    scale_semantics: str
-    times_ns: np.ndarray = field(repr=False)  # (n,) int64, strictly increasing
-    values: np.ndarray = field(repr=False)  # (n, dimension); orientations unit-normalized
-    samples_file: str | None = None
-    samples_from: str | None = None  # the trace selector the samples were read with
-    # [lower, upper] of the signal's calibrated time offset in ns (``time_offsets``)
-    time_offset_bounds_ns: tuple[float, float] | None = None
-
-    @property
-    def count(self) -> int:
-        return int(self.times_ns.shape[0])
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One recorded episode: seed, weight, initial state, recorded inputs and signals.
-
-    ``signals`` follow the declaration order of ``observations`` (the residual block order).
-    ``horizon_steps`` is what the request says (None: derived from the last reference time).
-    """
-
-    id: str
-    scope: str  # training | validation
-    seed: int
-    weight: float
-    horizon_steps: int | None
-    initial_state: tuple[Mapping[str, Any], ...]
-    recorded_inputs: tuple[IngressRecord, ...]
-    signals: tuple[SignalSpec, ...]
-    content_sha256: str
-    recording: Path | None = None  # the trace the recorded inputs came from
-    recording_episode: int | None = None  # its episode number
-    # An episode from a recording source (bag / CSV, see ``mapping``): path, format, declaring
-    # entry, window and how the input samples were moved onto ticks.
-    source: Mapping[str, Any] | None = field(default=None, compare=False)
-    # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
-    # endpoints, replayed into every candidate whose endpoints parse the same way.
-    prepared_inputs: Any = field(default=None, compare=False, repr=False)
-    # ``initial_state_fit``: the initial-state parts fitted as nuisance (``initial_state_fit``).
-    initial_state_fit: tuple[str, ...] = ()
-
-    def signal(self, observation_id: str) -> SignalSpec:
-        for signal in self.signals:
-            if signal.observation == observation_id:
-                return signal
-        raise KeyError(observation_id)
-
 
 @dataclass(frozen=True)
 class OptimizerSpec:
@@ -257,7 +198,7 @@ def parse_calibration_request(
         decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
         candidate_builder: CandidateFactory | None = None) -> CalibrationRequest:
     """Validate a parsed request document; relative paths resolve against ``file``'s folder."""
-    from .candidate_plan import CandidatePlanBuilder
+    from ..model.candidate_plan import CandidatePlanBuilder
 
     decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
     root = s.Where(str(file), "", CalibrationRequestError)
@@ -275,7 +216,7 @@ def parse_calibration_request(
 
     parameters = _parameters(doc["parameters"], root.key("parameters"))
     factory = candidate_builder or CandidatePlanBuilder
-    from .time_offsets import candidate_builder as offset_aware
+    from ..recordings.time_offsets import candidate_builder as offset_aware
 
     candidates = offset_aware(factory, manifest, parameters)
     probes = _probe_plans(candidates, parameters, root.key("parameters"))
@@ -422,7 +363,7 @@ def _target(raw: Any, where: s.Where) -> Any:
     """A typed overlay target, or ``{type: time_offset, observation: id}`` (see
     ``time_offsets``)."""
     if isinstance(raw, Mapping) and raw.get("type") == "time_offset":
-        from .time_offsets import TimeOffsetTarget
+        from ..recordings.time_offsets import TimeOffsetTarget
 
         s.keys(raw, where, required=("type", "observation"))
         return TimeOffsetTarget(s.string(raw["observation"], where.key("observation")))
@@ -437,7 +378,7 @@ def _time_offsets(parameters: Sequence[CalibrationParameter],
     every sample still at or after time 0 at the upper bound."""
     import dataclasses
 
-    from .time_offsets import TimeOffsetTarget
+    from ..recordings.time_offsets import TimeOffsetTarget
 
     bounds: dict[str, tuple[float, float]] = {}
     for i, parameter in enumerate(parameters):
@@ -583,20 +524,6 @@ def _split_windows(training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeS
     return kept, validation + moved
 
 
-@dataclass(frozen=True)
-class _EpisodeTraces:
-    """What ``samples_from`` of one episode resolves against: the episode's recording (if any)
-    and its explicit ``recording_episode`` (None: each trace's first episode)."""
-
-    recordings: Recordings
-    base: Path
-    plan: SimulationPlan
-    recording: Recording | None
-    recording_where: s.Where | None
-    episode: int | None
-    episode_where: s.Where
-
-
 def _episode(value: Any, where: s.Where, scope: str,
              observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
              base: Path, recordings: Recordings) -> EpisodeSpec:
@@ -697,493 +624,6 @@ def _episode(value: Any, where: s.Where, scope: str,
                        initial_state_fit=state_fit)
 
 
-def initial_state_fit(body: Mapping[str, Any], where: s.Where,
-                      initial_state: Sequence[Mapping[str, Any]],
-                      plan: SimulationPlan) -> tuple[str, ...]:
-    """The episode's ``initial_state_fit`` (``()`` when absent), checked against its
-    initial_state."""
-    if "initial_state_fit" not in body:
-        return ()
-    from . import initial_state_fit as fit
-
-    return fit.parse(body["initial_state_fit"], where.key("initial_state_fit"), initial_state,
-                     plan.model)
-
-
-def _open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
-                    plan: SimulationPlan) -> Recording:
-    """The trace named by ``value`` (relative to the request's folder), checked to share the
-    plan's physics timestep (commit ticks and snapshot ticks count steps of it)."""
-    path = base / s.string(value, where)
-    try:
-        recording = recordings.get(path)
-    except TraceError as exc:
-        raise where.fail(_unreadable(path, exc)) from None
-    timestep = plan.timebase.timestep_ns
-    if recording.timestep_ns != timestep:
-        raise where.fail(f"the trace {str(path)!r} was recorded with a {recording.timestep_ns} "
-                         f"ns timestep; the plan steps {timestep} ns (its ticks would not line "
-                         f"up)")
-    return recording
-
-
-def _unreadable(path: Path, exc: Exception) -> str:
-    """``cannot read the trace 'PATH': problem`` (the reader's own PATH prefix dropped)."""
-    text = str(exc)
-    for prefix in (f"{path}: ", f"{path.resolve()}: "):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-            break
-    return f"cannot read the trace {str(path)!r}: {text}"
-
-
-def _recording_episode(recording: Recording, explicit: int | None, where: s.Where,
-                       episode_where: s.Where) -> int:
-    """``explicit`` if the trace has it, else the trace's first episode."""
-    try:
-        if explicit is None:
-            first = recording.first_episode()
-            if first is None:
-                raise where.fail(f"the trace {str(recording.path)!r} has no records")
-            return first
-        if recording.has_episode(explicit):
-            return explicit
-        episodes = recording.episodes()
-    except TraceError as exc:
-        raise where.fail(_unreadable(recording.path, exc)) from None
-    raise episode_where.fail(f"episode {explicit} is not in the trace {str(recording.path)!r}; "
-                             f"its episodes: {', '.join(map(str, episodes)) or 'none'}")
-
-
-def _recording_inputs(recording: Recording, number: int, where: s.Where,
-                      plan: SimulationPlan) -> tuple[IngressRecord, ...]:
-    """The accepted inputs of the trace's episode, validated like inline recorded inputs.
-
-    The scenario's initial inputs are left out: ``create_instance`` restores them itself."""
-    try:
-        records = recording.accepted_inputs(number)
-    except TraceError as exc:
-        raise where.fail(_unreadable(recording.path, exc)) from None
-    records = without_scenario_inputs(records, plan.scenario.initial_inputs)
-    items = [{"source_id": r.source_id, "source_sequence": r.source_sequence,
-              "payload_type": r.payload_type, "payload_json": r.payload_json,
-              "commit_tick": r.commit_tick, "acceptance_sequence": r.acceptance_sequence}
-             for r in records]
-    at = s.Where(where.file, f"{where.path} ({str(recording.path)!r}, episode {number}): "
-                             f"accepted input", CalibrationRequestError)
-    return _recorded_inputs(items, at, plan, acceptance_per_tick=True)
-
-
-def _initial_state(value: Any, where: s.Where,
-                   plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
-    import mujoco
-
-    model = plan.model
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(s.sequence(value, where)):
-        at = where.key(i)
-        body = s.mapping(item, at)
-        kind = body.get("type")
-        if kind == "joint":
-            s.keys(body, at, required=("type", "joint"), optional=("qpos", "qvel"))
-            name = s.string(body["joint"], at.key("joint"))
-            jid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
-            if jid < 0:
-                raise at.key("joint").fail(f"no MuJoCo joint named {name!r} in the model")
-            jtype = int(model.jnt_type[jid])
-            label = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}[jtype]
-            nq, nv = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}[jtype]
-            if "qpos" not in body and "qvel" not in body:
-                raise at.fail("a joint entry sets qpos, qvel or both")
-            entry: dict[str, Any] = {"type": "joint", "joint": name}
-            for key, size in (("qpos", nq), ("qvel", nv)):
-                if key in body:
-                    values = _numbers(body[key], at.key(key))
-                    if len(values) != size:
-                        raise at.key(key).fail(f"{label} joint {name!r} has {size} {key} "
-                                               f"value(s), got {len(values)}")
-                    if key == "qpos" and label in ("free", "ball"):
-                        q = values[-4:]
-                        if abs(math.sqrt(sum(v * v for v in q)) - 1.0) > 1e-3:
-                            raise at.key(key).fail(f"the orientation part {q} of {label} joint "
-                                                   f"{name!r} is not a unit quaternion (wxyz)")
-                    entry[key] = values
-            out.append(entry)
-        elif kind == "mocap":
-            s.keys(body, at, required=("type", "body"), optional=("pos", "quat"))
-            name = s.string(body["body"], at.key("body"))
-            bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
-            if bid < 0:
-                raise at.key("body").fail(f"no MuJoCo body named {name!r} in the model")
-            if int(model.body_mocapid[bid]) < 0:
-                raise at.key("body").fail(f"body {name!r} is not a mocap body")
-            if "pos" not in body and "quat" not in body:
-                raise at.fail("a mocap entry sets pos, quat or both")
-            entry = {"type": "mocap", "body": name}
-            for key, size in (("pos", 3), ("quat", 4)):
-                if key in body:
-                    values = _numbers(body[key], at.key(key))
-                    if len(values) != size:
-                        raise at.key(key).fail(f"expected {size} values, got {len(values)}")
-                    if key == "quat" and abs(math.sqrt(sum(v * v for v in values)) - 1) > 1e-3:
-                        raise at.key(key).fail(f"{values} is not a unit quaternion (wxyz)")
-                    entry[key] = values
-            out.append(entry)
-        elif kind == "actuator":
-            s.keys(body, at, required=("type", "actuator", "act"))
-            name = s.string(body["actuator"], at.key("actuator"))
-            aid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, name)
-            if aid < 0:
-                raise at.key("actuator").fail(f"no MuJoCo actuator named {name!r} in the model")
-            num = int(model.actuator_actnum[aid])
-            if num == 0:
-                raise at.key("actuator").fail(f"actuator {name!r} has no activation state in the "
-                                              f"nominal plan")
-            values = _numbers(body["act"], at.key("act"))
-            if len(values) != num:
-                raise at.key("act").fail(f"actuator {name!r} has {num} activation value(s), got "
-                                         f"{len(values)}")
-            out.append({"type": "actuator", "actuator": name, "act": values})
-        else:
-            raise at.key("type").fail(f"expected joint, mocap or actuator, got {s.describe(kind)}")
-    return tuple(out)
-
-
-def _numbers(value: Any, where: s.Where) -> list[float]:
-    return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]
-
-
-def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
-    """A ``fibril_sim run --inputs`` file as recorded-input mappings."""
-    from fibril_sim_core.inputs_file import load_inputs
-
-    try:
-        records = load_inputs(path, plan.timebase, plan.endpoints)
-    except FibrilError as exc:
-        raise CalibrationRequestError(str(exc)) from None
-    return [{"source_id": r.source_id, "source_sequence": r.source_sequence,
-             "payload_type": r.payload_type, "payload_json": r.payload_json,
-             "commit_tick": r.commit_tick, "acceptance_sequence": r.acceptance_sequence}
-            for r in records]
-
-
-
-def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, Any],
-                   what: str) -> Mapping[str, Any]:
-    """An episode's ``signals`` mapping: at least one, each keyed by a declared observation."""
-    raw_signals = s.mapping(body["signals"], sw)
-    if not raw_signals:
-        raise sw.fail(f"expected at least one signal (observation id → {what})")
-    unknown = [str(k) for k in raw_signals if k not in observations]
-    if unknown:
-        raise sw.key(unknown[0]).fail(f"unknown observation id {unknown[0]!r}; declared "
-                                      f"observations: {', '.join(observations)}")
-    return raw_signals
-
-
-def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
-                     acceptance_per_tick: bool = False) -> tuple[IngressRecord, ...]:
-    """Validate recorded inputs. An acceptance_sequence is unique in the whole list, or, with
-    ``acceptance_per_tick`` (a trace: the ingress restarts numbering for the scenario inputs
-    and each recorded-input replay), unique among the inputs committed at the same tick."""
-    endpoints = plan.endpoints
-    records: list[tuple[int, int, IngressRecord, s.Where]] = []
-    acceptances: dict[Any, str] = {}
-    for i, item in enumerate(s.sequence(value, where)):
-        at = where.key(i)
-        body = s.mapping(item, at)
-        s.keys(body, at, required=("source_id", "source_sequence", "payload_type",
-                                   "commit_tick", "acceptance_sequence"),
-               optional=("payload_json", "payload", "accepted"))
-        source = s.string(body["source_id"], at.key("source_id"))
-        sequence = s.integer(body["source_sequence"], at.key("source_sequence"), minimum=0)
-        payload_type = s.string(body["payload_type"], at.key("payload_type"))
-        commit_tick = s.integer(body["commit_tick"], at.key("commit_tick"), minimum=0)
-        acceptance = s.integer(body["acceptance_sequence"], at.key("acceptance_sequence"),
-                               minimum=0)
-        accepted = s.boolean(body.get("accepted", True), at.key("accepted"))
-        if ("payload" in body) == ("payload_json" in body):
-            raise at.fail("give exactly one of 'payload_json' (the recorded JSON text) or "
-                          "'payload' (a mapping)")
-        if "payload_json" in body:
-            text = s.string(body["payload_json"], at.key("payload_json"))
-            payload = s.load_json_text(text, at.key("payload_json"))
-        else:
-            payload = dict(s.mapping(body["payload"], at.key("payload")))
-            text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        if accepted:
-            key = (commit_tick, acceptance) if acceptance_per_tick else acceptance
-            if key in acceptances:
-                tick = f" at commit_tick {commit_tick}" if acceptance_per_tick else ""
-                raise at.key("acceptance_sequence").fail(
-                    f"acceptance_sequence {acceptance}{tick} is also used by {acceptances[key]}")
-            acceptances[key] = at.path
-            endpoint = endpoints.get(source)
-            if endpoint is None:
-                raise at.key("source_id").fail(f"unknown source {source!r}; the plan's actuator "
-                                               f"endpoints: {', '.join(endpoints) or 'none'}")
-            if payload_type != endpoint.payload_type:
-                raise at.key("payload_type").fail(f"{payload_type!r} is not accepted by "
-                                                  f"{source!r}; expected "
-                                                  f"{endpoint.payload_type!r}")
-            if not isinstance(payload, Mapping):
-                raise at.key("payload_json").fail(f"the payload must be a JSON object, got "
-                                                  f"{type(payload).__name__}")
-            key = "payload_json" if "payload_json" in body else "payload"
-            try:
-                endpoint.create().parse(payload)
-            except ValueError as exc:
-                raise at.key(key).fail(str(exc)) from None
-            for name, number in payload.items():
-                if (isinstance(number, (int, float)) and not isinstance(number, bool)
-                        and abs(number) > MAX_VALUE):
-                    raise at.key(key).fail(f"{name} {number!r} cannot be a recorded command "
-                                           f"(beyond {MAX_VALUE:g})")
-        record = IngressRecord(0, source, sequence, payload_type, text, accepted, commit_tick,
-                               acceptance, "", 0)
-        records.append((commit_tick, acceptance, record, at))
-    last: dict[str, tuple[int, str]] = {}
-    for _, _, record, at in sorted((r for r in records if r[2].accepted),
-                                   key=lambda r: (r[0], r[1])):
-        previous = last.get(record.source_id)
-        if previous is not None and record.source_sequence <= previous[0]:
-            raise at.key("source_sequence").fail(
-                f"source_sequence {record.source_sequence} of {record.source_id!r} does not "
-                f"increase in recorded commit/acceptance order (after {previous[0]} at "
-                f"{previous[1]})")
-        last[record.source_id] = (record.source_sequence, at.path)
-    return tuple(r[2] for r in records)
-
-
-def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
-            horizon: int | None, base: Path, traces: _EpisodeTraces | None, *,
-            loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
-    """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
-    body = s.mapping(value, where)
-    s.keys(body, where, required=("alignment",),
-           optional=("residual_scale", "residual_scales", "scale_semantics", "samples",
-                     "samples_file", "samples_from"))
-    alignment = s.string(body["alignment"], where.key("alignment"))
-    if alignment not in ALIGNMENTS:
-        raise where.key("alignment").fail(f"unknown alignment {alignment!r}; expected one of "
-                                          f"{', '.join(ALIGNMENTS)}")
-    if alignment == "linear" and observation.event_driven and horizon is None:
-        raise where.key("alignment").fail(
-            f"linear alignment of the event-driven {observation.source} observation "
-            f"{observation.id!r} needs the episode's horizon_steps: the time of the next "
-            f"simulated event cannot be derived in general")
-    semantics = s.string(body.get("scale_semantics", "user_scale"), where.key("scale_semantics"))
-    if semantics not in SCALE_SEMANTICS:
-        raise where.key("scale_semantics").fail(f"unknown scale_semantics {semantics!r}; "
-                                                f"expected one of {', '.join(SCALE_SEMANTICS)}")
-    width = observation.residual_dimension
-    if ("residual_scale" in body) == ("residual_scales" in body):
-        raise where.fail("give exactly one of 'residual_scale' (one scale) or 'residual_scales' "
-                         f"({width} per-component scales)")
-    if "residual_scale" in body:
-        scales = np.full(width, s.number(body["residual_scale"], where.key("residual_scale"),
-                                         positive=True))
-    else:
-        sw = where.key("residual_scales")
-        raw = s.sequence(body["residual_scales"], sw)
-        if len(raw) != width:
-            extra = (" (an orientation residual is a 3-D rotation vector, not the 4 quaternion "
-                     "components)" if observation.quaternion else "")
-            raise sw.fail(f"observation {observation.id!r} has {width} residual component(s) "
-                          f"({', '.join(observation.residual_components)}), got {len(raw)} "
-                          f"scale(s){extra}")
-        scales = np.array([s.number(v, sw.key(i), positive=True) for i, v in enumerate(raw)])
-
-    given = [key for key in ("samples", "samples_file", "samples_from") if key in body]
-    if loaded is not None:
-        if given:
-            raise where.key(given[0]).fail("the signal's samples come from the episode's "
-                                           "source; give no samples / samples_file / "
-                                           "samples_from")
-    elif len(given) != 1:
-        raise where.fail("give exactly one of 'samples' (inline), 'samples_file' (a CSV file) or "
-                         "'samples_from' (a trace selector)")
-    samples_file = None
-    selector = None
-    if loaded is not None:
-        times, values = loaded
-    elif "samples_from" in body:
-        selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
-                                                 observation, traces)  # type: ignore[arg-type]
-    elif "samples" in body:
-        times, values = _inline_samples(body["samples"], where.key("samples"), observation)
-    else:
-        fw = where.key("samples_file")
-        samples_file = s.string(body["samples_file"], fw)
-        times, values = _csv_samples(base / samples_file, fw, observation)
-    if observation.quaternion:
-        norms = np.linalg.norm(values, axis=1)
-        bad = np.flatnonzero(np.abs(norms - 1.0) > 1e-2)
-        if bad.size:
-            raise where.fail(f"sample {int(bad[0])} (time_ns {int(times[bad[0]])}) of "
-                             f"orientation {observation.id!r} has norm {norms[bad[0]]:.4g}; "
-                             f"expected a unit quaternion (wxyz)")
-        values = values / norms[:, None]
-    if not observation.event_driven and alignment == "exact":
-        grid = observation.sample_every_steps * timestep
-        off = np.flatnonzero(times % grid)
-        if off.size:
-            t = int(times[off[0]])
-            below = t // grid * grid
-            raise where.fail(f"exact alignment: sample {int(off[0])} at time_ns {t} is not on "
-                             f"the observation grid of {observation.sample_every_steps} step(s) "
-                             f"x {timestep} ns; nearest grid times: {below} or {below + grid}")
-    times.setflags(write=False)
-    values.setflags(write=False)
-    scales.setflags(write=False)
-    return SignalSpec(observation.id, alignment, scales, semantics, times, values, samples_file,
-                      selector)
-
-
-def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
-                   traces: _EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
-    """``samples_from: {selector, recording?, columns?}``: the selector's rows of the episode.
-
-    Times are the rows' EpisodeTime (a ``device:`` row's acquisition time when the observation
-    is stamped at acquisition); values are the kept columns, as many as the observation has."""
-    body = s.mapping(value, where)
-    s.keys(body, where, required=("selector",), optional=("recording", "columns"))
-    selector = s.string(body["selector"], where.key("selector"))
-    if "recording" in body:
-        rw = where.key("recording")
-        recording = _open_recording(body["recording"], rw, traces.recordings, traces.base,
-                                    traces.plan)
-    elif traces.recording is not None:
-        rw = traces.recording_where  # type: ignore[assignment]
-        recording = traces.recording
-    else:
-        raise where.key("recording").fail(
-            "missing: the episode has no 'recording', so samples_from names the trace to read "
-            "its selector from")
-    number = _recording_episode(recording, traces.episode, rw, traces.episode_where)
-    columns = None
-    if "columns" in body:
-        columns = s.sequence(body["columns"], where.key("columns"))
-    acquisition = observation.timestamp == "acquisition" and selector.startswith("device:")
-    try:
-        series = recording.series(selector, number, columns=columns,
-                                  acquisition_time=acquisition)
-    except TraceQueryError as exc:
-        raise where.key("selector").fail(f"{exc} (trace {str(recording.path)!r})") from None
-    except TraceError as exc:
-        raise rw.fail(_unreadable(recording.path, exc)) from None
-    except RecordingError as exc:
-        at = where
-        for key in exc.key:
-            at = at.key(key)
-        raise at.fail(f"{exc} (trace {str(recording.path)!r})") from None
-    if len(series.columns) != observation.dimension:
-        at = where.key("columns") if columns is not None else where.key("selector")
-        hint = "" if columns is not None else "; keep the matching ones with 'columns'"
-        raise at.fail(f"selector {selector!r} gives {len(series.columns)} value column(s) "
-                      f"({', '.join(series.columns)}); observation {observation.id!r} "
-                      f"({observation.source}) has {observation.dimension} value(s) per sample "
-                      f"({', '.join(observation.components)}){hint}")
-    return selector, series.times_ns.copy(), series.values.copy()
-
-
-def _inline_samples(value: Any, where: s.Where,
-                    observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
-    items = s.sequence(value, where)
-    if not items:
-        raise where.fail("expected at least one sample")
-    times = np.empty(len(items), dtype=np.int64)
-    values = np.empty((len(items), observation.dimension))
-    previous = -1
-    for i, item in enumerate(items):
-        at = where.key(i)
-        body = s.mapping(item, at)
-        s.keys(body, at, required=("time_ns", "values"))
-        t = s.integer(body["time_ns"], at.key("time_ns"), minimum=0)
-        if t <= previous:
-            raise at.key("time_ns").fail(f"time_ns must increase strictly; {t} follows "
-                                         f"{previous}")
-        previous = t
-        row = s.sequence(body["values"], at.key("values"))
-        if len(row) != observation.dimension:
-            raise at.key("values").fail(
-                f"observation {observation.id!r} ({observation.source}) has "
-                f"{observation.dimension} value(s) per sample "
-                f"({', '.join(observation.components)}), got {len(row)}")
-        times[i] = t
-        values[i] = [s.number(v, at.key("values").key(j)) for j, v in enumerate(row)]
-        for j, v in enumerate(values[i]):
-            if abs(v) > MAX_VALUE:
-                raise at.key("values").key(j).fail(f"{v!r} cannot be a recorded value (beyond "
-                                                   f"{MAX_VALUE:g})")
-    return times, values
-
-
-def _csv_samples(path: Path, where: s.Where,
-                 observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
-    """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
-    try:
-        data = path.read_bytes()
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))  # a BOM
-    except OSError as exc:
-        raise where.fail(f"cannot read samples file {str(path)!r}: "
-                         f"{exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start} (line "
-                                      f"{line}): {exc.reason}") from None
-    except (csv.Error, ValueError) as exc:  # a NUL, a field over the csv module's limit
-        raise CalibrationRequestError(f"{path}: not a readable CSV file: {exc}") from None
-    file = str(path)
-    if not rows or not rows[0] or rows[0][0].strip() != "time_ns":
-        raise CalibrationRequestError(f"{file}: line 1: expected a header row starting with "
-                                      f"'time_ns'")
-    width = observation.dimension
-    if len(rows[0]) != width + 1:
-        raise CalibrationRequestError(
-            f"{file}: line 1: observation {observation.id!r} has {width} value column(s) "
-            f"({', '.join(observation.components)}) after time_ns, got {len(rows[0]) - 1}")
-    data = [r for r in rows[1:]]
-    if not data:
-        raise CalibrationRequestError(f"{file}: expected at least one sample row")
-    times = np.empty(len(data), dtype=np.int64)
-    values = np.empty((len(data), width))
-    previous = -1
-    for i, row in enumerate(data):
-        line = i + 2
-        if len(row) != width + 1:
-            raise CalibrationRequestError(f"{file}: line {line}: expected {width + 1} columns, "
-                                          f"got {len(row)}")
-        try:
-            t = int(row[0])
-        except ValueError:
-            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(row[0])} is "
-                                          f"not an integer") from None
-        if t > s.MAX_INTEGER:
-            raise CalibrationRequestError(f"{file}: line {line}: time_ns {s.short(t)} is "
-                                          f"beyond int64 nanoseconds")
-        if t < 0 or t <= previous:
-            raise CalibrationRequestError(f"{file}: line {line}: time_ns must increase strictly "
-                                          f"from 0; {t} follows {previous}")
-        previous = t
-        times[i] = t
-        try:
-            values[i] = [float(v) for v in row[1:]]
-        except ValueError:
-            raise CalibrationRequestError(f"{file}: line {line}: values must be numbers, got "
-                                          f"{s.short(row[1:])}") from None
-        if not np.all(np.isfinite(values[i])):
-            raise CalibrationRequestError(f"{file}: line {line}: values must be finite, got "
-                                          f"{s.short(row[1:])}")
-        if np.any(np.abs(values[i]) > MAX_VALUE):
-            raise CalibrationRequestError(f"{file}: line {line}: {s.short(row[1:])} cannot be "
-                                          f"recorded values (beyond {MAX_VALUE:g})")
-    if len(data) == 1:
-        raise CalibrationRequestError(f"{file}: one sample row; a signal needs at least two "
-                                      f"samples (nothing can be fitted or scored on one)")
-    return times, values
-
-
 def _check_standardized(doc: Mapping[str, Any], root: s.Where,
                         episodes: Sequence[EpisodeSpec]) -> None:
     """standardized_gaussian_residuals: every signal is a measurement standard deviation and
@@ -1204,29 +644,6 @@ def _check_standardized(doc: Mapping[str, Any], root: s.Where,
                 raise at.key("signals").key(signal.observation).key("scale_semantics").fail(
                     f"{claim}, so every signal's scale_semantics must be "
                     f"measurement_standard_deviation; got {signal.scale_semantics}")
-
-
-def _episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
-                  initial_state: Sequence[Mapping[str, Any]],
-                  inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec],
-                  initial_state_fit: Sequence[str] = ()) -> str:
-    digest = hashlib.sha256()
-    header = {"id": episode_id, "episode_seed": seed, "weight": weight, "horizon_steps": horizon,
-              "initial_state": list(initial_state),
-              "recorded_inputs": [[r.source_id, r.source_sequence, r.payload_type,
-                                   r.payload_json, r.accepted, r.commit_tick,
-                                   r.acceptance_sequence] for r in inputs]}
-    if initial_state_fit:  # absent otherwise: the hashes of earlier requests are unchanged
-        header["initial_state_fit"] = list(initial_state_fit)
-    digest.update(canonical_json(header).encode())
-    for signal in signals:
-        digest.update(canonical_json({
-            "observation": signal.observation, "alignment": signal.alignment,
-            "scale_semantics": signal.scale_semantics,
-            "residual_scales": signal.residual_scales.tolist()}).encode())
-        digest.update(np.ascontiguousarray(signal.times_ns, dtype="<i8").tobytes())
-        digest.update(np.ascontiguousarray(signal.values, dtype="<f8").tobytes())
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- settings
@@ -1384,17 +801,6 @@ def _context(value: Any, where: s.Where) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------- hashing
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_default,
-                      allow_nan=False)
-
-
-def canonical_sha256(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
-
-
 def _document_sha256(doc: Mapping[str, Any], root: s.Where) -> str:
     """The request hash; a non-finite number the sections let through (e.g. in a free-form
     ``description``) is an error naming its key path, never a bare ValueError."""
@@ -1411,13 +817,3 @@ def _document_sha256(doc: Mapping[str, Any], root: s.Where) -> str:
             elif isinstance(value, (list, tuple)):
                 stack.extend((v, where.key(i)) for i, v in enumerate(value))
         raise root.fail("the request cannot be hashed as canonical JSON") from None
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .parameters import CoordinateMap
+from ..parameters import CoordinateMap
 
 
 @dataclass(frozen=True)

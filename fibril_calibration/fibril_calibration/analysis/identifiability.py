@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ._json import finite_or_none, matrix_or_none
+from .._json import finite_or_none, matrix_or_none
 
 NULL_LOADING_TOLERANCE = 1e-6
 RANK_RELATIVE_TOLERANCE = float(np.sqrt(np.finfo(float).eps))

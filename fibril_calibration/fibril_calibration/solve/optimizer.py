@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import EvaluationError
 from ._least_squares import least_squares_with_callback
-from .errors import EvaluationError
 from .objective import Objective
 
 CONVERGED = "converged"

@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EvaluationError
-from .evaluation import Evaluation, ResidualModel, Scope
-from .parameters import CoordinateMap
+from ..errors import EvaluationError
+from ..evaluation import Evaluation, ResidualModel, Scope
+from ..parameters import CoordinateMap
 
 DEFAULT_RELATIVE_STEP = float(np.finfo(float).eps ** (1.0 / 3.0))
 

@@ -29,13 +29,14 @@ import numpy as np
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.plan import SimulationPlan
 
-from .candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
-from .decoders import CalibrationDeviceOutputDecoderRegistry
+from ..errors import EvaluationError
+from ..evaluation import Evaluation, ResidualBlock, Scope
+from ..model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
+from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
+from ..model.initial_state_fit import (InitialStateProjection, coordinates, describe, perturbed,
+                                       step)
+from ..request.document import CalibrationRequest
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
-from .errors import EvaluationError
-from .evaluation import Evaluation, ResidualBlock, Scope
-from .initial_state_fit import InitialStateProjection, coordinates, describe, perturbed, step
-from .request import CalibrationRequest
 
 Progress = Callable[[str], None]
 
@@ -86,7 +87,7 @@ class CalibrationProblem:
         self.parameter_ids: tuple[str, ...] = request.parameter_ids
         self.has_validation: bool = bool(request.validation)
         if candidate_builder is None:  # time-offset parameters are not overlays
-            from .time_offsets import candidate_builder as offset_aware
+            from ..recordings.time_offsets import candidate_builder as offset_aware
 
             candidate_builder = offset_aware(CandidatePlanBuilder, request.manifest,
                                              request.parameters)

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ._json import finite_or_none
-from .errors import CalibrationRequestError
-from .parameters import CoordinateMap
+from .._json import finite_or_none
+from ..errors import CalibrationRequestError
+from ..parameters import CoordinateMap
 from .summaries import ResidualSummary
 
 PLAUSIBLE = "plausible_fit"

@@ -45,8 +45,8 @@ import numpy as np
 
 from fibril_sim_core import _schema as s
 
+from ..errors import EvaluationError
 from .decoders import CalibrationDeviceOutputDecoderRegistry
-from .errors import EvaluationError
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from .alignment import quat_slerp
-from .errors import EvaluationError
+from ..alignment import quat_slerp
+from ..errors import EvaluationError
 
 __all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_builder",
            "is_time_offset", "offset_ticks", "offsets_of", "shifted_linear"]
