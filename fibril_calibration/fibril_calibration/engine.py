@@ -9,13 +9,16 @@ CandidatePlanBuilder plug in here without changing the calibration core.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fibril_sim_core.execution.backend import ExecutionError, resolve_backend
 from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
@@ -104,12 +107,16 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                     progress: Progress | None = None,
                     candidate_builder: CandidateBuilderArgument = None,
                     decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
-                    metrics: bool = False) -> CalibrationResult:
+                    metrics: bool = False, scheduler: str | None = None,
+                    environ: Mapping[str, str] | None = None) -> CalibrationResult:
     """Load (if needed) and validate the request, fit, analyse and build the result document.
 
     ``candidate_builder`` is a CandidatePlanBuilder-like object (``build(values) -> plan``) or
     a factory ``(manifest, parameters) -> builder``; ``decoders`` adds custom device decoders;
     ``metrics`` also builds the metrics.json documents (``CalibrationResult.metrics``).
+    ``scheduler`` (``--scheduler``) or ``FIBRIL_DASK_SCHEDULER`` in ``environ`` (default: this
+    process's environment) run the rollouts on Dask instead of the request's
+    ``execution.backend`` (docs/distributed.md).
     Raises CalibrationRequestError for an invalid request and EvaluationError when a rollout
     cannot be evaluated (e.g. at the initial values).
     """
@@ -135,8 +142,25 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
                  f"{len(request.validation)} validation episode(s), {sum(sizes)} training "
                  f"reference sample(s); max_parallelism {request.execution.max_parallelism}")
-    with CalibrationProblem(request, candidate_builder=builder, decoders=decoders,
-                            progress=progress) as problem:
+    backend = resolve_backend(request.execution.backend, scheduler,
+                              os.environ if environ is None else environ,
+                              request.execution.max_parallelism)
+    if backend.is_dask and candidate_builder is not None:
+        raise ExecutionError("the dask backend builds candidates with the standard "
+                             "CandidatePlanBuilder on its workers; a custom candidate_builder "
+                             "runs on the local backend only")
+    with contextlib.ExitStack() as stack:
+        problem = stack.enter_context(CalibrationProblem(
+            request, candidate_builder=builder, decoders=decoders, progress=progress))
+        described = backend.describe()
+        if backend.is_dask:  # Dask is imported only when it is used
+            from fibril_sim_core.execution.dask_session import open_session
+
+            from .solve.dask_rollouts import DaskRollouts
+
+            session = stack.enter_context(open_session(backend, progress))
+            problem.set_remote(DaskRollouts.for_problem(session, problem))
+            described = session.describe()
         state_fit: dict[str, Any] | None = None
         if problem.fits_initial_states:
             outcome, state_fit = _fit_with_initial_states(problem, request, progress)
@@ -156,7 +180,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         statistics = problem.statistics
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
-                                     statistics, rollout_ticks)
+                                     statistics, rollout_ticks, described)
     document["scores"] = strict(scores)
     if state_fit is not None:
         document["initial_state_fit"] = strict(state_fit)
