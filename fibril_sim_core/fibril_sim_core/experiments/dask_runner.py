@@ -24,7 +24,7 @@ import distributed
 from ..execution.bundle import Bundle, collect_bundle, manifest_files
 from ..execution.dask_session import DaskSession, worker_cache
 from .experiment import Experiment
-from .runner import RUNTIME_FAILURE, RunJob, execute_run, failed_record, progress_line
+from .run import RUNTIME_FAILURE, RunJob, execute_run, failed_record, progress_line
 
 #: Scheduler metadata under which each started run names its worker (see ``_claim``).
 METADATA_KEY = "fibril_sim"
