@@ -125,12 +125,16 @@ def eight_workers(folder: Path, steps: int) -> None:
 
 
 def calibration_part(cluster: Any, repeats: int, batches: int) -> None:
-    from fibril_calibration.problem import CalibrationProblem
+    import dataclasses
+
     from fibril_calibration.request import load_calibration_request
+    from fibril_calibration.solve.dask_rollouts import DaskRollouts
+    from fibril_calibration.solve.problem import CalibrationProblem
     from fibril_sim_core.execution import Backend
     from fibril_sim_core.execution.dask_session import open_session
 
-    request = load_calibration_request(PANDA)
+    loaded = load_calibration_request(PANDA)
+    request = dataclasses.replace(loaded, execution=loaded.execution.with_max_parallelism(2))
     initial = np.array([p.initial for p in request.parameters])
     episodes = len(request.training)
 
@@ -147,17 +151,18 @@ def calibration_part(cluster: Any, repeats: int, batches: int) -> None:
             return time.perf_counter() - start
         return once
 
-    local = CalibrationProblem(request.with_max_parallelism(2))
-    with open_session(Backend("dask", cluster.scheduler_address)) as session:
-        remote = CalibrationProblem(request.with_max_parallelism(2), session=session)
-        assert all(np.array_equal(a.residuals, b.residuals) for a, b in zip(
-            local.evaluate_many(points(99, 0)[:2]), remote.evaluate_many(points(99, 0)[:2])))
+    with CalibrationProblem(request) as local, CalibrationProblem(request) as remote, \
+            open_session(Backend("dask", cluster.scheduler_address)) as session:
+        remote.set_remote(DaskRollouts.for_problem(session, remote))
+        check = points(99, 0)[:2]
+        assert all(np.array_equal(a.residuals, b.residuals) for a, b in
+                   zip(local.evaluate_many(check), remote.evaluate_many(check)))
         times = interleaved({"local": evaluate(local), "dask-2": evaluate(remote)}, repeats)
-        remote.close()
-    local.close()
+        rollout_s = remote.statistics.rollout_seconds / max(1, remote.statistics.rollouts)
     tasks = batches * (len(initial) + 1) * episodes
     report(f"calibration (Panda, {len(initial)} parameters, {episodes} training windows, "
-           f"{batches} Jacobian batch(es))", times, tasks, 2)
+           f"{batches} Jacobian batch(es); {rollout_s * 1e3:.1f} ms per rollout on a worker)",
+           times, tasks, 2)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fibril_sim_core.execution.backend import ExecutionError, resolve_backend
+from fibril_sim_core.execution.backend import Backend, ExecutionError, resolve_backend
 from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
@@ -122,13 +122,27 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     """
     decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
     factory, instance = _builder_parts(candidate_builder)
-    if isinstance(request_or_path, CalibrationRequest):
-        request = request_or_path
-    else:
-        if progress is not None:
-            progress(f"loading {request_or_path}")
-        request = load_calibration_request(request_or_path, decoders=decoders,
-                                           candidate_builder=factory)
+    environ = os.environ if environ is None else environ
+    stack = contextlib.ExitStack()
+    try:
+        # --scheduler / FIBRIL_DASK_SCHEDULER: connected before the episodes are decoded, so
+        # an unreachable scheduler or mismatched workers fail at once.
+        backend = resolve_backend(Backend(), scheduler, environ)
+        session = _dask_session(stack, backend, candidate_builder, progress)
+        if isinstance(request_or_path, CalibrationRequest):
+            request = request_or_path
+        else:
+            if progress is not None:
+                progress(f"loading {request_or_path}")
+            request = load_calibration_request(request_or_path, decoders=decoders,
+                                               candidate_builder=factory)
+        if session is None:  # the request's execution.backend
+            backend = resolve_backend(request.execution.backend, None, {},
+                                      request.execution.max_parallelism)
+            session = _dask_session(stack, backend, candidate_builder, progress)
+    except BaseException:
+        stack.close()
+        raise
     from .recordings.time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached
@@ -142,23 +156,13 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
                  f"{len(request.validation)} validation episode(s), {sum(sizes)} training "
                  f"reference sample(s); max_parallelism {request.execution.max_parallelism}")
-    backend = resolve_backend(request.execution.backend, scheduler,
-                              os.environ if environ is None else environ,
-                              request.execution.max_parallelism)
-    if backend.is_dask and candidate_builder is not None:
-        raise ExecutionError("the dask backend builds candidates with the standard "
-                             "CandidatePlanBuilder on its workers; a custom candidate_builder "
-                             "runs on the local backend only")
-    with contextlib.ExitStack() as stack:
+    with stack:
         problem = stack.enter_context(CalibrationProblem(
             request, candidate_builder=builder, decoders=decoders, progress=progress))
         described = backend.describe()
-        if backend.is_dask:  # Dask is imported only when it is used
-            from fibril_sim_core.execution.dask_session import open_session
-
+        if session is not None:
             from .solve.dask_rollouts import DaskRollouts
 
-            session = stack.enter_context(open_session(backend, progress))
             problem.set_remote(DaskRollouts.for_problem(session, problem))
             described = session.describe()
         state_fit: dict[str, Any] | None = None
@@ -188,6 +192,20 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
     return CalibrationResult(request, outcome, fitted_plan, document, documents or {})
+
+
+def _dask_session(stack: contextlib.ExitStack, backend: Backend, candidate_builder: Any,
+                  progress: Progress | None) -> Any:
+    """An open DaskSession for a dask ``backend`` (closed with ``stack``), else None."""
+    if not backend.is_dask:
+        return None
+    if candidate_builder is not None:
+        raise ExecutionError("the dask backend builds candidates with the standard "
+                             "CandidatePlanBuilder on its workers; a custom candidate_builder "
+                             "runs on the local backend only")
+    from fibril_sim_core.execution.dask_session import open_session  # Dask only when used
+
+    return stack.enter_context(open_session(backend, progress))
 
 
 def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRequest,

@@ -1,8 +1,10 @@
 """Calibration rollouts on a Dask cluster (the ``dask`` execution backend).
 
-The unit of work is one candidate × one episode: a task builds the candidate's plan on a
-worker (kept there for the candidate's other episodes) and returns the episode's unweighted
-residuals, exactly what the local backend computes. What every task needs is sent once per
+The unit of work is one candidate × one episode when fewer candidates than worker threads are
+evaluated at once (one evaluation: its episodes in parallel), and one candidate × all its
+episodes otherwise (a finite-difference Jacobian's batch: one plan build per candidate, as
+locally). A task builds the candidate's plan on a worker (kept there for the candidate's next
+episodes) and returns unweighted residuals, exactly what the local backend computes. What every task needs is sent once per
 calibration and copied between the workers: the manifest's files by content (``Bundle``), the
 parameters and the episode schedules with their decoded recorded inputs and reference samples.
 Residuals are assembled on the client in declaration order, so the fit is bit for bit the
@@ -82,8 +84,10 @@ class DaskRollouts:
                  scope: str, episodes: int) -> tuple[list[np.ndarray], RolloutStatistics]:
         """Unweighted residuals of each candidate's episodes (candidate-major, episodes in
         declaration order); the first failure in that order is raised, as locally."""
-        items = [(scope, index, tuple(zip(parameter_ids, (float(v) for v in vector))))
-                 for vector in vectors for index in range(episodes)]
+        per_candidate = len(vectors) >= self._session.threads
+        groups = [tuple(range(episodes))] if per_candidate else [(i,) for i in range(episodes)]
+        items = [(scope, group, tuple(zip(parameter_ids, (float(v) for v in vector))))
+                 for vector in vectors for group in groups]
         outcomes = self._session.map(_rollout_task, self._context, items, self._limit)
         residuals: list[np.ndarray] = []
         builds = 0
@@ -93,12 +97,13 @@ class DaskRollouts:
             if not ok:
                 error = error or value
                 continue
-            residual, built, build_time, rollout_time = value
-            residuals.append(residual)
+            done, built, build_time, rollout_time = value
+            residuals.extend(done)
             builds += built
             build_seconds += build_time
             rollout_seconds += rollout_time
-        statistics = RolloutStatistics(len(outcomes), builds, build_seconds, rollout_seconds)
+        statistics = RolloutStatistics(len(vectors) * episodes, builds, build_seconds,
+                                       rollout_seconds)
         if error is not None:
             raise _as_evaluation_error(error) from None
         return residuals, statistics
@@ -143,10 +148,12 @@ def _state(context: RolloutContext) -> _WorkerState:
         return state
 
 
-def _rollout_task(context: RolloutContext, item: tuple[str, int, tuple[tuple[str, float], ...]]
-                  ) -> tuple[np.ndarray, int, float, float]:
-    """One candidate × one episode: (unweighted residuals, plans built, build s, rollout s)."""
-    scope, index, values = item
+def _rollout_task(context: RolloutContext,
+                  item: tuple[str, tuple[int, ...], tuple[tuple[str, float], ...]]
+                  ) -> tuple[list[np.ndarray], int, float, float]:
+    """One candidate × some episodes: (their unweighted residuals in order, plans built,
+    build s, rollout s)."""
+    scope, indices, values = item
     state = _state(context)
     built, build_seconds = 0, 0.0
     with state.lock:
@@ -159,10 +166,12 @@ def _rollout_task(context: RolloutContext, item: tuple[str, int, tuple[tuple[str
             built, build_seconds = 1, time.perf_counter() - started
             state.plan = (values, plan)
     started = time.perf_counter()
-    schedule = context.schedules[scope][index]
+    residuals = []
     try:
-        tracks = run_episode(plan, schedule, context.decoders)
-        residuals, _ = episode_residuals(schedule, tracks)
+        for index in indices:
+            schedule = context.schedules[scope][index]
+            tracks = run_episode(plan, schedule, context.decoders)
+            residuals.append(episode_residuals(schedule, tracks)[0])
     except EvaluationError as exc:  # names the submitter's files, not the worker's copy
         raise EvaluationError(remap(str(exc), str(state.root), context.bundle.root)) from None
     return residuals, built, build_seconds, time.perf_counter() - started

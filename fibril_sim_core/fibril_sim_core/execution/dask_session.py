@@ -37,6 +37,8 @@ class DaskSession:
     versions: dict[str, str]
     workers: dict[str, dict[str, str]] = field(default_factory=dict)
     cluster: Any = None
+    #: Threads of all workers when connected: how many tasks run at once.
+    threads: int = 1
 
     @property
     def dashboard(self) -> str | None:
@@ -141,6 +143,7 @@ def open_session(backend: Backend, progress: Callable[[str], None] | None = None
             raise ExecutionError(f"Dask scheduler {address}: no worker joined within "
                                  f"{WORKERS_SECONDS:g} s") from None
         session.workers = dict(client.run(versions))
+        session.threads = max(1, sum(client.nthreads().values()))
         check_versions(session.versions, session.workers)
         if progress is not None:
             link = session.dashboard
