@@ -103,3 +103,19 @@ def test_a_task_limit_bounds_the_tasks_in_flight(cluster: Any) -> None:
     # (both workers run on this machine: time.monotonic is one clock)
     assert all(a[1] <= b[0] for a, b in zip(bounded, bounded[1:]))
     assert any(b[0] < a[1] for a, b in zip(free, free[1:]))
+
+
+def test_calibrate_with_an_unreachable_scheduler_fails_within_10_s_with_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The ROS entry point (``ros2 run fibril_calibration calibrate``) takes --scheduler too;
+    the scheduler is reached before the request's episodes are decoded."""
+    from fibril_calibration.cli import main
+
+    start = time.monotonic()
+    code = main([str(DRIVETRAIN / "calibration.yaml"), "--quiet", "--scheduler",
+                 "tcp://127.0.0.1:9"])
+    assert time.monotonic() - start < 10.0
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("calibrate: error: Dask scheduler tcp://127.0.0.1:9: cannot connect")
