@@ -27,8 +27,13 @@ Whole process (``--processes``, one run each per repeat): ``fibril_sim calibrate
 arrays, calls ``from_sysid`` and ``calibrate`` and against one that runs mujoco.sysid; start-up,
 imports and model compilation included.
 
+Whole process (``--whole-process``): the same recording posed as a CSV log (time, controls,
+sensors) with a calibration request file, ``fibril_sim calibrate request.yaml`` as a process of
+its own against a Python script that reads the CSV with NumPy and runs mujoco.sysid, each timed
+from process start to exit (imports, reading, fitting, writing the result), interleaved.
+
 Usage: ``python bench/calibration_vs_mujoco_sysid.py [--repeats 5] [--problem arm]
-[--parallelism 2] [--processes]``
+[--parallelism 2] [--processes] [--whole-process]``
 """
 
 from __future__ import annotations
@@ -209,7 +214,29 @@ def fibril_request(problem: Problem, rec: Recording, folder: Path, *, jacobian: 
     """A calibration request (schema 3.1) for the same recording, parsed in memory."""
     from fibril_calibration.request import parse_calibration_request
 
+    model, actuators, sensors = write_model(problem, folder)
+    ticks = len(rec.sensors)
+    inputs = [{"source_id": name, "source_sequence": tick,
+               "payload_type": "fibril_sim/motor_command/v1",
+               "payload_json": json.dumps({"mode": "torque", "value": float(rec.control[tick, a])}),
+               "commit_tick": tick, "acceptance_sequence": tick * len(actuators) + a}
+              for tick in range(ticks) for a, name in enumerate(actuators)]
+    step_ns = round(model.opt.timestep * 1e9)
+    signals = {name: {"alignment": "exact", "residual_scale": 1.0,
+                      "samples": [{"time_ns": tick * step_ns,
+                                   "values": [float(rec.sensors[tick, model.sensor_adr[i]])]}
+                                  for tick in range(ticks)]}
+               for i, name in enumerate(sensors)}
+    episode = {"id": "measured", "recorded_inputs": inputs, "signals": signals}
+    return parse_calibration_request(request_document(problem, sensors, episode, jacobian,
+                                                      parallelism), folder / "request.yaml")
+
+
+def write_model(problem: Problem, folder: Path) -> tuple[Any, list[str], list[str]]:
+    """model.xml and a manifest with one motor endpoint per actuator; (model, actuator names,
+    sensor names)."""
     model = mujoco.MjModel.from_xml_string(problem.xml)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "model.xml").write_text(problem.xml)
     actuators = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
                  for i in range(model.nu)]
@@ -218,21 +245,14 @@ def fibril_request(problem: Problem, rec: Recording, folder: Path, *, jacobian: 
         for name in actuators)
     (folder / "manifest.yaml").write_text(
         f"schema_version: {{major: 3, minor: 1}}\nmodel: model.xml\ncomponents:\n{components}\n")
-    ticks = len(rec.sensors)
-    inputs = [{"source_id": name, "source_sequence": tick,
-               "payload_type": "fibril_sim/motor_command/v1",
-               "payload_json": json.dumps({"mode": "torque", "value": float(rec.control[tick, a])}),
-               "commit_tick": tick, "acceptance_sequence": tick * len(actuators) + a}
-              for tick in range(ticks) for a, name in enumerate(actuators)]
     sensors = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SENSOR, i)
                for i in range(model.nsensor)]
-    step_ns = round(model.opt.timestep * 1e9)
-    signals = {name: {"alignment": "exact", "residual_scale": 1.0,
-                      "samples": [{"time_ns": tick * step_ns,
-                                   "values": [float(rec.sensors[tick, model.sensor_adr[i]])]}
-                                  for tick in range(ticks)]}
-               for i, name in enumerate(sensors)}
-    document = {
+    return model, actuators, sensors
+
+
+def request_document(problem: Problem, sensors: list[str], episode: dict[str, Any],
+                     jacobian: str, parallelism: int) -> dict[str, Any]:
+    return {
         "schema_version": {"major": 3, "minor": 1},
         "manifest": "manifest.yaml",
         "parameters": [{"id": pid, "lower": lower, "upper": upper, "initial": initial,
@@ -240,11 +260,10 @@ def fibril_request(problem: Problem, rec: Recording, folder: Path, *, jacobian: 
                         "target": {"type": "mujoco", "kind": kind, "object": obj}}
                        for pid, kind, obj, truth, initial, lower, upper in problem.parameters],
         "observations": [{"id": name, "source": "sensor", "name": name} for name in sensors],
-        "training": [{"id": "measured", "recorded_inputs": inputs, "signals": signals}],
+        "training": [episode],
         "optimizer": {"type": "ceres", "max_iterations": 100, "jacobian": jacobian},
         "execution": {"max_parallelism": parallelism, "cache_entries": 64},
     }
-    return parse_calibration_request(document, folder / "request.yaml")
 
 
 def run_fibril(problem: Problem, request: Any) -> tuple[float, dict[str, float]]:
@@ -312,6 +331,100 @@ def process_commands(problem: Problem, rec: Recording, folder: Path) -> dict[str
         "process: fibril Python API": [*me, "fibril", str(folder / "child")],
     }
 
+# --------------------------------------------------------------------------- whole process
+
+SYSID_SCRIPT = """\
+import contextlib, io, json, sys
+import mujoco
+import numpy as np
+from mujoco import sysid
+
+folder, problem = sys.argv[1], json.loads(sys.argv[2])
+spec = mujoco.MjSpec.from_file(folder + "/model.xml")
+model = spec.compile()
+log = np.loadtxt(folder + "/log.csv", delimiter=",", skiprows=1)
+times, control, sensors = log[:, 0], log[:, 1:1 + model.nu], log[:, 1 + model.nu:]
+data = mujoco.MjData(model)
+kind = mujoco.mjtState.mjSTATE_FULLPHYSICS
+initial = np.empty(mujoco.mj_stateSize(model, kind))
+mujoco.mj_getState(model, data, initial, kind)
+params = sysid.ParameterDict()
+for pid, what, obj, truth, start, lower, upper in problem["parameters"]:
+    if what == "body_mass":
+        modifier = (lambda o: lambda s, p: setattr(s.body(o), "mass", p.value[0]))(obj)
+    else:
+        modifier = (lambda o: lambda s, p: setattr(s.joint(o), "armature", p.value[0]))(obj)
+    params.add(sysid.Parameter(pid, nominal=truth, min_value=lower, max_value=upper,
+                               modifier=modifier))
+    params[pid].value[:] = start
+sequences = sysid.ModelSequences(problem["name"], spec, "measured", initial,
+                                 sysid.TimeSeries(times, control),
+                                 sysid.TimeSeries.from_names(times[1:], sensors[:-1], model))
+residual_fn = sysid.build_residual_fn(models_sequences=[sequences])
+with contextlib.redirect_stdout(io.StringIO()):
+    fitted, _ = sysid.optimize(initial_params=params, residual_fn=residual_fn,
+                               optimizer="mujoco")
+json.dump({pid: float(fitted[pid].value[0]) for pid, *_ in problem["parameters"]},
+          open(folder + "/sysid.json", "w"))
+"""
+
+
+def write_csv_problem(problem: Problem, rec: Recording, folder: Path, *, jacobian: str,
+                      parallelism: int) -> Path:
+    """model.xml, manifest.yaml, log.csv (t_s, one column per control, one per sensor, a row
+    per physics step) and request.yaml reading the log: what a user has on disk."""
+    model, actuators, sensors = write_model(problem, folder)
+    step_ns = round(model.opt.timestep * 1e9)
+    rows = [",".join(["t_s", *(f"u_{a}" for a in actuators), *sensors])]
+    for tick in range(len(rec.sensors)):
+        rows.append(",".join([f"{tick * step_ns / 1e9:.9f}",
+                              *(repr(float(v)) for v in rec.control[tick]),
+                              *(repr(float(rec.sensors[tick, model.sensor_adr[i]]))
+                                for i in range(len(sensors)))]))
+    (folder / "log.csv").write_text("\n".join(rows) + "\n")
+    episode = {"id": "measured", "source": {"path": "log.csv", "time_column": "t_s"},
+               "inputs": [{"endpoints": {f"u_{a}": a for a in actuators}, "mode": "torque",
+                           "commit": "next_tick"}],
+               "signals": {name: {"column": name, "alignment": "exact", "residual_scale": 1.0}
+                           for name in sensors}}
+    path = folder / "request.yaml"
+    path.write_text(json.dumps(request_document(problem, sensors, episode, jacobian,
+                                                parallelism), indent=1))
+    return path
+
+
+def whole_process(problem: Problem, rec: Recording, folder: Path, repeats: int,
+                  parallelism: int) -> None:
+    fibril_sim = Path(sys.executable).parent / "fibril_sim"
+    requests = {f"fibril_sim calibrate ({jacobian})": write_csv_problem(
+        problem, rec, folder / jacobian, jacobian=jacobian, parallelism=parallelism)
+        for jacobian in ("central", "forward")}
+    (folder / "sysid.py").write_text(SYSID_SCRIPT)
+    described = json.dumps({"name": problem.name, "parameters": problem.parameters})
+    commands = {"mujoco.sysid script": [sys.executable, str(folder / "sysid.py"),
+                                        str(folder / "central"), described],
+                **{tool: [str(fibril_sim), "calibrate", str(path), "--quiet", "--output",
+                          str(path.with_name("result.json"))]
+                   for tool, path in requests.items()}}
+    walls: dict[str, list[float]] = {tool: [] for tool in commands}
+    for repeat in range(repeats):
+        for tool in (list(commands) if repeat % 2 == 0 else list(commands)[::-1]):
+            start = time.perf_counter()
+            subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL)
+            walls[tool].append(time.perf_counter() - start)
+    truth = {pid: t for pid, _, _, t, *_ in problem.parameters}
+    fitted = {"mujoco.sysid script": json.loads((folder / "central" / "sysid.json").read_text())}
+    for tool, path in requests.items():
+        result = json.loads(path.with_name("result.json").read_text())
+        fitted[tool] = {pid: result["fitted_parameters"][pid] for pid in truth}
+    base = statistics.median(walls["mujoco.sysid script"])
+    print(f"{problem.name}, whole process from a CSV log ({repeats} repeats, interleaved):")
+    for tool, values in walls.items():
+        error = max(abs(fitted[tool][pid] - truth[pid]) for pid in truth)
+        median = statistics.median(values)
+        print(f"  {tool:<36} median {median * 1e3:8.1f} ms  ratio {median / base:5.2f}x  "
+              f"max |error| {error:.1e}  runs {[round(w * 1e3) for w in values]}")
+
 
 # --------------------------------------------------------------------------- main
 
@@ -328,6 +441,8 @@ def main() -> None:
                              "Python API, mujoco.sysid)")
     parser.add_argument("--child", nargs=3, metavar=("PROBLEM", "TOOL", "FOLDER"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--whole-process", action="store_true",
+                        help="only the whole-process comparison from a CSV log")
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], Path(args.child[2]))
@@ -340,6 +455,9 @@ def main() -> None:
             rec = record(problem)
             work = folder / name
             work.mkdir()
+            if args.whole_process:
+                whole_process(problem, rec, work, args.repeats, args.parallelism)
+                continue
             start = time.perf_counter()
             requests = {
                 "fibril": fibril_request(problem, rec, work, parallelism=args.parallelism),

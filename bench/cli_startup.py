@@ -38,7 +38,8 @@ import mujoco
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calibration_vs_mujoco_sysid import PROBLEMS, Problem, Recording, record  # noqa: E402
+from calibration_vs_mujoco_sysid import (PROBLEMS, Problem, Recording, record,  # noqa: E402
+                                         write_model)
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVETRAIN = ROOT / "config" / "examples" / "drivetrain" / "simulation.yaml"
@@ -79,15 +80,7 @@ print({{pid: float(fitted[pid].value[0]) for pid, *_ in {parameters!r}}})
 def write_problem(problem: Problem, rec: Recording, folder: Path) -> dict[str, list[str]]:
     """The user's files for both tools; the command line of each."""
     folder.mkdir(parents=True)
-    model = mujoco.MjModel.from_xml_string(problem.xml)
-    (folder / "model.xml").write_text(problem.xml)
-    actuators = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
-                 for i in range(model.nu)]
-    components = "\n".join(
-        f"  - {{id: {name}, type: fibril_sim/motor, endpoint: {name}, bind: {{actuator: {name}}}}}"
-        for name in actuators)
-    (folder / "manifest.yaml").write_text(
-        f"schema_version: {{major: 3, minor: 1}}\nmodel: model.xml\ncomponents:\n{components}\n")
+    model, actuators, _ = write_model(problem, folder)
     ticks = len(rec.sensors)
     lines = ["schema_version: {major: 1, minor: 0}", "inputs:"]
     for tick in range(ticks):

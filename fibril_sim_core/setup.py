@@ -18,8 +18,11 @@ setup(
     # the exact versions of `make test` are pinned once, in the repository's requirements.txt.
     install_requires=['numpy>=1.26.4', 'PyYAML>=6.0.1', 'mujoco>=4.0.0', 'rosbags>=0.11.9',
                       'zstandard>=0.23.0', 'pyzmq>=25.1.1', 'msgpack>=1.0.6'],
-    # `pip install fibril_...[report]`: --report draws its figures with matplotlib.
-    extras_require={'report': ['matplotlib>=3.6.3']},
+    # `pip install fibril_sim_core[report]`: --report draws its figures with matplotlib; the
+    # dask execution backend (experiments and calibrations on a Dask cluster): the default
+    # local backend never imports it.
+    extras_require={'report': ['matplotlib>=3.6.3'],
+                    'dask': ['dask[distributed]>=2026.8.0']},
     zip_safe=False,
     maintainer='Fibril Sim developers',
     maintainer_email='fibril-sim@example.com',

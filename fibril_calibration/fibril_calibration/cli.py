@@ -102,6 +102,9 @@ def _add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="the end effector of the sim CSV's x_*/quat_* columns (default: "
                              "the site the model's site actuators drive)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    from fibril_sim_core.cli import add_scheduler_option
+
+    add_scheduler_option(parser)
     parser.set_defaults(handler=run, command_name=name)
 
 
@@ -135,9 +138,15 @@ def run(args: argparse.Namespace) -> int:
     # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
     try:
         with ShutdownSignals(), _mujoco_warnings_kept():
+            scheduler = getattr(args, "scheduler", None)
             if getattr(args, "evaluate", None):
+                if scheduler is not None:
+                    from .errors import CalibrationRequestError
+
+                    raise CalibrationRequestError("--scheduler: --evaluate scores a few sets "
+                                                  "locally; run it without --scheduler")
                 return _evaluate(args, progress)
-            result = run_calibration(args.request, progress=progress,
+            result = run_calibration(args.request, progress=progress, scheduler=scheduler,
                                      metrics=getattr(args, "metrics", None) is not None)
     except Interrupted as exc:
         # Nothing is open for writing; candidates still evaluating on worker threads are

@@ -9,13 +9,16 @@ CandidatePlanBuilder plug in here without changing the calibration core.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fibril_sim_core.execution.backend import Backend, ExecutionError, resolve_backend
 from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
@@ -132,29 +135,47 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                     progress: Progress | None = None,
                     candidate_builder: CandidateBuilderArgument = None,
                     decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
-                    metrics: bool = False) -> CalibrationResult:
+                    metrics: bool = False, scheduler: str | None = None,
+                    environ: Mapping[str, str] | None = None) -> CalibrationResult:
     """Load (if needed) and validate the request, fit, analyse and build the result document.
 
     ``candidate_builder`` is a CandidatePlanBuilder-like object (``build(values) -> plan``) or
     a factory ``(manifest, parameters) -> builder``; ``decoders`` adds custom device decoders;
     ``metrics`` also builds the metrics.json documents (``CalibrationResult.metrics``).
+    ``scheduler`` (``--scheduler``) or ``FIBRIL_DASK_SCHEDULER`` in ``environ`` (default: this
+    process's environment) run the rollouts on Dask instead of the request's
+    ``execution.backend`` (docs/distributed.md).
     Raises CalibrationRequestError for an invalid request and EvaluationError when a rollout
     cannot be evaluated (e.g. at the initial values).
     """
     decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
     factory, instance = _builder_parts(candidate_builder)
-    if isinstance(request_or_path, CalibrationRequest):
-        request = request_or_path
-    else:
-        if progress is not None:
-            progress(f"loading {request_or_path}")
-        request = load_calibration_request(request_or_path, decoders=decoders,
-                                           candidate_builder=factory)
-        if progress is not None:
-            from .request.gravity_check import gravcomp_warnings
+    environ = os.environ if environ is None else environ
+    stack = contextlib.ExitStack()
+    try:
+        # --scheduler / FIBRIL_DASK_SCHEDULER: connected before the episodes are decoded, so
+        # an unreachable scheduler or mismatched workers fail at once.
+        backend = resolve_backend(Backend(), scheduler, environ)
+        session = _dask_session(stack, backend, candidate_builder, progress)
+        if isinstance(request_or_path, CalibrationRequest):
+            request = request_or_path
+        else:
+            if progress is not None:
+                progress(f"loading {request_or_path}")
+            request = load_calibration_request(request_or_path, decoders=decoders,
+                                               candidate_builder=factory)
+            if progress is not None:
+                from .request.gravity_check import gravcomp_warnings
 
-            for warning in gravcomp_warnings(request):
-                progress(f"warning: {warning['message']}")
+                for warning in gravcomp_warnings(request):
+                    progress(f"warning: {warning['message']}")
+        if session is None:  # the request's execution.backend
+            backend = resolve_backend(request.execution.backend, None, {},
+                                      request.execution.max_parallelism)
+            session = _dask_session(stack, backend, candidate_builder, progress)
+    except BaseException:
+        stack.close()
+        raise
     from .recordings.time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached
@@ -168,8 +189,15 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         progress(f"{len(request.parameters)} parameter(s), {len(request.training)} training / "
                  f"{len(request.validation)} validation episode(s), {sum(sizes)} training "
                  f"reference sample(s); max_parallelism {request.execution.max_parallelism}")
-    with CalibrationProblem(request, candidate_builder=builder, decoders=decoders,
-                            progress=progress) as problem:
+    with stack:
+        problem = stack.enter_context(CalibrationProblem(
+            request, candidate_builder=builder, decoders=decoders, progress=progress))
+        described = backend.describe()
+        if session is not None:
+            from .solve.dask_rollouts import DaskRollouts
+
+            problem.set_remote(DaskRollouts.for_problem(session, problem))
+            described = session.describe()
         state_fit: dict[str, Any] | None = None
         if problem.fits_initial_states:
             outcome, state_fit = _fit_with_initial_states(problem, request, progress)
@@ -189,7 +217,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         statistics = problem.statistics
     overlay_parameters = _overlay_parameters(request, builder, values)
     document = build_result_document(request, outcome, fitted_plan, overlay_parameters,
-                                     statistics, rollout_ticks)
+                                     statistics, rollout_ticks, described)
     document["scores"] = strict(scores)
     from .report.physical_errors import error_summary, floor_scores
     from .scores import _units
@@ -202,6 +230,20 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
     return CalibrationResult(request, outcome, fitted_plan, document, documents or {})
+
+
+def _dask_session(stack: contextlib.ExitStack, backend: Backend, candidate_builder: Any,
+                  progress: Progress | None) -> Any:
+    """An open DaskSession for a dask ``backend`` (closed with ``stack``), else None."""
+    if not backend.is_dask:
+        return None
+    if candidate_builder is not None:
+        raise ExecutionError("the dask backend builds candidates with the standard "
+                             "CandidatePlanBuilder on its workers; a custom candidate_builder "
+                             "runs on the local backend only")
+    from fibril_sim_core.execution.dask_session import open_session  # Dask only when used
+
+    return stack.enter_context(open_session(backend, progress))
 
 
 def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRequest,

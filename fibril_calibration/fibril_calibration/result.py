@@ -67,8 +67,10 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
                           fitted_plan: SimulationPlan, overlay_parameters:
                           Sequence[OverlayParameter],
                           statistics: ProblemStatistics | None = None,
-                          rollout_ticks: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """The full, strict-JSON calibration result."""
+                          rollout_ticks: Mapping[str, int] | None = None,
+                          backend: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The full, strict-JSON calibration result; ``backend``: where the rollouts ran
+    (``DaskSession.describe()``; the local backend when None)."""
     solver = outcome.to_document()
     fitted = {pid: float(v) for pid, v in zip(request.parameter_ids, outcome.fitted)}
     mapping = target_mapping(request)
@@ -106,6 +108,8 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
         "max_parallelism": request.execution.max_parallelism,
         "cache_entries": request.execution.cache_entries,
         "statistics": None if statistics is None else statistics.to_document(),
+        "backend": dict(backend) if backend is not None else {"backend": "local",
+                                                              "scheduler": None},
     }
     source = {"format": RESULT_FORMAT, "request": str(request.path),
               "request_sha256": request.sha256,

@@ -171,9 +171,18 @@ def _parser() -> argparse.ArgumentParser:
     exp_run.add_argument("--report-signal", action="append", metavar="SELECTOR",
                          help="a trace selector to overlay across runs in the report "
                               "(repeatable; default: the signal metrics' selectors)")
+    add_scheduler_option(exp_run)
     exp_run.set_defaults(handler=_experiment_run)
     _register_plugins(commands)
     return parser
+
+
+def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler``: run on Dask (shared by ``experiment run`` and ``calibrate``)."""
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run on Dask: tcp://HOST:8786 (a running scheduler) or local:N (N "
+                             "worker processes on this machine); default: the document's "
+                             "execution.backend, or FIBRIL_DASK_SCHEDULER when set")
 
 
 def _register_plugins(commands: Any) -> None:
@@ -206,6 +215,7 @@ def _experiment_run(args: argparse.Namespace) -> int:
     # SIGINT/SIGTERM raise Interrupted: runs stop, their traces close, no result is written.
     with ShutdownSignals():
         document = run_experiment(args.experiment, traces=traces, overwrite=args.overwrite,
+                                  scheduler=args.scheduler,
                                   progress=lambda line: print(line, file=sys.stderr,
                                                               flush=True))
     write_json_atomically(args.output, document)

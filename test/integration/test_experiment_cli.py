@@ -119,7 +119,7 @@ def test_success_result_document(success: tuple[Path, subprocess.CompletedProces
     output = folder / "out" / "results.json"
     document = _strict_json(output.read_text())
     assert document["format"] == "fibril_sim/experiment_result"
-    assert document["schema_version"] == {"major": 1, "minor": 0}
+    assert document["schema_version"] == {"major": 1, "minor": 1}
     assert document["experiment"]["id"] == "cli-study"
     assert document["summary"] == {"runs": 3, "succeeded": 3, "by_status": {"succeeded": 3}}
     assert [r["id"] for r in document["runs"]] == ["baseline", "damping-001", "damping-010"]

@@ -211,18 +211,18 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs that are not input handling: not stepped, not solved."""
     from fibril_calibration import engine
     from fibril_calibration.request import load_calibration_request
-    from fibril_sim_core.experiments import runner
+    from fibril_sim_core.experiments import run
 
     def simulate(plan: Any, scenario: Any, execution: Any, trace: Path, observers: Any
                  ) -> tuple[str, str, float]:
         plan.create_instance(execution.seed, scenario=scenario, collect=False)
-        return runner.TIMEOUT, "not stepped (fuzz test)", 0.0
+        return run.TIMEOUT, "not stepped (fuzz test)", 0.0
 
     def calibrate(request: Path, **_: Any) -> Any:
         load_calibration_request(request)
         raise _Validated
 
-    monkeypatch.setattr(runner, "_simulate", simulate)
+    monkeypatch.setattr(run, "_simulate", simulate)
     monkeypatch.setattr(engine, "run_calibration", calibrate)
 
 

@@ -316,7 +316,7 @@ def test_study_document_header(study: tuple[Path, dict[str, Any]]) -> None:
     folder, document = study
     path = folder / "study.yaml"
     assert document["format"] == "fibril_sim/experiment_result"
-    assert document["schema_version"] == {"major": 1, "minor": 0}
+    assert document["schema_version"] == {"major": 1, "minor": 1}
     assert document["experiment"] == {"id": "study", "path": str(path),
                                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     assert document["manifest"] == str(folder / "simulation.yaml")
@@ -336,7 +336,8 @@ def test_study_document_header(study: tuple[Path, dict[str, Any]]) -> None:
         json.dumps(sources, sort_keys=True).encode()).hexdigest()
     assert document["mujoco_version"] == mujoco.__version__
     assert document["execution"] == {"steps": STEPS, "timeout_seconds": 60.0, "workers": 1,
-                                     "cpu_budget": 2, "mujoco_internal_threads": 1, "seed": 0}
+                                     "cpu_budget": 2, "mujoco_internal_threads": 1, "seed": 0,
+                                     "backend": {"backend": "local", "scheduler": None}}
     assert document["summary"] == {"runs": 5, "succeeded": 5, "by_status": {"succeeded": 5}}
     json.dumps(document, allow_nan=False)  # strict JSON
 

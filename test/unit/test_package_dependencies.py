@@ -34,6 +34,9 @@ THIRD_PARTY = {
     "fibril_sim_core": ("fibril_sim_core", "fibril_sim_core"),
     "fibril_calibration": ("fibril_calibration", "fibril_calibration"),
 }
+#: import name -> (package, extra, PyPI requirement): optional features a pip user installs with
+#: ``pip install PACKAGE[EXTRA]`` (ROS users with pip: there is no rosdep key for them).
+EXTRAS = {"distributed": ("fibril_sim_core", "dask", "dask[distributed]")}
 #: Imported only where present, for an optional feature, and so not declared: lz4 reads the
 #: lz4-compressed MCAP chunks of bags other tools wrote (Fibril writes zstd; rosbags brings lz4);
 #: pytest is imported by fibril_sim_ros.testing_pytest, a plugin only pytest itself loads.
@@ -96,6 +99,14 @@ def test_every_import_is_declared(package: str) -> None:
     requires = install_requires(package)
     pins = distro_versions()
     for module in sorted(imported_modules(package) - OPTIONAL):
+        if module in EXTRAS:
+            owner, extra, requirement = EXTRAS[module]
+            tested = pins[re.sub(r"[-_.]+", "-", requirement.split("[")[0])]
+            assert package == owner, f"{package} imports {module}: only {owner} may"
+            assert f"'{extra}': ['{requirement}>={tested}']" in (
+                REPO / package / "setup.py").read_text(), (
+                f"{package}/setup.py: extras_require {{'{extra}': ['{requirement}>={tested}']}}")
+            continue
         if module in ROS_MODULES:
             assert module in declared, f"{package} imports {module}: add <exec_depend>{module}"
             continue

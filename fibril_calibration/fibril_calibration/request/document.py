@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.execution.backend import Backend, parse_backend
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
 from fibril_sim_core.overlays import OverlayError, OverlayTarget, parse_target, parse_value
 
@@ -105,6 +106,14 @@ class ObjectiveSpec:
 class ExecutionSpec:
     max_parallelism: int = 1
     cache_entries: int = 256
+    #: ``local`` (rollouts on ``max_parallelism`` threads) or ``dask`` (candidate × episode
+    #: tasks on a cluster: ``solve.dask_rollouts``).
+    backend: Backend = Backend()
+    #: Dask tasks in flight at most: the document's ``max_parallelism`` when it sets one.
+    task_limit: int | None = None
+
+    def with_max_parallelism(self, count: int) -> ExecutionSpec:
+        return replace(self, max_parallelism=count, task_limit=count)
 
 
 @dataclass(frozen=True)
@@ -729,12 +738,15 @@ def _objective(value: Any, where: s.Where) -> ObjectiveSpec:
 
 def _execution(value: Any, where: s.Where) -> ExecutionSpec:
     body = s.mapping(value, where)
-    s.keys(body, where, optional=("max_parallelism", "cache_entries"))
+    s.keys(body, where, optional=("max_parallelism", "cache_entries", "backend", "scheduler"))
+    parallelism = s.integer(body.get("max_parallelism", 1), where.key("max_parallelism"),
+                            minimum=1)
     return ExecutionSpec(
-        max_parallelism=s.integer(body.get("max_parallelism", 1), where.key("max_parallelism"),
-                                  minimum=1),
+        max_parallelism=parallelism,
         cache_entries=s.integer(body.get("cache_entries", 256), where.key("cache_entries"),
-                                minimum=0))
+                                minimum=0),
+        backend=parse_backend(body, where),
+        task_limit=parallelism if "max_parallelism" in body else None)
 
 
 def _analysis(value: Any, where: s.Where) -> AnalysisSpec:

@@ -9,6 +9,8 @@ or by ``execution.max_parallelism``.
 * ``execution.max_parallelism`` >= 2 runs independent rollouts on a thread pool (MuJoCo releases
   the GIL inside ``mj_step``); ``evaluate_many`` spreads the rollouts of several candidates (a
   finite-difference Jacobian) over the same pool.
+* ``set_remote`` hands the rollouts of every evaluation to a ``RemoteRollouts`` (the Dask
+  backend, ``dask_rollouts``); the residuals are assembled here in the same order.
 * ``execution.cache_entries`` memoizes full evaluations per parameter vector (LRU), with
   training and validation in separate scopes, for the lifetime of one calibration run.
 """
@@ -22,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,6 +41,16 @@ from ..request.document import CalibrationRequest
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
 
 Progress = Callable[[str], None]
+
+
+class RemoteRollouts(Protocol):
+    """Runs the rollouts of candidates elsewhere (``solve.dask_rollouts.DaskRollouts``)."""
+
+    def rollouts(self, vectors: Sequence[np.ndarray], parameter_ids: Sequence[str],
+                 scope: str, episodes: int) -> tuple[list[np.ndarray], Any]:
+        """Unweighted residuals per candidate × episode (candidate-major) and statistics
+        (``rollouts``, ``plan_builds``, ``build_seconds``, ``rollout_seconds``)."""
+        ...
 
 
 class _TurnReleased:
@@ -115,6 +127,7 @@ class CalibrationProblem:
         self._turn = threading.Lock()
         self._rollout_turn = _TurnReleased(self._turn)
         self._pool: ThreadPoolExecutor | None = None
+        self._remote: RemoteRollouts | None = None
         self._last_report = 0.0
         # initial_state_fit: per scope, one projection (or None) per schedule, and where the
         # sensitivities were computed (``refresh_initial_state_fit``).
@@ -160,18 +173,19 @@ class CalibrationProblem:
         values = self.values(vector)
         started = time.perf_counter()
         try:
-            plan = self.candidate_builder.build(values)
-        except FibrilError as exc:
-            raise EvaluationError(f"candidate plan at {_describe(values)}: {exc}") from None
+            return build_candidate(self.candidate_builder, values, self._timestep)
         finally:
             with self._lock:
                 self.statistics.plan_builds += 1
                 self.statistics.build_seconds += time.perf_counter() - started
-        if plan.timebase.timestep_ns != self._timestep:
-            raise EvaluationError(f"candidate plan at {_describe(values)}: its physics timestep "
-                                  f"({plan.timebase.timestep_ns} ns) differs from the nominal "
-                                  f"plan's ({self._timestep} ns)")
-        return plan
+
+    def set_remote(self, remote: RemoteRollouts | None) -> None:
+        """Run the rollouts of every evaluation on ``remote`` (None: here again)."""
+        self._remote = remote
+
+    def decoded_schedules(self) -> dict[str, tuple[EpisodeSchedule, ...]]:
+        """Every scope's episode schedules (recorded inputs and reference samples decoded)."""
+        return dict(self._schedules)
 
     # ----------------------------------------------------------------- initial_state_fit
     @property
@@ -341,7 +355,9 @@ class CalibrationProblem:
         with self._lock:
             self.statistics.evaluations[scope] += len(vectors)
         try:
-            if len(vectors) > 1:
+            if self._remote is not None:
+                outcomes = self._remote_rollouts(vectors, scope)
+            elif len(vectors) > 1:
                 # One task per candidate (its build, then its episodes): while one worker holds
                 # the GIL for Python work, another is inside a GIL-free MuJoCo rollout.
                 per_candidate = self._map(lambda v: self._candidate_rollouts(v, scope), vectors)
@@ -375,6 +391,17 @@ class CalibrationProblem:
             evaluations.append(self._assemble(scope, schedules,
                                               outcomes[i * per:(i + 1) * per]))
         return evaluations
+
+    def _remote_rollouts(self, vectors: list[np.ndarray], scope: str) -> list[np.ndarray]:
+        assert self._remote is not None
+        outcomes, done = self._remote.rollouts(vectors, self.parameter_ids, scope,
+                                               len(self._schedules[scope]))
+        with self._lock:
+            self.statistics.rollouts += done.rollouts
+            self.statistics.plan_builds += done.plan_builds
+            self.statistics.build_seconds += done.build_seconds
+            self.statistics.rollout_seconds += done.rollout_seconds
+        return outcomes
 
     def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
         with self._turn:
@@ -458,6 +485,23 @@ class CalibrationProblem:
         stats = self.statistics
         self.progress(f"{scope}: {stats.evaluations[scope]} evaluation(s), "
                       f"{stats.rollouts} rollout(s), {stats.cache_hits[scope]} cache hit(s)")
+
+
+def build_candidate(builder: CandidatePlanBuilderProtocol, values: dict[str, float],
+                    timestep_ns: int) -> SimulationPlan:
+    """The candidate plan at ``values``; any failure is the candidate's EvaluationError."""
+    try:
+        plan = builder.build(values)
+    except FibrilError as exc:
+        raise candidate_error(values, str(exc)) from None
+    if plan.timebase.timestep_ns != timestep_ns:
+        raise candidate_error(values, f"its physics timestep ({plan.timebase.timestep_ns} ns) "
+                                      f"differs from the nominal plan's ({timestep_ns} ns)")
+    return plan
+
+
+def candidate_error(values: dict[str, float], message: str) -> EvaluationError:
+    return EvaluationError(f"candidate plan at {_describe(values)}: {message}")
 
 
 def _describe(values: dict[str, float]) -> str:

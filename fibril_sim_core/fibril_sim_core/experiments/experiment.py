@@ -16,6 +16,7 @@ from typing import Any
 from .. import _schema as s
 from .._schema import Where
 from ..errors import FibrilError
+from ..execution.backend import Backend, parse_backend
 from ..trace.query import SELECTOR_KINDS
 
 SCHEMA_MAJOR = 1
@@ -65,6 +66,8 @@ class Execution:
     cpu_budget: int = 1
     mujoco_internal_threads: int = 1
     seed: int = 0
+    #: ``local`` (``workers`` forked processes) or ``dask`` (each run a task on a cluster).
+    backend: Backend = Backend()
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,7 @@ def _execution(raw: Any, where: Where) -> Execution:
     body = s.mapping(raw, where)
     # mujoco_internal_threads is required: schema 1.0 makes the thread ownership explicit.
     s.keys(body, where, required=("steps", "timeout_seconds", "mujoco_internal_threads"),
-           optional=("workers", "cpu_budget", "seed"))
+           optional=("workers", "cpu_budget", "seed", "backend", "scheduler"))
     workers = s.integer(body.get("workers", 1), where.key("workers"), minimum=1)
     cpu_budget = s.integer(body.get("cpu_budget", workers), where.key("cpu_budget"), minimum=1)
     if workers > cpu_budget:
@@ -240,4 +243,5 @@ def _execution(raw: Any, where: Where) -> Execution:
         timeout_seconds=s.number(body["timeout_seconds"], where.key("timeout_seconds"),
                                  positive=True),
         workers=workers, cpu_budget=cpu_budget, mujoco_internal_threads=threads,
-        seed=s.integer(body.get("seed", 0), where.key("seed"), minimum=0))
+        seed=s.integer(body.get("seed", 0), where.key("seed"), minimum=0),
+        backend=parse_backend(body, where))

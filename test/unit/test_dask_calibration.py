@@ -1,0 +1,121 @@
+"""Calibrations on the Dask backend (one LocalCluster of 2 worker processes): the drivetrain
+example and a calibration from a recorded rosbag2 bag give bit for bit the fitted values,
+verdict, intervals and summaries of the local backend; ``max_parallelism`` bounds the tasks
+in flight."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _recording_rig as rig  # noqa: E402
+from fibril_calibration import run_calibration  # noqa: E402
+from fibril_sim_core.execution import Backend  # noqa: E402
+
+distributed = pytest.importorskip("distributed")
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVETRAIN = REPO / "config" / "examples" / "drivetrain"
+#: What may differ between two backends: wall times, the execution statistics and backend.
+RUN_SPECIFIC = ("wall_time_s", "execution")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as local:
+        yield local
+
+
+def _same_result(local: Any, remote: Any) -> None:
+    assert np.array_equal(local.outcome.fitted, remote.outcome.fitted)
+    assert local.fitted_values == remote.fitted_values
+    a, b = local.document, remote.document
+    assert sorted(a) == sorted(b)
+    for key in a:
+        if key not in RUN_SPECIFIC:
+            assert a[key] == b[key], key
+    assert a["execution"]["backend"] == {"backend": "local", "scheduler": None}
+    assert b["execution"]["backend"]["backend"] == "dask"
+    assert b["execution"]["backend"]["workers"] == 2
+    assert b["execution"]["statistics"]["evaluations"] == a["execution"]["statistics"][
+        "evaluations"]
+
+
+@pytest.mark.slow
+def test_drivetrain_calibration_is_bit_identical_on_dask(cluster: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "drivetrain"
+    shutil.copytree(DRIVETRAIN, folder)
+    request = folder / "calibration.yaml"
+    doc = yaml.safe_load(request.read_text())
+    # A short fit and a short profile are enough to compare (profiles: intervals, verdict).
+    doc.setdefault("optimizer", {})["max_iterations"] = 3
+    doc["analysis"]["profile_likelihood"]["samples_per_parameter"] = 3
+    request.write_text(yaml.safe_dump(doc, sort_keys=False))
+    local = run_calibration(request, environ={})
+    lines: list[str] = []
+    remote = run_calibration(request, environ={}, scheduler=cluster.scheduler_address,
+                             progress=lines.append)
+    _same_result(local, remote)
+    assert any(line.startswith(f"dask: {cluster.scheduler_address}, 2 worker(s)")
+               for line in lines)
+    assert remote.outcome.verdict == local.outcome.verdict
+
+
+@pytest.mark.slow
+def test_bag_calibration_is_bit_identical_on_dask(cluster: Any, tmp_path: Path) -> None:
+    data = rig.recording(tmp_path, duration_s=0.4)
+    bag = rig.write_bag(tmp_path / "bag", data, "mcap")
+    doc = rig.request(data["manifest"], {"path": str(bag)}, windows={"every": 0.2},
+                      optimizer={"max_iterations": 5})
+    doc["execution"] = {"max_parallelism": 2}
+    request = rig.write_request(tmp_path, doc)
+    local = run_calibration(request, environ={})
+    remote = run_calibration(request, environ={"FIBRIL_DASK_SCHEDULER":
+                                               cluster.scheduler_address})
+    assert len(local.request.training) == 2  # two windows: two episodes per candidate
+    _same_result(local, remote)
+
+
+def _interval(_: Any, item: int) -> tuple[float, float]:
+    start = time.monotonic()
+    time.sleep(0.3)
+    return start, time.monotonic()
+
+
+def test_a_task_limit_bounds_the_tasks_in_flight(cluster: Any) -> None:
+    from fibril_sim_core.execution.dask_session import open_session
+
+    with open_session(Backend("dask", cluster.scheduler_address)) as session:
+        shared = session.scatter(b"")
+        bounded = [value for _, value in session.map(_interval, shared, range(4), limit=1)]
+        free = [value for _, value in session.map(_interval, shared, range(4))]
+    # (both workers run on this machine: time.monotonic is one clock)
+    assert all(a[1] <= b[0] for a, b in zip(bounded, bounded[1:]))
+    assert any(b[0] < a[1] for a, b in zip(free, free[1:]))
+
+
+def test_calibrate_with_an_unreachable_scheduler_fails_within_10_s_with_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The ROS entry point (``ros2 run fibril_calibration calibrate``) takes --scheduler too;
+    the scheduler is reached before the request's episodes are decoded."""
+    from fibril_calibration.cli import main
+
+    start = time.monotonic()
+    code = main([str(DRIVETRAIN / "calibration.yaml"), "--quiet", "--scheduler",
+                 "tcp://127.0.0.1:9"])
+    assert time.monotonic() - start < 10.0
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("calibrate: error: Dask scheduler tcp://127.0.0.1:9: cannot connect")

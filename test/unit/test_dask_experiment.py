@@ -1,0 +1,258 @@
+"""Experiments on the Dask backend, against one LocalCluster of 2 worker processes: the same
+records and trace payloads as the local backend, a killed worker failing exactly its own run,
+workers with another MuJoCo version refused before any work, an unreachable scheduler failing
+fast with one line; and the backend selection itself (no cluster needed)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcap.reader import make_reader
+
+from fibril_sim_core import cli
+from fibril_sim_core.experiments.runner import run_experiment
+from fibril_sim_core.execution import (Backend, ExecutionError, collect_bundle, public_address,
+                                       resolve_backend)
+from fibril_sim_core.experiments.experiment import ExperimentError, load_experiment
+
+distributed = pytest.importorskip("distributed")
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "config" / "examples" / "drivetrain"
+WALL_KEYS = ("started_at", "finished_at", "wall_seconds")
+METRICS = [
+    {"id": "final_wheel_speed", "kind": "signal", "signal": "joint:wheel_joint.velocity",
+     "reduce": "final"},
+    {"id": "peak_motor_force", "kind": "signal", "signal": "actuator:motor/command.force",
+     "reduce": "max_abs"},
+    {"id": "wheel_contact_time", "kind": "contact_duration", "contact": "wheel_left"},
+]
+
+
+def _experiment(folder: Path, name: str, *, steps: int, variants: int,
+                **execution: Any) -> Path:
+    doc = {"schema_version": {"major": 1, "minor": 0}, "id": name,
+           "model": {"manifest": "simulation.yaml"}, "scenario": "drive-start.yaml",
+           "parameters": {"baseline_overlay": "damping-baseline.yaml"},
+           "variants": [{"id": f"damping-{i}", "parameter_values": {"wheel_damping": 0.01 * i}}
+                        for i in range(1, variants + 1)],
+           "metrics": copy.deepcopy(METRICS),
+           "execution": {"steps": steps, "timeout_seconds": 120.0,
+                         "mujoco_internal_threads": 1, **execution}}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("dask") / "example"
+    shutil.copytree(EXAMPLE, folder)
+    return folder
+
+
+def _messages(trace: Path) -> list[tuple[str, int, bytes]]:
+    out = []
+    for file in sorted(trace.glob("*.mcap")):
+        with file.open("rb") as stream:
+            for _, channel, message in make_reader(stream).iter_messages():
+                out.append((channel.topic, message.log_time, message.data))
+    return out
+
+
+def _comparable(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in WALL_KEYS}
+
+
+# ------------------------------------------------------------------ same results as local
+@pytest.mark.slow
+def test_dask_gives_the_records_and_trace_payloads_of_the_local_backend(
+        cluster: Any, example: Path) -> None:
+    path = _experiment(example, "same", steps=300, variants=3)
+    local = run_experiment(path, traces=example / "local.traces", environ={})
+    lines: list[str] = []
+    remote = run_experiment(path, traces=example / "dask.traces", environ={},
+                            scheduler=cluster.scheduler_address, progress=lines.append)
+    assert [r["id"] for r in remote["runs"]] == [r["id"] for r in local["runs"]]
+    for a, b in zip(local["runs"], remote["runs"]):
+        assert b["status"] == "succeeded"
+        # Paths name the submitter's files, not the worker's copy; traces land under --traces.
+        assert b["plan"]["manifest"] == str(example / "simulation.yaml")
+        assert b["trace"] == str(example / "dask.traces" / b["id"])
+        assert _comparable(b) == {**_comparable(a), "trace": b["trace"]}
+        assert _messages(Path(b["trace"])) == _messages(Path(a["trace"]))
+        assert ((Path(b["trace"]) / "metadata.yaml").read_text()
+                == (Path(a["trace"]) / "metadata.yaml").read_text().replace(
+                    str(example / "local.traces"), str(example / "dask.traces")))
+    assert remote["summary"] == local["summary"]
+    backend = remote["execution"]["backend"]
+    assert backend["backend"] == "dask" and backend["workers"] == 2
+    assert backend["scheduler"] == cluster.scheduler_address
+    assert backend["worker_versions"]["mujoco"] == local["mujoco_version"]
+    assert local["execution"]["backend"] == {"backend": "local", "scheduler": None}
+    assert lines[0].startswith(f"dask: {cluster.scheduler_address}, 2 worker(s)")
+    assert sorted(line.split()[1] for line in lines[1:]) == sorted(r["id"] for r in local["runs"])
+    assert lines[-1].startswith("[4/4] ")
+
+
+# ------------------------------------------------------------------ refused before any work
+class _OtherMujoco(distributed.WorkerPlugin):
+    """Makes a worker report another MuJoCo version (restored on teardown)."""
+
+    name = "fibril-test-other-mujoco"
+
+    def setup(self, worker: Any) -> None:
+        import mujoco
+        self.version = mujoco.__version__
+        mujoco.__version__ = "0.0.1"
+
+    def teardown(self, worker: Any) -> None:
+        import mujoco
+        mujoco.__version__ = self.version
+
+
+def test_a_worker_with_another_mujoco_version_is_refused(cluster: Any, example: Path) -> None:
+    path = _experiment(example, "versions", steps=10, variants=1)
+    traces = example / "versions.traces"
+    with distributed.Client(cluster) as client:
+        client.register_plugin(_OtherMujoco())
+        try:
+            with pytest.raises(ExecutionError) as caught:
+                run_experiment(path, traces=traces, environ={},
+                               scheduler=cluster.scheduler_address)
+        finally:
+            client.unregister_worker_plugin(_OtherMujoco.name)
+    message = str(caught.value)
+    import mujoco
+    assert message.startswith("Dask worker tcp://127.0.0.1:")
+    assert f"has mujoco 0.0.1, this machine {mujoco.__version__}" in message
+    assert "no work was sent" in message
+    assert not traces.exists()
+
+
+def test_an_unreachable_scheduler_fails_within_10_s_with_one_line(
+        example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _experiment(example, "unreachable", steps=10, variants=1)
+    start = time.monotonic()
+    code = cli.main(["experiment", "run", str(path), "--output", str(example / "u.json"),
+                     "--scheduler", "tcp://127.0.0.1:9"])
+    assert time.monotonic() - start < 10.0
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("fibril_sim: error: Dask scheduler tcp://127.0.0.1:9: cannot "
+                          "connect within 8 s")
+    assert not (example / "u.json").exists() and not (example / "u.traces").exists()
+
+
+# ------------------------------------------------------------------ failure isolation
+@pytest.mark.slow
+def test_a_worker_killed_during_a_run_fails_exactly_that_run(cluster: Any,
+                                                             example: Path) -> None:
+    path = _experiment(example, "killed", steps=6000, variants=3)
+    killed: dict[str, str] = {}
+
+    def kill_the_first_worker_that_starts_a_run() -> None:
+        with distributed.Client(cluster.scheduler_address) as spy:
+            pids = spy.run(os.getpid)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                claims = spy.get_metadata(["fibril_sim"], {})
+                runs = {run: worker for token in claims.values() for run, worker in
+                        (token or {}).items()}
+                if runs:
+                    run, worker = sorted(runs.items())[0]
+                    os.kill(pids[worker], signal.SIGKILL)
+                    killed.update(run=run, worker=worker)
+                    return
+                time.sleep(0.02)
+
+    spy = threading.Thread(target=kill_the_first_worker_that_starts_a_run)
+    spy.start()
+    try:
+        document = run_experiment(path, traces=example / "killed.traces", environ={},
+                                  scheduler=cluster.scheduler_address)
+    finally:
+        spy.join()
+    statuses = {r["id"]: r["status"] for r in document["runs"]}
+    assert statuses.pop(killed["run"]) == "runtime_failure"
+    assert set(statuses.values()) == {"succeeded"}
+    failed = next(r for r in document["runs"] if r["id"] == killed["run"])
+    assert failed["error_reason"] == f"Dask worker {killed['worker']} died while running it"
+    assert failed["trace"] is None and not (example / "killed.traces" / killed["run"]).exists()
+    cluster.wait_for_workers(2, timeout=60)
+
+
+# ------------------------------------------------------------------ backend selection
+def test_backend_precedence_cli_then_environment_then_document(tmp_path: Path) -> None:
+    document = Backend("dask", "tcp://lab:8786")
+    env = {"FIBRIL_DASK_SCHEDULER": "tcp://env:8786"}
+    assert resolve_backend(document, "local:3", env) == Backend("dask", "local:3")
+    assert resolve_backend(document, None, env) == Backend("dask", "tcp://env:8786")
+    assert resolve_backend(document, None, {}) == document
+    assert resolve_backend(Backend(), None, {}) == Backend()
+    assert resolve_backend(Backend("dask"), None, {}, default_workers=4) == Backend("dask",
+                                                                                    "local:4")
+    with pytest.raises(ExecutionError, match=r"^--scheduler: 'local:0': local:N needs"):
+        resolve_backend(Backend(), "local:0", {})
+    with pytest.raises(ExecutionError, match=r"^FIBRIL_DASK_SCHEDULER: 'http://x:1' is not"):
+        resolve_backend(Backend(), None, {"FIBRIL_DASK_SCHEDULER": "http://x:1"})
+    assert public_address("tcp://user:secret@lab:8786") == "tcp://lab:8786"
+    assert public_address("tls://lab:8786?token=abc") == "tls://lab:8786"
+
+
+def test_document_backend_keys(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLE, tmp_path / "ex")
+    path = _experiment(tmp_path / "ex", "doc", steps=10, variants=0, backend="dask",
+                       scheduler="tcp://lab:8786")
+    assert load_experiment(path).execution.backend == Backend("dask", "tcp://lab:8786")
+    path = _experiment(tmp_path / "ex", "doc", steps=10, variants=0, scheduler="local:2")
+    with pytest.raises(ExperimentError, match=r"doc.yaml: execution.scheduler: only the dask "
+                                              r"backend takes a scheduler"):
+        load_experiment(path)
+    path = _experiment(tmp_path / "ex", "doc", steps=10, variants=0, backend="spark")
+    with pytest.raises(ExperimentError, match=r"execution.backend: expected one of local, dask"):
+        load_experiment(path)
+
+
+def test_the_bundle_ships_contents_by_hash_and_rebuilds_the_layout(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLE, tmp_path / "ex")
+    files = [tmp_path / "ex" / "simulation.yaml", tmp_path / "ex" / "drivetrain.xml"]
+    bundle = collect_bundle(files)
+    copy_root = bundle.materialize(tmp_path / "cache")
+    assert copy_root.name == bundle.digest
+    for file in files:
+        assert (copy_root / file.name).read_bytes() == file.read_bytes()
+    assert bundle.materialize(tmp_path / "cache") == copy_root  # written once
+
+
+def test_the_local_default_never_imports_dask(tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLE, tmp_path / "ex")
+    path = _experiment(tmp_path / "ex", "plain", steps=20, variants=1)
+    code = ("import sys; from fibril_sim_core import cli; "
+            f"code = cli.main(['experiment', 'run', {str(path)!r}, '--output', "
+            f"{str(tmp_path / 'out.json')!r}]); "
+            "assert code == 0, code; "
+            "assert not {'dask', 'distributed'} & set(sys.modules), 'dask imported'")
+    env = {k: v for k, v in os.environ.items() if k != "FIBRIL_DASK_SCHEDULER"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path,
+                   timeout=300, capture_output=True)
