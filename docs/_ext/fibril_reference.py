@@ -353,6 +353,11 @@ SIM_NODE_PARAMETERS = {
     "control_period": ("s", "sync mode: simulated time per period (0: clock_period)"),
     "server_socket": ("", "also serve remote clients on this Unix socket (`auto`: a private "
                           "directory; empty: none)"),
+    "lateness_warn_ms": ("ms", "real time: an output written later than this after its due "
+                               "time counts as late; the watchdog warns (at most once a "
+                               "second) with the cause it sees (settable while running)"),
+    "thread_priority": ("", "real time: run the delivery threads N steps nicer-first (nice -N; "
+                            "needs root or CAP_SYS_NICE); 0: unchanged"),
 }
 
 
