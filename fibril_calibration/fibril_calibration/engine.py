@@ -95,6 +95,14 @@ class CalibrationResult:
         write_atomic(path, self.to_json())
         return Path(path)
 
+    def report(self, folder: str | Path) -> Path:
+        """Draw the HTML + PNG report into ``folder`` (what ``--report DIR`` writes; needs
+        matplotlib: ``fibril_calibration[report]``); returns its index.html."""
+        from .report import report_result
+
+        return report_result(self.document, Path(folder), where=str(folder),
+                             request=self.request)
+
 
 def solver_options(request: CalibrationRequest,
                    progress: Progress | None = None) -> SolverOptions:

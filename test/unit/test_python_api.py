@@ -213,7 +213,8 @@ def test_from_dataframe_equals_from_arrays() -> None:
 def test_the_example_script_runs(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, str(DRIVETRAIN / "calibrate_from_python.py"),
-                           "--save", str(tmp_path / "out")], capture_output=True, text=True,
+                           "--save", str(tmp_path / "out"), "--report", str(tmp_path / "report")],
+                          capture_output=True, text=True,
                           env=env, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "verdict: plausible_fit" in done.stdout
@@ -221,6 +222,8 @@ def test_the_example_script_runs(tmp_path: Path) -> None:
     assert len(saved.training) == 2 and len(saved.validation) == 1
     assert (tmp_path / "out" / "result.json").is_file()
     assert (tmp_path / "out" / "fitted-overlay.json").is_file()
+    page = (tmp_path / "report" / "index.html").read_text()  # result.report(dir)
+    assert "wheel_damping" in page and "motor_resistance" in page
 
 
 # --------------------------------------------------------------------------- mujoco.sysid

@@ -5,7 +5,7 @@ episodes, checked on a held-out one), with the data as NumPy arrays: the motor c
 the measured wheel velocity and motor current, here read from calibration_data/ (in a
 notebook they come from wherever the robot's logs are). Run from anywhere:
 
-    python config/examples/drivetrain/calibrate_from_python.py [--save DIR]
+    python config/examples/drivetrain/calibrate_from_python.py [--save DIR] [--report DIR]
 
 ``--save DIR`` also writes the request as YAML (DIR/calibration.yaml: review it, or run it with
 ``fibril_sim calibrate``), the result document and the fitted parameter overlay.
@@ -93,6 +93,8 @@ def request() -> CalibrationRequest:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", type=Path, help="write request, result and overlay here")
+    parser.add_argument("--report", type=Path, help="draw the HTML + PNG report here "
+                                                    "(needs matplotlib)")
     args = parser.parse_args()
     built = request()
     result = calibrate(built)
@@ -106,6 +108,8 @@ def main() -> None:
         result.save(args.save / "result.json")
         result.to_overlay(args.save / "fitted-overlay.json")
         print(f"wrote {args.save}/calibration.yaml, result.json, fitted-overlay.json")
+    if args.report:
+        print(f"report: {result.report(args.report)}")
 
 
 if __name__ == "__main__":
