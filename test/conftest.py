@@ -39,8 +39,12 @@ def _own_domain(pool: range = range(101, 201)) -> str:
 
 
 _held: list[object] = []
-if 'ROS_DOMAIN_ID' not in os.environ:
+# Chosen here unless the user set one; a pytest-xdist worker inherits the domain its
+# controller chose (the environment is copied), so each worker chooses its own again.
+if 'ROS_DOMAIN_ID' not in os.environ or (os.environ.get('FIBRIL_TEST_DOMAIN_CHOSEN')
+                                         and os.environ.get('PYTEST_XDIST_WORKER')):
     os.environ['ROS_DOMAIN_ID'] = _own_domain()
+    os.environ['FIBRIL_TEST_DOMAIN_CHOSEN'] = '1'
 
 
 def _offscreen_gl() -> str | None:
