@@ -15,6 +15,7 @@ import pytest
 import zmq
 from _abuse import SilentClient, rss_mb, send_raw, settled_rss_mb
 from _children import MANIFEST, Child, wait_for
+from _patience import patience
 
 from fibril_sim_core import ServerError, SimulationConnection, SimulationRuntime
 from fibril_sim_core.manifest import RuntimeOptions
@@ -98,8 +99,13 @@ def test_silent_clients_are_bounded_and_their_memory_returns_when_they_leave(ser
                 client.close()
             context.term()
         wait_for(lambda: observer.state()["clients"] == 1, 60, "the silent clients to be gone")
-        time.sleep(6)  # the server hands freed memory back 1, 3 and 5 s after they left
+        # The server hands freed memory back 1, 3 and 5 s after they left (later when the
+        # machine is busy): until the RSS is back near the baseline, or a while has passed.
+        time.sleep(6)
         after = settled_rss_mb(pid)
+        deadline = time.monotonic() + patience(20.0)
+        while after >= baseline + 25 and time.monotonic() < deadline:
+            after = settled_rss_mb(pid)
         assert observer.step(10)["paused"]
     # each holds at most its send queue (256 messages of 16 KiB at most) while connected
     assert held < baseline + 63 * 4 + 50, (baseline, held)
