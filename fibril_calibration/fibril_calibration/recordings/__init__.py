@@ -1,5 +1,6 @@
 """Recordings as robots write them, read as timestamped streams: rosbag2 / MCAP / sqlite3 bags
-(``sources``, ``bag_readers``, ``mcap_integrity``), CSV logs (``csv_columns``), the lab's Franka
+(``bag_source``, ``message_fields``, ``bag_readers``, ``mcap_integrity``), CSV logs
+(``csv_layout``, ``csv_columns``, ``csv_numbers``), the lab's Franka
 ring logs (``franka``), opening any of them (``formats``), fibril_sim traces (``traces``) and
 per-signal time offsets (``time_offsets``).
 
@@ -18,7 +19,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("BAG_READERS", "Rosbag2PyReader", "choose_reader"), ".bag_readers"),
     **dict.fromkeys(("open_source",), ".formats"),
     **dict.fromkeys(("FrankaSource", "RingTargets"), ".franka"),
-    **dict.fromkeys(("SOURCE_FORMATS", "BagSource", "CsvSource", "Source", "SourceError",
+    **dict.fromkeys(("BagSource",), ".bag_source"),
+    **dict.fromkeys(("SOURCE_FORMATS", "CsvSource", "Source", "SourceError", "SourceInfo",
                      "Stream"),
                     ".sources"),
     **dict.fromkeys(("OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget"), ".time_offsets"),
@@ -32,5 +34,6 @@ if TYPE_CHECKING:
     from .bag_readers import BAG_READERS, Rosbag2PyReader, choose_reader
     from .formats import open_source
     from .franka import FrankaSource, RingTargets
-    from .sources import SOURCE_FORMATS, BagSource, CsvSource, Source, SourceError, Stream
+    from .bag_source import BagSource
+    from .sources import SOURCE_FORMATS, CsvSource, Source, SourceError, SourceInfo, Stream
     from .time_offsets import OffsetAwareBuilder, OffsetPlan, TimeOffsetTarget

@@ -1,8 +1,8 @@
 """Opening a recording: its format from the name (a folder: rosbag2, ``.mcap``, ``.db3``,
 ``.csv`` / ``.tsv``) or as given, and the reader that format takes (``sources``, ``franka``).
 
-Apart from ``sources`` so that the Franka reader, a CSV reader itself, sits between the two:
-``sources`` < ``franka`` < ``formats``, no import goes back.
+Apart from ``sources`` so that the readers, built on it, sit between the two: ``sources`` <
+``bag_source`` / ``franka`` < ``formats``, no import goes back.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .bag_readers import choose_reader
+from .bag_source import BagSource
 from .franka import FrankaSource, FrankaTargetSource
-from .sources import SOURCE_FORMATS, BagSource, CsvSource, Source, SourceError
+from .sources import SOURCE_FORMATS, CsvSource, Source, SourceError
 
 __all__ = ["open_source"]
 

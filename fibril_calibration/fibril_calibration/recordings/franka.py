@@ -42,7 +42,7 @@ import numpy as np
 
 from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
                              anchor_relative, check_schema, parse_abort, ring_log_issues)
-from .sources import CsvSource, SourceError, Stream, check_times
+from .sources import CsvSource, SourceError, SourceInfo, Stream, check_times
 
 __all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets", "episode_recording"]
 
@@ -90,6 +90,7 @@ class FrankaSource(CsvSource):
         if not isinstance(self.sidecar, dict):
             raise SourceError(f"sidecar {str(sidecar)!r}: expected a JSON object")
         self.sidecar_path = sidecar
+        self._targets: RingTargets | None = None
         try:
             self._check_sidecar()
         except SidecarProblem as exc:
@@ -271,16 +272,19 @@ class FrankaSource(CsvSource):
     @property
     def targets(self) -> RingTargets:
         """The ring log's ``<stem>_targets.csv`` (read once, on first use)."""
-        loaded = getattr(self, "_targets", None)
-        if loaded is None:
-            loaded = self._targets = RingTargets(self._targets_path(), self)
-        return loaded
+        if self._targets is None:
+            self._targets = RingTargets(self._targets_path(), self)
+        return self._targets
 
     @property
     def targets_report(self) -> dict[str, Any] | None:
         """How the targets file was placed and checked (None until a targets. column is read)."""
-        loaded = getattr(self, "_targets", None)
-        return None if loaded is None else dict(loaded.report)
+        return None if self._targets is None else dict(self._targets.report)
+
+    def describe(self) -> SourceInfo:
+        return SourceInfo(self.path, self.format, True, warnings=self.warnings, sidecar=True,
+                          controller=self.controller, ring_log=self.ring_log_report,
+                          ring_targets=self.targets_report)
 
     def _targets_path(self) -> Path:
         beside = self.path.with_name(f"{self.path.stem}_targets.csv")

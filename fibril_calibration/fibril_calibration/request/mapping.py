@@ -573,11 +573,10 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     named = [body.get("inputs"), body.get("signals"), body.get("initial_state")]
     sources.wanted = _columns(named)
     source = sources.open(spec, sources.wanted)
-    if hasattr(source, "prefetch"):  # every topic / column the entry names in one pass
-        try:
-            source.prefetch(_columns(named) if source.tabular else _topics(named))
-        except SourceError as exc:
-            raise spec.where.key("path").fail(str(exc)) from None
+    try:  # every topic / column the entry names in one pass
+        source.prefetch(_columns(named) if source.tabular else _topics(named))
+    except SourceError as exc:
+        raise spec.where.key("path").fail(str(exc)) from None
     dt = plan.timebase.timestep_ns
 
     inputs = _inputs(body.get("inputs", []), where.key("inputs"), source, spec, plan)
@@ -637,8 +636,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                  f"{window.end_ns / _NS:g} s]")
         wid = f"{episode_id}/w{window.index:03d}" if "windows" in body else episode_id
         ww = where.key("windows").key(window.index) if listed else where
-        check = getattr(source, "check_window", None)
-        problem = check(start, end) if check is not None else None
+        problem = source.check_window(start, end)
         if problem is not None:
             raise ww.fail(f"{label}: {problem}")
         for mapped in used:
@@ -671,25 +669,23 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # Not parsed here (``prepare_recorded_inputs``): every endpoint and mode was checked
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
+        described = source.describe()
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
                 "sources": _used_sources(used, spec), "recording_use": use,
-                "reader": getattr(source, "reader", None),
+                "reader": described.reader,
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
                 "input_timing": timing}
-        if getattr(source, "warnings", ()):  # what its storage could not vouch for
-            info["warnings"] = list(source.warnings)
-        fallback = getattr(source, "reader_fallback", None)
-        if fallback:  # reader: auto fell back from rosbag2_py to rosbags
-            info["reader_fallback"] = fallback
-        targets_report = getattr(source, "targets_report", None)
-        if targets_report is not None:  # franka_sysid: how <stem>_targets.csv was placed
-            info["ring_targets"] = targets_report
-        if getattr(source, "controller", None) is not None:  # franka: the sidecar's kind
-            info["controller"] = source.controller
-        ring_report = getattr(source, "ring_log_report", None)
-        if ring_report is not None:  # franka_sysid: dropped frames, save error, abort
-            info["ring_log"] = ring_report
+        if described.warnings:  # what its storage could not vouch for
+            info["warnings"] = list(described.warnings)
+        if described.reader_fallback:  # reader: auto fell back from rosbag2_py to rosbags
+            info["reader_fallback"] = described.reader_fallback
+        if described.ring_targets is not None:  # franka_sysid: how <stem>_targets.csv was placed
+            info["ring_targets"] = dict(described.ring_targets)
+        if described.controller is not None:  # franka: the sidecar's kind
+            info["controller"] = described.controller
+        if described.ring_log is not None:  # franka_sysid: dropped frames, save error, abort
+            info["ring_log"] = dict(described.ring_log)
         out.append(r.EpisodeSpec(
             id=wid, scope="validation" if window.validation else scope, seed=seed,
             weight=weight, horizon_steps=horizon, initial_state=initial_state,
@@ -828,7 +824,7 @@ def _state_entries(value: Any, where: s.Where, source: Source, spec: _SourceSpec
             ref = s.mapping(body.pop(from_key), fw)
             if "sidecar" in ref:
                 s.keys(ref, fw, required=("sidecar",), optional=("index",))
-                if not hasattr(source, "sidecar_value"):
+                if not source.describe().sidecar:
                     raise fw.key("sidecar").fail(f"{str(source.path)!r} has no sidecar (only "
                                                  f"the franka_sysid format does)")
                 index = (s.integer(ref["index"], fw.key("index")) if "index" in ref else None)

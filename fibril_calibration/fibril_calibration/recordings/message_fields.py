@@ -1,0 +1,163 @@
+"""A message field path as a request names it (``position[joint3]``, ``pose.pose.orientation``,
+``angular_velocity``, ``data``) turned into a function from a decoded message to a row of
+floats, built from the first message of a topic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .sources import SourceError, listing
+
+__all__ = ["FieldError", "accessor", "short_type"]
+
+
+def short_type(msgtype: str) -> str:
+    """``pkg/msg/Name`` and ``pkg/Name`` are the same type."""
+    parts = msgtype.split("/")
+    return f"{parts[0]}/{parts[-1]}" if len(parts) >= 2 else msgtype
+
+
+class FieldError(Exception):
+    """A later message does not fit the accessor built from the first (worded by the caller)."""
+
+
+_TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]+)\])?$")
+
+
+def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None = None,
+              topic: str = "") -> tuple[Callable[[Any], Any], tuple[str, ...]]:
+    """A function message → row of floats for ``field``, and the row's component names.
+
+    Built from the first message; later messages go through the same steps (a named index is
+    looked up again when the ``name`` list changes)."""
+    steps: list[tuple[str, str | None]] = []
+    for token in field.split("."):
+        match = _TOKEN.match(token.strip())
+        if match is None:
+            raise SourceError(f"{label}: cannot parse field path {field!r} (expected names "
+                              f"separated by '.', an optional [index] or [name] on the last)")
+        steps.append((match.group(1), match.group(2)))
+    if any(index is not None for _, index in steps[:-1]):
+        raise SourceError(f"{label}: only the last part of {field!r} may have an [index]")
+    names = [name for name, _ in steps]
+    index = steps[-1][1]
+    node = first
+    parent = None
+    for n, name in enumerate(names):
+        if not hasattr(node, name):
+            at = ".".join(names[:n]) or msgtype
+            raise SourceError(f"{label}: {msgtype} has no field {'.'.join(names[:n + 1])!r} "
+                              f"({at}: {_listed(_fields(node), 'fields', path, topic)})")
+        parent, node = node, getattr(node, name)
+    path = tuple(names)
+
+    def walk(message: Any) -> tuple[Any, Any]:
+        parent, node = None, message
+        for name in path:
+            parent, node = node, getattr(node, name)
+        return parent, node
+
+    if index is not None:
+        if not isinstance(node, (np.ndarray, list, tuple)):
+            raise SourceError(f"{label}: {'.'.join(names)} of {msgtype} is not an array; "
+                              f"it cannot take [{index}]")
+        if re.fullmatch(r"-?\d+", index):
+            position = int(index)
+            size = len(node)
+            if not -size <= position < size:
+                raise SourceError(f"{label}: index {position} is out of range (the first "
+                                  f"message has {size} element(s))")
+
+            def by_position(message: Any) -> Any:
+                values = walk(message)[1]
+                try:
+                    return (float(values[position]),)
+                except IndexError:
+                    raise FieldError(f"{'.'.join(names)} has {len(values)} element(s), no "
+                                      f"index {position}") from None
+
+            return by_position, (field,)
+        if not hasattr(parent, "name"):
+            raise SourceError(f"{label}: [{index}] names an element, but {msgtype} has no "
+                              f"'name' list beside {names[-1]!r} (use a numeric index)")
+        listed = list(parent.name)
+        if index not in listed:
+            raise SourceError(f"{label}: no element named {index!r}; the first message's "
+                              f"{_listed(listed, 'names', path, topic)}")
+        cache: dict[str, Any] = {"names": listed, "position": listed.index(index)}
+
+        def by_name(message: Any) -> Any:
+            parent, values = walk(message)
+            current = parent.name
+            if current != cache["names"]:
+                current = list(current)
+                if index not in current:
+                    raise FieldError(f"no element named {index!r} (names: "
+                                      f"{', '.join(current)})")
+                cache["names"], cache["position"] = current, current.index(index)
+            try:
+                return (float(values[cache["position"]]),)
+            except IndexError:
+                raise FieldError(f"{'.'.join(names)} has {len(values)} element(s) for "
+                                  f"{len(current)} name(s)") from None
+
+        return by_name, (field,)
+    return _leaf(node, walk, field, msgtype, label)
+
+
+def _listed(names: Sequence[str], what: str, path: Path | None, topic: str) -> str:
+    if path is None:
+        return f"its {what}: {', '.join(names) or 'none'}"
+    return listing(names, what, path, f" --fields {topic}")
+
+
+def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype: str,
+          label: str) -> tuple[Callable[[Any], Any], tuple[str, ...]]:
+    if isinstance(node, bool):
+        return (lambda m: (float(walk(m)[1]),)), (field,)
+    if isinstance(node, (int, float, np.number)):
+        return (lambda m: (float(walk(m)[1]),)), (field,)
+    if isinstance(node, np.ndarray) and node.dtype.kind in "fiub":
+        width = int(node.size)
+
+        def array(message: Any) -> Any:
+            values = walk(message)[1]
+            if values.size != width:
+                raise FieldError(f"{field} has {values.size} element(s), the first message "
+                                  f"{width}")
+            return values.ravel()
+
+        return array, tuple(f"{field}[{i}]" for i in range(width))
+    fields = set(_fields(node))
+    if {"x", "y", "z", "w"} <= fields:  # a quaternion: calibration uses w, x, y, z
+        def quaternion(message: Any) -> Any:
+            q = walk(message)[1]
+            return (q.w, q.x, q.y, q.z)
+
+        return quaternion, ("w", "x", "y", "z")
+    if {"x", "y", "z"} <= fields:
+        def vector(message: Any) -> Any:
+            v = walk(message)[1]
+            return (v.x, v.y, v.z)
+
+        return vector, ("x", "y", "z")
+    if "data" in fields:
+        inner = node.data
+        if isinstance(inner, (int, float, np.number)) and not isinstance(inner, bool):
+            return (lambda m: (float(walk(m)[1].data),)), (field,)
+    raise SourceError(f"{label}: {field!r} of {msgtype} is a {type(node).__name__} with fields "
+                      f"{', '.join(sorted(fields)) or 'none'}; name a numeric field, array, "
+                      f"vector or quaternion")
+
+
+def _fields(node: Any) -> list[str]:
+    names = getattr(node, "__dataclass_fields__", None)
+    if names:
+        return [n for n in names if n != "__msgtype__"]
+    return []
