@@ -1,6 +1,6 @@
 """Recordings as robots write them, read as timestamped streams: rosbag2 / MCAP / sqlite3 bags
 (``bag_source``, ``message_fields``, ``bag_readers``, ``mcap_integrity``), CSV logs
-(``csv_layout``, ``csv_columns``, ``csv_numbers``), the lab's Franka
+(``csv_layout``, ``csv_columns``), the lab's Franka
 ring logs (``franka``), opening any of them (``formats``), fibril_sim traces (``traces``) and
 per-signal time offsets (``time_offsets``).
 

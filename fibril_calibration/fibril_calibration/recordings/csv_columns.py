@@ -1,16 +1,14 @@
-"""The columns of a CSV log, read in chunks.
+"""The columns of a CSV log, read in chunks with numpy's typed parser.
 
 A robot log can hold tens of millions of rows; a calibration maps a few of its columns. The
-file is read in chunks of ``CHUNK_BYTES`` to count its rows; the wanted columns are then read
-chunk by chunk into preallocated arrays, each chunk by the first reader that takes it:
-
-1. ``csv_numbers``: numpy word arithmetic over plain decimal cells (every row the header's
-   field count, no quote, no CR), bit for bit what ``float`` reads, ~10x numpy's ``loadtxt``;
-2. numpy's C reader (``loadtxt``) over a plain chunk;
-3. ``csv`` and ``float`` line by line, which name the line and column at fault.
-
-Memory is the wanted columns plus one chunk, however many columns and rows the file has. A
-UTF-8 byte order mark before the header is skipped.
+file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that every row is
+plain (the header's number of fields, counted per line from the comma positions, no quote,
+no blank line); a plain file's wanted columns are then parsed by numpy's C reader over the
+whole file (``usecols``: only those columns are ever held). Otherwise, or when numpy refuses a
+value, the chunks are parsed one by one into preallocated arrays, a chunk numpy refuses with
+``csv`` and ``float``, which name the line and column at fault. Memory is the wanted columns
+plus one chunk, however many columns and rows the file has. A UTF-8 byte order mark before
+the header is skipped.
 """
 
 from __future__ import annotations
@@ -19,14 +17,13 @@ import csv
 import io
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from .csv_layout import DELIMITERS, looks_like_data
-from .csv_numbers import parse_chunk
 
 __all__ = ["CHUNK_BYTES", "CsvLayout", "CsvProblem", "read_cell", "read_columns", "read_layout"]
 
@@ -40,23 +37,17 @@ class CsvProblem(ValueError):
 
 @dataclass(frozen=True)
 class CsvLayout:
-    """Header names, where the data rows start and how many there are."""
+    """Header names, where the data rows start, how many there are, and whether every row
+    is plain (the header's field count, no quotes, no blank line): numpy may read it whole."""
 
     path: Path
     label: str  # "recording 'x.csv'"
     header: tuple[str, ...]  # column names (of a headerless file: given, or the indices)
     data_start: int  # byte offset of the first data row
     rows: int
+    plain: bool = False
     delimiter: str = ","
     first_line: int = 2  # the file's line number of the first data row (1: no header row)
-
-    @cached_property
-    def plain(self) -> bool:
-        """Every row is plain (the header's field count, no quotes, no blank line): numpy's
-        reader may take every chunk (one more pass over the file: asked for by tests and
-        tools, not by the readers, which check each chunk themselves)."""
-        return all(_plain(chunk, count, len(self.header), self.delimiter)
-                   for _, chunk, count in _chunks(self.path, self.data_start))
 
 
 def read_layout(path: Path, label: str, *, header: bool | None = None,
@@ -100,8 +91,13 @@ def read_layout(path: Path, label: str, *, header: bool | None = None,
                              f"false (and name the columns: columns: [time_ns, q1, ...] or "
                              f"{{0: time_ns, 1: q1}})")
         names = tuple(name.strip() for name in row)
-    rows = sum(count for _, _, count in _chunks(path, start))
-    return CsvLayout(path, label, names, start, rows, delimiter, 2 if header is not False else 1)
+    rows = 0
+    plain = True
+    for _, chunk, count in _chunks(path, start):
+        rows += count
+        plain = plain and _plain(chunk, count, len(names), delimiter)
+    return CsvLayout(path, label, names, start, rows, plain, delimiter,
+                     2 if header is not False else 1)
 
 
 def _headerless_names(label: str, width: int,
@@ -165,23 +161,17 @@ def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | No
     index = {name: i for i, name in enumerate(layout.header)}
     names = list(dict.fromkeys(wanted))
     columns = [index[name] for name in names]
+    out: dict[str, np.ndarray] = {}
+    if layout.plain and _whole(layout, names, columns, out, exact_ns):
+        return out
     out = {name: np.empty(layout.rows, dtype=np.int64 if name == exact_ns else np.float64)
            for name in names}
     width = len(layout.header)
-    exact = index[exact_ns] if exact_ns in out else None
     for first, chunk, count in _chunks(layout.path, layout.data_start):
-        parsed = parse_chunk(chunk, width, layout.delimiter, columns, exact, float, _any_ns)
-        if parsed is not None and all(v.shape[0] == count for v in parsed):
-            for name, values in zip(names, parsed):
-                out[name][first:first + count] = values
-        elif not _fast(chunk, count, width, names, columns, out, first, exact_ns,
-                       layout.delimiter):
+        if not _fast(chunk, count, width, names, columns, out, first, exact_ns,
+                     layout.delimiter):
             _exact(chunk, width, names, columns, out, first, layout, exact_ns)
     return out
-
-
-def _any_ns(text: str) -> int:
-    return _ns(text, "a cell")
 
 
 def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], width: int,
@@ -222,6 +212,18 @@ def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], widt
     except (ValueError, OverflowError, DeprecationWarning):  # UnicodeDecodeError included
         return None
     return {name: table[f"f{k}"] for k, (_, name) in enumerate(order)}
+
+
+def _whole(layout: CsvLayout, names: list[str], columns: list[int],
+           out: dict[str, np.ndarray], exact_ns: str | None) -> bool:
+    """The whole (plain) file in one parse; its columns are views of one array (no second
+    copy). False: a value numpy refuses (the chunks are read again to name it)."""
+    parsed = _parse(layout.path, names, columns, len(layout.header), exact_ns,
+                    layout.first_line - 1, layout.delimiter)
+    if parsed is None or any(v.shape[0] != layout.rows for v in parsed.values()):
+        return False
+    out.update(parsed)
+    return True
 
 
 def _fast(chunk: bytes, count: int, width: int, names: list[str], columns: list[int],
@@ -277,8 +279,6 @@ def _exact(chunk: bytes, width: int, names: list[str], columns: list[int],
 
 def _ns(text: str, where: str) -> int:
     """A time in ns exactly from its text (``1700000000123``, ``1.7e18``)."""
-    from decimal import Decimal, InvalidOperation
-
     text = text.strip()
     try:
         value = int(text)

@@ -7,6 +7,16 @@
         upper: 0.01
         initial: 0.0
         target: {type: time_offset, observation: wheel_velocity}
+      - id: state_clock             # every signal read from the request's source 'state'
+        lower: -0.05
+        upper: 0.05
+        initial: 0.0
+        target: {type: time_offset, source: state}
+
+A source's offset shifts the comparison of the signals read from it (the source's fixed
+``offset`` stays; the fitted one adds to it); a source that also feeds recorded inputs cannot
+take one (the inputs are cut into windows once, not per candidate: fit the other source's),
+and its initial states are read at the fixed offset.
 
 A recorded sample stamped ``t`` of a signal with offset ``d`` is compared with the simulation
 at ``t - d`` (``d > 0``: the recording lags the model, as a sensor delay does), interpolated
@@ -39,15 +49,30 @@ __all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_bu
 
 @dataclass(frozen=True)
 class TimeOffsetTarget:
-    """The time offset (s) of one observation's reference samples, in every episode."""
+    """The time offset (s) of one observation's reference samples in every episode, or of
+    every signal read from one named ``source`` (its clock against the episode's: the fitted
+    part of the source's ``offset``)."""
 
-    observation: str
+    observation: str | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.observation is None) == (self.source is None):
+            raise ValueError("a time_offset target names an observation or a source")
+
+    @property
+    def offset_key(self) -> str:
+        """What a signal bound to it carries (``SignalSpec.time_offset_key``) and the key of
+        its value in ``OffsetPlan.time_offsets``: the observation id, or ``source:NAME``."""
+        return self.observation if self.observation is not None else f"source:{self.source}"
 
     @property
     def key(self) -> str:
-        return f"time_offset:{self.observation}"
+        return f"time_offset:{self.offset_key}"
 
     def describe(self) -> dict[str, Any]:
+        if self.source is not None:
+            return {"type": "time_offset", "source": self.source}
         return {"type": "time_offset", "observation": self.observation}
 
 
@@ -56,12 +81,12 @@ def is_time_offset(parameter: Any) -> bool:
 
 
 def offsets_of(parameters: Sequence[Any], values: Mapping[str, float]) -> dict[str, float]:
-    """Observation id → offset in ns at ``values``."""
+    """Offset key (an observation id, or ``source:NAME``) → offset in ns at ``values``."""
     out: dict[str, float] = {}
     for parameter in parameters:
         for target in parameter.targets:
             if isinstance(target, TimeOffsetTarget):
-                out[target.observation] = float(values[parameter.id]) * 1e9
+                out[target.offset_key] = float(values[parameter.id]) * 1e9
     return out
 
 

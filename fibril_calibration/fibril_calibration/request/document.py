@@ -380,11 +380,14 @@ def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[OverlayTarget, ...]:
 
 
 def _target(raw: Any, where: s.Where) -> Any:
-    """A typed overlay target, or ``{type: time_offset, observation: id}`` (see
-    ``time_offsets``)."""
+    """A typed overlay target, or ``{type: time_offset, observation: id}`` / ``{type:
+    time_offset, source: name}`` (see ``time_offsets``)."""
     if isinstance(raw, Mapping) and raw.get("type") == "time_offset":
         from ..recordings.time_offsets import TimeOffsetTarget
 
+        if "source" in raw:
+            s.keys(raw, where, required=("type", "source"))
+            return TimeOffsetTarget(source=s.string(raw["source"], where.key("source")))
         s.keys(raw, where, required=("type", "observation"))
         return TimeOffsetTarget(s.string(raw["observation"], where.key("observation")))
     return parse_target(raw, where)
@@ -401,24 +404,48 @@ def _time_offsets(parameters: Sequence[CalibrationParameter],
     from ..recordings.time_offsets import TimeOffsetTarget
 
     bounds: dict[str, tuple[float, float]] = {}
+    by_source: dict[str, s.Where] = {}
     for i, parameter in enumerate(parameters):
         for target in parameter.targets:
             if isinstance(target, TimeOffsetTarget):
                 at = root.key("parameters").key(i)
-                if target.observation not in observations:
+                if target.source is not None:
+                    by_source[target.source] = at
+                elif target.observation not in observations:
                     raise at.fail(f"time_offset names unknown observation "
                                   f"{target.observation!r}; declared: "
                                   f"{', '.join(observations)}")
-                # Two offsets on one observation never get here: ``_parameters`` refuses a
-                # second parameter bound to the same target key (time_offset:<observation>).
-                bounds[target.observation] = (parameter.lower * 1e9, parameter.upper * 1e9)
+                # Two offsets on one key never get here: ``_parameters`` refuses a second
+                # parameter bound to the same target key (time_offset:<observation or source>).
+                bounds[target.offset_key] = (parameter.lower * 1e9, parameter.upper * 1e9)
     if not bounds:
         return training, validation
+    episodes = (*training, *validation)
+    for name, at in by_source.items():
+        feeding = [e.id for e in episodes for used in (e.source or {}).get("sources", ())
+                   if used.get("name") == name and used.get("inputs")]
+        if feeding:
+            raise at.fail(f"time_offset source {name!r} feeds recorded inputs (episode "
+                          f"{feeding[0]!r}); its offset cannot be fitted (the inputs are cut "
+                          f"once): fit the offset of the source its signals come from")
+        if not any(sig.source == name for e in episodes for sig in e.signals):
+            raise at.fail(f"time_offset source {name!r}: no episode compares a signal read "
+                          f"from it (a name in sources, given as an episode's or a signal's "
+                          f"source)")
 
     def bind(episode: EpisodeSpec) -> EpisodeSpec:
         signals = []
         for signal in episode.signals:
-            found = bounds.get(signal.observation)
+            key = signal.observation
+            found = bounds.get(key)
+            if signal.source is not None and f"source:{signal.source}" in bounds:
+                if found is not None:
+                    raise root.fail(f"{episode.scope} episode {episode.id!r} signal "
+                                    f"{signal.observation!r} has two calibrated time offsets "
+                                    f"(its observation's and its source {signal.source!r}'s); "
+                                    f"fit one")
+                key = f"source:{signal.source}"
+                found = bounds[key]
             if found is not None:
                 label = f"{episode.scope} episode {episode.id!r} signal {signal.observation!r}"
                 if signal.alignment != "linear":
@@ -431,7 +458,8 @@ def _time_offsets(parameters: Sequence[CalibrationParameter],
                                     f"the time_offset upper bound {found[1] / 1e9:g} s; drop "
                                     f"the samples before {found[1] / 1e9:g} s or lower the "
                                     f"bound")
-                signal = dataclasses.replace(signal, time_offset_bounds_ns=found)
+                signal = dataclasses.replace(signal, time_offset_bounds_ns=found,
+                                             time_offset_key=key)
             signals.append(signal)
         return dataclasses.replace(episode, signals=tuple(signals))
 

@@ -48,6 +48,8 @@ class SignalSpec:
     samples_from: str | None = None  # the trace selector the samples were read with
     # [lower, upper] of the signal's calibrated time offset in ns (``time_offsets``)
     time_offset_bounds_ns: tuple[float, float] | None = None
+    time_offset_key: str | None = None  # its key in the plan's offsets (observation, source:N)
+    source: str | None = None  # the named source (``sources``) its samples were read from
 
     @property
     def count(self) -> int:

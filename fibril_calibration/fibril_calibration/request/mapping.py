@@ -94,6 +94,7 @@ class _SourceSpec:
     column_names: tuple[str, ...] | tuple[tuple[int, str], ...] | None = None
     delimiter: str | None = None
     offset_ns: int = 0  # added to its times: onto the episode's time base
+    name: str | None = None  # its name in the request's sources (None: given inline)
     owner: Any = field(default=None, compare=False, repr=False)  # the SourceSet
     accept: tuple[str, ...] = ()  # franka_sysid: ring-log problems taken knowingly
     abort: str = "refuse"  # franka_sysid: an aborted run is refused, or truncated
@@ -143,10 +144,12 @@ class SourceSet:
 
     def spec(self, value: Any, where: s.Where) -> _SourceSpec:
         """``source:`` of an episode: a name in ``sources`` or an inline mapping."""
+        name = None
         if isinstance(value, str):
             if value not in self._named:
                 listed = ", ".join(self._named) or "none declared"
                 raise where.fail(f"unknown source {value!r}; the request's sources: {listed}")
+            name = value
             value, where = self._named[value]
         body = s.mapping(value, where)
         s.keys(body, where, required=("path",), optional=_SOURCE_KEYS)
@@ -180,7 +183,7 @@ class SourceSet:
                      if "sidecar" in body else None),
             reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
             types=_types(body, where, self.base), **_csv_layout(body, where),
-            offset_ns=offset, owner=self, **_franka_options(body, where))
+            offset_ns=offset, name=name, owner=self, **_franka_options(body, where))
 
     def open(self, spec: _SourceSpec, columns: Sequence[str] = ()) -> Source:
         """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
@@ -653,8 +656,9 @@ def source_episodes(value: Any, where: s.Where, scope: str,
                               f"{(times[-1] - origin) / _NS:g} s after the origin)")
             relative = (times[first:stop] - start).astype(np.int64)
             values = np.ascontiguousarray(mapped.stream.values[first:stop], dtype=np.float64)
-            built.append(r._signal(settings, at, observation, dt, horizon, sources.base, None,
-                                   loaded=(relative, values)))
+            signal = r._signal(settings, at, observation, dt, horizon, sources.base, None,
+                               loaded=(relative, values))
+            built.append(replace(signal, source=(mapped.spec or spec).name))
         initial = _state_values(state, start, origin, label, ww)
         initial_state = states._initial_state(initial, where.key("initial_state"), plan)
         state_fit = states.initial_state_fit(body, where, initial_state, plan)
@@ -671,7 +675,8 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # parses them once per endpoint signature.
         described = source.describe()
         info = {"path": str(spec.path), "format": source.format, "entry": where.path,
-                "sources": _used_sources(used, spec), "recording_use": use,
+                "sources": _used_sources(used, spec, [i.mapped for i in inputs]),
+                "recording_use": use,
                 "reader": described.reader,
                 "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
                 "sidecar": None if spec.sidecar is None else str(spec.sidecar),
@@ -719,14 +724,19 @@ def _recording_use(used: Sequence[_Mapped], spec: _SourceSpec, windows: Sequence
     return out
 
 
-def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec) -> list[dict[str, Any]]:
-    """Every file the entry's streams came from, with its offset (s)."""
+def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec,
+                  inputs: Sequence[_Mapped] = ()) -> list[dict[str, Any]]:
+    """Every file the entry's streams came from, with its offset (s), its name in sources
+    and whether it feeds recorded inputs."""
+    feeding = {str((m.spec or spec).path) for m in inputs}
     out: dict[str, dict[str, Any]] = {}
     for mapped in [None, *used]:
         found = spec if mapped is None else (mapped.spec or spec)
         if isinstance(found, _SourceSpec):
             out.setdefault(str(found.path), {"path": str(found.path),
-                                             "offset_s": found.offset_ns / _NS})
+                                             "offset_s": found.offset_ns / _NS,
+                                             "name": found.name,
+                                             "inputs": str(found.path) in feeding})
     return list(out.values())
 
 

@@ -311,7 +311,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     offsets = getattr(plan, "time_offsets", None)
     if offsets:
         for item, track in zip(schedule.signals, tracks):
-            track.offset_ns = offsets.get(item.signal.observation)
+            track.offset_ns = offsets.get(item.signal.time_offset_key or item.signal.observation)
     return tracks
 
 
