@@ -217,7 +217,7 @@ def write_big_bag(folder: Path, storage: str, size: int) -> tuple[Path, int]:
 
 def info_bench(folder: Path, storage: str, size: int, runs: int = 3) -> None:
     """``recording info`` on a ~``size`` bag against rosbags counting every message."""
-    from fibril_calibration.recordings.recording_info import recording_info
+    from fibril_calibration.recordings.recording_info import BagInfo, recording_info
     from rosbags.rosbag2 import Reader
 
     started = time.perf_counter()
@@ -230,7 +230,7 @@ def info_bench(folder: Path, storage: str, size: int, runs: int = 3) -> None:
         started = time.perf_counter()
         info = recording_info(bag)
         times.append(time.perf_counter() - started)
-    assert info.messages == count, (info.messages, count)
+    assert isinstance(info, BagInfo) and info.messages == count, count
     started = time.perf_counter()
     with Reader(bag) as reader:
         counted = sum(1 for _ in reader.messages())
@@ -271,7 +271,7 @@ def csv_child(method: str, path: Path) -> None:
 
     columns = [CSV_COLUMNS.index(c) for c in CSV_MAPPED]
     if method == "pandas":
-        import pandas
+        import pandas  # type: ignore[import-untyped]  # optional (bench/requirements.txt), no stubs
     if method == "ours":
         from fibril_calibration.recordings.formats import open_source
     baseline = peak()
@@ -298,7 +298,7 @@ def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
           f"{', '.join(CSV_MAPPED)} = {rows * 8 * len(CSV_MAPPED) / 1e6:.0f} MB as float64")
     methods = ["ours", "numpy"]
     try:
-        import pandas  # noqa: F401
+        import pandas  # noqa: F401  # type: ignore[import-untyped]  # optional, no stubs
         methods.append("pandas")
     except ImportError:
         print("pandas.read_csv: not installed (pip install -r bench/requirements.txt)")
@@ -365,7 +365,7 @@ def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
                "sources": sources, "training": entries}
     path = root / "request.yaml"
     path.write_text(yaml.safe_dump(request, sort_keys=False))
-    from fibril_calibration.request import load_calibration_request
+    from fibril_calibration.request.document import load_calibration_request
 
     load_calibration_request(path)  # imports and first plan build out of the timing
     times = []
@@ -422,7 +422,7 @@ def main() -> int:
         print(f"fibril BagSource, 21 mapped fields: {our_rate:,.0f} msg/s ({t_ours:.2f} s)")
         print(f"ratio: {our_rate / raw_rate:.2f} (target >= 0.5)")
 
-        from fibril_calibration.request import load_calibration_request
+        from fibril_calibration.request.document import load_calibration_request
 
         _, request = write_problem(folder / "load", 20_000, args.storage)  # 10 s at 1 kHz
         times = []

@@ -24,8 +24,9 @@ _DESCRIPTION = ("Describe a recording (rosbag2 folder, .mcap, .db3 or CSV log): 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``recording info`` to a ``fibril_sim`` sub-command set."""
-    parser = subparsers.add_parser("recording", help="inspect recordings for calibration",
-                                   description="Inspect recordings for calibration.")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "recording", help="inspect recordings for calibration",
+        description="Inspect recordings for calibration.")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     info = commands.add_parser("info", help="what a recording holds", description=_DESCRIPTION)
     _add_arguments(info)

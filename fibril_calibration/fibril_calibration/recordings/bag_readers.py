@@ -87,9 +87,10 @@ class Rosbag2PyReader:
 
     def __init__(self, path: Path, format: str, module: Any | None = None) -> None:
         self.path = path
-        self._module = module or import_rosbag2_py()
-        if self._module is None:
+        found = module or import_rosbag2_py()
+        if found is None:
             raise OSError("rosbag2_py does not import here")
+        self._module: Any = found  # rosbag2_py: untyped (a ROS installation's)
         self._storage_id = _STORAGE_IDS.get(format, "")
         self.connections: list[Connection] = []
 

@@ -181,7 +181,7 @@ class BagSource(Source):
         if len(types) > 1:
             raise SourceError(f"recording {str(self.path)!r} topic {topic!r} has several "
                               f"message types ({', '.join(types)})")
-        return types[0]
+        return str(types[0])
 
     def prefetch(self, topics: Sequence[str]) -> None:
         """Read the given topics (those not read yet) in one pass over the bag; a topic the
@@ -212,7 +212,7 @@ class BagSource(Source):
                 raws[topic].append(raw)
         except _READ_ERRORS as exc:
             raise SourceError(f"cannot read recording {str(self.path)!r}: "
-                              f"{exc or type(exc).__name__}") from None
+                              f"{str(exc) or type(exc).__name__}") from None
         for name in wanted:
             declared = sum(getattr(c, "msgcount", 0) or 0 for c in self._connections[name])
             if self.format == "rosbag2" and declared and declared != len(raws[name]):

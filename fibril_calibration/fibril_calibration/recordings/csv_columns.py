@@ -186,21 +186,21 @@ def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], widt
     extra = width - 1 not in use
     if extra:
         use.append(width - 1)
-    options = dict(delimiter=delimiter, usecols=use, comments=None, skiprows=skiprows,
-                   encoding="utf-8")
     if exact_ns is None:
         try:
             if isinstance(source, io.BytesIO):
                 source.seek(0)
-            table = np.loadtxt(source, dtype=np.float64, ndmin=2, **options)
+            table = np.loadtxt(source, dtype=np.float64, ndmin=2, delimiter=delimiter,
+                               usecols=use, comments=None, skiprows=skiprows, encoding="utf-8")
             return {name: table[:, k] for k, (_, name) in enumerate(order)}
         except (ValueError, OverflowError):  # a text last column, or a bad value
             if not extra:
                 return None
-    fields = [(f"f{k}", np.int64 if name == exact_ns else np.float64)
+    fields = [(f"f{k}", "<i8" if name == exact_ns else "<f8")
               for k, (_, name) in enumerate(order)]
     if extra:
         fields.append(("last", "U1"))
+    record = np.dtype(fields)
     try:
         if isinstance(source, io.BytesIO):
             source.seek(0)
@@ -208,10 +208,11 @@ def _parse(source: Path | io.BytesIO, names: list[str], columns: list[int], widt
             # numpy < 2 reads "1.7e18" into int64 through a float (losing the last digits) and
             # only warns: refused here, so that the exact reader takes the chunk.
             warnings.simplefilter("error", DeprecationWarning)
-            table = np.loadtxt(source, dtype=fields, ndmin=1, **options)
+            rows = np.loadtxt(source, dtype=record, ndmin=1, delimiter=delimiter,
+                               usecols=use, comments=None, skiprows=skiprows, encoding="utf-8")
     except (ValueError, OverflowError, DeprecationWarning):  # UnicodeDecodeError included
         return None
-    return {name: table[f"f{k}"] for k, (_, name) in enumerate(order)}
+    return {name: rows[f"f{k}"] for k, (_, name) in enumerate(order)}
 
 
 def _whole(layout: CsvLayout, names: list[str], columns: list[int],

@@ -33,7 +33,7 @@ the data-format document): the 50 Hz ``--log`` CSV or the 1 kHz ring log (``seq`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -178,9 +178,10 @@ class FrankaSource(CsvSource):
             return None
         report: dict[str, Any] = self.ring_issues.report(self.accepted)
         if self.abort is not None:
+            kept = self._rows if self._keep is None else self._keep
             report["abort"] = {"code": self.abort.code, "name": self.abort.name,
                                "value": self.abort.value, "time_s": self.abort.time_s,
-                               "rows_kept": self._keep, "rows_left_out": self._rows - self._keep}
+                               "rows_kept": self._keep, "rows_left_out": self._rows - kept}
         return report
 
     # An aborted run read with ``abort: truncate`` ends at its abort: every column, the time
@@ -197,7 +198,7 @@ class FrankaSource(CsvSource):
 
     @property
     def times_ns(self) -> np.ndarray:
-        times = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]
+        times: np.ndarray = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]  # the base's property getter, past this override
         return times if self._keep is None else times[:self._keep]
 
     @times_ns.setter
@@ -512,6 +513,7 @@ def _derived(source: Any, name: str, column: Any) -> np.ndarray | None:
     ``xrel_des_*``), cached on the source; None for any other name (or one the file has)."""
     if name in source._index:
         return None
+    make: Callable[[], Sequence[np.ndarray]]
     if name in _ROTVEC:
         names, make = _ROTVEC, lambda: _rotvec(source, source.sidecar, source.sidecar_path,
                                                 column)
@@ -519,7 +521,7 @@ def _derived(source: Any, name: str, column: Any) -> np.ndarray | None:
         names, make = _XREL, lambda: _xrel(source, column)
     else:
         return None
-    cached = source._columns.get(name)
+    cached: np.ndarray | None = source._columns.get(name)
     if cached is None:
         source._columns.update(zip(names, make()))
         cached = source._columns[name]

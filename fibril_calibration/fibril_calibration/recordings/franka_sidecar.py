@@ -139,6 +139,7 @@ def anchor(sidecar: Mapping[str, Any], path: Path) -> tuple[np.ndarray, np.ndarr
         raise SidecarProblem(f"sidecar {str(path)!r} needs x_anchor (3 numbers) and "
                              f"q_anchor_xyzw (4 numbers) for the anchor-relative targets; "
                              f"it has x_anchor {position!r}, q_anchor_xyzw {orientation!r}")
+    assert isinstance(position, (list, tuple)) and isinstance(orientation, (list, tuple))
     x, y, z, w = (float(v) for v in orientation)
     quat = np.array([w, x, y, z])
     norm = float(np.linalg.norm(quat))
@@ -156,7 +157,8 @@ def anchor_relative(positions: np.ndarray, sidecar: Mapping[str, Any],
     rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
                          [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
                          [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-    return (np.asarray(positions, dtype=np.float64) - origin) @ rotation
+    relative: np.ndarray = (np.asarray(positions, dtype=np.float64) - origin) @ rotation
+    return relative
 
 
 def gains(sidecar: Mapping[str, Any], path: Path) -> dict[str, float]:

@@ -162,7 +162,7 @@ def _check(data: memoryview, size: int) -> McapIntegrity:
     schemas: dict[int, bytes] = {}
     channels: dict[int, bytes] = {}
     chunks: list[_Chunk] = []
-    loose = Counter()  # messages outside chunks, per channel
+    loose: Counter[int] = Counter()  # messages outside chunks, per channel
     unchecked_chunks = 0
     data_crc: int | None = None
     data_end_at: int | None = None

@@ -55,11 +55,11 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
             raise SourceError(f"{label}: {msgtype} has no field {'.'.join(names[:n + 1])!r} "
                               f"({at}: {_listed(_fields(node), 'fields', path, topic)})")
         parent, node = node, getattr(node, name)
-    path = tuple(names)
+    chain = tuple(names)
 
     def walk(message: Any) -> tuple[Any, Any]:
         parent, node = None, message
-        for name in path:
+        for name in chain:
             parent, node = node, getattr(node, name)
         return parent, node
 
@@ -83,7 +83,7 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
                                       f"index {position}") from None
 
             return by_position, (field,)
-        if not hasattr(parent, "name"):
+        if parent is None or not hasattr(parent, "name"):
             raise SourceError(f"{label}: [{index}] names an element, but {msgtype} has no "
                               f"'name' list beside {names[-1]!r} (use a numeric index)")
         listed = list(parent.name)

@@ -326,8 +326,8 @@ def _mcap_indexed(data: Any, summary: int, footer: int) -> _FileTopics | None:
                 continue
             channel = int(_U16.unpack(data[content:content + 2])[0])
             size = int(_U32.unpack(data[content + 2:content + 6])[0])
-            entries = np.frombuffer(data, dtype=pair, count=size // 16, offset=content + 6)
-            times.setdefault(channel, []).append(entries["time"].astype(np.int64))
+            index = np.frombuffer(data, dtype=pair, count=size // 16, offset=content + 6)
+            times.setdefault(channel, []).append(index["time"].astype(np.int64))
     _fill(found, owner, times)
     return found
 
@@ -667,11 +667,10 @@ def _csv_info(path: Path, gap_factor: float) -> CsvInfo:
                     times.append(float("nan"))
     columns = tuple(
         ColumnInfo(name, int(counts[0, c]), int(counts[1, c]), int(counts[2, c]),
-                   first_bad[c][0] if first_bad[c] else None,
-                   first_bad[c][1] if first_bad[c] else None,
+                   bad[0] if bad else None, bad[1] if bad else None,
                    float(low[c]) if counts[0, c] else None,
                    float(high[c]) if counts[0, c] else None)
-        for c, name in enumerate(names))
+        for c, (name, bad) in enumerate(zip(names, first_bad)))
     duration = rate = jitter = threshold = None
     gaps: list[tuple[int, float, float]] = []
     gap_count = backwards = 0

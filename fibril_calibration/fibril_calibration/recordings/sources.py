@@ -366,20 +366,20 @@ def check_stream(stream: Stream, *, lines: int = 0, values: bool = True) -> None
     check_times(stream.times_ns, stream.label, lines=lines, origin_ns=origin)
     if not values:  # the caller sorts out bad values itself (mapping's on_invalid)
         return
-    values = stream.values
-    bad = ~np.all(np.isfinite(values), axis=1)
+    data = stream.values
+    bad = ~np.all(np.isfinite(data), axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         where = f" (line {first + lines})" if lines else f" (message {first})"
         raise SourceError(f"{stream.label}: {int(bad.sum())} row(s) with NaN or infinite "
                           f"values, the first at {when(stream.times_ns[first], origin)}"
                           f"{where}")
-    huge = (values > MAX_VALUE) | (values < -MAX_VALUE)  # no |values| copy of a large log
+    huge = (data > MAX_VALUE) | (data < -MAX_VALUE)  # no |values| copy of a large log
     if huge.any():
         row, col = (int(i) for i in np.argwhere(huge)[0])
         where = (f"column {stream.components[col]!r} line {row + lines}" if lines else
                  f"{stream.components[col]!r} of message {row} at "
                  f"{when(stream.times_ns[row], origin)}")
-        raise SourceError(f"{stream.label}: {where}: {float(values[row, col])!r} cannot be a "
+        raise SourceError(f"{stream.label}: {where}: {float(data[row, col])!r} cannot be a "
                           f"recorded value (beyond {MAX_VALUE:g}; {int(huge.sum())} such "
                           f"value(s))")

@@ -146,8 +146,8 @@ def shifted_linear(reference_ns: np.ndarray, offset_ns: float, sim_times: np.nda
                               f"simulated samples ({span})")
     right = np.clip(np.searchsorted(times, t, side="right"), 1, times.shape[0] - 1)
     left = right - 1
-    span = times[right] - times[left]
-    u = np.where(span > 0, (t - times[left]) / np.where(span > 0, span, 1.0), 0.0)
+    step = times[right] - times[left]
+    u = np.where(step > 0, (t - times[left]) / np.where(step > 0, step, 1.0), 0.0)
     u = np.clip(u, 0.0, 1.0)
     if quaternion:
         return quat_slerp(values[left], values[right], u)

@@ -24,7 +24,7 @@ a reference signal); the request loader words them as request errors naming the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,7 +100,8 @@ class Recording:
             try:
                 yield stream
             finally:
-                stream.close()  # a stream left half-read releases its bag iterator
+                if isinstance(stream, Generator):  # a stream left half-read releases its
+                    stream.close()  # bag iterator
 
     def first_episode(self) -> int | None:
         """The episode of the trace's earliest record (None: the trace has no records).

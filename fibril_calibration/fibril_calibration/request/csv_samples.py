@@ -19,13 +19,13 @@ def _csv_samples(path: Path, where: s.Where,
                  observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
     """A CSV file: a header row starting with ``time_ns``, then one row per sample."""
     try:
-        data = path.read_bytes()
-        rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")))  # a BOM
+        raw = path.read_bytes()
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))  # a BOM
     except OSError as exc:
         raise where.fail(f"cannot read samples file {str(path)!r}: "
                          f"{exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = raw.count(b"\n", 0, exc.start) + 1
         raise CalibrationRequestError(f"{path}: not valid UTF-8 at byte {exc.start} (line "
                                       f"{line}): {exc.reason}") from None
     except (csv.Error, ValueError) as exc:  # a NUL, a field over the csv module's limit

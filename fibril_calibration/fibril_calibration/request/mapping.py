@@ -674,13 +674,13 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         # above, values are finite and sequences increase by construction; the first rollout
         # parses them once per endpoint signature.
         described = source.describe()
-        info = {"path": str(spec.path), "format": source.format, "entry": where.path,
-                "sources": _used_sources(used, spec, [i.mapped for i in inputs]),
-                "recording_use": use,
-                "reader": described.reader,
-                "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
-                "sidecar": None if spec.sidecar is None else str(spec.sidecar),
-                "input_timing": timing}
+        info: dict[str, Any] = {
+            "path": str(spec.path), "format": source.format, "entry": where.path,
+            "sources": _used_sources(used, spec, [i.mapped for i in inputs]),
+            "recording_use": use, "reader": described.reader,
+            "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
+            "sidecar": None if spec.sidecar is None else str(spec.sidecar),
+            "input_timing": timing}
         if described.warnings:  # what its storage could not vouch for
             info["warnings"] = list(described.warnings)
         if described.reader_fallback:  # reader: auto fell back from rosbag2_py to rosbags
