@@ -18,14 +18,12 @@ types, fibril_msgs, a source's ``types`` folders) or ``missing``. ``field_tree``
 topic's fields in the request's own field syntax (``position[joint1]``,
 ``pose.pose.orientation``), constants left out.
 
-A CSV log gets its columns, rows, delimiter, whether row 1 is a header, the time column
-guessed from the names ``csv_layout`` knows, its rate, gaps over a threshold (with lines),
-and per column the empty / NaN cells and the cells that are not numbers (with the first line).
+A CSV log is described by ``csv_info``; the field tree is ``field_tree``'s (both re-exported
+here, the command's one module).
 """
 
 from __future__ import annotations
 
-import math
 import mmap
 import sqlite3
 import struct
@@ -36,11 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from .csv_info import ColumnInfo, CsvInfo, csv_info, csv_text, number_text, rate_and_jitter
+from .field_tree import FieldLine, field_tree, fields_text
 from .mcap_integrity import _Cursor
 from .sources import SourceError
 
-__all__ = ["BagInfo", "ColumnInfo", "CsvInfo", "FieldLine", "TopicInfo", "field_tree",
-           "recording_info"]
+__all__ = ["BagInfo", "ColumnInfo", "CsvInfo", "FieldLine", "TopicInfo", "as_dict", "field_tree",
+           "fields_text", "info_text", "recording_info"]
 
 _NS = 1_000_000_000
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
@@ -78,36 +78,6 @@ class BagInfo:
     kind: str = "bag"
 
 
-@dataclass(frozen=True)
-class ColumnInfo:
-    name: str
-    numeric: int  # cells that are finite numbers
-    empty_or_nan: int
-    non_numeric: int
-    first_bad_line: int | None  # first non-numeric cell (1-based line of the file)
-    first_bad_cell: str | None
-    minimum: float | None
-    maximum: float | None
-
-
-@dataclass(frozen=True)
-class CsvInfo:
-    path: str
-    delimiter: str
-    header: bool  # row 1 names the columns
-    rows: int
-    columns: tuple[ColumnInfo, ...]
-    time_column: str | None
-    time_unit: str | None
-    duration_s: float | None
-    rate_hz: float | None
-    jitter_s: float | None
-    gap_threshold_s: float | None
-    gaps: tuple[tuple[int, float, float], ...]  # (line, time into the log s, gap s)
-    gap_count: int
-    backwards: int  # rows whose time is before the previous row's
-    kind: str = "csv"
-
 
 def recording_info(path: Path, *, gap_factor: float = 5.0, types: Sequence[Path] = ()
                    ) -> BagInfo | CsvInfo:
@@ -122,7 +92,7 @@ def recording_info(path: Path, *, gap_factor: float = 5.0, types: Sequence[Path]
     if suffix == ".db3":
         return _merge(path, "sqlite3", [_sqlite_file(path)], types)
     if suffix in (".csv", ".tsv", ".txt"):
-        return _csv_info(path, gap_factor)
+        return csv_info(path, gap_factor)
     raise SourceError(f"recording {str(path)!r}: cannot tell its format from the name (a "
                       f"rosbag2 folder, .mcap, .db3 or .csv)")
 
@@ -181,7 +151,7 @@ def _merge(path: Path, format: str, parts: Sequence[_FileTopics], types: Sequenc
         last = max((p.last[name] for p in parts if name in p.last), default=None)
         gaps = [g for p in parts for g in p.intervals.get(name, ())]
         merged = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
-        rate, jitter = _rate(merged)
+        rate, jitter = rate_and_jitter(merged)
         embedded = any(msgtype in p.embedded for p in parts)
         definition = ("embedded" if embedded else "known" if msgtype in known else "missing")
         topics.append(TopicInfo(
@@ -194,14 +164,6 @@ def _merge(path: Path, format: str, parts: Sequence[_FileTopics], types: Sequenc
     return BagInfo(str(path), format, tuple(str(f) for f in (files or [path])), method, start,
                    ((max(lasts) - start) / _NS) if start is not None else 0.0,
                    sum(t.count for t in topics), tuple(topics))
-
-
-def _rate(intervals: np.ndarray) -> tuple[float | None, float | None]:
-    if intervals.size == 0:
-        return None, None
-    median = float(np.median(intervals))
-    jitter = float(np.percentile(np.abs(intervals - median), 90)) / _NS
-    return (_NS / median if median > 0 else None), jitter
 
 
 def _known_types(folders: Sequence[Path]) -> set[str]:
@@ -492,238 +454,6 @@ def _stored_counts(db: sqlite3.Connection, tables: set[str], indexed: bool
     return counts if sum(counts.values()) == total else None
 
 
-# --------------------------------------------------------------------------- field tree
-
-@dataclass(frozen=True)
-class FieldLine:
-    """One mappable field: its path in the request's syntax and what it holds."""
-
-    path: str
-    type: str
-    note: str = ""
-
-
-def field_tree(path: Path, topic: str, *, types: Sequence[Path] = ()) -> tuple[str,
-                                                                              list[FieldLine]]:
-    """The message type of ``topic`` and its fields (constants left out); array elements named
-    by a ``name`` list beside them are listed by the names of the topic's first message."""
-    from .message_types import bag_typestore_with
-
-    reader = _open_rosbags(path)
-    try:
-        found = [c for c in reader.connections if c.topic == topic]
-        if not found:
-            topics = sorted({c.topic for c in reader.connections})
-            raise SourceError(f"recording {str(path)!r} has no topic {topic!r}; its topics: "
-                              f"{', '.join(topics) or 'none'}")
-        msgtype = found[0].msgtype
-        store = bag_typestore_with(reader.connections, types)
-        if msgtype not in store.fielddefs:
-            from .message_types import missing_definition
-
-            raise SourceError(missing_definition(path, topic, msgtype))
-        first = None
-        for _, _, raw in reader.messages(connections=found):
-            try:
-                first = store.deserialize_cdr(raw, msgtype)
-            except Exception:  # noqa: BLE001 - the tree is still listed without names
-                first = None
-            break
-    except SourceError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - rosbags' reader errors
-        raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
-    finally:
-        reader.close()
-    lines: list[FieldLine] = []
-    _walk(store.fielddefs, msgtype, "", first, lines, 0)
-    return msgtype, lines
-
-
-def _open_rosbags(path: Path) -> Any:
-    from rosbags.rosbag2 import Reader
-
-    if not path.exists():
-        raise SourceError(f"recording {str(path)!r} does not exist")
-    try:
-        reader = Reader(path)
-        reader.open()
-    except Exception as exc:  # noqa: BLE001 - rosbags raises its own and OS errors
-        raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
-    return reader
-
-
-_VECTOR = {"x", "y", "z"}
-
-
-def _walk(defs: dict[str, Any], msgtype: str, prefix: str, value: Any,
-          lines: list[FieldLine], depth: int) -> None:
-    if depth > 20:
-        return
-    fields = defs[msgtype][1]
-    names = {name for name, _ in fields}
-    for name, (kind, detail) in fields:
-        path = f"{prefix}{name}"
-        child = getattr(value, name, None) if value is not None else None
-        kind = int(kind)
-        if kind == 1:  # a base type
-            lines.append(FieldLine(path, detail[0], "" if detail[0] != "string" else
-                                   "text: not a value"))
-        elif kind == 2:  # a nested message
-            inner = {n for n, _ in defs[detail][1]} if detail in defs else set()
-            if {"x", "y", "z", "w"} <= inner:
-                lines.append(FieldLine(path, _short(detail), "quaternion: w, x, y, z"))
-            elif _VECTOR <= inner:
-                lines.append(FieldLine(path, _short(detail), "vector: x, y, z"))
-            if detail in defs:
-                _walk(defs, detail, path + ".", child, lines, depth + 1)
-        else:  # an array or a sequence
-            (inner_kind, inner_detail), size = detail
-            shown = (inner_detail[0] if int(inner_kind) == 1 else _short(inner_detail))
-            shape = f"{shown}[{size}]" if kind == 3 else f"{shown}[]"
-            if int(inner_kind) != 1:
-                lines.append(FieldLine(path, shape, "array of messages: not mappable"))
-            elif inner_detail[0] == "string":
-                lines.append(FieldLine(path, shape, "names" if name == "name" else "text"))
-            elif "name" in names and name != "name":
-                listed = list(getattr(value, "name", None) or [])
-                count = len(child) if child is not None else None
-                if listed and count == len(listed):
-                    for element in listed:
-                        lines.append(FieldLine(f"{path}[{element}]", inner_detail[0]))
-                elif count:
-                    lines.append(FieldLine(f"{path}[0..{count - 1}]", inner_detail[0],
-                                           "by index"))
-                else:
-                    lines.append(FieldLine(f"{path}[<name>]", inner_detail[0],
-                                           "empty in the first message" if value is not None
-                                           else "element by name"))
-            else:
-                lines.append(FieldLine(path, shape, "whole array, or [index]"))
-
-
-def _short(msgtype: str) -> str:
-    parts = msgtype.split("/")
-    return f"{parts[0]}/{parts[-1]}" if len(parts) >= 2 else msgtype
-
-
-# --------------------------------------------------------------------------- CSV
-
-def _csv_info(path: Path, gap_factor: float) -> CsvInfo:
-    from .csv_layout import guess_time_column, sniff
-
-    label = f"recording {str(path)!r}"
-    try:
-        dialect = sniff(path, label)
-    except OSError as exc:
-        raise SourceError(f"cannot read {label}: {exc.strerror or exc}") from None
-    names = list(dialect.names)
-    width = len(names)
-    counts = np.zeros((3, width), dtype=np.int64)  # numeric, empty/NaN, non-numeric
-    first_bad: list[tuple[int, str] | None] = [None] * width
-    low = np.full(width, np.inf)
-    high = np.full(width, -np.inf)
-    time_name, unit = guess_time_column(names)
-    time_at = names.index(time_name) if time_name is not None else None
-    times: list[float] = []
-    exact: list[int] = []
-    rows = 0
-    line = dialect.first_data_line - 1
-    for cells in dialect.rows(path):
-        line += 1
-        if not cells or cells == [""]:
-            continue
-        rows += 1
-        for column in range(width):
-            text = cells[column].strip() if column < len(cells) else ""
-            if not text:
-                counts[1, column] += 1
-                continue
-            try:
-                number = float(text)
-            except ValueError:
-                counts[2, column] += 1
-                if first_bad[column] is None:
-                    first_bad[column] = (line, text[:40])
-                continue
-            if math.isnan(number) or math.isinf(number):
-                counts[1, column] += 1
-                continue
-            counts[0, column] += 1
-            if number < low[column]:
-                low[column] = number
-            if number > high[column]:
-                high[column] = number
-        if time_at is not None:
-            text = cells[time_at].strip() if time_at < len(cells) else ""
-            if text.lstrip("-").isdigit():
-                exact.append(int(text))
-                times.append(float("nan"))
-            else:
-                exact.append(0)
-                try:
-                    times.append(float(text))
-                except ValueError:
-                    times.append(float("nan"))
-    columns = tuple(
-        ColumnInfo(name, int(counts[0, c]), int(counts[1, c]), int(counts[2, c]),
-                   bad[0] if bad else None, bad[1] if bad else None,
-                   float(low[c]) if counts[0, c] else None,
-                   float(high[c]) if counts[0, c] else None)
-        for c, (name, bad) in enumerate(zip(names, first_bad)))
-    duration = rate = jitter = threshold = None
-    gaps: list[tuple[int, float, float]] = []
-    gap_count = backwards = 0
-    if time_name is not None and rows >= 2:
-        if unit is None:
-            unit = _unit_from_values(np.array(exact), np.array(times))
-        stamps = _stamps_ns(np.array(exact, dtype=np.int64), np.array(times), unit)
-        good = np.flatnonzero(stamps != np.iinfo(np.int64).min)
-        if good.size >= 2:
-            t = stamps[good]
-            step = np.diff(t)
-            backwards = int(np.count_nonzero(step < 0))
-            forward = step[step > 0]
-            rate, jitter = _rate(forward) if forward.size else (None, None)
-            duration = float(t[-1] - t[0]) / _NS
-            if forward.size:
-                median = float(np.median(forward))
-                threshold = gap_factor * median / _NS
-                big = np.flatnonzero(step > gap_factor * median)
-                gap_count = int(big.size)
-                data_lines = dialect.first_data_line + good
-                for i in big[:20].tolist():
-                    gaps.append((int(data_lines[i + 1]), float(t[i] - t[0]) / _NS,
-                                 float(step[i]) / _NS))
-    return CsvInfo(str(path), dialect.delimiter, dialect.header, rows, columns, time_name,
-                   unit, duration, rate, jitter, threshold, tuple(gaps), gap_count, backwards)
-
-
-def _unit_from_values(exact: np.ndarray, floats: np.ndarray) -> str:
-    """A time column named ``time`` / ``timestamp``: its unit from the magnitude of its
-    values (19 digits: ns epoch, 16: us, 13: ms; otherwise seconds)."""
-    values = np.where(np.isnan(floats), exact.astype(np.float64), floats)
-    top = float(np.nanmax(np.abs(values))) if values.size else 0.0
-    if top >= 1e17:
-        return "ns"
-    if top >= 1e14:
-        return "us"
-    if top >= 1e11:
-        return "ms"
-    return "s"
-
-
-def _stamps_ns(exact: np.ndarray, floats: np.ndarray, unit: str) -> np.ndarray:
-    from .sources import TIME_UNITS
-
-    scale = TIME_UNITS[unit]
-    out = np.full(exact.shape, np.iinfo(np.int64).min, dtype=np.int64)
-    integer = np.isnan(floats)
-    out[integer] = exact[integer] * scale if scale > 1 else exact[integer]
-    finite = np.isfinite(floats)
-    out[finite] = np.rint(floats[finite] * scale).astype(np.int64)
-    return out
-
 
 # --------------------------------------------------------------------------- text
 
@@ -734,7 +464,7 @@ def as_dict(info: BagInfo | CsvInfo) -> dict[str, Any]:
 
 def info_text(info: BagInfo | CsvInfo) -> str:
     if isinstance(info, CsvInfo):
-        return _csv_text(info)
+        return csv_text(info)
     from .sources import _stamp
 
     start = "" if info.start_ns is None else f"  starts {_stamp(info.start_ns)} (epoch s)"
@@ -748,8 +478,8 @@ def info_text(info: BagInfo | CsvInfo) -> str:
     for t in info.topics:
         span = ("-" if t.first_s is None else f"{t.first_s:.3f} .. {t.last_s:.3f}")
         lines.append(f"{t.topic:<{width}}  {t.type:<{type_width}}  {t.count:>9}  "
-                     f"{_num(t.rate_hz, '.4g'):>9}  "
-                     f"{_num(None if t.jitter_s is None else t.jitter_s * 1e3, '.3g'):>9}  "
+                     f"{number_text(t.rate_hz, '.4g'):>9}  "
+                     f"{number_text(None if t.jitter_s is None else t.jitter_s * 1e3, '.3g'):>9}  "
                      f"{span:<21}  {t.definition}")
     missing = sorted({t.type for t in info.topics if t.definition == "missing"})
     if missing:
@@ -764,50 +494,3 @@ _METHODS = {"index": "the storage's summary and index (no message read)",
             "scan": "a scan of every record (the MCAP file has no index)",
             "sampled": f"the sqlite3 tables; rate and jitter from {_SAMPLE_BLOCKS} blocks of "
                        f"{_SAMPLE_ROWS} rows"}
-
-
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _csv_text(info: CsvInfo) -> str:
-    delimiter = {",": "comma", ";": "semicolon", "\t": "tab"}.get(info.delimiter,
-                                                                 repr(info.delimiter))
-    lines = [f"recording  {info.path}  (csv, {info.rows} rows, {len(info.columns)} columns, "
-             f"{delimiter}-delimited, {'header row' if info.header else 'no header row'})"]
-    if info.time_column is None:
-        lines.append("time       no column named t_s, time, timestamp, time_s/ms/us/ns: name "
-                     "it with time_column and time_unit")
-    else:
-        lines.append(f"time       {info.time_column!r} ({info.time_unit}; guessed from its "
-                     f"name)  {_num(info.duration_s, '.6g')} s, rate "
-                     f"{_num(info.rate_hz, '.4g')} Hz, jitter "
-                     f"{_num(None if info.jitter_s is None else info.jitter_s * 1e3, '.3g')} ms")
-        if info.backwards:
-            lines.append(f"           time goes backwards {info.backwards} time(s)")
-        if info.gap_count:
-            shown = ", ".join(f"line {line} at {at:.6g} s: {gap:.6g} s"
-                              for line, at, gap in info.gaps)
-            more = (f" (the first {len(info.gaps)} of {info.gap_count})"
-                    if info.gap_count > len(info.gaps) else "")
-            lines.append(f"gaps       {info.gap_count} over {info.gap_threshold_s:.6g} s "
-                         f"(5 x the median interval){more}: {shown}")
-    width = max([len(c.name) for c in info.columns] + [6])
-    lines.append(f"{'column':<{width}}  {'numbers':>9}  {'empty/NaN':>9}  {'other':>7}  "
-                 f"{'min':>12}  {'max':>12}  first other cell")
-    for c in info.columns:
-        bad = "" if c.first_bad_line is None else f"line {c.first_bad_line}: {c.first_bad_cell!r}"
-        lines.append(f"{c.name:<{width}}  {c.numeric:>9}  {c.empty_or_nan:>9}  "
-                     f"{c.non_numeric:>7}  {_num(c.minimum, '.6g'):>12}  "
-                     f"{_num(c.maximum, '.6g'):>12}  {bad}")
-    return "\n".join(lines) + "\n"
-
-
-def fields_text(path: Path, topic: str, msgtype: str, lines: Sequence[FieldLine]) -> str:
-    width = max([len(line.path) for line in lines] + [5])
-    out = [f"topic {topic} ({msgtype}) of {path}: fields as a request names them "
-           f"(field: ...)"]
-    for line in lines:
-        note = f"  ({line.note})" if line.note else ""
-        out.append(f"  {line.path:<{width}}  {line.type}{note}")
-    return "\n".join(out) + "\n"
