@@ -53,9 +53,7 @@ def test_the_state_clock_and_damping_are_recovered(split: dict[str, Any]) -> Non
     assert [s.source for s in episode.signals] == ["state", "state"]
     assert {s.time_offset_key for s in episode.signals} == {"source:state"}
     assert episode.signals[0].time_offset_bounds_ns == (-4e6, 6e6)
-    used = {Path(u["path"]).name: u for u in episode.source["sources"]}
-    assert used["command"]["inputs"] and not used["state"]["inputs"]
-    assert used["state"]["name"] == "state"
+    assert episode.source["input_sources"] == ["command"]
     result = run_calibration(request)
     assert result.fitted_values["state_clock"] == pytest.approx(LATE_S, abs=2e-6)
     for joint, value in rig.TRUTH.items():

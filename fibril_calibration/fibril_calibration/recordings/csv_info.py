@@ -185,10 +185,11 @@ def csv_text(info: CsvInfo) -> str:
         lines.append("time       no column named t_s, time, timestamp, time_s/ms/us/ns: name "
                      "it with time_column and time_unit")
     else:
+        jitter_ms = None if info.jitter_s is None else info.jitter_s * 1e3
         lines.append(f"time       {info.time_column!r} ({info.time_unit}; guessed from its "
                      f"name)  {number_text(info.duration_s, '.6g')} s, rate "
                      f"{number_text(info.rate_hz, '.4g')} Hz, jitter "
-                     f"{number_text(None if info.jitter_s is None else info.jitter_s * 1e3, '.3g')} ms")
+                     f"{number_text(jitter_ms, '.3g')} ms")
         if info.backwards:
             lines.append(f"           time goes backwards {info.backwards} time(s)")
         if info.gap_count:

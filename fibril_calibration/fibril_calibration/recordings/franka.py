@@ -198,7 +198,8 @@ class FrankaSource(CsvSource):
 
     @property
     def times_ns(self) -> np.ndarray:
-        times: np.ndarray = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]  # the base's property getter, past this override
+        # the base's getter, past this override (a property's fget is untyped)
+        times: np.ndarray = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]
         return times if self._keep is None else times[:self._keep]
 
     @times_ns.setter

@@ -5,9 +5,9 @@ or ``.db3`` file with ROS 2 schemas, or a CSV log with a header row. Calibration
 its topics or columns to recorded inputs and reference signals (``mapping``); this module only
 reads them:
 
-* ``BagSource.stream(topic, field)`` (``bag_source``): every message of ``topic`` decoded with rosbags (the bag's
-  own embedded definitions first, then the ROS 2 base types and fibril_msgs), ``field`` a path
-  such as ``position[panda_joint3]`` (an array element named through the message's ``name``
+* ``BagSource.stream(topic, field)`` (``bag_source``): every message of ``topic`` decoded with
+  rosbags (the bag's own embedded definitions first, then the ROS 2 base types and
+  fibril_msgs), ``field`` a path such as ``position[panda_joint3]`` (an array element named through the message's ``name``
   list, as sensor_msgs/JointState carries it), ``angular_velocity`` (a Vector3: x, y, z),
   ``pose.pose.orientation`` (a Quaternion: converted to the w, x, y, z the calibration uses) or
   ``data`` (std_msgs/Float64). Times are the bag's log time or the message's ``header.stamp``.

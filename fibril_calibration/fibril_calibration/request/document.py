@@ -422,8 +422,7 @@ def _time_offsets(parameters: Sequence[CalibrationParameter],
         return training, validation
     episodes = (*training, *validation)
     for name, at in by_source.items():
-        feeding = [e.id for e in episodes for used in (e.source or {}).get("sources", ())
-                   if used.get("name") == name and used.get("inputs")]
+        feeding = [e.id for e in episodes if name in (e.source or {}).get("input_sources", ())]
         if feeding:
             raise at.fail(f"time_offset source {name!r} feeds recorded inputs (episode "
                           f"{feeding[0]!r}); its offset cannot be fitted (the inputs are cut "

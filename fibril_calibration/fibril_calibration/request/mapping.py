@@ -676,8 +676,10 @@ def source_episodes(value: Any, where: s.Where, scope: str,
         described = source.describe()
         info: dict[str, Any] = {
             "path": str(spec.path), "format": source.format, "entry": where.path,
-            "sources": _used_sources(used, spec, [i.mapped for i in inputs]),
-            "recording_use": use, "reader": described.reader,
+            "sources": _used_sources(used, spec), "recording_use": use,
+            # the named sources its recorded inputs come from (a fitted offset is refused)
+            "input_sources": sorted({n for i in inputs if (n := (i.mapped.spec or spec).name)}),
+            "reader": described.reader,
             "window_s": window.describe(), "origin_ns": origin, "start_ns": start,
             "sidecar": None if spec.sidecar is None else str(spec.sidecar),
             "input_timing": timing}
@@ -724,19 +726,14 @@ def _recording_use(used: Sequence[_Mapped], spec: _SourceSpec, windows: Sequence
     return out
 
 
-def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec,
-                  inputs: Sequence[_Mapped] = ()) -> list[dict[str, Any]]:
-    """Every file the entry's streams came from, with its offset (s), its name in sources
-    and whether it feeds recorded inputs."""
-    feeding = {str((m.spec or spec).path) for m in inputs}
+def _used_sources(used: Sequence[_Mapped], spec: _SourceSpec) -> list[dict[str, Any]]:
+    """Every file the entry's streams came from, with its offset (s)."""
     out: dict[str, dict[str, Any]] = {}
     for mapped in [None, *used]:
         found = spec if mapped is None else (mapped.spec or spec)
         if isinstance(found, _SourceSpec):
             out.setdefault(str(found.path), {"path": str(found.path),
-                                             "offset_s": found.offset_ns / _NS,
-                                             "name": found.name,
-                                             "inputs": str(found.path) in feeding})
+                                             "offset_s": found.offset_ns / _NS})
     return list(out.values())
 
 
