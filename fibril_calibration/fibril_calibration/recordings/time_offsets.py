@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +45,16 @@ from ..errors import EvaluationError
 
 __all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_builder",
            "is_time_offset", "offset_ticks", "offsets_of", "shifted_linear"]
+
+
+class Targeted(Protocol):
+    """A calibration parameter as seen here: its id and its targets."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def targets(self) -> Sequence[object]: ...
 
 
 @dataclass(frozen=True)
@@ -76,11 +86,12 @@ class TimeOffsetTarget:
         return {"type": "time_offset", "observation": self.observation}
 
 
-def is_time_offset(parameter: Any) -> bool:
+def is_time_offset(parameter: Targeted) -> bool:
     return any(isinstance(t, TimeOffsetTarget) for t in parameter.targets)
 
 
-def offsets_of(parameters: Sequence[Any], values: Mapping[str, float]) -> dict[str, float]:
+def offsets_of(parameters: Sequence[Targeted], values: Mapping[str, float]
+               ) -> dict[str, float]:
     """Offset key (an observation id, or ``source:NAME``) → offset in ns at ``values``."""
     out: dict[str, float] = {}
     for parameter in parameters:
@@ -104,7 +115,7 @@ class OffsetPlan:
 class OffsetAwareBuilder:
     """Wraps a candidate builder made from the overlay parameters only."""
 
-    def __init__(self, inner: Any, parameters: Sequence[Any]) -> None:
+    def __init__(self, inner: Any, parameters: Sequence[Targeted]) -> None:
         self.inner = inner
         self.offset_parameters = tuple(p for p in parameters if is_time_offset(p))
 
@@ -122,7 +133,7 @@ class OffsetAwareBuilder:
             release(plan._plan if isinstance(plan, OffsetPlan) else plan)
 
 
-def candidate_builder(factory: Any, manifest: Any, parameters: Sequence[Any]) -> Any:
+def candidate_builder(factory: Any, manifest: Any, parameters: Sequence[Targeted]) -> Any:
     """``factory(manifest, overlay parameters)``, wrapped when some parameters are time
     offsets (the plain builder otherwise)."""
     overlay = tuple(p for p in parameters if not is_time_offset(p))
