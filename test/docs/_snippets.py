@@ -1,4 +1,4 @@
-"""The runnable snippets of docs/: extracted from the Markdown pages and run as a user would.
+"""The runnable snippets of README.md and docs/: extracted from the Markdown pages and run as a user would.
 
 A fenced block is a snippet by its language:
 
@@ -64,11 +64,12 @@ class Snippet:
 
     @property
     def label(self) -> str:
-        return f"{self.page.relative_to(DOCS)}:{self.line}"
+        return f"{self.page.relative_to(REPO)}:{self.line}"
 
 
 def pages() -> list[Path]:
-    found = []
+    """README.md and the pages of docs/ (not the generated Reference)."""
+    found = [REPO / "README.md"]
     for path in sorted(DOCS.rglob("*.md")):
         relative = path.relative_to(DOCS).as_posix()
         if not any(relative == e or relative.startswith(e + "/") for e in EXCLUDED):
