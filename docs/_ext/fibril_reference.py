@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fibril_documents beside it
+
 GENERATED = Path(__file__).resolve().parents[1] / "reference" / "generated"
 REQUIRED = "required"
 
@@ -412,11 +414,25 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+#: Parts of hand-written pages (``{include}``d there), not pages: excluded from the build.
+FRAGMENTS = "_fragments"
+
+
+def all_pages() -> dict[str, Callable[[], str]]:
+    """Every generated page and fragment by its path under ``generated/`` (no suffix)."""
+    import fibril_documents
+
+    pages = dict(PAGES)
+    for name, render in fibril_documents.pages().items():
+        pages[f"{FRAGMENTS}/{name}" if name.endswith("_keys") else name] = render
+    return pages
+
+
 def write_pages(folder: Path = GENERATED) -> list[Path]:
     """Write every generated page (only when its text changed: Sphinx rebuilds what changed)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FRAGMENTS).mkdir(parents=True, exist_ok=True)
     written = []
-    for name, render in PAGES.items():
+    for name, render in all_pages().items():
         path = folder / f"{name}.md"
         text = render()
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
