@@ -312,8 +312,8 @@ def calibration_keys() -> list[Key]:
           "every hinge/slide joint entry as nuisance parameters of the episode", "[]"),
         k(ep, "recorded_inputs", "list", "inline episodes: the inputs, committed at their "
           "recorded ticks", "[]"),
-        k(ep, "recorded_inputs_file", "path", "inline episodes: a YAML file of "
-          "`recorded_inputs` (or a `fibril_sim run --inputs` file)", ""),
+        k(ep, "recorded_inputs_file", "path", "inline episodes: a YAML file "
+          "`{recorded_inputs: [...]}` (or a `fibril_sim run --inputs` file)", ""),
         k(ep, "recording", "path", "trace episodes: a Fibril trace whose accepted inputs are "
           "replayed", ""),
         k(ep, "recording_episode", "int", "trace episodes: the trace's episode", "the first"),
