@@ -222,7 +222,8 @@ def calibration_keys() -> list[Key]:
     opt, fit = d.OptimizerSpec(), d.FitSpec()
     return [
         # ---- top level
-        k("", "schema_version", "mapping", "`{major: 3, minor: 0 or 1}`", REQUIRED),
+        k("", "schema_version", "mapping", f"`{{major: {d.SCHEMA_MAJOR}, minor: "
+          f"{d.SCHEMA_MINORS[-1]}}}`", REQUIRED),
         k("schema_version", "major", "int", str(d.SCHEMA_MAJOR), REQUIRED),
         k("schema_version", "minor", "int", " or ".join(map(str, d.SCHEMA_MINORS)), REQUIRED),
         k("", "manifest", "path", "the SimulationManifest every candidate plan is built from "
@@ -293,8 +294,8 @@ def calibration_keys() -> list[Key]:
           "`device_output`: sample fields or indices", ""),
         k("observations[]", "sample_type", "str", "`device_output`: the device's sample type, "
           "e.g. `fibril_sim/motor_feedback_sample/v1`", ""),
-        k("observations[]", "sample_every_steps", "int", "simulate the signal every this many "
-          "ticks", "1"),
+        k("observations[]", "sample_every_steps", "int", "snapshot sources: compare every this "
+          "many ticks (event sources: 1)", "1"),
         k("observations[]", "timestamp", "str", "`device_output`: " + one_of(o.TIMESTAMPS)
           + " time of its samples", "delivery"),
         # ---- episodes
@@ -303,8 +304,10 @@ def calibration_keys() -> list[Key]:
         k(ep, "signals", "mapping", "observation id → its reference samples (keys below)",
           REQUIRED),
         k(ep, "episode_seed", "int", "the devices' noise seed of its rollouts", "0"),
-        k(ep, "weight", "float", "residual weight of the episode (residuals × √weight)", "1"),
-        k(ep, "horizon_steps", "int", "ticks simulated", "to the last reference sample"),
+        k(ep, "weight", "float", "residual weight of the episode (residuals × √weight; > 0)",
+          "1"),
+        k(ep, "horizon_steps", "int", "ticks simulated (needed by `linear` alignment of an "
+          "event-driven observation)", "to the last reference sample"),
         k(ep, "description", "str", "free text", ""),
         k(ep, "initial_state", "list", "the state set at tick 0 through `inject_state` (after "
           "the scenario's keyframe)", "[]"),
@@ -369,8 +372,9 @@ def calibration_keys() -> list[Key]:
         k(sig, "alignment", "str", "how reference times meet the simulation: "
           + one_of(ALIGNMENTS), REQUIRED),
         k(sig, "residual_scale", "float", "residual = (sim − rec) / scale (one for every "
-          "component)", "1"),
-        k(sig, "residual_scales", "list of float", "one scale per component", ""),
+          "component; > 0)", "this or `residual_scales`"),
+        k(sig, "residual_scales", "list of float", "one scale per component",
+          "this or `residual_scale`"),
         k(sig, "scale_semantics", "str", one_of(es.SCALE_SEMANTICS)
           + "; `measurement_standard_deviation` makes the residuals standardized", "user_scale"),
         k(sig, "samples", "list", "inline reference samples", ""),
