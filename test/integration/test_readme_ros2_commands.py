@@ -154,9 +154,9 @@ def _concrete(command: str, tmp_path: Path) -> list[str]:
     words = shlex.split(_synopsis(command))
     concrete = []
     for word in words:
-        word = re.sub(r'(^|=)my_robot/', lambda m: m.group(1) + str(_my_robot(tmp_path)) + '/',
-                      word)
         word = re.sub(r'(^|=)/tmp/(\w+)', lambda m: m.group(1) + str(tmp_path / m.group(2)),
+                      word)
+        word = re.sub(r'(^|=)my_robot/', lambda m: m.group(1) + str(_my_robot(tmp_path)) + '/',
                       word)
         for placeholder, path in PLACEHOLDERS.items():
             word = re.sub(rf'(^|=){re.escape(placeholder)}$', lambda m: m.group(1) + str(path),
@@ -290,6 +290,16 @@ COMMANDS = documented_commands()
 
 def test_the_readme_has_ros2_commands() -> None:
     assert len(COMMANDS) >= 8, COMMANDS
+
+
+def test_placeholders(tmp_path: Path) -> None:
+    concrete = _concrete('ros2 launch p f.py manifest:=my_robot/simulation.yaml '
+                         'trace_dir:=/tmp/sil bridge:=my_bridge.yaml', tmp_path)
+    assert concrete[1:4] == ['launch', 'p', 'f.py']
+    assert concrete[4:] == [f'manifest:={tmp_path}/my_robot/simulation.yaml',
+                            f'trace_dir:={tmp_path}/sil',
+                            f'bridge:={REPO}/config/examples/drivetrain/bridge.yaml']
+    assert (tmp_path / 'my_robot' / 'bridge.yaml').is_file()
 
 
 def test_extraction() -> None:
