@@ -26,7 +26,7 @@ from fibril_calibration.report.synthetic import synthetic_result  # noqa: E402
 
 
 def test_synthetic_report_names_everything_and_draws_real_figures(tmp_path: Path) -> None:
-    # six episodes: drawn by forked workers on a multi-core machine (ReportFolder.draw_many)
+    # six episodes: drawn on one reused figure (figures.EpisodePainter)
     document, series = synthetic_result(episodes=6, signals=3, samples=300, parameters=3,
                                         quaternion=True)
     index = write_report(document, tmp_path / "report", series)

@@ -244,10 +244,10 @@ def _episodes(series: Sequence[SignalSeries], names: Sequence[str],
     grouped: dict[tuple[str, str], list[SignalSeries]] = {}
     for item in series:
         grouped.setdefault((item.scope, item.episode), []).append(item)
-    filenames = folder.draw_many([(f"episode-{index:03d}-{_slug(episode)}",
-                                   figures.episode_figure, (episode, scope, items, names))
-                                  for index, ((scope, episode), items)
-                                  in enumerate(grouped.items())])
+    painter = figures.EpisodePainter(names)
+    filenames = [folder.add(f"episode-{index:03d}-{_slug(episode)}",
+                            lambda path, e=episode, s=scope, i=items: painter.write(path, e, s, i))
+                 for index, ((scope, episode), items) in enumerate(grouped.items())]
     for filename, ((scope, episode), items) in zip(filenames, grouped.items()):
         mark = " (validation: not used by the fit)" if scope == "validation" else ""
         parts.append(f"<h3>{escape(episode)}{escape(mark)}</h3>"
