@@ -58,6 +58,10 @@ def _units(request: CalibrationRequest) -> dict[str, str]:
             unit = "m"
         elif source == "body_quaternion" or observation.quaternion:
             unit = "rad"
+        elif source == "device_output":  # the report's table of sample-component units
+            from .report.physical_errors import device_unit
+
+            unit = device_unit(observation.sample_type, observation.indices)
         out[observation.id] = unit or "observation units"
     return out
 
