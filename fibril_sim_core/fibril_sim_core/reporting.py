@@ -14,13 +14,14 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import FibrilError
 
-__all__ = ["Raw", "ReportError", "ReportFolder", "check_report_folder", "escape", "figure",
+__all__ = ["Raw", "ReportError", "ReportFolder", "axes_title", "check_report_folder", "escape",
+           "few_ticks", "figure",
            "image", "note", "number", "page", "require_matplotlib", "table", "write_png"]
 
 INSTALL_HINT = ("pip install 'fibril_calibration[report]' (or pip install matplotlib; "
@@ -41,7 +42,8 @@ def require_matplotlib(option: str = "--report") -> None:
                           f"installed: {INSTALL_HINT}") from None
 
 
-def figure(width: float = 8.0, height: float = 4.0, *, layout: str | None = None) -> Any:
+def figure(width: float = 8.0, height: float = 4.0, *,
+           layout: Literal["constrained", "compressed", "tight"] | None = None) -> Any:
     """A new Agg-backed matplotlib Figure (no pyplot, no display). Placed by hand
     (``subplots_adjust``) by default: constrained layout measures every label and costs as
     much as the drawing."""
@@ -51,6 +53,22 @@ def figure(width: float = 8.0, height: float = 4.0, *, layout: str | None = None
     fig = Figure(figsize=(width, height), dpi=72, layout=layout)
     FigureCanvasAgg(fig)
     return fig
+
+
+def axes_title(ax: Any, text: str, fontsize: float = 9) -> None:
+    """A title as plain text above the frame: ``Axes.set_title`` measures the axes'
+    decorations again at every draw (a tenth of a second per panel)."""
+    ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom",
+            fontsize=fontsize)
+
+
+def few_ticks(ax: Any, x: bool = False, y: bool = True, count: int = 4) -> None:
+    """At most ``count`` major ticks: a tick is two lines and a text, made and drawn anew."""
+    from matplotlib.ticker import MaxNLocator
+
+    for axis, wanted in ((ax.xaxis, x), (ax.yaxis, y)):
+        if wanted:
+            axis.set_major_locator(MaxNLocator(count))
 
 
 def check_report_folder(path: Path, option: str = "--report") -> None:
@@ -85,12 +103,10 @@ class ReportFolder:
         self.figures.append(filename)
         return filename
 
-    def add(self, name: str, write: Callable[[Path], None]) -> str:
-        """``write(path)`` writes the PNG ``name``.png itself; returns its file name."""
-        filename = f"{name}.png"
-        write(self.staging / filename)
-        self.figures.append(filename)
-        return filename
+    def reserve(self, name: str) -> Path:
+        """Where the figure ``name``.png goes when its drawer writes the file itself."""
+        self.figures.append(f"{name}.png")
+        return self.staging / f"{name}.png"
 
     def commit(self, page_text: str) -> Path:
         (self.staging / "index.html").write_text(page_text, encoding="utf-8")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fibril_sim_core.reporting import figure, write_png
+from fibril_sim_core.reporting import axes_title, few_ticks, figure, write_png
 
 from .physical_errors import FLOOR
 from .series import SignalSeries
@@ -71,7 +71,8 @@ class EpisodePainter:
             xlim = (xlim[0], xlim[0] + 1.0)
         layout = (xlim, tuple((s.signal, s.unit, s.quaternion) for s in signals))
         if layout != self._layout:
-            self._frame(layout, signals)
+            self._frame(xlim, signals)
+            self._layout = layout
         canvas = self._fig.canvas
         canvas.restore_region(self._background)
         label = "validation: not used by the fit" if scope == "validation" else "training"
@@ -84,6 +85,7 @@ class EpisodePainter:
             base = rows - 1 - i
             t = series.times_s
             present = [n for n in self.names if n in series.errors]
+            curves: list[tuple[np.ndarray, str | None]]
             if series.quaternion:
                 curves = [(np.linalg.norm(series.errors[n], axis=1), n) for n in present]
             else:
@@ -108,17 +110,16 @@ class EpisodePainter:
             collection.remove()
         write_png(canvas, path)
 
-    def _frame(self, layout: tuple[object, ...], signals: Sequence[SignalSeries]) -> None:
+    def _frame(self, xlim: tuple[float, float], signals: Sequence[SignalSeries]) -> None:
         """The figure of a new layout, drawn without its per-episode parts; its pixels kept."""
-        xlim = layout[0]
         rows = len(signals)
         height = 1.5 * rows + 1.0
         fig = figure(11.0, height, layout=None)
         fig.subplots_adjust(left=0.13, right=0.975, top=1 - 0.6 / height,
                             bottom=0.5 / height, wspace=0.3)
         left, right = fig.subplots(1, 2)
-        _title(left, "recorded (black) vs simulated", fontsize=8)
-        _title(right, "simulated - recorded", fontsize=8)
+        axes_title(left, "recorded (black) vs simulated", fontsize=8)
+        axes_title(right, "simulated - recorded", fontsize=8)
         self._title = fig.text(0.5, 0.98, "", ha="center", va="top", fontsize=10,
                                animated=True)
         self._scales = []
@@ -147,7 +148,7 @@ class EpisodePainter:
         left.plot([], [], color="black", lw=1.2, alpha=0.6, label="recorded")
         left.legend(fontsize=7, loc="upper right", ncol=3, framealpha=0.7)
         fig.canvas.draw()
-        self._fig, self._axes, self._layout = fig, (left, right), layout
+        self._fig, self._axes = fig, (left, right)
         self._background = fig.canvas.copy_from_bbox(fig.bbox)
 
 
@@ -175,13 +176,6 @@ def _strip(lines: dict[tuple[int, str | None], list[np.ndarray]], panel: int,
         lines.setdefault((panel, "zero"), []).append(
             np.array([[t[0], base + 0.5], [t[-1], base + 0.5]]) if t.size else np.zeros((0, 2)))
     return f"±{high:.3g}" if symmetric else f"{low:.4g} … {high:.4g}"
-
-
-def _title(ax: Any, text: str, fontsize: float = 9, **_: Any) -> None:
-    """A title as plain text above the frame: ``Axes.set_title`` measures the axes'
-    decorations again at every draw (a tenth of a second per panel here)."""
-    ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom",
-            fontsize=fontsize)
 
 
 def _log_scale(ax: Any) -> None:
@@ -225,7 +219,7 @@ def error_bars(summary: Mapping[str, Any]) -> Any:
                            fontsize=7, rotation=20, ha="right")
         _log_scale(ax)
         ax.set_ylabel("rms error")
-        _title(ax, f"{scope}: rms of (simulated - recorded) in physical units", fontsize=9)
+        axes_title(ax, f"{scope}: rms of (simulated - recorded) in physical units", fontsize=9)
         ax.legend(fontsize=7, markerscale=0.5)
     return fig
 
@@ -240,15 +234,12 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
     fig = figure(3.4 * columns, 2.8 * rows)
     fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.35 / (2.8 * rows),
                         bottom=0.35 / (2.8 * rows), wspace=0.35, hspace=0.45)
-    from matplotlib.ticker import MaxNLocator
-
     # only the axes that are used, few ticks, one legend: ticks, legends and their text are
     # most of what this figure costs to draw
     axes = [fig.add_subplot(rows, columns, i + 1) for i in range(len(entries))]
     threshold = profile.get("threshold_delta_objective")
     for i, (ax, entry) in enumerate(zip(axes, entries)):
-        ax.xaxis.set_major_locator(MaxNLocator(4))
-        ax.yaxis.set_major_locator(MaxNLocator(4))
+        few_ticks(ax, x=True)
         points = [(p["value"], max(p["delta_objective"], 0.0)) for p in entry["points"]
                   if p.get("delta_objective") is not None]
         interval = entry.get("confidence_interval")
@@ -278,7 +269,7 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
                 grid = np.linspace(lo, hi, 200)
                 ax.plot(grid, ((grid - centre) / sd) ** 2, color="gray", lw=0.8, ls="--",
                         label="local quadratic (Wald)")
-        _title(ax, entry["parameter"], fontsize=9)
+        axes_title(ax, entry["parameter"], fontsize=9)
         ax.set_ylabel("Δ objective", fontsize=8)
         ax.tick_params(labelsize=7)
         if i == 0:
@@ -297,7 +288,7 @@ def singular_values_figure(values: Sequence[float], tolerance: float | None) -> 
     _log_scale(ax)
     ax.set_xlabel("direction (largest first)")
     ax.set_ylabel("singular value")
-    _title(ax, "Jacobian singular values (dimensionless coordinates)", fontsize=9)
+    axes_title(ax, "Jacobian singular values (dimensionless coordinates)", fontsize=9)
     return fig
 
 
@@ -318,7 +309,7 @@ def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Any:
                 if np.isfinite(matrix[i, j]):
                     ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8)
-    _title(ax, "parameter correlation", fontsize=9)
+    axes_title(ax, "parameter correlation", fontsize=9)
     return fig
 
 

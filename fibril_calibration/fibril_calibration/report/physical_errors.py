@@ -50,9 +50,9 @@ DEVICE_UNITS: Mapping[str, Mapping[str, str]] = {
 def device_unit(sample_type: str | None, indices: Sequence[int | str] | None) -> str | None:
     """The unit of a ``device_output`` observation: its components' common unit, or None
     (unknown, or components of different units: such a signal is never pooled)."""
-    units = DEVICE_UNITS.get(sample_type or "")
-    if not units:
+    if sample_type is None or sample_type not in DEVICE_UNITS:
         return None
+    units = DEVICE_UNITS[sample_type]
     if indices is None or any(isinstance(i, int) for i in indices):
         from fibril_sim_core.samples import SampleTypeRegistry
 
@@ -76,8 +76,10 @@ def hold_last_error(values: np.ndarray, quaternion: bool) -> np.ndarray:
     if quaternion:
         from ..alignment import quat_error
 
-        return quat_error(np.array(held), values)
-    return held - values
+        error: np.ndarray = quat_error(np.array(held), values)
+        return error
+    difference: np.ndarray = held - values
+    return difference
 
 
 def aggregate(parts: Iterable[Part]) -> list[dict[str, Any]]:

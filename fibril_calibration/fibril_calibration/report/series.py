@@ -40,7 +40,8 @@ class SignalSeries:
 
     def simulated(self, name: str) -> np.ndarray:
         """Simulated values of a set (not for orientations: their error is drawn instead)."""
-        return self.recorded + self.errors[name]
+        values: np.ndarray = self.recorded + self.errors[name]
+        return values
 
 
 def stale_reason(document: Mapping[str, Any], request: Any) -> str | None:
@@ -120,7 +121,7 @@ def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
                 try:
                     if problem.fits_initial_states:
                         problem.refresh_initial_state_fit(vector)
-                    evaluation = problem.evaluate(vector, scope)  # type: ignore[arg-type]
+                    evaluation = problem.evaluate(vector, scope)
                 except EvaluationError:
                     # The result's scores say why (``{"error": ...}``); the figures lack the set.
                     continue

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..reporting import (Raw, ReportFolder, escape, figure, image, note, number, page,
-                         require_matplotlib, table)
+from ..reporting import (Raw, ReportFolder, axes_title, escape, few_ticks, figure, image, note,
+                         number, page, require_matplotlib, table)
 
 __all__ = ["default_signals", "write_experiment_report"]
 
@@ -46,7 +46,8 @@ def write_experiment_report(document: Mapping[str, Any], folder: Path,
 
 def _summary(document: Mapping[str, Any]) -> str:
     summary = document.get("summary") or {}
-    rows = [("experiment", f"{(document.get('experiment') or {}).get('path')}  sha256 "
+    rows: list[tuple[str, Any]] = [
+            ("experiment", f"{(document.get('experiment') or {}).get('path')}  sha256 "
                            f"{(document.get('experiment') or {}).get('sha256')}"),
             ("runs", f"{summary.get('succeeded')}/{summary.get('runs')} succeeded ("
                      + ", ".join(f"{n} {s}" for s, n in sorted(
@@ -139,7 +140,7 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
     fig = figure(3.0 * columns, 2.4 * rows)
     fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.3 / (2.4 * rows),
                         bottom=0.9 / (2.4 * rows), wspace=0.35, hspace=0.9)
-    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    axes = [fig.add_subplot(rows, columns, i + 1) for i in range(len(names))]  # only those used
     labels = [r["id"] for r in runs]
     for ax, name in zip(axes, names):
         values = [(r.get("metrics") or {}).get(name) for r in runs]
@@ -153,12 +154,11 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
                 ax.axhline(float(limit), color="tab:red", lw=0.8, ls="--")
             except ValueError:
                 pass
-        ax.set_title(name, fontsize=8)
+        axes_title(ax, name, fontsize=8)
+        few_ticks(ax)
         ax.set_xticks(range(len(runs)))
         ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
         ax.tick_params(labelsize=6)
-    for ax in axes[len(names):]:
-        ax.set_visible(False)
     return fig
 
 
@@ -229,7 +229,9 @@ def _overlay(selector: str, series: Sequence[tuple[str, np.ndarray, np.ndarray, 
         for c in range(values.shape[1]):
             axes[c].plot(times[::step], values[::step, c], lw=1, label=run)
             axes[c].set_ylabel(columns[c] if c < len(columns) else f"[{c}]", fontsize=8)
-    axes[0].set_title(selector, fontsize=9)
+    for ax in axes:
+        few_ticks(ax)
+    axes_title(axes[0], selector, fontsize=9)
     axes[0].legend(fontsize=7)
     axes[-1].set_xlabel("time [s]")
     return fig
