@@ -16,11 +16,19 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
 
 from .errors import FibrilError
 
-__all__ = ["Raw", "ReportError", "ReportFolder", "axes_title", "check_report_folder", "escape",
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start-up (optional,
+    # and a third of a second that every fibril_sim command without --report would pay)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import BboxBase
+
+__all__ = ["AggCanvas", "Raw", "ReportError", "ReportFolder", "agg_canvas", "axes_title", "check_report_folder", "escape",
            "few_ticks", "figure",
            "image", "note", "number", "page", "require_matplotlib", "table", "write_png"]
 
@@ -43,10 +51,12 @@ def require_matplotlib(option: str = "--report") -> None:
 
 
 def figure(width: float = 8.0, height: float = 4.0, *,
-           layout: Literal["constrained", "compressed", "tight"] | None = None) -> Any:
+           layout: Literal["constrained", "compressed", "tight"] | None = None) -> Figure:
     """A new Agg-backed matplotlib Figure (no pyplot, no display). Placed by hand
     (``subplots_adjust``) by default: constrained layout measures every label and costs as
     much as the drawing."""
+    # here, not at the top: matplotlib is optional, and importing it costs every command
+    # (fibril_sim, calibrate without --report) a third of a second at start-up
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -55,14 +65,36 @@ def figure(width: float = 8.0, height: float = 4.0, *,
     return fig
 
 
-def axes_title(ax: Any, text: str, fontsize: float = 9) -> None:
+class AggCanvas(Protocol):
+    """What the reports use of matplotlib's Agg canvas (whose methods are not annotated)."""
+
+    def draw(self) -> None: ...
+
+    def buffer_rgba(self) -> memoryview: ...
+
+    def copy_from_bbox(self, bbox: BboxBase) -> object: ...
+
+    def restore_region(self, region: object) -> None: ...
+
+
+def agg_canvas(fig: Figure) -> AggCanvas:
+    """The Agg canvas ``figure`` attached."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg):
+        raise TypeError(f"figure has a {type(canvas).__name__}, not the Agg canvas of figure()")
+    return canvas
+
+
+def axes_title(ax: Axes, text: str, fontsize: float = 9) -> None:
     """A title as plain text above the frame: ``Axes.set_title`` measures the axes'
     decorations again at every draw (a tenth of a second per panel)."""
     ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom",
             fontsize=fontsize)
 
 
-def few_ticks(ax: Any, x: bool = False, y: bool = True, count: int = 4) -> None:
+def few_ticks(ax: Axes, x: bool = False, y: bool = True, count: int = 4) -> None:
     """At most ``count`` major ticks: a tick is two lines and a text, made and drawn anew."""
     from matplotlib.ticker import MaxNLocator
 
@@ -97,7 +129,7 @@ class ReportFolder:
         self.staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=parent))
         self.figures: list[str] = []
 
-    def save(self, fig: Any, name: str) -> str:
+    def save(self, fig: Figure, name: str) -> str:
         """Write ``fig`` as ``name``.png; returns the file name (relative to the page)."""
         filename = _save(fig, self.staging, name)
         self.figures.append(filename)
@@ -126,27 +158,26 @@ class ReportFolder:
     def __enter__(self) -> ReportFolder:
         return self
 
-    def __exit__(self, kind: Any, *rest: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if self.staging.exists():
             self.discard()
 
 
-def _save(fig: Any, folder: Path, name: str) -> str:
+def _save(fig: Figure, folder: Path, name: str) -> str:
     filename = f"{name}.png"
-    fig.canvas.draw()
-    write_png(fig.canvas, folder / filename)
+    canvas = agg_canvas(fig)
+    canvas.draw()
+    write_png(canvas, folder / filename)
     return filename
 
 
-def write_png(canvas: Any, path: Path) -> None:
+def write_png(canvas: AggCanvas, path: Path) -> None:
     """The canvas's pixels as a 256-colour PNG. A chart has few colours: the palette image
     is a third of the RGBA one's size and is encoded three times faster (zlib level 2: the
     default level spends about as long compressing as drawing), with no visible change."""
-    from PIL import Image
+    from PIL import Image  # Pillow comes with matplotlib: optional, loaded to draw only
 
-    width, height = canvas.get_width_height()
-    pixels = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA",
-                              0, 1).convert("RGB")
+    pixels = Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
     pixels.quantize(256, method=Image.Quantize.FASTOCTREE).save(
         path, format="png", compress_level=2)
 

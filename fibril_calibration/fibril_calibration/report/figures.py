@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fibril_sim_core.reporting import axes_title, few_ticks, figure, write_png
+from fibril_sim_core.reporting import (AggCanvas, agg_canvas, axes_title, few_ticks, figure,
+                                       write_png)
 
 from .physical_errors import FLOOR
 from .series import SignalSeries
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start-up (optional,
+    # and a third of a second that every fibril_sim command without --report would pay)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
 DRAW_BINS = 300  # per line, of a panel about 300 pixels wide
 _SET_STYLE = {"nominal": dict(color="tab:orange", linestyle=":"),
@@ -54,32 +62,28 @@ class EpisodePainter:
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
-        self._layout: tuple[object, ...] | None = None
-        self._fig: Any = None
-        self._axes: tuple[Any, Any] = (None, None)
-        self._background: Any = None
-        self._title: Any = None
-        self._scales: list[Any] = []
+        self._frame: _Frame | None = None
 
     def write(self, path: Path, episode: str, scope: str,
               signals: Sequence[SignalSeries]) -> None:
         """Draw one episode and write it as a PNG at ``path``."""
-        from matplotlib.collections import LineCollection
+        from matplotlib.collections import LineCollection  # lazy: see the module docstring
+
         spans = [(float(s.times_s[0]), float(s.times_s[-1])) for s in signals if s.times_s.size]
         xlim = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0.0, 1.0)
         if xlim[1] <= xlim[0]:
             xlim = (xlim[0], xlim[0] + 1.0)
         layout = (xlim, tuple((s.signal, s.unit, s.quaternion) for s in signals))
-        if layout != self._layout:
-            self._frame(xlim, signals)
-            self._layout = layout
-        canvas = self._fig.canvas
-        canvas.restore_region(self._background)
+        frame = self._frame
+        if frame is None or frame.layout != layout:
+            frame = self._frame = _draw_frame(layout, signals, self.names)
+        fig = frame.figure
+        frame.canvas.restore_region(frame.background)
         label = "validation: not used by the fit" if scope == "validation" else "training"
-        self._title.set_text(f"{episode} ({label})")
-        self._fig.draw_artist(self._title)
+        frame.title.set_text(f"{episode} ({label})")
+        fig.draw_artist(frame.title)
         lines: dict[tuple[int, str | None], list[np.ndarray]] = {}
-        texts = iter(self._scales)
+        texts = iter(frame.scales)
         rows = len(signals)
         for i, series in enumerate(signals):
             base = rows - 1 - i
@@ -94,62 +98,82 @@ class EpisodePainter:
                 curves += [(series.recorded[:, c] + series.errors[n][:, c], n)
                            for n in present for c in range(width)]
             next(texts).set_text(_strip(lines, 0, t, curves, base))
-            errors = [(series.errors[n][:, c], n) for n in present
-                      for c in range(series.errors[n].shape[1])]
+            errors: list[tuple[np.ndarray, str | None]] = [
+                (series.errors[n][:, c], n) for n in present
+                for c in range(series.errors[n].shape[1])]
             next(texts).set_text(_strip(lines, 1, t, errors, base, symmetric=True))
-        for text in self._scales:
-            self._fig.draw_artist(text)
+        for text in frame.scales:
+            fig.draw_artist(text)
         for (panel, name), segments in lines.items():
-            style = (dict(colors="black", linewidths=1.2, alpha=0.6) if name is None else
-                     dict(colors=_style(name)["color"], linewidths=1,
-                          linestyles=_style(name)["linestyle"]))
-            ax = self._axes[panel]
-            collection = ax.add_collection(LineCollection(segments, animated=True, **style),
-                                           autolim=False)
+            if name is None:
+                collection = LineCollection(segments, animated=True, colors="black",
+                                            linewidths=1.2, alpha=0.6)
+            else:
+                style = _style(name)
+                collection = LineCollection(segments, animated=True, colors=style["color"],
+                                            linewidths=1, linestyles=style["linestyle"])
+            ax = frame.axes[panel]
+            ax.add_collection(collection, autolim=False)
             ax.draw_artist(collection)
             collection.remove()
-        write_png(canvas, path)
+        write_png(frame.canvas, path)
 
-    def _frame(self, xlim: tuple[float, float], signals: Sequence[SignalSeries]) -> None:
-        """The figure of a new layout, drawn without its per-episode parts; its pixels kept."""
-        rows = len(signals)
-        height = 1.5 * rows + 1.0
-        fig = figure(11.0, height, layout=None)
-        fig.subplots_adjust(left=0.13, right=0.975, top=1 - 0.6 / height,
-                            bottom=0.5 / height, wspace=0.3)
-        left, right = fig.subplots(1, 2)
-        axes_title(left, "recorded (black) vs simulated", fontsize=8)
-        axes_title(right, "simulated - recorded", fontsize=8)
-        self._title = fig.text(0.5, 0.98, "", ha="center", va="top", fontsize=10,
-                               animated=True)
-        self._scales = []
-        for i, series in enumerate(signals):
-            base = rows - 1 - i
-            names = (f"{series.signal}\nangle error [rad]" if series.quaternion
-                     else f"{series.signal}\n[{series.unit}]",
-                     f"{series.signal}\n[{series.unit}]")
-            for ax, name in zip((left, right), names):
-                # the name above the row's middle, this episode's range below it (one line:
-                # a text's cost grows with its lines)
-                where = dict(ha="right", fontsize=7, transform=ax.get_yaxis_transform())
-                ax.text(-0.005, base + 0.5, name, va="bottom", **where)
-                self._scales.append(ax.text(-0.005, base + 0.5, "", va="top", animated=True,
-                                            **where))
-        for ax in (left, right):
-            ax.set_xlim(*xlim)
-            ax.set_ylim(-0.05, rows + 0.05)
-            ax.set_yticks([])
-            ax.set_xlabel("time [s]", fontsize=8)
-            ax.tick_params(labelsize=7)
-            for i in range(rows + 1):
-                ax.axhline(i, color="#bbbbbb", lw=0.6)
-        for name in self.names:
-            left.plot([], [], lw=1, label=name, **_style(name))
-        left.plot([], [], color="black", lw=1.2, alpha=0.6, label="recorded")
-        left.legend(fontsize=7, loc="upper right", ncol=3, framealpha=0.7)
-        fig.canvas.draw()
-        self._fig, self._axes = fig, (left, right)
-        self._background = fig.canvas.copy_from_bbox(fig.bbox)
+
+@dataclass(frozen=True)
+class _Frame:
+    """An episode figure of one layout, drawn without its per-episode parts (``animated``
+    artists, skipped by a full draw), and the pixels of that drawing."""
+
+    layout: tuple[object, ...]
+    figure: Figure
+    canvas: AggCanvas
+    axes: tuple[Axes, Axes]
+    background: object  # the canvas's copy of the frame's pixels
+    title: Text
+    scales: list[Text]  # per row: left, right
+
+
+def _draw_frame(layout: tuple[tuple[float, float], tuple[object, ...]],
+                signals: Sequence[SignalSeries], sets: Sequence[str]) -> _Frame:
+    rows = len(signals)
+    height = 1.5 * rows + 1.0
+    fig = figure(11.0, height, layout=None)
+    fig.subplots_adjust(left=0.13, right=0.975, top=1 - 0.6 / height,
+                        bottom=0.5 / height, wspace=0.3)
+    left, right = fig.subplots(1, 2)
+    axes_title(left, "recorded (black) vs simulated", fontsize=8)
+    axes_title(right, "simulated - recorded", fontsize=8)
+    title = fig.text(0.5, 0.98, "", ha="center", va="top", fontsize=10, animated=True)
+    scales = []
+    for i, series in enumerate(signals):
+        base = rows - 1 - i
+        names = (f"{series.signal}\nangle error [rad]" if series.quaternion
+                 else f"{series.signal}\n[{series.unit}]",
+                 f"{series.signal}\n[{series.unit}]")
+        for ax, name in zip((left, right), names):
+            # the name above the row's middle, this episode's range below it (one line: a
+            # text's cost grows with its lines)
+            ax.text(-0.005, base + 0.5, name, va="bottom", ha="right", fontsize=7,
+                    transform=ax.get_yaxis_transform())
+            scales.append(ax.text(-0.005, base + 0.5, "", va="top", ha="right", fontsize=7,
+                                  transform=ax.get_yaxis_transform(), animated=True))
+    for ax in (left, right):
+        ax.set_xlim(*layout[0])
+        ax.set_ylim(-0.05, rows + 0.05)
+        ax.set_yticks([])
+        ax.set_xlabel("time [s]", fontsize=8)
+        ax.tick_params(labelsize=7)
+        for i in range(rows + 1):
+            ax.axhline(i, color="#bbbbbb", lw=0.6)
+    for name in sets:
+        style = _style(name)
+        left.plot([], [], lw=1, label=name, color=style["color"], linestyle=style["linestyle"])
+    left.plot([], [], color="black", lw=1.2, alpha=0.6, label="recorded")
+    left.legend(fontsize=7, loc="upper right", ncol=3, framealpha=0.7)
+    canvas = agg_canvas(fig)
+    canvas.draw()
+    return _Frame(layout, fig, canvas, (left, right), canvas.copy_from_bbox(fig.bbox), title,
+                  scales)
 
 
 def _strip(lines: dict[tuple[int, str | None], list[np.ndarray]], panel: int,
@@ -178,7 +202,7 @@ def _strip(lines: dict[tuple[int, str | None], list[np.ndarray]], panel: int,
     return f"±{high:.3g}" if symmetric else f"{low:.4g} … {high:.4g}"
 
 
-def _log_scale(ax: Any) -> None:
+def _log_scale(ax: Axes) -> None:
     """A log y axis labelled in plain text: the default labels (10^k) go through mathtext,
     whose parser costs more than the rest of the figure; minor ticks cost more than bars."""
     from matplotlib.ticker import LogFormatter, NullLocator
@@ -188,11 +212,11 @@ def _log_scale(ax: Any) -> None:
     ax.yaxis.set_major_formatter(LogFormatter())
 
 
-def _style(name: str) -> dict[str, Any]:
+def _style(name: str) -> dict[str, str]:
     return dict(_SET_STYLE.get(name, dict(color="tab:green", linestyle="-.")))
 
 
-def error_bars(summary: Mapping[str, Any]) -> Any:
+def error_bars(summary: Mapping[str, Any]) -> Figure:
     """Per signal component and scope: RMS error of each set (a marker each) and the hold-last
     floor (a grey bar-wide dash), on a log axis. Markers, not bars: a bar is a patch of its
     own, and a log axis has no zero for a bar to stand on anyway."""
@@ -225,7 +249,7 @@ def error_bars(summary: Mapping[str, Any]) -> Any:
 
 
 def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
-                   deviations: Mapping[str, float | None]) -> Any:
+                   deviations: Mapping[str, float | None]) -> Figure:
     """Δ objective per profiled parameter, the χ² threshold, the profile interval and, dashed,
     the local quadratic ((p - p̂) / SD)² the Wald interval assumes."""
     entries = profile["parameters"]
@@ -277,7 +301,7 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
     return fig
 
 
-def singular_values_figure(values: Sequence[float], tolerance: float | None) -> Any:
+def singular_values_figure(values: Sequence[float], tolerance: float | None) -> Figure:
     fig = figure(5.0, 3.0)
     fig.subplots_adjust(left=0.15, right=0.97, top=0.9, bottom=0.16)
     ax = fig.subplots()
@@ -292,7 +316,7 @@ def singular_values_figure(values: Sequence[float], tolerance: float | None) -> 
     return fig
 
 
-def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Any:
+def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Figure:
     size = max(3.5, 0.5 * len(names) + 2.5)
     fig = figure(size + 1.0, size)
     margin = 0.12 + 0.012 * max((len(n) for n in names), default=0)
@@ -313,7 +337,7 @@ def correlation_figure(names: Sequence[str], matrix: np.ndarray) -> Any:
     return fig
 
 
-def histogram_figure(standardized: Mapping[str, np.ndarray], normal: bool) -> Any:
+def histogram_figure(standardized: Mapping[str, np.ndarray], normal: bool) -> Figure:
     fig = figure(6.0, 3.2)
     fig.subplots_adjust(left=0.1, right=0.97, top=0.95, bottom=0.16)
     ax = fig.subplots()

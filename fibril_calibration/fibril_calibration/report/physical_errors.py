@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request is loaded
+    from ..request.document import CalibrationRequest
 
 __all__ = ["DEVICE_UNITS", "FLOOR", "aggregate", "device_unit", "error_lines", "error_summary",
            "floor_scores", "hold_last_error"]
@@ -104,7 +107,7 @@ def aggregate(parts: Iterable[Part]) -> list[dict[str, Any]]:
     return out
 
 
-def floor_scores(request: Any, units: Mapping[str, str]) -> dict[str, Any]:
+def floor_scores(request: CalibrationRequest, units: Mapping[str, str]) -> dict[str, Any]:
     """The hold-last predictor's scores of every scope of a request (recorded values only);
     ``units``: observation id → its physical unit (as the scores name it)."""
     observations = {o.id: o for o in request.observations}

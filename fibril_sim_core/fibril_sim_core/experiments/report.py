@@ -12,19 +12,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from ..reporting import (Raw, ReportFolder, axes_title, escape, few_ticks, figure, image, note,
                          number, page, require_matplotlib, table)
 
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start-up (optional,
+    # and a third of a second that every fibril_sim command without --report would pay)
+    from matplotlib.figure import Figure
+
+    from .experiment import Experiment
+
 __all__ = ["default_signals", "write_experiment_report"]
 
 MAX_POINTS = 1500
 
 
-def default_signals(experiment: Any) -> list[str]:
+def default_signals(experiment: Experiment) -> list[str]:
     """The selectors the experiment's signal metrics reduce, each once."""
     return list(dict.fromkeys(m.signal for m in experiment.metrics
                               if m.kind in ("signal", "event_reached") and m.signal))
@@ -128,13 +134,13 @@ def _value(value: Any) -> str:
     return number(value)
 
 
-def _numeric(value: Any) -> bool:
+def _numeric(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value)
 
 
 def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
-                   thresholds: Mapping[str, list[str]]) -> Any:
+                   thresholds: Mapping[str, list[str]]) -> Figure:
     columns = min(4, len(names))
     rows = math.ceil(len(names) / columns)
     fig = figure(3.0 * columns, 2.4 * rows)
@@ -144,7 +150,7 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
     labels = [r["id"] for r in runs]
     for ax, name in zip(axes, names):
         values = [(r.get("metrics") or {}).get(name) for r in runs]
-        heights = [v if _numeric(v) else np.nan for v in values]
+        heights = [float(v) if _numeric(v) else math.nan for v in values]
         colors = ["tab:gray" if r.get("role") == "baseline" else
                   ("tab:blue" if r.get("success") else "tab:red") for r in runs]
         ax.bar(range(len(runs)), heights, color=colors)
@@ -218,7 +224,7 @@ def _signals(document: Mapping[str, Any], signals: Sequence[str],
 
 
 def _overlay(selector: str, series: Sequence[tuple[str, np.ndarray, np.ndarray, list[str]]]
-             ) -> Any:
+             ) -> Figure:
     width = max(s[2].shape[1] for s in series)
     fig = figure(9.0, 2.2 * width + 0.6)
     fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.35 / (2.2 * width + 0.6),
