@@ -145,10 +145,10 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
     rows = math.ceil(len(names) / columns)
     fig = figure(3.0 * columns, 2.4 * rows)
     fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.3 / (2.4 * rows),
-                        bottom=0.9 / (2.4 * rows), wspace=0.35, hspace=0.9)
+                        bottom=0.9 / (2.4 * rows), wspace=0.35, hspace=0.45)
     axes = [fig.add_subplot(rows, columns, i + 1) for i in range(len(names))]  # only those used
     labels = [r["id"] for r in runs]
-    for ax, name in zip(axes, names):
+    for index, (ax, name) in enumerate(zip(axes, names)):
         values = [(r.get("metrics") or {}).get(name) for r in runs]
         heights = [float(v) if _numeric(v) else math.nan for v in values]
         colors = ["tab:gray" if r.get("role") == "baseline" else
@@ -163,7 +163,10 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
         axes_title(ax, name, fontsize=8)
         few_ticks(ax)
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
+        if index + columns < len(names):  # the panel below names the same runs (rotated text
+            ax.tick_params(labelbottom=False)  # is the costliest part of this figure)
+        else:
+            ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
         ax.tick_params(labelsize=6)
     return fig
 
