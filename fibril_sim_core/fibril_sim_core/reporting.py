@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start
     from matplotlib.figure import Figure
     from matplotlib.transforms import BboxBase
 
-__all__ = ["AggCanvas", "Raw", "ReportError", "ReportFolder", "agg_canvas", "axes_title", "check_report_folder", "escape",
-           "few_ticks", "figure",
-           "image", "note", "number", "page", "require_matplotlib", "table", "write_png"]
+__all__ = ["AggCanvas", "Raw", "ReportError", "ReportFolder", "agg_canvas", "axes_title",
+           "check_report_folder", "escape", "few_ticks", "figure", "image", "note", "number",
+           "page", "require_matplotlib", "table", "write_png"]
 
 INSTALL_HINT = ("pip install 'fibril_calibration[report]' (or pip install matplotlib; "
                 "apt: python3-matplotlib)")
