@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import CalibrationError
+from .report.physical_errors import device_unit
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -58,6 +59,8 @@ def _units(request: CalibrationRequest) -> dict[str, str]:
             unit = "m"
         elif source == "body_quaternion" or observation.quaternion:
             unit = "rad"
+        elif source == "device_output":  # the units of its sample components
+            unit = device_unit(observation.sample_type, observation.indices)
         out[observation.id] = unit or "observation units"
     return out
 
