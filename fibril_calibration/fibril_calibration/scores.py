@@ -251,7 +251,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
     """How recording-source input samples were moved onto ticks, all episodes together."""
-    from .request.mapping import describe_timing
+    from .request.recorded_commands import describe_timing
 
     return describe_timing(request.training + request.validation)
 

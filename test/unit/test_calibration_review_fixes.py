@@ -169,7 +169,8 @@ def test_a_failing_score_keeps_the_finished_fit(arm: dict[str, Any], monkeypatch
 # --------------------------------------------------------------------------- 5. quat_from
 
 def test_initial_quaternion_interpolates_on_the_short_arc() -> None:
-    from fibril_calibration.request.mapping import _Mapped, _state_values
+    from fibril_calibration.request.source_states import state_values
+    from fibril_calibration.request.streams import MappedStream
     from fibril_calibration.recordings.sources import Stream
 
     half = 0.1
@@ -178,9 +179,9 @@ def test_initial_quaternion_interpolates_on_the_short_arc() -> None:
     stream = Stream("test", np.array([0, 10], dtype=np.int64), np.array([q0, q1]),
                     ("w", "x", "y", "z"))
     where = s.Where("r.yaml", "initial_state", CalibrationRequestError)
-    mapped = _Mapped(stream, where, None)
-    out = _state_values([({"type": "mocap", "body": "b"}, [("quat", mapped)])], 5, 0, "w",
-                        where)
+    mapped = MappedStream(stream, where, None)
+    out = state_values([({"type": "mocap", "body": "b"}, [("quat", mapped)])], 5, 0, "w",
+                       where)
     q = np.array(out[0]["quat"])
     expected = np.array([np.cos(half / 2), np.sin(half / 2), 0.0, 0.0])
     assert min(np.abs(q - expected).max(), np.abs(q + expected).max()) < 1e-12

@@ -26,7 +26,7 @@ def initial_state_fit(body: Mapping[str, Any], where: s.Where,
                      plan.model)
 
 
-def _initial_state(value: Any, where: s.Where,
+def parse_initial_state(value: Any, where: s.Where,
                    plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
     import mujoco
 
