@@ -25,13 +25,15 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from ._atomic import write_atomic
 
 
 _DESCRIPTION = ("Replay recorded episodes on candidate simulation plans and fit the request's "
                 "physical parameters to the observed signals.")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+             ) -> argparse.ArgumentParser:
     """Add ``calibrate`` (and ``recording info``) to a ``fibril_sim`` sub-command set; returns
     the ``calibrate`` parser."""
     parser = subparsers.add_parser(
@@ -121,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The ``calibrate`` handler: returns the exit code (0 when the run completes)."""
     from .engine import run_calibration
-    from .result import check_writable, to_json, write_atomic
+    from .result import check_writable, to_json
 
     if args.output is not None:
         check_writable(args.output, "--output")
@@ -277,7 +279,7 @@ def _write_lab_files(args: argparse.Namespace, sysid: dict[str, Any] | None,
     """Write sysid_best_params.json and the sim CSVs + sidecars; the metrics.json documents
     then name them (``sysid_params``, ``sim_csv`` / ``sim_sidecar``). The sim CSVs written."""
     from .metrics_json import name_sim_files, name_sysid_params
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
     from .sim_csv import write_sim_csvs
 
     if sysid is not None:
@@ -296,7 +298,7 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
     from .request.document import load_calibration_request
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
     from .scores import evaluate_parameter_sets, scores_text
 
     if args.output_overlay is not None:

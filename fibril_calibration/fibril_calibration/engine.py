@@ -23,6 +23,7 @@ from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
 
+from ._atomic import write_atomic
 from .analysis.verdict import FitCriteria
 from .fitted import FittedParameter, fitted_parameters
 from .model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
@@ -30,7 +31,7 @@ from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
 from .request.document import CalibrationRequest, load_calibration_request
-from .result import build_result_document, strict, to_json, write_atomic
+from .result import build_result_document, strict, to_json
 from .scores import input_timing, nominal_set, score_sets, scores_text
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
@@ -60,7 +61,8 @@ class CalibrationResult:
     @property
     def parameter_overlay(self) -> dict[str, Any]:
         """The portable overlay artifact of the fitted values (``--output-overlay``)."""
-        return self.document["parameter_overlay"]
+        result: dict[str, Any] = self.document["parameter_overlay"]
+        return result
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return to_json(self.document, indent=indent)
@@ -213,7 +215,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             outcome = calibrate(problem, request.parameters, solver_options(request, progress))
         fitted_plan = problem.candidate_plan(outcome.fitted)
         rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
-                         for s in problem.schedules(scope)}  # type: ignore[arg-type]
+                         for s in problem.schedules(scope)}
         values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
         # The nominal (initial) set beside the fitted one, in physical units (``scores``).
         # A set or scope that cannot be evaluated is recorded as {"error": ...}: the finished

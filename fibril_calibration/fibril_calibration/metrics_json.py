@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._atomic import write_atomic
+
 if TYPE_CHECKING:
     from .evaluation import Evaluation
     from .request.document import CalibrationRequest
@@ -58,7 +60,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
                       ) -> dict[str, dict[str, Any]]:
     """Episode id → its metrics.json document for one scope's evaluation."""
     observations = {o.id: o for o in request.observations}
-    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
+    episodes = {e.id: e for e in request.episodes(scope)}
     errors: dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for block in evaluation.blocks:
         observation = observations[block.signal]
@@ -95,7 +97,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "window_s": source.get("window_s"),
             "num_samples": int(times.shape[0]),
             "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,
-            "ee": _ee(ee_pos, ee_ori),
+            "ee": ee_metrics(ee_pos, ee_ori),
             "joints": _joints(positions, velocities),
             "tracking": _tracking(episode, ee_pos, ee_ori, targets),
         }
@@ -153,7 +155,7 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
         desired = None if index is None else columns([f"x_des_{c}" for c in "xyz"], index)
         if desired is not None:
             for side, actual in (("real", real), ("sim", real + error)):
-                sides[side]["pos"] = _ee((desired - actual, None, None), None)["pos"]
+                sides[side]["pos"] = _position_metrics(desired - actual)
     if orientation is not None:
         error, real, times = orientation
         index = rows(times)
@@ -161,7 +163,7 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
         if desired is not None:
             simulated = quat_multiply(real, _quat_exp(error))  # error = log(conj(real) ⊗ sim)
             for side, actual in (("real", real), ("sim", simulated)):
-                sides[side]["ori"] = _ee(None, (quat_error(actual, desired), None, None))["ori"]
+                sides[side]["ori"] = _orientation_metrics(quat_error(actual, desired))
     if not sides["real"]:
         return None
     return sides
@@ -199,21 +201,30 @@ def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | Non
     return out
 
 
-def _ee(position: Any, orientation: Any) -> dict[str, Any] | None:
+def ee_metrics(position: tuple[np.ndarray, ...] | None,
+               orientation: tuple[np.ndarray, ...] | None) -> dict[str, Any] | None:
+    """The end-effector errors of metrics.json: ``pos`` from position errors (the first
+    array: one xyz row per sample), ``ori`` from rotation vectors; None without either."""
     if position is None and orientation is None:
         return None
     out: dict[str, Any] = {}
     if position is not None:
-        e = position[0]
-        norms = np.linalg.norm(e, axis=1)
-        out["pos"] = {
-            "rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
+        out["pos"] = _position_metrics(position[0])
+    if orientation is not None:
+        out["ori"] = _orientation_metrics(orientation[0])
+    return out
+
+
+def _position_metrics(e: np.ndarray) -> dict[str, Any]:
+    norms = np.linalg.norm(e, axis=1)
+    return {"rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
             "max_abs_m": {**{a: float(np.max(np.abs(e[:, i]))) for i, a in enumerate("xyz")},
                           "3d": float(np.max(norms))}}
-    if orientation is not None:
-        angles = np.linalg.norm(orientation[0], axis=1)  # |rotation vector| = shortest angle
-        out["ori"] = {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
-    return out
+
+
+def _orientation_metrics(rotation_vectors: np.ndarray) -> dict[str, float]:
+    angles = np.linalg.norm(rotation_vectors, axis=1)  # |rotation vector| = shortest angle
+    return {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
 
 
 def _rms(values: np.ndarray) -> float:
@@ -284,7 +295,7 @@ def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> l
     by ``unique_names``); each file written atomically. A folder that cannot be made or written
     is a CalibrationError naming it."""
     from .errors import CalibrationError
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
 
     paths = []
     names = unique_names(list(documents))

@@ -22,7 +22,8 @@ _DESCRIPTION = ("Describe a recording (rosbag2 folder, .mcap, .db3 or CSV log): 
                 "request names them.")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+             ) -> argparse.ArgumentParser:
     """Add ``recording info`` to a ``fibril_sim`` sub-command set."""
     parser = subparsers.add_parser("recording", help="inspect recordings for calibration",
                                    description="Inspect recordings for calibration.")

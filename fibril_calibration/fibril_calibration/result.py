@@ -120,7 +120,8 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
     document["parameter_overlay"] = overlay_document(
         overlay_parameters, id=str(overlay_id) if overlay_id is not None else None,
         source=source)
-    return strict(document)
+    result: dict[str, Any] = strict(document)
+    return result
 
 
 def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
@@ -131,9 +132,10 @@ def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for scope in ("training", "validation"):
         for episode in request.episodes(scope):
-            for message in (episode.source or {}).get("warnings", ()):
+            source = episode.source or {}
+            for message in source.get("warnings", ()):
                 entry = found.setdefault(message, {
-                    "code": "recording_unchecked", "path": episode.source["path"],
+                    "code": "recording_unchecked", "path": source["path"],
                     "episodes": [], "message": message})
                 if episode.id not in entry["episodes"]:
                     entry["episodes"].append(episode.id)

@@ -67,7 +67,7 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
     """Standardized and physical-unit scores of one scope's evaluation. ``nuisance_dof``
     (initial_state_fit: episode → degrees of freedom its nuisance initial states took) adds
     ``standardized_rms_dof_corrected``, ``sqrt(SSE / (count - nuisance dof))``."""
-    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
+    episodes = {e.id: e for e in request.episodes(scope)}
     units = _units(request)
     observations = {o.id: o for o in request.observations}
     per_signal: dict[str, list[np.ndarray]] = {}
@@ -238,15 +238,16 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
             scored.update(score_sets(problem, [chosen], metrics))
-    return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
-                   "request": {"path": str(request.path), "sha256": request.sha256},
-                   "episodes": {scope: [e.id for e in request.episodes(scope)]
-                                for scope in ("training", "validation")},
-                   "episode_seeds": {e.id: e.seed for e in request.training
-                                     + request.validation},
-                   "input_timing": input_timing(request),
-                   "warnings": recording_warnings(request),
-                   "scores": scored})
+    document: dict[str, Any] = strict({
+        "format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
+        "request": {"path": str(request.path), "sha256": request.sha256},
+        "episodes": {scope: [e.id for e in request.episodes(scope)]
+                     for scope in ("training", "validation")},
+        "episode_seeds": {e.id: e.seed for e in request.training + request.validation},
+        "input_timing": input_timing(request),
+        "warnings": recording_warnings(request),
+        "scores": scored})
+    return document
 
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:

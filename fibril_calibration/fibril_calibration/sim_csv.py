@@ -42,6 +42,7 @@ import numpy as np
 
 from fibril_sim_core.errors import FibrilError
 
+from ._atomic import write_atomic
 from .errors import CalibrationError, EvaluationError
 
 __all__ = ["SimReplay", "replay_episode", "sim_columns", "write_sim_csvs"]
@@ -95,7 +96,7 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
         raise CalibrationError(f"{label}: {exc}") from None
     model = plan.model
     dt = plan.timebase.timestep_ns
-    start = int(info.get("start_ns", info.get("origin_ns") or 0))
+    start = int(info["start_ns"] if "start_ns" in info else info.get("origin_ns") or 0)
     end = max(int(signal.times_ns[-1]) for signal in episode.signals)
     times = np.asarray(real.times_ns, dtype=np.int64)
     inside = np.flatnonzero((times >= start) & (times <= start + end))
@@ -248,7 +249,8 @@ def _orientation_error(target_xyzw: np.ndarray, actual_xyzw: np.ndarray) -> np.n
 def _real_column(real: Any, name: str, rows: np.ndarray, default: np.ndarray | None
                  ) -> np.ndarray:
     if name in real.header:
-        return np.asarray(real.column(name), dtype=np.float64)[rows]
+        result: np.ndarray = np.asarray(real.column(name), dtype=np.float64)[rows]
+        return result
     return default if default is not None else np.full(rows.shape[0], np.nan)
 
 
@@ -330,7 +332,7 @@ def write_sim_csvs(folder: Path, replays: Sequence[SimReplay]) -> dict[str, tupl
     """``folder/<episode>/<stem>_sim.csv`` and ``_sim.json`` of each replay, atomically;
     episode id → (csv, sidecar). A folder that cannot be made is a CalibrationError."""
     from .metrics_json import unique_names
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
 
     names = unique_names([r.episode for r in replays])
     out: dict[str, tuple[Path, Path]] = {}

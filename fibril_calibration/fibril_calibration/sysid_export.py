@@ -31,6 +31,7 @@ from typing import Any
 
 import mujoco
 
+from ._atomic import write_atomic
 from .errors import CalibrationError
 
 __all__ = ["main", "sysid_document"]
@@ -203,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fibril_sim_core.overlays import load_overlay_artifact
     from fibril_sim_core.plan import SimulationBuilder
 
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
 
     try:
         source: Any = {}

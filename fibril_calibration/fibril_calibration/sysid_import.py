@@ -38,6 +38,7 @@ from fibril_sim_core.overlays import (
     overlay_document,
 )
 
+from ._atomic import write_atomic
 from .errors import CalibrationError
 
 __all__ = ["main", "sidecar_gains_overlay", "sysid_overlay"]
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds per motor_delay step (default 0.001)")
     parser.add_argument("--output", type=Path, required=True, help="overlay artifact to write")
     args = parser.parse_args(argv)
-    from .result import to_json, write_atomic
+    from .result import to_json
 
     try:
         if args.sidecar_gains is not None:

@@ -115,6 +115,6 @@ class CandidatePlanBuilder:
         self.builder.release(plan)
 
     def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
-                         source: Mapping | None = None) -> dict:
+                         source: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The portable overlay artifact of ``values`` (loads as a manifest parameter_overlay)."""
         return overlay_document(self.overlay_parameters(values), id=id, source=source)

@@ -21,7 +21,7 @@ from .initial_states import initial_state_fit, parse_initial_state
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .source_set import SourceSet
+    from .mapping import SourceSet
 
 __all__ = ["RESERVED_EPISODE_IDS", "check_standardized", "open_sources", "parse_episodes",
            "split_windows"]
@@ -40,8 +40,7 @@ def parse_episodes(value: object, where: s.Where, scope: str,
     out = []
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and "source" in item and sources is not None:
-            # a bag / CSV recording, maybe cut into windows. Lazy: the recording readers
-            # load only for requests that map one (``open_sources`` already paid for them).
+            # a bag / CSV recording, maybe cut into windows (lazy: see ``open_sources``)
             from .mapping import source_episodes
 
             episodes = source_episodes(item, where.key(i), scope, observations, plan, sources)
@@ -61,7 +60,7 @@ def open_sources(doc: Mapping[str, Any], root: s.Where, base: Path) -> SourceSet
     """The request's recording sources (``sources``; see ``mapping``)."""
     # Lazy: the bag / CSV / Franka readers load when a request is parsed, not when the
     # request types are imported (``result`` and ``report`` import them without parsing).
-    from .source_set import SourceSet
+    from .mapping import SourceSet
 
     return SourceSet(doc.get("sources"), root.key("sources"), base)
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,12 +50,13 @@ from fibril_sim_core.records import IngressRecord
 
 from fibril_sim_core import _schema as s
 
+from ..recordings.formats import open_source
 from ..recordings.franka import FrankaSource
 from ..recordings.sources import BagSource, CsvSource, Source, SourceError
 from .episode_specs import EpisodeSpec, episode_hash, parse_signal, signal_entries
 from .initial_states import initial_state_fit, parse_initial_state
 from .recorded_commands import COMMIT_POLICIES, InputTiming, parse_inputs, window_inputs
-from .source_set import SourceSet, SourceSpec
+from .source_specs import SourceSpec, parse_source_spec, reader_columns
 from .source_states import state_entries, state_values
 from .streams import (STREAM_KEYS, EntrySource, MappedStream, check_gaps, map_stream,
                       named_columns, named_topics)
@@ -71,6 +73,66 @@ __all__ = ["COMMIT_POLICIES", "SourceSet", "source_episodes"]
 _EPISODE_KEYS = ("episode_seed", "weight", "horizon_steps", "initial_state",
                  "initial_state_fit", "inputs", "windows", "description")
 _NS = 1_000_000_000
+
+
+class SourceSet:
+    """The request's named ``sources`` and every opened recording (a context manager: closing
+    it closes the files; decoded streams stay cached while it is open)."""
+
+    def __init__(self, value: object, where: s.Where, base: Path) -> None:
+        self.base = base
+        self.where = where
+        self._named: dict[str, tuple[object, s.Where]] = {}
+        if value is not None:
+            for name, spec in s.mapping(value, where).items():
+                self._named[str(name)] = (spec, where.key(str(name)))
+        self._open: dict[tuple[object, ...], Source] = {}
+        self.wanted: list[str] = []  # the columns the entry being read names (one pass each)
+
+    def spec(self, value: object, where: s.Where) -> SourceSpec:
+        """``source:`` of an episode: a name in ``sources`` or an inline mapping."""
+        if isinstance(value, str):
+            if value not in self._named:
+                listed = ", ".join(self._named) or "none declared"
+                raise where.fail(f"unknown source {value!r}; the request's sources: {listed}")
+            value, where = self._named[value]
+        return parse_source_spec(value, where, self.base)
+
+    def open(self, spec: SourceSpec, columns: Sequence[str] = ()) -> Source:
+        """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
+        column when it is opened, in one pass."""
+        key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
+               spec.sidecar, spec.reader, spec.accept, spec.abort, spec.types, spec.header,
+               spec.column_names, spec.delimiter)
+        source = self._open.get(key)
+        if source is None:
+            try:
+                source = open_source(spec.path, spec.format, time=spec.time,
+                                     time_column=spec.time_column, time_unit=spec.time_unit,
+                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns,
+                                     accept=spec.accept, abort=spec.abort,
+                                     types=spec.types, header=spec.header,
+                                     column_names=reader_columns(spec.column_names),
+                                     delimiter=spec.delimiter)
+            except SourceError as exc:
+                raise spec.where.key("path").fail(str(exc)) from None
+            except (OSError, ValueError) as exc:  # a reader's own error: still one line
+                raise spec.where.key("path").fail(
+                    f"cannot read recording {str(spec.path)!r}: "
+                    f"{getattr(exc, 'strerror', None) or exc}") from None
+            self._open[key] = source
+        return source
+
+    def close(self) -> None:
+        for source in self._open.values():
+            source.close()
+        self._open.clear()
+
+    def __enter__(self) -> SourceSet:  # noqa: PYI034 - final class
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)

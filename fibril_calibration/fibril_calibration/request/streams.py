@@ -4,24 +4,37 @@ base."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from fibril_sim_core import _schema as s
 
 from ..recordings.sources import Source, SourceError, Stream
-from .source_set import SourceSet, SourceSpec, max_gap_ns
+from .source_specs import SourceSpec, max_gap_ns
 from .validity import Plausible, apply_validity, parse_validity
 
-__all__ = ["STREAM_KEYS", "EntrySource", "MappedStream", "check_gaps", "map_stream",
+__all__ = ["STREAM_KEYS", "EntrySource", "MappedStream", "SourceLookup", "check_gaps", "map_stream",
            "named_columns", "named_topics"]
 
 STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source",
                "valid", "on_invalid")
 _NS = 1_000_000_000
+
+
+class SourceLookup(Protocol):
+    """The request's sources (``mapping.SourceSet``): named specs and the opened files."""
+
+    @property
+    def wanted(self) -> list[str]:
+        """The columns the entry being read names (a CSV log reads them in one pass)."""
+        ...
+
+    def spec(self, value: object, where: s.Where) -> SourceSpec: ...
+
+    def open(self, spec: SourceSpec, columns: Sequence[str] = ()) -> Source: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class EntrySource:
 
     source: Source
     spec: SourceSpec
-    sources: SourceSet
+    sources: SourceLookup
 
 @dataclass(frozen=True)
 class MappedStream:

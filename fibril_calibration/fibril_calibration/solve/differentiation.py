@@ -77,7 +77,7 @@ class Evaluator:
         # ``execution.cache_entries``; even at 0 the latest centre is kept, because
         # least_squares asks for the residuals and then the Jacobian at the same point.
         self._cache_entries = max(1, cache_entries)
-        self._layout: dict[str, tuple[int, tuple]] = {}
+        self._layout: dict[str, tuple[int, tuple[Any, ...]]] = {}
         self._blocks_seen: dict[str, Any] = {}
         self._many = getattr(model, "evaluate_many", None)
 
@@ -187,7 +187,8 @@ class Linearization:
     def dimensionless_unweighted(self, cmap: CoordinateMap) -> np.ndarray:
         """The unweighted Jacobian w.r.t. ``theta = delta_p / physical_scale`` (chain rule)."""
         factor = cmap.coordinate_per_dimensionless(self.coordinate)[list(self.columns)]
-        return self.unweighted_jacobian * factor
+        result: np.ndarray = self.unweighted_jacobian * factor
+        return result
 
 
 _SCHEMES: dict[str, tuple[tuple[float, ...], float, tuple[float, ...]]] = {

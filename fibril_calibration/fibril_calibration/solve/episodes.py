@@ -21,6 +21,7 @@ physics timestep, never on the candidate parameters, so it is computed once per 
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -31,12 +32,14 @@ import mujoco
 import numpy as np
 
 from fibril_sim_core.errors import FibrilError
-from fibril_sim_core.records import ActuatorApplication, DeviceOutput
+from fibril_sim_core.records import (ActuatorApplication, DeviceOutput, IngressRecord,
+                                     StateSnapshot)
 
 from ..alignment import align, quat_error
 from ..errors import EvaluationError
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
 from ..model.observations import ObservationSpec, snapshot_reader
+from ..recordings.time_offsets import OffsetPlan
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -79,7 +82,7 @@ class EpisodeSchedule:
     def devices(self) -> frozenset[str]:
         """The devices an observation reads: only they run (the others' outputs would go
         nowhere)."""
-        return frozenset(s.observation.name for s in self.signals
+        return frozenset(s.observation.target for s in self.signals
                          if s.observation.source == "device_output")
 
     @cached_property
@@ -146,19 +149,17 @@ class Track:
     offset_ns: float | None = None  # a calibrated time offset of the signal (``time_offsets``)
 
 
-def _window(episode: Any) -> str:
+def _window(episode: EpisodeSpec) -> str:
     """`` (window 0.6 s..0.8 s of 'log.csv')`` for an episode cut from a recording."""
-    source = getattr(episode, "source", None) or {}
+    source = episode.source or {}
     span = source.get("window_s")
     if not span:
         return ""
     return f" (window {span[0]:g} s..{span[1]:g} s of {source.get('path')!r})"
 
 
-def _largest_values(episode: Any) -> str:
+def _largest_values(episode: EpisodeSpec) -> str:
     """The largest recorded input and initial-state value, to look at first."""
-    import json
-
     parts = []
     best: tuple[float, str] | None = None
     for record in episode.recorded_inputs:
@@ -231,14 +232,14 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             buffers.append(None)
             readers.append(None)
             if observation.source == "device_output":
-                devices.setdefault(observation.name, [])
+                devices.setdefault(observation.target, [])
                 if observation.timestamp == "acquisition":
-                    latency = plan.device(observation.name).latency_ticks
+                    latency = plan.device(observation.target).latency_ticks
                     extra = max(extra, latency, 1)
                 else:
                     extra = max(extra, 1)  # a latency-0 sample stamped at t is emitted at t+1
             else:
-                applications.setdefault(observation.name, [])
+                applications.setdefault(observation.target, [])
             continue
         reader = snapshot_reader(observation, model)
         readers.append(reader.read)
@@ -249,17 +250,18 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
 
     if devices or applications:
-        def observe(record: Any, devices: dict = devices,
-                    applications: dict = applications) -> None:
-            kind = type(record)
-            if kind is DeviceOutput:
-                found = devices.get(record.device_id)
-            elif kind is ActuatorApplication:
-                found = applications.get(record.endpoint)
-            else:
-                return
-            if found is not None:
-                found.append(record)
+        def observe(record: DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot,
+                    devices: dict[str, list[DeviceOutput]] = devices,
+                    applications: dict[str, list[ActuatorApplication]] = applications
+                    ) -> None:
+            if type(record) is DeviceOutput:
+                outputs = devices.get(record.device_id)
+                if outputs is not None:
+                    outputs.append(record)
+            elif type(record) is ActuatorApplication:
+                applied = applications.get(record.endpoint)
+                if applied is not None:
+                    applied.append(record)
 
         instance.subscribe(observe)
 
@@ -270,7 +272,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         ticks = schedule.prepared.get(key)
         if ticks is None:  # the same for every candidate: sorted unique union, computed once
             ticks = np.unique(np.concatenate(
-                [schedule.signals[i].ticks for i in captured]))  # type: ignore[misc]
+                [schedule.signals[i].ticks for i in captured]))
             schedule.prepared[key] = ticks
         capture = instance.capture(ticks, tuple(sorted({r.array for r in captured.values()})))
     try:
@@ -304,11 +306,12 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         if item.ticks is not None:
             tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]
         elif observation.source == "device_output":
-            tracks.append(_device_track(devices[observation.name], observation, decoders, limit,
-                                        label))
+            tracks.append(_device_track(devices[observation.target], observation, decoders,
+                                        limit, label))
         else:
-            tracks.append(_application_track(applications[observation.name], observation, limit))
-    offsets = getattr(plan, "time_offsets", None)
+            tracks.append(_application_track(applications[observation.target], observation,
+                                             limit))
+    offsets = plan.time_offsets if isinstance(plan, OffsetPlan) else None
     if offsets:
         for item, track in zip(schedule.signals, tracks):
             track.offset_ns = offsets.get(item.signal.observation)
@@ -322,9 +325,11 @@ def _capture_rows(schedule: EpisodeSchedule, index: int, captured: np.ndarray
     key = ("rows", index)
     if key not in schedule.prepared:
         ticks = schedule.signals[index].ticks
+        assert ticks is not None  # a captured (snapshot) signal
         schedule.prepared[key] = (None if np.array_equal(ticks, captured)
                                   else np.searchsorted(captured, ticks))
-    return schedule.prepared[key]
+    rows: np.ndarray | None = schedule.prepared[key]
+    return rows
 
 
 _SIGNATURES = 4  # parsed recordings kept per episode (one per endpoint signature)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -107,10 +108,10 @@ def minimize(
 
     history: list[tuple[np.ndarray, float]] = [(x0.copy(), 0.5 * initial_objective)]
 
-    def callback(intermediate_result: object) -> None:
-        x = np.array(intermediate_result.x, dtype=float)  # type: ignore[attr-defined]
-        cost = float(intermediate_result.cost)  # type: ignore[attr-defined]
-        nit = int(intermediate_result.nit)  # type: ignore[attr-defined]
+    def callback(intermediate_result: Any) -> None:  # scipy's OptimizeResult (untyped)
+        x = np.array(intermediate_result.x, dtype=np.float64)
+        cost = float(intermediate_result.cost)
+        nit = int(intermediate_result.nit)
         history.append((x, cost))
         if progress is not None:
             progress(

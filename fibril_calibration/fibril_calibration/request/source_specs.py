@@ -1,5 +1,5 @@
-"""A request's recording ``sources``: each one's settings (``SourceSpec``) and the opened
-files (``SourceSet``), shared by the episodes (and windows) that map them (``mapping``)."""
+"""A recording source's settings (``SourceSpec``): one mapping of the request's ``sources``
+or an episode's inline ``source:``, every key checked before any file is opened."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ from typing import Any
 from fibril_sim_core import _schema as s
 
 from ..recordings.bag_readers import choose_reader
-from ..recordings.formats import open_source
 from ..recordings.franka_sidecar import ABORT_POLICIES, ACCEPTABLE
 from ..recordings.message_types import msg_folder_types
-from ..recordings.sources import Source, SourceError
 
-__all__ = ["SourceSet", "SourceSpec", "max_gap_ns"]
+__all__ = ["ColumnNames", "SourceSpec", "max_gap_ns", "parse_source_spec", "reader_columns"]
 
 _SOURCE_KEYS = ("path", "format", "time", "time_column", "time_unit", "max_gap", "origin",
                 "offset", "accept", "abort", "sidecar", "reader", "types", "header", "columns",
@@ -78,97 +76,42 @@ def _franka_options(body: Mapping[str, Any], where: s.Where) -> tuple[tuple[str,
     return accept, abort
 
 
-class SourceSet:
-    """The request's named ``sources`` and every opened recording (a context manager: closing
-    it closes the files; decoded streams stay cached while it is open)."""
-
-    def __init__(self, value: Any, where: s.Where, base: Path) -> None:
-        self.base = base
-        self.where = where
-        self._named: dict[str, tuple[object, s.Where]] = {}
-        if value is not None:
-            for name, spec in s.mapping(value, where).items():
-                self._named[str(name)] = (spec, where.key(str(name)))
-        self._open: dict[tuple[object, ...], Source] = {}
-        self.wanted: list[str] = []  # the columns the entry being read names (one pass each)
-
-    def spec(self, value: object, where: s.Where) -> SourceSpec:
-        """``source:`` of an episode: a name in ``sources`` or an inline mapping."""
-        if isinstance(value, str):
-            if value not in self._named:
-                listed = ", ".join(self._named) or "none declared"
-                raise where.fail(f"unknown source {value!r}; the request's sources: {listed}")
-            value, where = self._named[value]
-        body = s.mapping(value, where)
-        s.keys(body, where, required=("path",), optional=_SOURCE_KEYS)
-        time = s.string(body.get("time", "log"), where.key("time"))
-        if time not in ("log", "header"):
-            raise where.key("time").fail(f"expected log (the bag's receive time) or header "
-                                         f"(header.stamp), got {time!r}")
-        if "reader" in body:
-            try:
-                choose_reader(s.string(body["reader"], where.key("reader")), "reader")
-            except ValueError as exc:
-                raise where.key("reader").fail(str(exc).removeprefix("reader: ")) from None
-        origin = None
-        if "origin" in body:
-            origin = round(s.number(body["origin"], where.key("origin")) * _NS)
-        offset = 0
-        if "offset" in body:
-            offset = round(s.number(body["offset"], where.key("offset")) * _NS)
-        accept, abort = _franka_options(body, where)
-        layout = _csv_layout(body, where)
-        return SourceSpec(
-            path=self.base / s.string(body["path"], where.key("path")), where=where,
-            format=s.string(body["format"], where.key("format")) if "format" in body else None,
-            time=time,
-            time_column=(s.string(body["time_column"], where.key("time_column"))
-                         if "time_column" in body else None),
-            time_unit=(s.string(body["time_unit"], where.key("time_unit"))
-                       if "time_unit" in body else None),
-            max_gap_ns=max_gap_ns(body, where), origin_ns=origin,
-            sidecar=(self.base / s.string(body["sidecar"], where.key("sidecar"))
-                     if "sidecar" in body else None),
-            reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
-            types=_types(body, where, self.base), header=layout.header,
-            column_names=layout.column_names, delimiter=layout.delimiter,
-            offset_ns=offset, accept=accept, abort=abort)
-
-    def open(self, spec: SourceSpec, columns: Sequence[str] = ()) -> Source:
-        """The source of ``spec`` (opened once); a CSV log reads ``columns`` with its time
-        column when it is opened, in one pass."""
-        key = (spec.path.resolve(), spec.format, spec.time, spec.time_column, spec.time_unit,
-               spec.sidecar, spec.reader, spec.accept, spec.abort, spec.types, spec.header,
-               spec.column_names, spec.delimiter)
-        source = self._open.get(key)
-        if source is None:
-            try:
-                source = open_source(spec.path, spec.format, time=spec.time,
-                                     time_column=spec.time_column, time_unit=spec.time_unit,
-                                     sidecar=spec.sidecar, reader=spec.reader, columns=columns,
-                                     accept=spec.accept, abort=spec.abort,
-                                     types=spec.types, header=spec.header,
-                                     column_names=_names(spec.column_names),
-                                     delimiter=spec.delimiter)
-            except SourceError as exc:
-                raise spec.where.key("path").fail(str(exc)) from None
-            except (OSError, ValueError) as exc:  # a reader's own error: still one line
-                raise spec.where.key("path").fail(
-                    f"cannot read recording {str(spec.path)!r}: "
-                    f"{getattr(exc, 'strerror', None) or exc}") from None
-            self._open[key] = source
-        return source
-
-    def close(self) -> None:
-        for source in self._open.values():
-            source.close()
-        self._open.clear()
-
-    def __enter__(self) -> SourceSet:  # noqa: PYI034 - final class
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def parse_source_spec(value: object, where: s.Where, base: Path) -> SourceSpec:
+    """One source mapping (``path`` relative to ``base``), every key checked."""
+    body = s.mapping(value, where)
+    s.keys(body, where, required=("path",), optional=_SOURCE_KEYS)
+    time = s.string(body.get("time", "log"), where.key("time"))
+    if time not in ("log", "header"):
+        raise where.key("time").fail(f"expected log (the bag's receive time) or header "
+                                     f"(header.stamp), got {time!r}")
+    if "reader" in body:
+        try:
+            choose_reader(s.string(body["reader"], where.key("reader")), "reader")
+        except ValueError as exc:
+            raise where.key("reader").fail(str(exc).removeprefix("reader: ")) from None
+    origin = None
+    if "origin" in body:
+        origin = round(s.number(body["origin"], where.key("origin")) * _NS)
+    offset = 0
+    if "offset" in body:
+        offset = round(s.number(body["offset"], where.key("offset")) * _NS)
+    accept, abort = _franka_options(body, where)
+    layout = _csv_layout(body, where)
+    return SourceSpec(
+        path=base / s.string(body["path"], where.key("path")), where=where,
+        format=s.string(body["format"], where.key("format")) if "format" in body else None,
+        time=time,
+        time_column=(s.string(body["time_column"], where.key("time_column"))
+                     if "time_column" in body else None),
+        time_unit=(s.string(body["time_unit"], where.key("time_unit"))
+                   if "time_unit" in body else None),
+        max_gap_ns=max_gap_ns(body, where), origin_ns=origin,
+        sidecar=(base / s.string(body["sidecar"], where.key("sidecar"))
+                 if "sidecar" in body else None),
+        reader=s.string(body["reader"], where.key("reader")) if "reader" in body else None,
+        types=_types(body, where, base), header=layout.header,
+        column_names=layout.column_names, delimiter=layout.delimiter,
+        offset_ns=offset, accept=accept, abort=abort)
 
 
 @dataclass(frozen=True)
@@ -217,7 +160,7 @@ def _csv_layout(body: Mapping[str, Any], where: s.Where) -> _CsvLayout:
     return _CsvLayout(header, column_names, delimiter)
 
 
-def _names(value: ColumnNames | None) -> Sequence[str] | Mapping[int, str] | None:
+def reader_columns(value: ColumnNames | None) -> Sequence[str] | Mapping[int, str] | None:
     """The reader's form of ``column_names``: names in order, or index → name."""
     if value is None:
         return None
