@@ -230,10 +230,10 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                                      statistics, rollout_ticks, described)
     document["scores"] = strict(scores)
     from .report.physical_errors import error_summary, floor_scores
-    from .scores import _units
+    from .scores import signal_units
 
     document["error_summary"] = strict(error_summary(scores, floor_scores(request,
-                                                                          _units(request))))
+                                                                          signal_units(request))))
     if state_fit is not None:
         document["initial_state_fit"] = strict(state_fit)
     document["input_timing"] = strict(input_timing(request))

@@ -36,7 +36,7 @@ EVALUATION_FORMAT = "fibril_calibration/evaluation"
 ParameterSet = tuple[str, dict[str, float], dict[str, Any]]  # name, values, provenance
 
 
-def _units(request: CalibrationRequest) -> dict[str, str]:
+def signal_units(request: CalibrationRequest) -> dict[str, str]:
     """Observation id → unit where the source says it (joints: by joint type)."""
     import mujoco
 
@@ -68,7 +68,7 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
     (initial_state_fit: episode → degrees of freedom its nuisance initial states took) adds
     ``standardized_rms_dof_corrected``, ``sqrt(SSE / (count - nuisance dof))``."""
     episodes = {e.id: e for e in request.episodes(scope)}
-    units = _units(request)
+    units = signal_units(request)
     observations = {o.id: o for o in request.observations}
     per_signal: dict[str, list[np.ndarray]] = {}
     per_episode: dict[str, list[dict[str, Any]]] = {}

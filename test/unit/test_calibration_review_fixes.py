@@ -215,18 +215,18 @@ def test_metrics_folder_that_cannot_be_made_is_a_calibration_error(tmp_path: Pat
 
 
 def test_duplicate_or_colliding_evaluate_sets_are_refused(tmp_path: Path) -> None:
-    from fibril_calibration.cli import _metrics_folder
+    from fibril_calibration.cli import check_output_folders
 
     def args(*evaluate: str, metrics: Path | None = None) -> argparse.Namespace:
         return argparse.Namespace(evaluate=list(evaluate), metrics=metrics)
 
     with pytest.raises(CalibrationError, match="--evaluate 'nominal' is given twice"):
-        _metrics_folder(args("nominal", "nominal"))
+        check_output_folders(args("nominal", "nominal"))
     with pytest.raises(CalibrationError, match=r"--evaluate 'a/fit.json' and 'b/fit.json' "
                                                r"would both write to"):
-        _metrics_folder(args("a/fit.json", "b/fit.json", metrics=tmp_path / "m"))
-    _metrics_folder(args("a/fit.json", "b/fit.json"))  # no --metrics: no folders
-    _metrics_folder(args("nominal", "fit.json", metrics=tmp_path / "m"))
+        check_output_folders(args("a/fit.json", "b/fit.json", metrics=tmp_path / "m"))
+    check_output_folders(args("a/fit.json", "b/fit.json"))  # no --metrics: no folders
+    check_output_folders(args("nominal", "fit.json", metrics=tmp_path / "m"))
 
 
 # --------------------------------------------------------------------------- 7. dead code
