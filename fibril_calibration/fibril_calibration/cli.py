@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
 from ._atomic import write_atomic
 from .errors import CalibrationError, CalibrationRequestError
 
@@ -463,8 +465,6 @@ def _error_lines(name: str, document: Any, quiet: bool) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """``fibril_sim report RESULT.json --output DIR [--export-mjcf FITTED.xml]``."""
-    import json
-
     from .report import load_request
 
     if args.output is None and args.export_mjcf is None:

@@ -33,6 +33,7 @@ The simulated values are compared at the real sample times through the signal's 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._atomic import write_atomic
+from .alignment import quat_error, quat_multiply
+from .errors import CalibrationError
+from .recordings.franka import episode_recording
+from .recordings.sources import SourceError
+from .result import strict, to_json
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -111,9 +117,6 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
 
 def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     """The episode's franka_sysid recording (opened once per path), or None."""
-    from .recordings.franka import episode_recording
-    from .recordings.sources import SourceError
-
     source = episode.source or {}
     if source.get("format") != "franka_sysid" or not source.get("path"):
         return None
@@ -129,9 +132,6 @@ def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
 def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
               ) -> dict[str, Any] | None:
     """``{"real": {pos, ori}, "sim": {pos, ori}}``: each side against the targets in force."""
-    from .alignment import quat_error, quat_multiply
-    from .recordings.sources import SourceError
-
     if recording is None or (position is None and orientation is None):
         return None
     info = episode.source or {}
@@ -235,8 +235,6 @@ def _sysid_params(provenance: Mapping[str, Any] | None) -> str | None:
     """The lab's ``sysid_best_params.json`` the set's values came from: the file an
     evaluated overlay artifact was imported from (``sysid_import``), else None (the fitted
     set's is named once written: ``name_sysid_params``)."""
-    import json
-
     origin = dict(provenance or {}).get("from")
     if not origin or not Path(origin).is_file():
         return None
@@ -294,9 +292,6 @@ def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> l
     """``folder/<episode>/metrics.json`` for each document (episode ids made safe file names
     by ``unique_names``); each file written atomically. A folder that cannot be made or written
     is a CalibrationError naming it."""
-    from .errors import CalibrationError
-    from .result import strict, to_json
-
     paths = []
     names = unique_names(list(documents))
     for episode, document in documents.items():

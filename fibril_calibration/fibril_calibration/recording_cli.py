@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .errors import CalibrationError
+
 _DESCRIPTION = ("Describe a recording (rosbag2 folder, .mcap, .db3 or CSV log): its topics "
                 "or columns, counts, rates, time spans, and a topic's fields as a calibration "
                 "request names them.")
@@ -57,7 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .errors import CalibrationError
     from .recordings.recording_info import (as_dict, field_tree, fields_text, info_text,
                                  recording_info)
     from .recordings.sources import SourceError

@@ -37,6 +37,7 @@ from .errors import CalibrationError
 from .parameters import physical_scale
 from .request.canonical import canonical_sha256
 from .request.document import OBJECTIVE_VERSION, CalibrationRequest
+from .request.gravity_check import gravcomp_warnings
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -139,7 +140,6 @@ def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
                     "episodes": [], "message": message})
                 if episode.id not in entry["episodes"]:
                     entry["episodes"].append(episode.id)
-    from .request.gravity_check import gravcomp_warnings
 
     return [*found.values(), *gravcomp_warnings(request)]
 

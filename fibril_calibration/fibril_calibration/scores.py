@@ -19,14 +19,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mujoco
 import numpy as np
 
-from .errors import CalibrationError
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.overlays import load_overlay_artifact
+
+from .errors import CalibrationError, EvaluationError
+from .model.candidate_plan import CandidatePlanBuilder
+from .recordings.time_offsets import candidate_builder as offset_aware
+from .request.input_timing import describe_timing
+from .result import recording_warnings, strict
+from .solve.problem import CalibrationProblem
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
     from .request.document import CalibrationRequest
-    from .solve.problem import CalibrationProblem
 
 __all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "overlay_values",
            "score", "score_sets", "scores_text"]
@@ -38,8 +46,6 @@ ParameterSet = tuple[str, dict[str, float], dict[str, Any]]  # name, values, pro
 
 def signal_units(request: CalibrationRequest) -> dict[str, str]:
     """Observation id → unit where the source says it (joints: by joint type)."""
-    import mujoco
-
     model = request.nominal_plan.model
     out: dict[str, str] = {}
     for observation in request.observations:
@@ -136,7 +142,6 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
 
     A scope the set cannot be evaluated on (an ``EvaluationError``: a rollout failure, a
     missing sample) scores as ``{"error": message}``; the other sets and scopes still score."""
-    from .errors import EvaluationError
     from .metrics_json import metrics_documents
 
     request = problem.request
@@ -178,9 +183,6 @@ def overlay_values(request: CalibrationRequest, path: Path
     """An overlay artifact's values for the request's parameters, matched by id, or else by
     identical targets; request parameters it does not set keep their initial values. Its
     other parameters (the request does not fit them) are returned as fixed overlays."""
-    from fibril_sim_core.errors import FibrilError
-    from fibril_sim_core.overlays import load_overlay_artifact
-
     try:
         artifact = load_overlay_artifact(path)
     except FibrilError as exc:
@@ -219,17 +221,12 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting."""
-    from .model.candidate_plan import CandidatePlanBuilder
-    from .result import recording_warnings, strict
-    from .solve.problem import CalibrationProblem
-
     scored: dict[str, Any] = {}
     for name in names:
         if name == "nominal":
             chosen, fixed = nominal_set(request), ()
         else:
             chosen, fixed = overlay_values(request, Path(name))
-        from .recordings.time_offsets import candidate_builder as offset_aware
 
         builder = offset_aware(
             lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
@@ -252,8 +249,6 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
     """How recording-source input samples were moved onto ticks, all episodes together."""
-    from .request.recorded_commands import describe_timing
-
     return describe_timing(request.training + request.validation)
 
 

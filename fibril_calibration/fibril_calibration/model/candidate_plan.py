@@ -39,6 +39,15 @@ class CandidatePlanBuilderProtocol(Protocol):
     def build(self, values: CalibrationParameterValues) -> SimulationPlan: ...
 
 
+@runtime_checkable
+class OverlayingBuilder(Protocol):
+    """A candidate builder that says which typed overlays its values make (the fitted
+    overlay artifact is written from them)."""
+
+    def overlay_parameters(self, values: CalibrationParameterValues
+                           ) -> Sequence[OverlayParameter]: ...
+
+
 class CandidatePlanBuilder:
     """The standard adapter: values → typed ``OverlayParameter``s → ``SimulationBuilder``.
 

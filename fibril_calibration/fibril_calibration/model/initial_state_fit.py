@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import mujoco
 import numpy as np
 
 from fibril_sim_core import _schema as s
@@ -71,8 +72,6 @@ def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]]
           model: Any) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""
-    import mujoco
-
     parts = s.sequence(value, where)
     out: list[str] = []
     for i, item in enumerate(parts):

@@ -14,6 +14,7 @@ import numpy as np
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.inputs_file import load_inputs
 from fibril_sim_core.records import IngressRecord
 
 from ..alignment import ALIGNMENTS
@@ -169,8 +170,6 @@ def recording_inputs(recording: Recording, number: int, where: s.Where,
 
 def run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
     """A ``fibril_sim run --inputs`` file as recorded-input mappings."""
-    from fibril_sim_core.inputs_file import load_inputs
-
     try:
         records = load_inputs(path, plan.timebase, plan.endpoints)
     except FibrilError as exc:

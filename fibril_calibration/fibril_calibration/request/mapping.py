@@ -55,7 +55,8 @@ from ..recordings.franka import FrankaSource
 from ..recordings.sources import BagSource, CsvSource, Source, SourceError
 from .episode_specs import EpisodeSpec, episode_hash, parse_signal, signal_entries
 from .initial_states import initial_state_fit, parse_initial_state
-from .recorded_commands import COMMIT_POLICIES, InputTiming, parse_inputs, window_inputs
+from .input_timing import InputTiming
+from .recorded_commands import COMMIT_POLICIES, parse_inputs, window_inputs
 from .source_specs import SourceSpec, parse_source_spec, reader_columns
 from .source_states import state_entries, state_values
 from .streams import (STREAM_KEYS, EntrySource, MappedStream, check_gaps, map_stream,
@@ -119,7 +120,7 @@ class SourceSet:
             except (OSError, ValueError) as exc:  # a reader's own error: still one line
                 raise spec.where.key("path").fail(
                     f"cannot read recording {str(spec.path)!r}: "
-                    f"{getattr(exc, 'strerror', None) or exc}") from None
+                    f"{(exc.strerror if isinstance(exc, OSError) else None) or exc}") from None
             self._open[key] = source
         return source
 

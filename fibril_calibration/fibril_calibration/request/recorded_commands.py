@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
@@ -16,40 +16,19 @@ from fibril_sim_core import _schema as s
 from fibril_sim_core.components.endpoint import ActuatorDescriptor
 
 from ..recordings.sources import MOTOR_COMMAND
+from .input_timing import InputTiming, new_stats
 from .streams import STREAM_KEYS, EntrySource, MappedStream, map_stream
 from .validity import Plausible, joint_plausible
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
-    from .episode_specs import EpisodeSpec
-
-__all__ = ["COMMIT_POLICIES", "MOTOR_PAYLOAD", "CommandInput", "InputTiming", "TimingStats",
-           "describe_timing", "parse_inputs", "window_inputs"]
+__all__ = ["COMMIT_POLICIES", "MOTOR_PAYLOAD", "CommandInput", "parse_inputs", "window_inputs"]
 
 COMMIT_POLICIES = ("next_tick", "nearest_tick")
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
 _NS = 1_000_000_000
 
-
-class TimingStats(TypedDict, total=False):
-    """How the input samples of one commit policy were moved onto ticks (result JSON)."""
-
-    samples: int
-    moved: int
-    max_shift_ns: int
-    held_at_start: int
-    held_latency_ticks: int
-    max_shift_s: float
-
-
-#: commit policy → its statistics.
-InputTiming = dict[str, TimingStats]
-
-
-def _new_stats() -> TimingStats:
-    return {"samples": 0, "moved": 0, "max_shift_ns": 0, "held_at_start": 0,
-            "held_latency_ticks": 0}
 
 @dataclass(frozen=True)
 class CommandInput:
@@ -175,7 +154,7 @@ def window_inputs(inputs: Sequence[CommandInput], start: int, end: int, dt: int
         relative = times[first:stop] - start
         ticks = _commit_ticks(relative, dt, item.commit)
         shift = ticks * dt - relative
-        stats = timing.setdefault(item.commit, _new_stats())
+        stats = timing.setdefault(item.commit, new_stats())
         stats["samples"] += int(relative.shape[0])
         stats["moved"] += int(np.count_nonzero(shift))
         if shift.size:
@@ -230,24 +209,3 @@ def window_inputs(inputs: Sequence[CommandInput], start: int, end: int, dt: int
     for stats in timing.values():
         stats["max_shift_s"] = stats["max_shift_ns"] / _NS
     return tuple(records), timing
-
-
-def describe_timing(episodes: Sequence[EpisodeSpec]) -> InputTiming | None:
-    """Input timing of several episodes merged (None: none came from a source)."""
-    merged: InputTiming = {}
-    for episode in episodes:
-        info = episode.source
-        if not info:
-            continue
-        timing: InputTiming = info["input_timing"]
-        for policy, stats in timing.items():
-            acc = merged.setdefault(policy, _new_stats())
-            acc["samples"] += stats["samples"]
-            acc["moved"] += stats["moved"]
-            acc["held_at_start"] += stats["held_at_start"]
-            acc["max_shift_ns"] = max(acc["max_shift_ns"], stats["max_shift_ns"])
-            acc["held_latency_ticks"] = max(acc["held_latency_ticks"],
-                                            stats["held_latency_ticks"])
-    for stats in merged.values():
-        stats["max_shift_s"] = stats["max_shift_ns"] / _NS
-    return merged or None

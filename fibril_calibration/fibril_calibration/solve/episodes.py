@@ -39,7 +39,7 @@ from ..alignment import align, quat_error
 from ..errors import EvaluationError
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
 from ..model.observations import ObservationSpec, snapshot_reader
-from ..recordings.time_offsets import OffsetPlan
+from ..recordings.time_offsets import OffsetPlan, offset_ticks, shifted_linear
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -105,7 +105,6 @@ def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSp
             signals.append(SignalSchedule(signal, observation, None))
             continue
         if signal.time_offset_bounds_ns is not None:  # every tick a shifted sample may need
-            from ..recordings.time_offsets import offset_ticks
 
             ticks = offset_ticks(signal.times_ns, *signal.time_offset_bounds_ns,
                                  observation.sample_every_steps, timestep_ns)
@@ -407,8 +406,6 @@ def episode_residuals(schedule: EpisodeSchedule, tracks: list[Track]
         if item.identity:
             aligned = track.values
         elif signal.time_offset_bounds_ns is not None:
-            from ..recordings.time_offsets import shifted_linear
-
             aligned = shifted_linear(signal.times_ns, track.offset_ns or 0.0, track.times_ns,
                                      track.values, quaternion=observation.quaternion,
                                      label=f"{label} signal {signal.observation!r}")
