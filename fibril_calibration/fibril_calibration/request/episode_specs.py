@@ -321,6 +321,7 @@ def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, times
     if loaded is not None:
         times, values = loaded
     elif "samples_from" in body:
+        # traces is None only for a recording source's signals (loaded), refused above
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
                                                  observation, traces)  # type: ignore[arg-type]
     elif "samples" in body:
@@ -367,7 +368,7 @@ def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
         recording = open_recording(body["recording"], rw, traces.recordings, traces.base,
                                     traces.plan)
     elif traces.recording is not None:
-        rw = traces.recording_where  # type: ignore[assignment]
+        rw = traces.recording_where  # type: ignore[assignment]  # set with recording
         recording = traces.recording
     else:
         raise where.key("recording").fail(

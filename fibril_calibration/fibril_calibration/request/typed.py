@@ -71,6 +71,7 @@ class _Part:
     read from a document."""
 
     def __post_init__(self) -> None:
+        # a mixin of frozen dataclasses: mypy cannot see that self is one
         for f in fields(self):  # type: ignore[arg-type]
             object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
 

@@ -278,6 +278,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         for boundary, reads in zip(schedule.boundaries, schedule.reads):  # body poses
             instance.advance(boundary - instance.tick)
             for index, row in reads:
+                # a pose signal's buffer and reader exist (None: captured or event-driven)
                 buffers[index][row] = readers[index](data)  # type: ignore[index]
         end = max(schedule.end_tick, schedule.horizon + extra if (devices or applications)
                   else schedule.end_tick)
@@ -303,6 +304,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     for index, item in enumerate(schedule.signals):
         observation = item.observation
         if item.ticks is not None:
+            # filled after the rollout for every snapshot signal (ticks is not None)
             tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]
         elif observation.source == "device_output":
             tracks.append(_device_track(devices[observation.target], observation, decoders,
