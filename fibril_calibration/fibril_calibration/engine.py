@@ -105,7 +105,7 @@ class CalibrationResult:
     def report(self, folder: str | Path) -> Path:
         """Draw the HTML + PNG report into ``folder`` (what ``--report DIR`` writes; needs
         matplotlib: ``fibril_calibration[report]``); returns its index.html."""
-        from .report import report_result
+        from .report import report_result  # the report's figures: matplotlib, only here
 
         return report_result(self.document, Path(folder), where=str(folder),
                              request=self.request)
@@ -206,7 +206,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             request, candidate_builder=builder, decoders=decoders, progress=progress))
         described = backend.describe()
         if session is not None:
-            from .solve.dask_rollouts import DaskRollouts
+            from .solve.dask_rollouts import DaskRollouts  # Dask only when used
 
             problem.set_remote(DaskRollouts.for_problem(session, problem))
             described = session.describe()

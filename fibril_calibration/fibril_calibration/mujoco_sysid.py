@@ -131,7 +131,7 @@ def _probe(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel, lower: float,
 
 def _sensors(series: Any) -> list[str]:
     """The MuJoCo sensors a sensor TimeSeries holds, in column order."""
-    from mujoco.sysid import SignalType
+    from mujoco.sysid import SignalType  # lazy: start-up time (mujoco.sysid is heavy)
 
     mapping = series.signal_mapping or {}
     names = []

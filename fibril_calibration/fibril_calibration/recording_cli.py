@@ -59,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the readers (rosbags, mcap) load for this command only, not for ``fibril_sim --help``
     from .recordings.recording_info import (as_dict, field_tree, fields_text, info_text,
-                                 recording_info)
+                                            recording_info)
     from .recordings.sources import SourceError
 
     if args.gap <= 1:

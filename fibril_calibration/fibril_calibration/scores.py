@@ -142,7 +142,7 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
 
     A scope the set cannot be evaluated on (an ``EvaluationError``: a rollout failure, a
     missing sample) scores as ``{"error": message}``; the other sets and scopes still score."""
-    from .metrics_json import metrics_documents
+    from .metrics_json import metrics_documents  # only with --metrics
 
     request = problem.request
     out: dict[str, Any] = {}

@@ -147,7 +147,8 @@ class InitialStateProjection:
     def offsets(self, residuals: np.ndarray) -> np.ndarray:
         """``δ = -S⁺ r`` with the projection's truncated SVD (the minimum-norm correction)."""
         r = self.rank
-        result: np.ndarray = -(self.directions[:r].T @ ((self.basis.T @ residuals) / self.singular_values[:r]))
+        result: np.ndarray = -(self.directions[:r].T
+                               @ ((self.basis.T @ residuals) / self.singular_values[:r]))
         return result
 
     @property

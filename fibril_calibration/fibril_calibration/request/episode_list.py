@@ -136,8 +136,8 @@ def _episode(value: Any, where: s.Where, scope: str,
             records_where = s.Where(str(path), "", CalibrationRequestError)
             inputs = parse_recorded_inputs(loaded, records_where, plan)
     else:
-        inputs = parse_recorded_inputs(body.get("recorded_inputs", []), where.key("recorded_inputs"),
-                                  plan)
+        inputs = parse_recorded_inputs(body.get("recorded_inputs", []),
+                                       where.key("recorded_inputs"), plan)
 
     sw = where.key("signals")
     raw_signals = signal_entries(body, sw, observations, "reference samples")

@@ -186,8 +186,9 @@ def bind_time_offsets(parameters: Sequence[CalibrationParameter],
     return tuple(bind(e) for e in training), tuple(bind(e) for e in validation)
 
 
-def probe_plans(candidates: CandidatePlanBuilderProtocol, parameters: Sequence[CalibrationParameter],
-                 where: s.Where) -> dict[str, SimulationPlan]:
+def probe_plans(candidates: CandidatePlanBuilderProtocol,
+                parameters: Sequence[CalibrationParameter],
+                where: s.Where) -> dict[str, SimulationPlan]:
     """Build the nominal plan at the initial values; probe the lower and upper bounds too."""
     probes = (("initial", [p.initial for p in parameters]),
               ("lower", [p.lower for p in parameters]),

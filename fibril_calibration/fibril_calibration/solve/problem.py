@@ -189,7 +189,8 @@ class CalibrationProblem:
 
     # ----------------------------------------------------------------- plans
     def values(self, physical: np.ndarray) -> dict[str, float]:
-        return {pid: float(v) for pid, v in zip(self.parameter_ids, _vector(physical, self.parameter_ids))}
+        vector = _vector(physical, self.parameter_ids)
+        return {pid: float(v) for pid, v in zip(self.parameter_ids, vector)}
 
     def candidate_plan(self, physical: np.ndarray) -> SimulationPlan:
         """The candidate SimulationPlan at ``physical`` (one build)."""
