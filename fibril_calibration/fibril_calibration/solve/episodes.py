@@ -32,8 +32,7 @@ import mujoco
 import numpy as np
 
 from fibril_sim_core.errors import FibrilError
-from fibril_sim_core.records import (ActuatorApplication, DeviceOutput, IngressRecord,
-                                     StateSnapshot)
+from fibril_sim_core.records import ActuatorApplication, DeviceOutput
 
 from ..alignment import align, quat_error
 from ..errors import EvaluationError
@@ -249,18 +248,21 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
 
     if devices or applications:
-        def observe(record: DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot,
+        # ``record: Any``: dispatched on its exact type below, once per emitted record (a
+        # cast or an isinstance per branch would cost on this path)
+        def observe(record: Any,
                     devices: dict[str, list[DeviceOutput]] = devices,
                     applications: dict[str, list[ActuatorApplication]] = applications
                     ) -> None:
-            if type(record) is DeviceOutput:
-                outputs = devices.get(record.device_id)
-                if outputs is not None:
-                    outputs.append(record)
-            elif type(record) is ActuatorApplication:
-                applied = applications.get(record.endpoint)
-                if applied is not None:
-                    applied.append(record)
+            kind = type(record)
+            if kind is DeviceOutput:
+                found: list[Any] | None = devices.get(record.device_id)
+            elif kind is ActuatorApplication:
+                found = applications.get(record.endpoint)
+            else:
+                return
+            if found is not None:
+                found.append(record)
 
         instance.subscribe(observe)
 
