@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fibril_documents beside it
+
 GENERATED = Path(__file__).resolve().parents[1] / "reference" / "generated"
 REQUIRED = "required"
 
@@ -339,20 +341,27 @@ def cli_page() -> str:
 #: What each sim_node parameter means (its name, type and default come from the node).
 SIM_NODE_PARAMETERS = {
     "manifest": ("", "the SimulationManifest to run (required)"),
-    "bridge": ("", "a bridge file (empty: default topics)"),
+    "bridge": ("", "a bridge file (empty: every topic from the manifest's defaults)"),
     "real_time_factor": ("", "simulated / wall time; 0: as fast as possible (settable "
                              "while running)"),
-    "start_paused": ("", "start paused (resume with `~/set_paused`)"),
+    "start_paused": ("", "start paused; `/clock` is published once so waiting nodes do not "
+                         "deadlock; `~/step` or `~/set_paused` go on"),
     "seed": ("", "episode seed (>= 0): the devices' noise streams; -1 (the default): the "
                  "manifest's `scenario.seed`"),
     "trace_dir": ("", "write a rosbag2/MCAP trace of the session into this new folder"),
-    "clock_period": ("s", "`/clock` period of simulated time (0: the fastest device period)"),
+    "clock_period": ("s", "`/clock` at least this often in simulated time, plus at every "
+                         "frame (0: the fastest device period)"),
     "sync_topics": ("", "sync mode: step one control period, then wait until each of these "
                         "input topics answered"),
     "sync_timeout": ("s", "sync mode: wall seconds a topic may take to answer"),
     "control_period": ("s", "sync mode: simulated time per period (0: clock_period)"),
-    "server_socket": ("", "also serve remote clients on this Unix socket (`auto`: a private "
-                          "directory; empty: none)"),
+    "server_socket": ("", "also serve the node's simulation to remote `SimulationConnection` "
+                          "clients (a viewer, a test harness) on this Unix socket (mode 0600; "
+                          "`auto`: a private directory; the address is in the start-up line; "
+                          "empty: none). Meant for observing (records, state, render "
+                          "observations): control the node through its services, since a "
+                          "remote `pause` / `reset` bypasses the node's own paused flag. TCP: "
+                          "`fibril_sim serve`"),
     "lateness_warn_ms": ("ms", "real time: an output written later than this after its due "
                                "time counts as late; the watchdog warns (at most once a "
                                "second) with the cause it sees (settable while running)"),
@@ -412,11 +421,25 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+#: Parts of hand-written pages (``{include}``d there), not pages: excluded from the build.
+FRAGMENTS = "_fragments"
+
+
+def all_pages() -> dict[str, Callable[[], str]]:
+    """Every generated page and fragment by its path under ``generated/`` (no suffix)."""
+    import fibril_documents
+
+    pages = dict(PAGES)
+    for name, render in fibril_documents.pages().items():
+        pages[f"{FRAGMENTS}/{name}" if name.endswith("_keys") else name] = render
+    return pages
+
+
 def write_pages(folder: Path = GENERATED) -> list[Path]:
     """Write every generated page (only when its text changed: Sphinx rebuilds what changed)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FRAGMENTS).mkdir(parents=True, exist_ok=True)
     written = []
-    for name, render in PAGES.items():
+    for name, render in all_pages().items():
         path = folder / f"{name}.md"
         text = render()
         if not path.is_file() or path.read_text(encoding="utf-8") != text:

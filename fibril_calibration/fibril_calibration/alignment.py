@@ -112,12 +112,14 @@ def _missing(label: str, policy: str, ref: np.ndarray, ok: np.ndarray, times: np
 
 def quat_normalize(q: np.ndarray) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
-    return q / np.linalg.norm(q, axis=-1, keepdims=True)
+    result: np.ndarray = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return result
 
 
 def quat_conjugate(q: np.ndarray) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
-    return q * np.array([1.0, -1.0, -1.0, -1.0])
+    result: np.ndarray = q * np.array([1.0, -1.0, -1.0, -1.0])
+    return result
 
 
 def quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:

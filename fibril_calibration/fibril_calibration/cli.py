@@ -20,18 +20,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from ._atomic import write_atomic
+from .errors import CalibrationError, CalibrationRequestError
+
+# ``register`` runs for every ``fibril_sim`` command (``--help`` included): the calibration
+# modules (numpy, mujoco, the request and solver) are imported inside the handlers that use
+# them, so that other commands do not pay their start-up time.
 
 
 _DESCRIPTION = ("Replay recorded episodes on candidate simulation plans and fit the request's "
                 "physical parameters to the observed signals.")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+             ) -> argparse.ArgumentParser:
     """Add ``calibrate`` (and ``recording info``) to a ``fibril_sim`` sub-command set; returns
     the ``calibrate`` parser."""
     parser = subparsers.add_parser(
@@ -118,36 +128,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_handler("calibrate", run, parser.parse_args(argv))
 
 
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """The ``calibrate`` command's options, read once from its argparse Namespace (an option
+    the Namespace lacks takes its default)."""
+
+    request: Path = Path()
+    json: bool = False
+    quiet: bool = False
+    output: Path | None = None
+    output_overlay: Path | None = None
+    evaluate: tuple[str, ...] = ()
+    metrics: Path | None = None
+    report: Path | None = None
+    export_mjcf: Path | None = None
+    output_sysid_params: Path | None = None
+    sysid_joints: str | None = None
+    sysid_motors: str | None = None
+    write_sim_csv: Path | None = None
+    sim_csv_ee: str | None = None
+    scheduler: str | None = None
+    command_name: str = "fibril_sim calibrate"
+    #: every option as given (``--output-sysid-params`` records the command line)
+    given: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CalibrateOptions:
+        given = {k: v for k, v in vars(args).items() if k != "handler"}
+        values = {f.name: given[f.name] for f in fields(cls)
+                  if given.get(f.name) is not None}
+        if "evaluate" in values:
+            values["evaluate"] = tuple(values["evaluate"])
+        return cls(**values, given=tuple(given.items()))
+
+
 def run(args: argparse.Namespace) -> int:
     """The ``calibrate`` handler: returns the exit code (0 when the run completes)."""
-    from .engine import run_calibration
-    from .result import check_writable, to_json, write_atomic
-
-    if args.output is not None:
-        check_writable(args.output, "--output")
-    if args.output_overlay is not None:
-        check_writable(args.output_overlay, "--output-overlay")
-    _check_report_options(args)
-    if getattr(args, "output_sysid_params", None) is not None:
-        check_writable(args.output_sysid_params, "--output-sysid-params")
     from fibril_sim_core._signals import Interrupted, ShutdownSignals
 
-    name = getattr(args, "command_name", "fibril_sim calibrate")
-    progress = None if args.quiet else (lambda message: _progress(name, message))
-    _metrics_folder(args)
+    from .engine import run_calibration
+    from .result import check_writable, to_json
+
+    options = CalibrateOptions.from_args(args)
+    if options.output is not None:
+        check_writable(options.output, "--output")
+    if options.output_overlay is not None:
+        check_writable(options.output_overlay, "--output-overlay")
+    _check_report_options(options)
+    if options.output_sysid_params is not None:
+        check_writable(options.output_sysid_params, "--output-sysid-params")
+    name = options.command_name
+    progress = None if options.quiet else (lambda message: _progress(name, message))
+    check_output_folders(options)
     # SIGINT/SIGTERM raise Interrupted (exit 130/143): nothing is written for an unfinished fit.
     try:
         with ShutdownSignals(), _mujoco_warnings_kept():
-            scheduler = getattr(args, "scheduler", None)
-            if getattr(args, "evaluate", None):
-                if scheduler is not None:
-                    from .errors import CalibrationRequestError
-
+            if options.evaluate:
+                if options.scheduler is not None:
                     raise CalibrationRequestError("--scheduler: --evaluate scores a few sets "
                                                   "locally; run it without --scheduler")
-                return _evaluate(args, progress)
-            result = run_calibration(args.request, progress=progress, scheduler=scheduler,
-                                     metrics=getattr(args, "metrics", None) is not None)
+                return _evaluate(options, progress)
+            result = run_calibration(options.request, progress=progress,
+                                     scheduler=options.scheduler,
+                                     metrics=options.metrics is not None)
     except Interrupted as exc:
         # Nothing is open for writing; candidates still evaluating on worker threads are
         # abandoned rather than awaited (that could take longer than a stop may).
@@ -156,51 +199,54 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(exc.exit_code)
     _warn(name, result.document.get("warnings"))
-    _error_lines(name, result.document, args.quiet)
+    _error_lines(name, result.document, options.quiet)
     # The lab-format files are made before anything is written (a replay may fail).
-    sysid = _sysid_params(args, result)
-    made = _sim_replays(args, result.request,
+    sysid = _sysid_params(options, result)
+    made = _sim_replays(options, result.request,
                         {"fitted": (result.fitted_plan, result.fitted_values)})
-    if args.output is not None:
-        write_atomic(args.output, result.to_json())
+    if options.output is not None:
+        write_atomic(options.output, result.to_json())
     documents = {"fitted": result.metrics.get("fitted", {})}
-    sims = _write_lab_files(args, sysid, made, documents, single=True)
-    written = _write_metrics(args, documents, single=True)
-    if args.output_overlay is not None:
-        write_atomic(args.output_overlay, to_json(result.parameter_overlay))
-    _report_outputs(args, result.document, result.request, progress)
-    if args.json:
+    sims = _write_lab_files(options, sysid, made, documents, single=True)
+    written = _write_metrics(options, documents, single=True)
+    if options.output_overlay is not None:
+        write_atomic(options.output_overlay, to_json(result.parameter_overlay))
+    _report_outputs(options, result.document, result.request, progress)
+    if options.json:
         sys.stdout.write(result.to_json())
     else:
         sys.stdout.write(result.summary())
-        for label, path in (("result", args.output), ("overlay", args.output_overlay),
-                            ("report", args.report), ("mjcf", args.export_mjcf),
-                            ("sysid", getattr(args, "output_sysid_params", None))):
+        for label, path in (("result", options.output), ("overlay", options.output_overlay),
+                            ("report", options.report), ("mjcf", options.export_mjcf),
+                            ("sysid", options.output_sysid_params)):
             if path is not None:
                 sys.stdout.write(f"{label:<11}  {path}\n")
         if written:
-            sys.stdout.write(f"metrics      {len(written)} metrics.json under {args.metrics}\n")
+            sys.stdout.write(f"metrics      {len(written)} metrics.json under "
+                             f"{options.metrics}\n")
         if sims:
-            sys.stdout.write(f"sim csv      {len(sims)} sim CSV(s) under {args.write_sim_csv}\n")
+            sys.stdout.write(f"sim csv      {len(sims)} sim CSV(s) under "
+                             f"{options.write_sim_csv}\n")
     return 0
 
 
-def _metrics_folder(args: argparse.Namespace) -> None:
-    from .errors import CalibrationError
-
-    evaluate = getattr(args, "evaluate", None) or []
+def check_output_folders(options: CalibrateOptions | argparse.Namespace) -> None:
+    """--evaluate names, --metrics and --write-sim-csv folders: checked before any run."""
+    if isinstance(options, argparse.Namespace):
+        options = CalibrateOptions.from_args(options)
+    evaluate = options.evaluate
     seen: set[str] = set()
     for name in evaluate:
         if name in seen:
             raise CalibrationError(f"--evaluate {name!r} is given twice")
         seen.add(name)
-    sim_folder = getattr(args, "write_sim_csv", None)
-    if getattr(args, "sim_csv_ee", None) and sim_folder is None:
+    sim_folder = options.write_sim_csv
+    if options.sim_csv_ee and sim_folder is None:
         raise CalibrationError("--sim-csv-ee names the end effector of --write-sim-csv; give "
                                "--write-sim-csv DIR too")
     if sim_folder is not None and sim_folder.exists() and not sim_folder.is_dir():
         raise CalibrationError(f"--write-sim-csv {str(sim_folder)!r} is not a folder")
-    folder = getattr(args, "metrics", None)
+    folder = options.metrics
     if folder is None:
         return
     if folder.exists() and not folder.is_dir():
@@ -222,12 +268,12 @@ def _set_folder(name: str) -> str:
     return safe_name(Path(name).stem or name)
 
 
-def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
+def _write_metrics(options: CalibrateOptions, documents: dict[str, Any], *,
                    single: bool) -> list[Path]:
     """metrics.json files of each parameter set (one set: straight under --metrics)."""
     from .metrics_json import write_metrics
 
-    folder = getattr(args, "metrics", None)
+    folder = options.metrics
     if folder is None:
         return []
     written: list[Path] = []
@@ -237,96 +283,96 @@ def _write_metrics(args: argparse.Namespace, documents: dict[str, Any], *,
     return written
 
 
-def _sysid_params(args: argparse.Namespace, result: Any) -> dict[str, Any] | None:
+def _sysid_params(options: CalibrateOptions, result: Any) -> dict[str, Any] | None:
     """``--output-sysid-params``: the fitted plan's values in the lab's shape."""
     from .sysid_export import fitted_joints, sysid_document, trajectories
 
-    if getattr(args, "output_sysid_params", None) is None:
+    if options.output_sysid_params is None:
         return None
     plan = result.fitted_plan
-    joints = ([j for j in args.sysid_joints.split(",") if j] if args.sysid_joints
+    joints = ([j for j in options.sysid_joints.split(",") if j] if options.sysid_joints
               else fitted_joints(result.request, plan))
-    motors = [m for m in (args.sysid_motors or "").split(",") if m]
-    command = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-               if k != "handler"}
+    motors = [m for m in (options.sysid_motors or "").split(",") if m]
+    command = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.given}
     return sysid_document(plan, joints, motors=motors,
                           best_score=float(result.outcome.final_objective),
                           parameters=result.request.parameters, args=command,
                           trajectories=trajectories(result.request))
 
 
-def _sim_replays(args: argparse.Namespace, request: Any,
+def _sim_replays(options: CalibrateOptions, request: Any,
                  plans: dict[str, Any]) -> dict[str, list[Any]]:
     """``--write-sim-csv``: each parameter set's replays (a plan of None: the set is built
     here from its ``--evaluate`` name)."""
     from .sim_csv import replays, set_plan
 
-    if getattr(args, "write_sim_csv", None) is None:
+    if options.write_sim_csv is None:
         return {}
     made = {}
     for name, (plan, values) in plans.items():
         if plan is None:
             plan, values = set_plan(request, name)
-        made[name] = replays(request, plan, name, values, ee=args.sim_csv_ee)
+        made[name] = replays(request, plan, name, values, ee=options.sim_csv_ee)
     return made
 
 
-def _write_lab_files(args: argparse.Namespace, sysid: dict[str, Any] | None,
+def _write_lab_files(options: CalibrateOptions, sysid: dict[str, Any] | None,
                      made: dict[str, list[Any]], documents: dict[str, Any], *,
                      single: bool) -> list[Path]:
     """Write sysid_best_params.json and the sim CSVs + sidecars; the metrics.json documents
     then name them (``sysid_params``, ``sim_csv`` / ``sim_sidecar``). The sim CSVs written."""
     from .metrics_json import name_sim_files, name_sysid_params
-    from .result import strict, to_json, write_atomic
+    from .result import strict, to_json
     from .sim_csv import write_sim_csvs
 
-    if sysid is not None:
-        write_atomic(args.output_sysid_params, to_json(strict(sysid)))
-        name_sysid_params(documents.get("fitted", {}), args.output_sysid_params)
+    if sysid is not None and options.output_sysid_params is not None:
+        write_atomic(options.output_sysid_params, to_json(strict(sysid)))
+        name_sysid_params(documents.get("fitted", {}), options.output_sysid_params)
     written: list[Path] = []
+    folder = options.write_sim_csv
     for name, items in made.items():
-        target = args.write_sim_csv if single else args.write_sim_csv / _set_folder(name)
+        if folder is None:  # pragma: no cover - nothing is made without --write-sim-csv
+            break
+        target = folder if single else folder / _set_folder(name)
         files = write_sim_csvs(target, items)
         name_sim_files(documents.get(name, {}), files)
         written.extend(csv for csv, _ in files.values())
     return written
 
 
-def _evaluate(args: argparse.Namespace, progress: Any) -> int:
+def _evaluate(options: CalibrateOptions, progress: Any) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
-    from .errors import CalibrationError
+    from .report import error_summary, floor_scores
     from .request.document import load_calibration_request
-    from .result import strict, to_json, write_atomic
-    from .scores import evaluate_parameter_sets, scores_text
+    from .result import strict, to_json
+    from .scores import evaluate_parameter_sets, scores_text, signal_units
 
-    if args.output_overlay is not None:
+    if options.output_overlay is not None:
         raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")
-    if getattr(args, "export_mjcf", None) is not None:
+    if options.export_mjcf is not None:
         raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
-    if getattr(args, "output_sysid_params", None) is not None:
+    if options.output_sysid_params is not None:
         raise CalibrationError("--output-sysid-params writes a fit; --evaluate does not fit")
     if progress is not None:
-        progress(f"loading {args.request}")
-    request = load_calibration_request(args.request)
+        progress(f"loading {options.request}")
+    request = load_calibration_request(options.request)
     metrics: dict[str, Any] = {}
-    document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
+    document = evaluate_parameter_sets(request, options.evaluate, progress=progress,
                                        metrics=metrics)
-    from .report import error_summary, floor_scores
-    from .scores import _units
-
     document["error_summary"] = strict(error_summary(document["scores"],
-                                                     floor_scores(request, _units(request))))
-    name = getattr(args, "command_name", "fibril_sim calibrate")
+                                                     floor_scores(request,
+                                                                  signal_units(request))))
+    name = options.command_name
     _warn(name, document.get("warnings"))
-    _error_lines(name, document, args.quiet)
+    _error_lines(name, document, options.quiet)
     text = to_json(document)
-    made = _sim_replays(args, request, dict.fromkeys(args.evaluate, (None, None)))
-    if args.output is not None:
-        write_atomic(args.output, text)
-    sims = _write_lab_files(args, None, made, metrics, single=False)
-    _report_outputs(args, document, request, progress)
-    written = _write_metrics(args, metrics, single=False)
-    if args.json:
+    made = _sim_replays(options, request, dict.fromkeys(options.evaluate, (None, None)))
+    if options.output is not None:
+        write_atomic(options.output, text)
+    sims = _write_lab_files(options, None, made, metrics, single=False)
+    _report_outputs(options, document, request, progress)
+    written = _write_metrics(options, metrics, single=False)
+    if options.json:
         sys.stdout.write(text)
     else:
         lines = [f"evaluation   {request.path}  (no fit)"]
@@ -334,14 +380,14 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
             values = ", ".join(f"{k}={v:.6g}" for k, v in entry["values"].items())
             lines.append(f"{name}: {values}")
         lines.extend(scores_text(document["scores"]))
-        if args.output is not None:
-            lines.append(f"result       {args.output}")
-        if getattr(args, "report", None) is not None:
-            lines.append(f"report       {args.report}")
+        if options.output is not None:
+            lines.append(f"result       {options.output}")
+        if options.report is not None:
+            lines.append(f"report       {options.report}")
         if written:
-            lines.append(f"metrics      {len(written)} metrics.json under {args.metrics}")
+            lines.append(f"metrics      {len(written)} metrics.json under {options.metrics}")
         if sims:
-            lines.append(f"sim csv      {len(sims)} sim CSV(s) under {args.write_sim_csv}")
+            lines.append(f"sim csv      {len(sims)} sim CSV(s) under {options.write_sim_csv}")
         sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -376,28 +422,28 @@ def _progress(name: str, message: str) -> None:
 
 # --------------------------------------------------------------------------- report hooks
 
-def _check_report_options(args: argparse.Namespace) -> None:
+def _check_report_options(options: CalibrateOptions) -> None:
     """--report / --export-mjcf: fail before any fitting (matplotlib missing, bad folder)."""
     from .result import check_writable
 
-    if getattr(args, "report", None) is not None:
+    if options.report is not None:
         from fibril_sim_core.reporting import check_report_folder, require_matplotlib
 
         require_matplotlib("--report")
-        check_report_folder(args.report, "--report")
-    if getattr(args, "export_mjcf", None) is not None:
-        check_writable(args.export_mjcf, "--export-mjcf")
+        check_report_folder(options.report, "--report")
+    if options.export_mjcf is not None:
+        check_writable(options.export_mjcf, "--export-mjcf")
 
 
-def _report_outputs(args: argparse.Namespace, document: Any, request: Any,
+def _report_outputs(options: CalibrateOptions, document: Any, request: Any,
                     progress: Any, result_path: Path | None = None) -> None:
     from .report import export_fitted_mjcf, report_result
 
-    result_path = result_path or getattr(args, "output", None)
-    if getattr(args, "export_mjcf", None) is not None:
-        export_fitted_mjcf(document, request, args.export_mjcf,
+    result_path = result_path or options.output
+    if options.export_mjcf is not None:
+        export_fitted_mjcf(document, request, options.export_mjcf,
                            result_path=None if result_path is None else str(result_path))
-    folder = getattr(args, "report", None)
+    folder = options.report
     if folder is not None:
         index = report_result(document, folder, where=str(folder), request=request,
                               result_path=None if result_path is None else str(result_path),
@@ -419,9 +465,6 @@ def _error_lines(name: str, document: Any, quiet: bool) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """``fibril_sim report RESULT.json --output DIR [--export-mjcf FITTED.xml]``."""
-    import json
-
-    from .errors import CalibrationError
     from .report import load_request
 
     if args.output is None and args.export_mjcf is None:
@@ -452,8 +495,9 @@ def run_report(args: argparse.Namespace) -> int:
 
     with ShutdownSignals(), _mujoco_warnings_kept():
         request = load_request(document, str(args.result))
-        args.report = args.output
-        _report_outputs(args, document, request, progress, result_path=args.result)
+        options = CalibrateOptions(report=args.output, export_mjcf=args.export_mjcf,
+                                   quiet=args.quiet, command_name=args.command_name)
+        _report_outputs(options, document, request, progress, result_path=args.result)
     for label, path in (("report", args.output), ("mjcf", args.export_mjcf)):
         if path is not None:
             sys.stdout.write(f"{label:<11}  {path}\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -23,15 +24,20 @@ from fibril_sim_core.manifest import SimulationManifest
 from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
 
+from ._atomic import write_atomic
 from .analysis.verdict import FitCriteria
 from .fitted import FittedParameter, fitted_parameters
-from .model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
+from .model.candidate_plan import (CandidatePlanBuilder, CandidatePlanBuilderProtocol,
+                                   OverlayingBuilder)
 from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
 from .parameters import CalibrationParameter
+from .recordings.time_offsets import candidate_builder as offset_aware
+from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
 from .request.document import CalibrationRequest, load_calibration_request
-from .result import build_result_document, strict, to_json, write_atomic
-from .scores import input_timing, nominal_set, score_sets, scores_text
+from .request.gravity_check import gravcomp_warnings
+from .result import build_result_document, strict, to_json
+from .scores import input_timing, nominal_set, score_sets, scores_text, signal_units
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate
@@ -60,7 +66,8 @@ class CalibrationResult:
     @property
     def parameter_overlay(self) -> dict[str, Any]:
         """The portable overlay artifact of the fitted values (``--output-overlay``)."""
-        return self.document["parameter_overlay"]
+        result: dict[str, Any] = self.document["parameter_overlay"]
+        return result
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return to_json(self.document, indent=indent)
@@ -98,7 +105,7 @@ class CalibrationResult:
     def report(self, folder: str | Path) -> Path:
         """Draw the HTML + PNG report into ``folder`` (what ``--report DIR`` writes; needs
         matplotlib: ``fibril_calibration[report]``); returns its index.html."""
-        from .report import report_result
+        from .report import report_result  # the report's figures: matplotlib, only here
 
         return report_result(self.document, Path(folder), where=str(folder),
                              request=self.request)
@@ -173,8 +180,6 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             request = load_calibration_request(request_or_path, decoders=decoders,
                                                candidate_builder=factory)
             if progress is not None:
-                from .request.gravity_check import gravcomp_warnings
-
                 for warning in gravcomp_warnings(request):
                     progress(f"warning: {warning['message']}")
         if session is None:  # the request's execution.backend
@@ -184,7 +189,6 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     except BaseException:
         stack.close()
         raise
-    from .recordings.time_offsets import candidate_builder as offset_aware
 
     if instance is not None:  # a ready builder still gets its time offsets attached
         builder = offset_aware(lambda manifest, parameters: instance, request.manifest,
@@ -202,7 +206,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             request, candidate_builder=builder, decoders=decoders, progress=progress))
         described = backend.describe()
         if session is not None:
-            from .solve.dask_rollouts import DaskRollouts
+            from .solve.dask_rollouts import DaskRollouts  # Dask only when used
 
             problem.set_remote(DaskRollouts.for_problem(session, problem))
             described = session.describe()
@@ -213,7 +217,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
             outcome = calibrate(problem, request.parameters, solver_options(request, progress))
         fitted_plan = problem.candidate_plan(outcome.fitted)
         rollout_ticks = {s.episode.id: s.end_tick for scope in ("training", "validation")
-                         for s in problem.schedules(scope)}  # type: ignore[arg-type]
+                         for s in problem.schedules(scope)}
         values = dict(zip(request.parameter_ids, (float(v) for v in outcome.fitted)))
         # The nominal (initial) set beside the fitted one, in physical units (``scores``).
         # A set or scope that cannot be evaluated is recorded as {"error": ...}: the finished
@@ -228,10 +232,9 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
                                      statistics, rollout_ticks, described)
     document["scores"] = strict(scores)
     from .report.physical_errors import error_summary, floor_scores
-    from .scores import _units
 
     document["error_summary"] = strict(error_summary(scores, floor_scores(request,
-                                                                          _units(request))))
+                                                                          signal_units(request))))
     if state_fit is not None:
         document["initial_state_fit"] = strict(state_fit)
     document["input_timing"] = strict(input_timing(request))
@@ -259,8 +262,6 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
     """Two passes (``initial_state_fit``): the initial-state sensitivities at the initial
     values, a fit, the sensitivities again at that fit, a second fit from there; the nuisance
     initial states at the final fit are reported, never in the physical result."""
-    import time
-
     started = time.perf_counter()
     initial = np.array([p.initial for p in request.parameters], dtype=float)
     problem.refresh_initial_state_fit(initial)
@@ -304,7 +305,7 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
 def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
     if argument is None:
         return None, None
-    if isinstance(argument, type) or not hasattr(argument, "build"):
+    if isinstance(argument, type) or not isinstance(argument, CandidatePlanBuilderProtocol):
         return argument, None
     # A ready builder object also resolves the request's selectors on its nominal plan.
     return (lambda manifest, parameters: argument), argument
@@ -313,10 +314,8 @@ def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
 def _overlay_parameters(request: CalibrationRequest, builder: Any,
                         values: dict[str, float]) -> tuple[OverlayParameter, ...]:
     """The fitted values bound to their typed targets; provenance names the calibration."""
-    from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
-
     inner = builder.inner if isinstance(builder, OffsetAwareBuilder) else builder
-    if hasattr(inner, "overlay_parameters"):
+    if isinstance(inner, OverlayingBuilder):
         parameters = tuple(inner.overlay_parameters(values))
     else:  # time offsets are not overlays
         overlay = [p for p in request.parameters if not is_time_offset(p)]

@@ -7,8 +7,9 @@ residual layout whose blocks say which episode and signal each slice came from. 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,3 +54,20 @@ class ResidualModel(Protocol):
     has_validation: bool
 
     def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation: ...
+
+
+@runtime_checkable
+class BatchEvaluation(Protocol):
+    """A residual model that evaluates several vectors at once (``CalibrationProblem``: their
+    rollouts share its workers); the solver's finite differences use it when offered."""
+
+    def evaluate_many(self, physicals: Sequence[np.ndarray],
+                      scope: Scope = "training") -> list[Evaluation]: ...
+
+
+@runtime_checkable
+class NuisanceDegrees(Protocol):
+    """A residual model that fits nuisance initial states (``initial_state_fit``): episode id
+    → the degrees of freedom they took, per scope."""
+
+    def nuisance_degrees_of_freedom(self, scope: str) -> dict[str, int]: ...

@@ -124,8 +124,9 @@ def data_only_loss(loss_type: str, n_data: int) -> Callable[[np.ndarray], np.nda
 def robustified_squares(loss: LossSpec | None, residuals: np.ndarray) -> np.ndarray:
     """Per-residual contribution to ``2 * cost``: ``c**2 * rho(r**2 / c**2)`` (``r**2`` if none)."""
     r = np.asarray(residuals, dtype=float)
-    z = r * r
+    z: np.ndarray = r * r
     if loss is None:
         return z
     c2 = loss.scale * loss.scale
-    return c2 * unit_loss(loss.type)(z / c2)[0]
+    result: np.ndarray = c2 * unit_loss(loss.type)(z / c2)[0]
+    return result

@@ -33,6 +33,7 @@ The simulated values are compared at the real sample times through the signal's 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from ._atomic import write_atomic
+from .alignment import quat_error, quat_multiply
+from .errors import CalibrationError
+from .recordings.franka import episode_recording
+from .recordings.sources import SourceError
+from .result import strict, to_json
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
@@ -58,7 +66,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
                       ) -> dict[str, dict[str, Any]]:
     """Episode id → its metrics.json document for one scope's evaluation."""
     observations = {o.id: o for o in request.observations}
-    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
+    episodes = {e.id: e for e in request.episodes(scope)}
     errors: dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for block in evaluation.blocks:
         observation = observations[block.signal]
@@ -95,7 +103,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "window_s": source.get("window_s"),
             "num_samples": int(times.shape[0]),
             "duration_s": float((times[-1] - times[0]) / 1e9) if times.shape[0] else 0.0,
-            "ee": _ee(ee_pos, ee_ori),
+            "ee": ee_metrics(ee_pos, ee_ori),
             "joints": _joints(positions, velocities),
             "tracking": _tracking(episode, ee_pos, ee_ori, targets),
         }
@@ -109,9 +117,6 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
 
 def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     """The episode's franka_sysid recording (opened once per path), or None."""
-    from .recordings.franka import episode_recording
-    from .recordings.sources import SourceError
-
     source = episode.source or {}
     if source.get("format") != "franka_sysid" or not source.get("path"):
         return None
@@ -127,9 +132,6 @@ def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
 def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
               ) -> dict[str, Any] | None:
     """``{"real": {pos, ori}, "sim": {pos, ori}}``: each side against the targets in force."""
-    from .alignment import quat_error, quat_multiply
-    from .recordings.sources import SourceError
-
     if recording is None or (position is None and orientation is None):
         return None
     info = episode.source or {}
@@ -153,7 +155,7 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
         desired = None if index is None else columns([f"x_des_{c}" for c in "xyz"], index)
         if desired is not None:
             for side, actual in (("real", real), ("sim", real + error)):
-                sides[side]["pos"] = _ee((desired - actual, None, None), None)["pos"]
+                sides[side]["pos"] = _position_metrics(desired - actual)
     if orientation is not None:
         error, real, times = orientation
         index = rows(times)
@@ -161,7 +163,7 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
         if desired is not None:
             simulated = quat_multiply(real, _quat_exp(error))  # error = log(conj(real) ⊗ sim)
             for side, actual in (("real", real), ("sim", simulated)):
-                sides[side]["ori"] = _ee(None, (quat_error(actual, desired), None, None))["ori"]
+                sides[side]["ori"] = _orientation_metrics(quat_error(actual, desired))
     if not sides["real"]:
         return None
     return sides
@@ -199,21 +201,30 @@ def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | Non
     return out
 
 
-def _ee(position: Any, orientation: Any) -> dict[str, Any] | None:
+def ee_metrics(position: tuple[np.ndarray, ...] | None,
+               orientation: tuple[np.ndarray, ...] | None) -> dict[str, Any] | None:
+    """The end-effector errors of metrics.json: ``pos`` from position errors (the first
+    array: one xyz row per sample), ``ori`` from rotation vectors; None without either."""
     if position is None and orientation is None:
         return None
     out: dict[str, Any] = {}
     if position is not None:
-        e = position[0]
-        norms = np.linalg.norm(e, axis=1)
-        out["pos"] = {
-            "rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
+        out["pos"] = _position_metrics(position[0])
+    if orientation is not None:
+        out["ori"] = _orientation_metrics(orientation[0])
+    return out
+
+
+def _position_metrics(e: np.ndarray) -> dict[str, Any]:
+    norms = np.linalg.norm(e, axis=1)
+    return {"rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
             "max_abs_m": {**{a: float(np.max(np.abs(e[:, i]))) for i, a in enumerate("xyz")},
                           "3d": float(np.max(norms))}}
-    if orientation is not None:
-        angles = np.linalg.norm(orientation[0], axis=1)  # |rotation vector| = shortest angle
-        out["ori"] = {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
-    return out
+
+
+def _orientation_metrics(rotation_vectors: np.ndarray) -> dict[str, float]:
+    angles = np.linalg.norm(rotation_vectors, axis=1)  # |rotation vector| = shortest angle
+    return {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
 
 
 def _rms(values: np.ndarray) -> float:
@@ -224,8 +235,6 @@ def _sysid_params(provenance: Mapping[str, Any] | None) -> str | None:
     """The lab's ``sysid_best_params.json`` the set's values came from: the file an
     evaluated overlay artifact was imported from (``sysid_import``), else None (the fitted
     set's is named once written: ``name_sysid_params``)."""
-    import json
-
     origin = dict(provenance or {}).get("from")
     if not origin or not Path(origin).is_file():
         return None
@@ -283,9 +292,6 @@ def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> l
     """``folder/<episode>/metrics.json`` for each document (episode ids made safe file names
     by ``unique_names``); each file written atomically. A folder that cannot be made or written
     is a CalibrationError naming it."""
-    from .errors import CalibrationError
-    from .result import strict, to_json, write_atomic
-
     paths = []
     names = unique_names(list(documents))
     for episode, document in documents.items():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ from .request.typed import CalibrationRequest, Commands, Episode, Observation, P
 __all__ = ["from_sysid"]
 
 # Compiled-model field → (Fibril target kind, object type, index of the object from the entry).
-_FIELDS = {
+# MjModel field → (overlay target kind, object type, the object owning element i of the field)
+_FIELDS: dict[str, tuple[str, Any, Callable[[Any, int], int]]] = {
     "body_mass": ("body_mass", mujoco.mjtObj.mjOBJ_BODY, lambda m, i: i),
     "dof_damping": ("joint_damping", mujoco.mjtObj.mjOBJ_JOINT, lambda m, i: m.dof_jntid[i]),
     "dof_armature": ("joint_armature", mujoco.mjtObj.mjOBJ_JOINT, lambda m, i: m.dof_jntid[i]),
@@ -84,7 +85,8 @@ def _name(model: mujoco.MjModel, kind: Any, index: int, what: str) -> str:
     if not name:
         raise CalibrationRequestError(f"from_sysid: {what} {index} has no name; Fibril names "
                                       f"every object it reads or writes")
-    return name
+    result: str = name
+    return result
 
 
 def _parameter(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel,
@@ -129,7 +131,7 @@ def _probe(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel, lower: float,
 
 def _sensors(series: Any) -> list[str]:
     """The MuJoCo sensors a sensor TimeSeries holds, in column order."""
-    from mujoco.sysid import SignalType
+    from mujoco.sysid import SignalType  # lazy: start-up time (mujoco.sysid is heavy)
 
     mapping = series.signal_mapping or {}
     names = []

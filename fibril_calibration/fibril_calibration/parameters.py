@@ -63,7 +63,7 @@ def _finite(value: Any) -> bool:
 
 def parameter_problems(parameter: CalibrationParameter) -> list[str]:
     """Everything wrong with one parameter, each message naming it; empty when valid."""
-    pid = parameter.id
+    pid: object = parameter.id  # a Python caller may pass anything
     name = f"parameter {pid!r}"
     problems: list[str] = []
     if not isinstance(pid, str) or not pid:
@@ -193,7 +193,8 @@ class CoordinateMap:
         p[norm] = self._origin[norm] + self._scale[norm] * u[norm]
         log = self.kind == _LOG
         p[log] = np.exp(u[log])
-        return np.clip(p, self.lower, self.upper)
+        result: np.ndarray = np.clip(p, self.lower, self.upper)
+        return result
 
     def dphysical_dcoordinate(self, coordinate: np.ndarray) -> np.ndarray:
         """Diagonal of ``dp/du`` at ``u``."""
@@ -207,7 +208,8 @@ class CoordinateMap:
 
     def coordinate_per_dimensionless(self, coordinate: np.ndarray) -> np.ndarray:
         """``du/dtheta`` with ``theta = delta_p / physical_scale``: ``physical_scale / (dp/du)``."""
-        return self.physical_scale / self.dphysical_dcoordinate(coordinate)
+        result: np.ndarray = self.physical_scale / self.dphysical_dcoordinate(coordinate)
+        return result
 
     def coordinate_unit(self) -> np.ndarray:
         """The optimizer's ``x_scale``: one dimensionless unit, expressed in coordinates.
@@ -233,4 +235,5 @@ class CoordinateMap:
         step = physical_step / self.dphysical_dcoordinate(u)
         log = self.kind == _LOG
         step[log] = relative_step
-        return step
+        result: np.ndarray = step
+        return result

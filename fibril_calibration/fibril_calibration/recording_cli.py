@@ -17,12 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .errors import CalibrationError
+
 _DESCRIPTION = ("Describe a recording (rosbag2 folder, .mcap, .db3 or CSV log): its topics "
                 "or columns, counts, rates, time spans, and a topic's fields as a calibration "
                 "request names them.")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+             ) -> argparse.ArgumentParser:
     """Add ``recording info`` to a ``fibril_sim`` sub-command set."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "recording", help="inspect recordings for calibration",
@@ -57,9 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .errors import CalibrationError
+    # the readers (rosbags, mcap) load for this command only, not for ``fibril_sim --help``
     from .recordings.recording_info import (as_dict, field_tree, fields_text, info_text,
-                                 recording_info)
+                                            recording_info)
     from .recordings.sources import SourceError
 
     if args.gap <= 1:

@@ -37,6 +37,7 @@ from .errors import CalibrationError
 from .parameters import physical_scale
 from .request.canonical import canonical_sha256
 from .request.document import OBJECTIVE_VERSION, CalibrationRequest
+from .request.gravity_check import gravcomp_warnings
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -120,7 +121,8 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
     document["parameter_overlay"] = overlay_document(
         overlay_parameters, id=str(overlay_id) if overlay_id is not None else None,
         source=source)
-    return strict(document)
+    result: dict[str, Any] = strict(document)
+    return result
 
 
 def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
@@ -131,13 +133,13 @@ def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for scope in ("training", "validation"):
         for episode in request.episodes(scope):
-            for message in (episode.source or {}).get("warnings", ()):
+            source = episode.source or {}
+            for message in source.get("warnings", ()):
                 entry = found.setdefault(message, {
-                    "code": "recording_unchecked", "path": episode.source["path"],
+                    "code": "recording_unchecked", "path": source["path"],
                     "episodes": [], "message": message})
                 if episode.id not in entry["episodes"]:
                     entry["episodes"].append(episode.id)
-    from .request.gravity_check import gravcomp_warnings
 
     return [*found.values(), *gravcomp_warnings(request)]
 

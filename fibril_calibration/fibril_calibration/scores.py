@@ -19,14 +19,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mujoco
 import numpy as np
 
-from .errors import CalibrationError
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.overlays import load_overlay_artifact
+
+from .errors import CalibrationError, EvaluationError
+from .model.candidate_plan import CandidatePlanBuilder
+from .recordings.time_offsets import candidate_builder as offset_aware
+from .report.physical_errors import device_unit
+from .request.input_timing import describe_timing
+from .result import recording_warnings, strict
+from .solve.problem import CalibrationProblem
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
     from .request.document import CalibrationRequest
-    from .solve.problem import CalibrationProblem
 
 __all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "overlay_values",
            "score", "score_sets", "scores_text"]
@@ -36,10 +45,8 @@ EVALUATION_FORMAT = "fibril_calibration/evaluation"
 ParameterSet = tuple[str, dict[str, float], dict[str, Any]]  # name, values, provenance
 
 
-def _units(request: CalibrationRequest) -> dict[str, str]:
+def signal_units(request: CalibrationRequest) -> dict[str, str]:
     """Observation id → unit where the source says it (joints: by joint type)."""
-    import mujoco
-
     model = request.nominal_plan.model
     out: dict[str, str] = {}
     for observation in request.observations:
@@ -58,6 +65,8 @@ def _units(request: CalibrationRequest) -> dict[str, str]:
             unit = "m"
         elif source == "body_quaternion" or observation.quaternion:
             unit = "rad"
+        elif source == "device_output":  # the units of its sample components
+            unit = device_unit(observation.sample_type, observation.indices)
         out[observation.id] = unit or "observation units"
     return out
 
@@ -67,8 +76,8 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
     """Standardized and physical-unit scores of one scope's evaluation. ``nuisance_dof``
     (initial_state_fit: episode → degrees of freedom its nuisance initial states took) adds
     ``standardized_rms_dof_corrected``, ``sqrt(SSE / (count - nuisance dof))``."""
-    episodes = {e.id: e for e in request.episodes(scope)}  # type: ignore[arg-type]
-    units = _units(request)
+    episodes = {e.id: e for e in request.episodes(scope)}
+    units = signal_units(request)
     observations = {o.id: o for o in request.observations}
     per_signal: dict[str, list[np.ndarray]] = {}
     per_episode: dict[str, list[dict[str, Any]]] = {}
@@ -136,8 +145,7 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
 
     A scope the set cannot be evaluated on (an ``EvaluationError``: a rollout failure, a
     missing sample) scores as ``{"error": message}``; the other sets and scopes still score."""
-    from .errors import EvaluationError
-    from .metrics_json import metrics_documents
+    from .metrics_json import metrics_documents  # only with --metrics
 
     request = problem.request
     out: dict[str, Any] = {}
@@ -178,9 +186,6 @@ def overlay_values(request: CalibrationRequest, path: Path
     """An overlay artifact's values for the request's parameters, matched by id, or else by
     identical targets; request parameters it does not set keep their initial values. Its
     other parameters (the request does not fit them) are returned as fixed overlays."""
-    from fibril_sim_core.errors import FibrilError
-    from fibril_sim_core.overlays import load_overlay_artifact
-
     try:
         artifact = load_overlay_artifact(path)
     except FibrilError as exc:
@@ -219,17 +224,12 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting."""
-    from .model.candidate_plan import CandidatePlanBuilder
-    from .result import recording_warnings, strict
-    from .solve.problem import CalibrationProblem
-
     scored: dict[str, Any] = {}
     for name in names:
         if name == "nominal":
             chosen, fixed = nominal_set(request), ()
         else:
             chosen, fixed = overlay_values(request, Path(name))
-        from .recordings.time_offsets import candidate_builder as offset_aware
 
         builder = offset_aware(
             lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
@@ -238,21 +238,20 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
             scored.update(score_sets(problem, [chosen], metrics))
-    return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
-                   "request": {"path": str(request.path), "sha256": request.sha256},
-                   "episodes": {scope: [e.id for e in request.episodes(scope)]
-                                for scope in ("training", "validation")},
-                   "episode_seeds": {e.id: e.seed for e in request.training
-                                     + request.validation},
-                   "input_timing": input_timing(request),
-                   "warnings": recording_warnings(request),
-                   "scores": scored})
+    document: dict[str, Any] = strict({
+        "format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
+        "request": {"path": str(request.path), "sha256": request.sha256},
+        "episodes": {scope: [e.id for e in request.episodes(scope)]
+                     for scope in ("training", "validation")},
+        "episode_seeds": {e.id: e.seed for e in request.training + request.validation},
+        "input_timing": input_timing(request),
+        "warnings": recording_warnings(request),
+        "scores": scored})
+    return document
 
 
 def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
     """How recording-source input samples were moved onto ticks, all episodes together."""
-    from .request.mapping import describe_timing
-
     return describe_timing(request.training + request.validation)
 
 

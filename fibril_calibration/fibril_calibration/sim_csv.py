@@ -42,7 +42,15 @@ import numpy as np
 
 from fibril_sim_core.errors import FibrilError
 
+from ._atomic import write_atomic
 from .errors import CalibrationError, EvaluationError
+from .metrics_json import unique_names
+from .model.candidate_plan import CandidatePlanBuilder
+from .recordings.franka import episode_recording
+from .recordings.sources import SourceError
+from .recordings.time_offsets import candidate_builder
+from .result import strict, to_json
+from .scores import nominal_set, overlay_values
 
 __all__ = ["SimReplay", "replay_episode", "sim_columns", "write_sim_csvs"]
 
@@ -79,9 +87,6 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
                    values: Mapping[str, float] | None = None,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
-    from .recordings.franka import episode_recording
-    from .recordings.sources import SourceError
-
     label = f"--write-sim-csv: episode {episode.id!r}"
     info = dict(episode.source or {})
     if info.get("format") != "franka_sysid" or not info.get("path"):
@@ -95,7 +100,7 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
         raise CalibrationError(f"{label}: {exc}") from None
     model = plan.model
     dt = plan.timebase.timestep_ns
-    start = int(info.get("start_ns", info.get("origin_ns") or 0))
+    start = int(info["start_ns"] if "start_ns" in info else info.get("origin_ns") or 0)
     end = max(int(signal.times_ns[-1]) for signal in episode.signals)
     times = np.asarray(real.times_ns, dtype=np.int64)
     inside = np.flatnonzero((times >= start) & (times <= start + end))
@@ -248,7 +253,8 @@ def _orientation_error(target_xyzw: np.ndarray, actual_xyzw: np.ndarray) -> np.n
 def _real_column(real: Any, name: str, rows: np.ndarray, default: np.ndarray | None
                  ) -> np.ndarray:
     if name in real.header:
-        return np.asarray(real.column(name), dtype=np.float64)[rows]
+        result: np.ndarray = np.asarray(real.column(name), dtype=np.float64)[rows]
+        return result
     return default if default is not None else np.full(rows.shape[0], np.nan)
 
 
@@ -329,9 +335,6 @@ def csv_text(columns: Sequence[str], rows: np.ndarray) -> str:
 def write_sim_csvs(folder: Path, replays: Sequence[SimReplay]) -> dict[str, tuple[Path, Path]]:
     """``folder/<episode>/<stem>_sim.csv`` and ``_sim.json`` of each replay, atomically;
     episode id → (csv, sidecar). A folder that cannot be made is a CalibrationError."""
-    from .metrics_json import unique_names
-    from .result import strict, to_json, write_atomic
-
     names = unique_names([r.episode for r in replays])
     out: dict[str, tuple[Path, Path]] = {}
     for replay in replays:
@@ -364,10 +367,6 @@ def sim_episodes(request: Any) -> tuple[Any, ...]:
 def set_plan(request: Any, name: str) -> tuple[Any, dict[str, float]]:
     """The plan and parameter values of one ``--evaluate`` set (``nominal`` or an overlay
     artifact), built as ``evaluate_parameter_sets`` builds its candidates."""
-    from .model.candidate_plan import CandidatePlanBuilder
-    from .scores import nominal_set, overlay_values
-    from .recordings.time_offsets import candidate_builder
-
     if name == "nominal":
         chosen, fixed = nominal_set(request), ()
     else:

@@ -32,7 +32,7 @@ from .analysis.profile_likelihood import profile_likelihood
 from .analysis.summaries import ResidualSummary, summarize
 from .analysis.verdict import FitCriteria, judge
 from .errors import CalibrationRequestError
-from .evaluation import ResidualModel
+from .evaluation import NuisanceDegrees, ResidualModel
 from .losses import LossSpec
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
@@ -149,7 +149,8 @@ def calibrate(
         tuple(centre.blocks) + objective.prior_blocks(n_data),
     )
     # initial_state_fit: degrees of freedom the projected nuisance states took, per episode
-    nuisance = getattr(model, "nuisance_degrees_of_freedom", None)
+    nuisance = (model.nuisance_degrees_of_freedom if isinstance(model, NuisanceDegrees)
+                else None)
     training_summary = summarize(centre.unweighted**2, centre.blocks,
                                  nuisance("training") if nuisance else None)
     validation_summary: ResidualSummary | None = None

@@ -31,7 +31,14 @@ from typing import Any
 
 import mujoco
 
+from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.overlays import load_overlay_artifact
+from fibril_sim_core.plan import SimulationBuilder
+
+from ._atomic import write_atomic
 from .errors import CalibrationError
+from .parameters import CalibrationParameter
+from .result import strict, to_json
 
 __all__ = ["main", "sysid_document"]
 
@@ -43,7 +50,7 @@ _FIELDS = (("armature", "dof_armature", "joint_armature"),
 def sysid_document(plan: Any, joints: Sequence[str], *, motors: Sequence[str] = (),
                    tick_s: float = 0.001, not_mapped: Mapping[str, Any] | None = None,
                    best_score: float | None = None,
-                   parameters: Sequence[Any] = (), args: Any = None,
+                   parameters: Sequence[CalibrationParameter] = (), args: Any = None,
                    trajectories: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The lab's document of the values ``plan`` applies. ``parameters`` (request parameters
     with ``lower``/``upper``/``targets``) give the fitted entries' bounds."""
@@ -120,13 +127,13 @@ def _delay(plan: Any, motors: Sequence[str], tick_s: float, kept: Any) -> Any:
 
 
 def _bounds(raw: list[Any], joints: Sequence[str], motors: Sequence[str],
-            parameters: Sequence[Any], tick_s: float) -> list[list[Any]]:
+            parameters: Sequence[CalibrationParameter], tick_s: float) -> list[list[Any]]:
     """Per raw entry: the range of the request parameter that fitted it, else ``[v, v]``
     (held). ``mu_static`` takes the frictionloss range when it is the frictionloss (no
     imported ratio); ``dynamic_ratio`` is never fitted here."""
     ranges: dict[tuple[str, str], list[float]] = {}
     for parameter in parameters:
-        for target in getattr(parameter, "targets", ()):
+        for target in parameter.targets:
             described = target.describe()
             kind = described.get("kind") or described.get("config_path")
             name = described.get("object") or described.get("component")
@@ -199,11 +206,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds per motor_delay step (default 0.001)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
-    from fibril_sim_core.errors import FibrilError
-    from fibril_sim_core.overlays import load_overlay_artifact
-    from fibril_sim_core.plan import SimulationBuilder
-
-    from .result import strict, to_json, write_atomic
 
     try:
         source: Any = {}

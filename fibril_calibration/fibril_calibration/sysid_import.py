@@ -38,6 +38,7 @@ from fibril_sim_core.overlays import (
     overlay_document,
 )
 
+from ._atomic import write_atomic
 from .errors import CalibrationError
 
 __all__ = ["main", "sidecar_gains_overlay", "sysid_overlay"]
@@ -99,7 +100,7 @@ def sidecar_gains_overlay(path: Path, *, position: Sequence[str] = ("ee_x", "ee_
                           ) -> dict[str, Any]:
     """The overlay artifact document of a run sidecar's impedance gains (a request takes the
     same gains with ``sidecar_gains:``)."""
-    from .recordings.franka_sidecar import SidecarProblem, gain_overlays
+    from .recordings.franka_sidecar import SidecarProblem, gain_overlays  # not for --help
 
     try:
         sidecar = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds per motor_delay step (default 0.001)")
     parser.add_argument("--output", type=Path, required=True, help="overlay artifact to write")
     args = parser.parse_args(argv)
-    from .result import to_json, write_atomic
+    from .result import to_json  # the request and solver: not for --help
 
     try:
         if args.sidecar_gains is not None:

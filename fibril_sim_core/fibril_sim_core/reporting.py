@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import html
 import math
-import multiprocessing
 import os
 import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
 
 from .errors import FibrilError
 
-__all__ = ["Raw", "ReportError", "ReportFolder", "check_report_folder", "escape", "figure",
-           "image", "note", "number", "page", "require_matplotlib", "table"]
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start-up (optional,
+    # and a third of a second that every fibril_sim command without --report would pay)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import BboxBase
+
+__all__ = ["AggCanvas", "Raw", "ReportError", "ReportFolder", "agg_canvas", "axes_title",
+           "check_report_folder", "escape", "few_ticks", "figure", "image", "note", "number",
+           "page", "require_matplotlib", "table", "write_png"]
 
 INSTALL_HINT = ("pip install 'fibril_calibration[report]' (or pip install matplotlib; "
                 "apt: python3-matplotlib)")
@@ -43,16 +50,57 @@ def require_matplotlib(option: str = "--report") -> None:
                           f"installed: {INSTALL_HINT}") from None
 
 
-def figure(width: float = 8.0, height: float = 4.0, *, layout: str | None = None) -> Any:
+def figure(width: float = 8.0, height: float = 4.0, *,
+           layout: Literal["constrained", "compressed", "tight"] | None = None) -> Figure:
     """A new Agg-backed matplotlib Figure (no pyplot, no display). Placed by hand
     (``subplots_adjust``) by default: constrained layout measures every label and costs as
     much as the drawing."""
+    # here, not at the top: matplotlib is optional, and importing it costs every command
+    # (fibril_sim, calibrate without --report) a third of a second at start-up
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=72, layout=layout)
     FigureCanvasAgg(fig)
     return fig
+
+
+class AggCanvas(Protocol):
+    """What the reports use of matplotlib's Agg canvas (whose methods are not annotated)."""
+
+    def draw(self) -> None: ...
+
+    def buffer_rgba(self) -> memoryview: ...
+
+    def copy_from_bbox(self, bbox: BboxBase) -> object: ...
+
+    def restore_region(self, region: object) -> None: ...
+
+
+def agg_canvas(fig: Figure) -> AggCanvas:
+    """The Agg canvas ``figure`` attached."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg):
+        raise TypeError(f"figure has a {type(canvas).__name__}, not the Agg canvas of figure()")
+    return canvas
+
+
+def axes_title(ax: Axes, text: str, fontsize: float = 9) -> None:
+    """A title as plain text above the frame: ``Axes.set_title`` measures the axes'
+    decorations again at every draw (a tenth of a second per panel)."""
+    ax.text(0.5, 1.01, text, transform=ax.transAxes, ha="center", va="bottom",
+            fontsize=fontsize)
+
+
+def few_ticks(ax: Axes, x: bool = False, y: bool = True, count: int = 4) -> None:
+    """At most ``count`` major ticks: a tick is two lines and a text, made and drawn anew."""
+    from matplotlib.ticker import MaxNLocator
+
+    for axis, wanted in ((ax.xaxis, x), (ax.yaxis, y)):
+        if wanted:
+            axis.set_major_locator(MaxNLocator(count))
 
 
 def check_report_folder(path: Path, option: str = "--report") -> None:
@@ -81,28 +129,16 @@ class ReportFolder:
         self.staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=parent))
         self.figures: list[str] = []
 
-    def save(self, fig: Any, name: str) -> str:
+    def save(self, fig: Figure, name: str) -> str:
         """Write ``fig`` as ``name``.png; returns the file name (relative to the page)."""
         filename = _save(fig, self.staging, name)
         self.figures.append(filename)
         return filename
 
-    def draw_many(self, jobs: Sequence[tuple[str, Callable[..., Any], tuple]]) -> list[str]:
-        """``name, function, args`` per figure (``function(*args)`` returns a Figure), drawn
-        and saved; file names in job order. Many figures are drawn by forked worker processes
-        on a multi-core machine (matplotlib draws in one thread), only while this process
-        runs no other thread (a fork then copies no lock a thread holds)."""
-        workers = min(len(jobs) // 3, os.cpu_count() or 1, 4)
-        if workers < 2 or threading.active_count() > 1 or \
-                "fork" not in multiprocessing.get_all_start_methods():
-            return [self.save(function(*args), name) for name, function, args in jobs]
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            names = list(pool.map(_draw_job, [(self.staging, name, function, args)
-                                              for name, function, args in jobs]))
-        self.figures.extend(names)
-        return names
+    def reserve(self, name: str) -> Path:
+        """Where the figure ``name``.png goes when its drawer writes the file itself."""
+        self.figures.append(f"{name}.png")
+        return self.staging / f"{name}.png"
 
     def commit(self, page_text: str) -> Path:
         (self.staging / "index.html").write_text(page_text, encoding="utf-8")
@@ -122,22 +158,28 @@ class ReportFolder:
     def __enter__(self) -> ReportFolder:
         return self
 
-    def __exit__(self, kind: Any, *rest: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if self.staging.exists():
             self.discard()
 
 
-def _save(fig: Any, folder: Path, name: str) -> str:
+def _save(fig: Figure, folder: Path, name: str) -> str:
     filename = f"{name}.png"
-    # zlib level 2: the default level spends about as long compressing as drawing.
-    fig.savefig(folder / filename, dpi=72, pil_kwargs={"compress_level": 2})
-    fig.clear()
+    canvas = agg_canvas(fig)
+    canvas.draw()
+    write_png(canvas, folder / filename)
     return filename
 
 
-def _draw_job(job: tuple[Path, str, Callable[..., Any], tuple]) -> str:
-    folder, name, function, args = job
-    return _save(function(*args), folder, name)
+def write_png(canvas: AggCanvas, path: Path) -> None:
+    """The canvas's pixels as a 256-colour PNG. A chart has few colours: the palette image
+    is a third of the RGBA one's size and is encoded three times faster (zlib level 2: the
+    default level spends about as long compressing as drawing), with no visible change."""
+    from PIL import Image  # Pillow comes with matplotlib: optional, loaded to draw only
+
+    pixels = Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB")
+    pixels.quantize(256, method=Image.Quantize.FASTOCTREE).save(
+        path, format="png", compress_level=2)
 
 
 def escape(value: Any) -> str:

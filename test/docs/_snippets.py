@@ -1,10 +1,10 @@
-"""The runnable snippets of docs/: extracted from the Markdown pages and run as a user would.
+"""The runnable snippets of README.md and docs/: extracted from the Markdown pages and run as a user would.
 
 A fenced block is a snippet by its language:
 
 - ``yaml``: validated by the real loader of its kind, recognised by its keys (a manifest, a
   bridge file, recorded inputs, an experiment, a calibration request) or named by a marker
-  (below): ``kind=manifest|bridge|inputs|experiment|calibration``, or ``kind=fragment`` for an
+  (below): ``kind=manifest|bridge|inputs|experiment|calibration|overlay``, or ``kind=fragment`` for an
   excerpt (parsed only). A bridge or inputs document is checked against the plan of
   ``manifest=PATH`` (default: the drivetrain example's manifest);
 - ``bash`` / ``sh`` / ``shell``: run by bash (``set -euo pipefail``; a line ending in ``&``
@@ -64,11 +64,12 @@ class Snippet:
 
     @property
     def label(self) -> str:
-        return f"{self.page.relative_to(DOCS)}:{self.line}"
+        return f"{self.page.relative_to(REPO)}:{self.line}"
 
 
 def pages() -> list[Path]:
-    found = []
+    """README.md and the pages of docs/ (not the generated Reference)."""
+    found = [REPO / "README.md"]
     for path in sorted(DOCS.rglob("*.md")):
         relative = path.relative_to(DOCS).as_posix()
         if not any(relative == e or relative.startswith(e + "/") for e in EXCLUDED):
@@ -229,7 +230,7 @@ def _yaml(snippet: Snippet, work: Path, cwd: Path) -> str:
     if kind is None:
         raise AssertionError(f"{snippet.label}: a YAML snippet of no recognised kind: mark it "
                              f"<!-- snippet: kind=manifest|bridge|inputs|experiment|"
-                             f"calibration|fragment -->")
+                             f"calibration|overlay|fragment -->")
     target.parent.mkdir(parents=True, exist_ok=True)
     if kind != "fragment":
         target.write_text(snippet.text, encoding="utf-8")
@@ -256,6 +257,8 @@ def _detect(document: object) -> str | None:
         return "manifest"
     if "manifest" in document and "parameters" in document:
         return "calibration"
+    if document.get("format") == "fibril_sim/parameter_overlay":
+        return "overlay"
     if isinstance(model, dict) and "parameters" in document and "id" in document:
         return "experiment"
     if major == 1:
@@ -298,6 +301,10 @@ def _validate(kind: str, target: Path, work: Path, cwd: Path, options: dict[str,
         from fibril_calibration.request import load_calibration_request
 
         load_calibration_request(target)
+    elif kind == "overlay":
+        from fibril_sim_core.overlays import load_overlay_artifact
+
+        load_overlay_artifact(target)
     elif kind != "fragment":
         raise AssertionError(f"unknown snippet kind {kind!r}")
 

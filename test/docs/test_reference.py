@@ -169,3 +169,125 @@ def test_every_sim_node_parameter_is_in_the_reference() -> None:
     for name in names:
         assert f"| `{name}` |" in page
     REFERENCE_COUNTS["sim_node"] = len(names)
+
+
+# --------------------------------------------------------------------------- documents
+import fibril_documents as docs  # noqa: E402
+
+CALIBRATIONS = [REPO / "config" / "examples" / p for p in (
+    "drivetrain/calibration.yaml", "drivetrain/bag/calibration.yaml", "panda/calibration.yaml",
+    "panda/calibration-closed-loop.yaml", "quadruped_leg/calibration.yaml")]
+#: Keys of a recording stream, documented once under ``<stream>``.
+STREAM_KEYS = {"topic", "field", "type", "time", "column", "columns", "max_gap", "source",
+               "valid", "on_invalid"}
+
+
+def _recording_of(monkeypatch: pytest.MonkeyPatch, error: type) -> dict[str, set[str]]:
+    """Like ``_recording``, for the checks of one document kind (by its error class) only."""
+    seen: dict[str, set[str]] = {}
+    original = _schema.keys
+
+    def keys(value, where, required=(), optional=()):  # noqa: ANN001, ANN202
+        if where.error is error:
+            path = re.sub(r"\[\d+\]", "[]", where.path)
+            seen.setdefault(path, set()).update(required, optional)
+        return original(value, where, required=required, optional=optional)
+
+    monkeypatch.setattr(_schema, "keys", keys)
+    return seen
+
+
+def _calibration_section(path: str) -> str:
+    path = re.sub(r"^validation\[\]", "training[]", path)
+    path = re.sub(r"^recorded_inputs\[\]", "training[].recorded_inputs[]", path)
+    path = re.sub(r"^sources\.[^.]+", "sources.<name>", path)
+    path = re.sub(r"\.signals\.[^.]+", ".signals.<observation id>", path)
+    return re.sub(r"\.q(pos|vel)_from$", ".<part>_from", path)
+
+
+def test_every_calibration_request_key_is_in_the_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fibril_calibration.errors import CalibrationRequestError
+    from fibril_calibration.request import load_calibration_request
+
+    recorded = _recording_of(monkeypatch, CalibrationRequestError)
+    for request in CALIBRATIONS:
+        load_calibration_request(request)
+    documented = {k.path for k in docs.calibration_keys()}
+    targets = {f"parameters[].target.{k.name}" for k in docs.overlay_target_keys()}
+    lacking = []
+    for path, keys in recorded.items():
+        section = _calibration_section(path)
+        for key in keys:
+            candidates = {f"{section}.{key}" if section else key}
+            if key in STREAM_KEYS or section.endswith(".valid"):
+                candidates.add(f"<stream>.{key}" if key in STREAM_KEYS
+                               else f"<stream>.valid.{key}")
+            if not section and key == "recorded_inputs":  # a recorded_inputs_file's root
+                candidates.add("training[].recorded_inputs")
+            if re.match(r"^parameters\[\]\.targets?(\[\])?$", section):
+                candidates.add(f"parameters[].target.{key}")
+            if not candidates & (documented | targets):
+                lacking.append(f"{path}: {key}")
+    assert {"sources.<name>", "training[].inputs[]", "training[].windows",
+            "training[].signals.<observation id>", "optimizer", "fit"} <= {
+        _calibration_section(p) for p in recorded}
+    assert sorted(lacking) == []
+    page = docs.calibration_request_page()
+    for key in docs.calibration_keys():
+        assert f"| `{key.name}` |" in page
+    REFERENCE_COUNTS["calibration request"] = len(documented)
+
+
+def test_every_experiment_key_is_in_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fibril_sim_core.experiments.experiment import ExperimentError, load_experiment
+
+    recorded = _recording_of(monkeypatch, ExperimentError)
+    load_experiment(DRIVETRAIN / "wheel-damping-study.yaml")
+    documented = docs.experiment_keys()
+    assert {"", "model", "parameters", "variants[]", "metrics[]", "assertions[]",
+            "execution"} <= set(recorded)
+    assert missing(recorded, documented) == []
+    REFERENCE_COUNTS["experiment"] = len(documented)
+
+
+def test_every_overlay_key_is_in_the_reference(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    from fibril_sim_core.overlays import load_overlay_artifact
+    from fibril_sim_core.overlays.artifact import OverlayError
+
+    recorded = _recording_of(monkeypatch, OverlayError)
+    artifact = tmp_path / "overlay.yaml"
+    artifact.write_text("format: fibril_sim/parameter_overlay\nschema_version: {major: 1, "
+                        "minor: 1}\nid: a\ndescription: b\nsource: {}\nparameters:\n"
+                        "  - {id: d, value: 0.1, unit: x, provenance: y, description: z,\n"
+                        "     target: {type: mujoco, kind: joint_damping, object: wheel_joint,"
+                        " component_index: 0}}\n"
+                        "  - {id: n, value: 0.5, targets: [{type: component_config, "
+                        "component: wheel_encoder, config_path: noise_counts}]}\n")
+    load_overlay_artifact(artifact)
+    documented = docs.overlay_keys()
+    targets = {f"{k.section}.{k.name}" for k in docs.overlay_target_keys()}
+    recorded_targets = {s: recorded.pop(s) for s in list(recorded) if ".target" in s}
+    assert missing(recorded, documented) == []
+    for keys in recorded_targets.values():
+        assert {f"target (mujoco).{k}" for k in keys} & targets or \
+            {f"target (component_config).{k}" for k in keys} <= targets, keys
+    REFERENCE_COUNTS["overlay"] = len(documented) + len(targets)
+
+
+def test_every_calibration_result_key_is_in_the_reference(tmp_path: Path) -> None:
+    """The top-level keys of a real result (the bag example's, a second's fit)."""
+    import contextlib
+    import io
+    import json
+
+    from fibril_sim_core.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["calibrate", str(CALIBRATIONS[1]), "--quiet", "--json"]) == 0
+    result = json.loads(out.getvalue())
+    documented = {name for name, _, _ in docs.CALIBRATION_RESULT}
+    assert sorted(set(result) - documented) == []
+    REFERENCE_COUNTS["calibration result"] = len(documented)

@@ -1,4 +1,4 @@
-"""Every command, YAML and Python snippet of docs/ runs (see _snippets for the rules): YAML
+"""Every command, YAML and Python snippet of README.md and docs/ runs (see _snippets for the rules): YAML
 through the real loaders, commands in bash, Python in a fresh interpreter. One test per page;
 the terminal summary counts what ran. ROS-marked snippets skip without a ROS 2 installation."""
 
@@ -15,7 +15,7 @@ import _snippets as sn  # noqa: E402
 from conftest import SNIPPET_COUNTS  # noqa: E402
 
 # A page with ROS-marked snippets is a ``ros`` test (``-m "not ros"`` leaves it out).
-PAGES = [pytest.param(p, id=str(p.relative_to(sn.DOCS)),
+PAGES = [pytest.param(p, id=str(p.relative_to(sn.REPO)),
                       marks=[pytest.mark.ros] if any("ros" in s.options for s in sn.extract(p))
                       else [])
          for p in sn.pages() if sn.extract(p)]

@@ -1,6 +1,9 @@
-"""Every ``ros2 ...`` command in README.md runs, as a user would type it.
+"""Every ``ros2 ...`` command in README.md and in the pages of docs/ runs, as a user would type
+it.
 
-The commands are read from the README itself: each line of a fenced code block that starts with
+The commands are read from the README and the pages themselves (not the generated Reference):
+each line of a fenced code block that the docs snippet test does not run itself (a ``text``
+block, or one marked ``<!-- snippet: skip: ... -->``; see test/docs/_snippets.py) that starts with
 ``ros2 `` (with its ``\\`` continuations, without its ``#`` comment), and each inline code span
 ``ros2 ...`` of four words or more that is not the beginning of one of those (a prose mention
 like ``ros2 run fibril_sim_ros sim_node`` is run as the full command it refers to). A synopsis's
@@ -11,9 +14,10 @@ folder).
 How each runs depends on what it is: a node or launch file runs until its topics are seen and
 is then stopped with SIGINT as Ctrl-C sends it (exit 0 for ``ros2 launch`` and the controller,
 the simulation node's documented SIGINT status 130 through ``ros2 run``); ``--help``, a
-calibration, ``ros2 param set``, ``ros2 topic echo --once`` and ``ros2 service call`` (against a
-running node; a simulation_interfaces call must answer RESULT_OK) run to completion with status 0.
-A README command this test does not know how to run fails it: add its runner here.
+calibration, ``ros2 param set``, ``ros2 topic echo --once``, ``ros2 topic pub --once`` and
+``ros2 service call`` (against a running node; a simulation_interfaces call must answer
+RESULT_OK) run to completion with status 0. A command this test does not know how to run fails
+it: add its runner here.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,10 +45,17 @@ from _ros2_cli import (
 )
 from _patience import patience
 
+sys.path.insert(0, str(REPO / 'test' / 'docs'))
+import _snippets  # noqa: E402  (which blocks the docs snippet test runs itself)
+
 README = REPO / 'README.md'
 EXAMPLE = 'config/examples/drivetrain/simulation.yaml'
+# The README quickstart's robot: `fibril_sim init` of the drivetrain's MJCF into my_robot/.
+MY_ROBOT_MODEL = REPO / 'config/examples/drivetrain/drivetrain.xml'
+MY_ROBOT_TOPICS = ['/clock', '/wheel_joint_encoder', '/drive/command']
 # A synopsis's file placeholders, as the drivetrain example's files.
 PLACEHOLDERS = {'my_robot.yaml': REPO / EXAMPLE,
+                'my_bridge.yaml': REPO / 'config/examples/drivetrain/bridge.yaml',
                 'calibration.yaml': REPO / 'config/examples/drivetrain/calibration.yaml'}
 # Words of an inline mention at least this long are a command.
 MIN_INLINE_WORDS = 4
@@ -96,9 +108,45 @@ def readme_commands(text: str) -> list[str]:
     return commands
 
 
+def _unrun_text(page: Path) -> str:
+    """The page with the bodies of the blocks the docs snippet test runs blanked out."""
+    lines = page.read_text(encoding='utf-8').splitlines()
+    for snippet in _snippets.extract(page):
+        if 'skip' not in snippet.options:
+            count = len(snippet.text.splitlines())
+            lines[snippet.line:snippet.line + count] = [''] * count
+    return '\n'.join(lines)
+
+
+def documented_commands() -> list[str]:
+    """The ros2 commands of README.md and the docs pages, each once, in order."""
+    commands: list[str] = []
+    for page in [README, *_snippets.pages()]:
+        commands += [c for c in readme_commands(_unrun_text(page)) if c not in commands]
+    words = [_synopsis(c).split() for c in commands]
+    # A bare mention (`ros2 run fibril_sim_ros sim_node ...`) that begins a full command of
+    # another page is that command.
+    return [c for c, w in zip(commands, words)
+            if len(w) > MIN_INLINE_WORDS or not any(len(o) > len(w) and o[:len(w)] == w
+                                                    for o in words)]
+
+
 def _synopsis(command: str) -> str:
-    """Optional ``[...]`` parts left out."""
-    return ' '.join(re.sub(r'\[[^\]]*\]', ' ', command).split())
+    """Optional ``[...]`` parts and an elided ``...`` left out."""
+    return ' '.join(w for w in re.sub(r'\[[^\]]*\]', ' ', command).split() if w != '...')
+
+
+def _my_robot(tmp_path: Path) -> Path:
+    """``fibril_sim init`` of the drivetrain's MJCF, as the README's quickstart runs it."""
+    folder = tmp_path / 'my_robot'
+    if not folder.is_dir():
+        subprocess.run([str(ROS2.parent / 'fibril_sim'), 'init', str(MY_ROBOT_MODEL), '--output',
+                        str(folder)], check=True, capture_output=True, timeout=patience(120))
+    return folder
+
+
+def _uses_my_robot(command: list[str]) -> bool:
+    return any('my_robot/' in word or word in MY_ROBOT_TOPICS[1:] for word in command)
 
 
 def _concrete(command: str, tmp_path: Path) -> list[str]:
@@ -107,6 +155,8 @@ def _concrete(command: str, tmp_path: Path) -> list[str]:
     concrete = []
     for word in words:
         word = re.sub(r'(^|=)/tmp/(\w+)', lambda m: m.group(1) + str(tmp_path / m.group(2)),
+                      word)
+        word = re.sub(r'(^|=)my_robot/', lambda m: m.group(1) + str(_my_robot(tmp_path)) + '/',
                       word)
         for placeholder, path in PLACEHOLDERS.items():
             word = re.sub(rf'(^|=){re.escape(placeholder)}$', lambda m: m.group(1) + str(path),
@@ -118,15 +168,16 @@ def _concrete(command: str, tmp_path: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------- runners
 def _run_to_completion(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
-    result = ros2(command[1:], env)
+    result = ros2(command[1:], env, cwd=tmp_path)  # what it writes (report/) goes there
     assert result.returncode == 0, result.stdout[-3000:]
     assert result.stdout.strip(), 'no output'
 
 
 def _run_until_up(topics: list[str], nodes: list[str], status: int) -> Callable[..., None]:
     def run(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
+        wanted = MY_ROBOT_TOPICS if _uses_my_robot(command) else topics
         with ros_process(command, env, tmp_path / 'out.txt') as process:
-            wait_for_graph(env, process, topics=topics, nodes=nodes)
+            wait_for_graph(env, process, topics=wanted, nodes=nodes)
             code = process.interrupt()
             assert code == status, f'exit {code}, wanted {status}: {process.context()}'
     return run
@@ -134,10 +185,16 @@ def _run_until_up(topics: list[str], nodes: list[str], status: int) -> Callable[
 
 @contextmanager
 def _running_node(env: dict[str, str], tmp_path: Path, *, paused: bool = False,
-                  topics: Sequence[str] = ()) -> Iterator[None]:
-    """The README's ``ros2 run fibril_sim_ros sim_node`` on the drivetrain example."""
-    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p',
-            f'manifest:={EXAMPLE}', *(['-p', 'start_paused:=true'] if paused else [])]
+                  topics: Sequence[str] = (), my_robot: bool = False) -> Iterator[None]:
+    """The README's ``ros2 run fibril_sim_ros sim_node`` on the drivetrain example (or on the
+    quickstart's ``my_robot/``)."""
+    files = [f'manifest:={EXAMPLE}']
+    if my_robot:
+        folder = _my_robot(tmp_path)
+        files = [f'manifest:={folder / "simulation.yaml"}', '-p',
+                 f'bridge:={folder / "bridge.yaml"}']
+    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p', *files,
+            *(['-p', 'start_paused:=true'] if paused else [])]
     with ros_process(node, env, tmp_path / 'node.txt') as process:
         wait_for_graph(env, process, nodes=['/fibril_sim'], topics=topics)
         yield
@@ -170,17 +227,30 @@ def _once_the_node_is_found(args: list[str], env: dict[str, str]
 def _echo_once_on_running_node(command: list[str], env: dict[str, str],
                                tmp_path: Path) -> None:
     topic = command[3]
-    with _running_node(env, tmp_path, topics=[topic]):
+    with _running_node(env, tmp_path, topics=[topic], my_robot=_uses_my_robot(command)):
         output = run_until_discovered(command[1:], env)
     assert output.rstrip().endswith('---'), output
 
 
-def _service_call(*, paused: bool) -> Callable[..., None]:
-    """A simulation_interfaces call answered with ``result: 1`` (RESULT_OK)."""
+def _publish_once_on_running_node(command: list[str], env: dict[str, str],
+                                  tmp_path: Path) -> None:
+    """``ros2 topic pub --once TOPIC TYPE MSG``: it waits for the node's subscription, publishes
+    and exits 0; the node accepts the command (its accepted inputs count it)."""
+    topic = command[4]
+    with _running_node(env, tmp_path, topics=[topic], my_robot=_uses_my_robot(command)):
+        result = ros2(command[1:], env)
+        assert result.returncode == 0 and 'publishing' in result.stdout, result.stdout
+
+
+def _service_call(*, paused: bool, ok: bool = True) -> Callable[..., None]:
+    """A service call answered; a simulation_interfaces one (``ok``) with ``result: 1``
+    (RESULT_OK)."""
     def run(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
         with _running_node(env, tmp_path, paused=paused):
             result = ros2(command[1:], env)
-        assert result.returncode == 0, result.stdout
+        assert result.returncode == 0 and 'response:' in result.stdout, result.stdout
+        if not ok:
+            return
         assert re.search(r'response:.*result=1\b', result.stdout, re.S) or re.search(
             r'result:\s+result: 1\b', result.stdout), result.stdout
     return run
@@ -189,7 +259,8 @@ def _service_call(*, paused: bool) -> Callable[..., None]:
 SIM_TOPICS = ['/clock', '/wheel_encoder', '/motor/command']
 RUNNERS: list[tuple[str, Callable[..., None]]] = [
     (r'^ros2 run \S+ \S+ --help$', _run_to_completion),
-    (r'^ros2 run fibril_calibration calibrate \S+\.yaml$', _run_to_completion),
+    (r'^ros2 run fibril_calibration calibrate \S+\.yaml( --[\w-]+ [^-\s]\S*)*$',
+     _run_to_completion),
     (r'^ros2 run fibril_sim_ros sim_node\b', _run_until_up(SIM_TOPICS, ['/fibril_sim'], 130)),
     (r'^ros2 run fibril_sim_ros sil_controller\b',
      _run_until_up(['/motor/command'], ['/sil_controller'], 0)),
@@ -199,6 +270,8 @@ RUNNERS: list[tuple[str, Callable[..., None]]] = [
      _run_until_up(SIM_TOPICS, ['/fibril_sim'], 0)),
     (r'^ros2 param set /fibril_sim \S+ \S+$', _param_set_on_running_node),
     (r'^ros2 topic echo /\S+ --once$', _echo_once_on_running_node),
+    (r'^ros2 topic pub --once /\S+ \S+ ', _publish_once_on_running_node),
+    (r'^ros2 service call /fibril_sim/get_state \S+$', _service_call(paused=False, ok=False)),
     # pausing a running simulation; stepping a paused one
     (r'^ros2 service call /fibril_sim/set_simulation_state \S+ ', _service_call(paused=False)),
     (r'^ros2 service call /fibril_sim/step_simulation \S+ ', _service_call(paused=True)),
@@ -212,11 +285,21 @@ def _runner(command: str) -> Callable[..., None] | None:
     return None
 
 
-COMMANDS = readme_commands(README.read_text())
+COMMANDS = documented_commands()
 
 
 def test_the_readme_has_ros2_commands() -> None:
     assert len(COMMANDS) >= 8, COMMANDS
+
+
+def test_placeholders(tmp_path: Path) -> None:
+    concrete = _concrete('ros2 launch p f.py manifest:=my_robot/simulation.yaml '
+                         'trace_dir:=/tmp/sil bridge:=my_bridge.yaml', tmp_path)
+    assert concrete[1:4] == ['launch', 'p', 'f.py']
+    assert concrete[4:] == [f'manifest:={tmp_path}/my_robot/simulation.yaml',
+                            f'trace_dir:={tmp_path}/sil',
+                            f'bridge:={REPO}/config/examples/drivetrain/bridge.yaml']
+    assert (tmp_path / 'my_robot' / 'bridge.yaml').is_file()
 
 
 def test_extraction() -> None:
@@ -231,7 +314,7 @@ def test_extraction() -> None:
 
 @pytest.mark.parametrize('command', COMMANDS)
 def test_every_readme_command_has_a_runner(command: str) -> None:
-    assert _runner(command) is not None, f'README command {command!r}: no runner in this test'
+    assert _runner(command) is not None, f'documented command {command!r}: no runner in this test'
 
 
 @pytest.mark.ros
@@ -241,6 +324,6 @@ def test_every_readme_command_has_a_runner(command: str) -> None:
 def test_readme_command_runs(command: str, tmp_path: Path) -> None:
     runner = _runner(command)
     if runner is None:
-        pytest.fail(f'README command {command!r}: no runner in this test')
+        pytest.fail(f'documented command {command!r}: no runner in this test')
     with ros_domain(tmp_path / 'log') as env:
         runner(_concrete(command, tmp_path), env, tmp_path)

@@ -26,7 +26,7 @@ from fibril_calibration.report.synthetic import synthetic_result  # noqa: E402
 
 
 def test_synthetic_report_names_everything_and_draws_real_figures(tmp_path: Path) -> None:
-    # six episodes: drawn by forked workers on a multi-core machine (ReportFolder.draw_many)
+    # six episodes: drawn on one reused figure (figures.EpisodePainter)
     document, series = synthetic_result(episodes=6, signals=3, samples=300, parameters=3,
                                         quaternion=True)
     index = write_report(document, tmp_path / "report", series)
@@ -173,3 +173,26 @@ def test_a_set_that_could_not_be_simulated_is_named(tmp_path: Path) -> None:
     write_report(document, tmp_path / "r", series)
     text = " ".join(" ".join(_parse(tmp_path / "r").text).split())
     assert "Not simulated on the validation episodes" in text and "nominal." in text
+
+
+def test_device_output_signals_are_in_their_physical_units(tmp_path: Path) -> None:
+    from fibril_calibration.report.physical_errors import device_unit
+
+    motor = "fibril_sim/motor_feedback_sample/v1"
+    assert device_unit(motor, ["current"]) == device_unit(motor, [2]) == "A"
+    assert device_unit(motor, ["force"]) is None  # N·m or N, scaled by the gear: not known
+    assert device_unit(motor, ["force", "current"]) is None  # mixed units: never pooled
+    assert device_unit("fibril_sim/imu_sample/v1", ["gx", "gz"]) == "rad/s"
+    # the drivetrain example's motor current, scored in A in the result, its summary and report
+    root = Path(__file__).resolve().parents[2]
+    request = root / "config" / "examples" / "drivetrain" / "calibration.yaml"
+    result = tmp_path / "evaluate.json"
+    assert calibrate_main([str(request), "--evaluate", "nominal", "--output", str(result),
+                           "--quiet"]) == 0
+    document = json.loads(result.read_text())
+    rows = {r["signal"]: r for r in document["error_summary"]["validation"]["signals"]}
+    assert rows["motor_current"]["unit"] == "A" and rows["wheel_velocity"]["unit"] == "rad/s"
+    assert {p["unit"] for p in document["error_summary"]["training"]["pooled"]} == {"A", "rad/s"}
+    write_report(document, tmp_path / "r", [])
+    cells = [r for r in _parse(tmp_path / "r").rows if r and r[0] == "motor_current.current"]
+    assert cells and all(r[1] == "A" for r in cells)

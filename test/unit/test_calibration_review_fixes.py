@@ -169,7 +169,8 @@ def test_a_failing_score_keeps_the_finished_fit(arm: dict[str, Any], monkeypatch
 # --------------------------------------------------------------------------- 5. quat_from
 
 def test_initial_quaternion_interpolates_on_the_short_arc() -> None:
-    from fibril_calibration.request.mapping import _Mapped, _state_values
+    from fibril_calibration.request.source_states import state_values
+    from fibril_calibration.request.streams import MappedStream
     from fibril_calibration.recordings.sources import Stream
 
     half = 0.1
@@ -178,9 +179,9 @@ def test_initial_quaternion_interpolates_on_the_short_arc() -> None:
     stream = Stream("test", np.array([0, 10], dtype=np.int64), np.array([q0, q1]),
                     ("w", "x", "y", "z"))
     where = s.Where("r.yaml", "initial_state", CalibrationRequestError)
-    mapped = _Mapped(stream, where, None)
-    out = _state_values([({"type": "mocap", "body": "b"}, [("quat", mapped)])], 5, 0, "w",
-                        where)
+    mapped = MappedStream(stream, where, None)
+    out = state_values([({"type": "mocap", "body": "b"}, [("quat", mapped)])], 5, 0, "w",
+                       where)
     q = np.array(out[0]["quat"])
     expected = np.array([np.cos(half / 2), np.sin(half / 2), 0.0, 0.0])
     assert min(np.abs(q - expected).max(), np.abs(q + expected).max()) < 1e-12
@@ -214,18 +215,18 @@ def test_metrics_folder_that_cannot_be_made_is_a_calibration_error(tmp_path: Pat
 
 
 def test_duplicate_or_colliding_evaluate_sets_are_refused(tmp_path: Path) -> None:
-    from fibril_calibration.cli import _metrics_folder
+    from fibril_calibration.cli import check_output_folders
 
     def args(*evaluate: str, metrics: Path | None = None) -> argparse.Namespace:
         return argparse.Namespace(evaluate=list(evaluate), metrics=metrics)
 
     with pytest.raises(CalibrationError, match="--evaluate 'nominal' is given twice"):
-        _metrics_folder(args("nominal", "nominal"))
+        check_output_folders(args("nominal", "nominal"))
     with pytest.raises(CalibrationError, match=r"--evaluate 'a/fit.json' and 'b/fit.json' "
                                                r"would both write to"):
-        _metrics_folder(args("a/fit.json", "b/fit.json", metrics=tmp_path / "m"))
-    _metrics_folder(args("a/fit.json", "b/fit.json"))  # no --metrics: no folders
-    _metrics_folder(args("nominal", "fit.json", metrics=tmp_path / "m"))
+        check_output_folders(args("a/fit.json", "b/fit.json", metrics=tmp_path / "m"))
+    check_output_folders(args("a/fit.json", "b/fit.json"))  # no --metrics: no folders
+    check_output_folders(args("nominal", "fit.json", metrics=tmp_path / "m"))
 
 
 # --------------------------------------------------------------------------- 7. dead code

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from _calibration_models import NumpyModel, Signal
 
-from fibril_calibration.solve import _least_squares
-from fibril_calibration.solve._least_squares import least_squares_with_callback
+from fibril_calibration.solve import least_squares_compat
+from fibril_calibration.solve.least_squares_compat import least_squares_with_callback
 from fibril_calibration.losses import LossSpec
 from fibril_calibration.solve.optimizer import Tolerances
 from fibril_calibration.parameters import CalibrationParameter
@@ -55,13 +55,13 @@ def _run(case: str) -> tuple[object, list[str]]:
     return calibrate(make_model(), [parameter], options), lines
 
 
-@pytest.mark.skipif(not _least_squares.HAS_CALLBACK,
+@pytest.mark.skipif(not least_squares_compat.HAS_CALLBACK,
                     reason="SciPy < 1.16 has no least_squares callback to compare the emulation with "
                            "(every calibration test here runs the emulation)")
 @pytest.mark.parametrize("case", list(CASES))
 def test_emulated_callback_reproduces_scipy_callback(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     real, real_lines = _run(case)
-    monkeypatch.setattr(_least_squares, "HAS_CALLBACK", False)
+    monkeypatch.setattr(least_squares_compat, "HAS_CALLBACK", False)
     emulated, emulated_lines = _run(case)
     assert emulated_lines == real_lines
     assert emulated.termination == real.termination  # type: ignore[attr-defined]

@@ -418,11 +418,11 @@ def test_metrics_json_against_a_hand_computation(arm: dict[str, Any], tmp_path: 
 def test_metrics_ee_fields() -> None:
     """EE position per axis and 3d (RMS / max of the error norm); orientation: the angle of
     the rotation-vector residual."""
-    from fibril_calibration.metrics_json import _ee
+    from fibril_calibration.metrics_json import ee_metrics
 
     position = np.array([[0.003, 0.0, 0.004], [0.0, -0.001, 0.0]])
     rotation = np.array([[0.0, 0.0, 0.02], [0.03, 0.04, 0.0]])
-    ee = _ee((position, None, None), (rotation, None, None))
+    ee = ee_metrics((position, None, None), (rotation, None, None))
     assert ee["pos"]["rmse_m"]["x"] == pytest.approx(np.sqrt(0.003 ** 2 / 2))
     assert ee["pos"]["rmse_m"]["3d"] == pytest.approx(np.sqrt((0.005 ** 2 + 0.001 ** 2) / 2))
     assert ee["pos"]["max_abs_m"] == pytest.approx({"x": 0.003, "y": 0.001, "z": 0.004,

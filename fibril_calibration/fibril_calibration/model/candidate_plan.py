@@ -39,6 +39,15 @@ class CandidatePlanBuilderProtocol(Protocol):
     def build(self, values: CalibrationParameterValues) -> SimulationPlan: ...
 
 
+@runtime_checkable
+class OverlayingBuilder(Protocol):
+    """A candidate builder that says which typed overlays its values make (the fitted
+    overlay artifact is written from them)."""
+
+    def overlay_parameters(self, values: CalibrationParameterValues
+                           ) -> Sequence[OverlayParameter]: ...
+
+
 class CandidatePlanBuilder:
     """The standard adapter: values → typed ``OverlayParameter``s → ``SimulationBuilder``.
 
@@ -115,6 +124,6 @@ class CandidatePlanBuilder:
         self.builder.release(plan)
 
     def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
-                         source: Mapping | None = None) -> dict:
+                         source: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The portable overlay artifact of ``values`` (loads as a manifest parameter_overlay)."""
         return overlay_document(self.overlay_parameters(values), id=id, source=source)

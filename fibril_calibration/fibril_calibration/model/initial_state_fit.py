@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import mujoco
 import numpy as np
 
 from fibril_sim_core import _schema as s
@@ -71,8 +72,6 @@ def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]]
           model: Any) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""
-    import mujoco
-
     parts = s.sequence(value, where)
     out: list[str] = []
     for i, item in enumerate(parts):
@@ -142,12 +141,15 @@ class InitialStateProjection:
 
     def apply(self, residuals: np.ndarray) -> np.ndarray:
         """The residuals at the best initial state (to first order)."""
-        return residuals - self.basis @ (self.basis.T @ residuals)
+        result: np.ndarray = residuals - self.basis @ (self.basis.T @ residuals)
+        return result
 
     def offsets(self, residuals: np.ndarray) -> np.ndarray:
         """``δ = -S⁺ r`` with the projection's truncated SVD (the minimum-norm correction)."""
         r = self.rank
-        return -(self.directions[:r].T @ ((self.basis.T @ residuals) / self.singular_values[:r]))
+        result: np.ndarray = -(self.directions[:r].T
+                               @ ((self.basis.T @ residuals) / self.singular_values[:r]))
+        return result
 
     @property
     def identified(self) -> np.ndarray:
@@ -155,7 +157,8 @@ class InitialStateProjection:
         null = self.directions[self.rank:]
         if not null.size:
             return np.ones(len(self.coordinates), dtype=bool)
-        return np.linalg.norm(null, axis=0) <= NULL_LOADING_TOLERANCE
+        result: np.ndarray = np.linalg.norm(null, axis=0) <= NULL_LOADING_TOLERANCE
+        return result
 
     @property
     def condition_number(self) -> float:

@@ -94,6 +94,14 @@ class ObservationSpec:
     components: tuple[str, ...]
 
     @property
+    def target(self) -> str:
+        """The named object of a NAMED_SOURCES selector: a joint, sensor, body, actuator
+        endpoint or device."""
+        if self.name is None:
+            raise ValueError(f"observation {self.id!r} ({self.source}) selects by indices")
+        return self.name
+
+    @property
     def event_driven(self) -> bool:
         return self.source in EVENT_SOURCES
 
@@ -198,6 +206,7 @@ def parse_observation(raw: Any, where: s.Where, plan: SimulationPlan,
     elif source == "sensor":
         sid = _lookup(model, _OBJ.mjOBJ_SENSOR, name, where.key("name"), "sensor")
         dim = int(model.sensor_dim[sid])
+        assert name is not None  # a NAMED_SOURCES selector
         components = (name,) if dim == 1 else tuple(f"{name}[{i}]" for i in range(dim))
         indices = None
     elif source in ("body_position", "body_quaternion"):
@@ -222,7 +231,7 @@ def parse_observation(raw: Any, where: s.Where, plan: SimulationPlan,
         components = tuple(APPLICATION_COMPONENTS[i] for i in indices)
     else:  # device_output
         devices = {d.id: d for d in plan.devices}
-        device = devices.get(name)
+        device = devices.get(name) if name is not None else None
         if device is None:
             known = ", ".join(devices) or "none in the plan"
             raise where.key("name").fail(f"no device {name!r} in the plan; devices: {known}")
@@ -308,7 +317,8 @@ class SnapshotReader:
     index: Any  # slice, int array or (row, slice)
 
     def read(self, data: mujoco.MjData) -> np.ndarray:
-        return getattr(data, self.array)[self.index]
+        result: np.ndarray = getattr(data, self.array)[self.index]
+        return result
 
 
 def snapshot_reader(observation: ObservationSpec, model: mujoco.MjModel) -> SnapshotReader:

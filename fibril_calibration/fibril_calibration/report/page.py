@@ -106,7 +106,7 @@ def _summary(document: Mapping[str, Any], result_path: str | None) -> str:
                                  .items()) or "n/a")]
     parts.append(table(["item", "value"], rows))
     parts.append("<h3>Data sources</h3>")
-    source_rows = []
+    source_rows: list[tuple[Any, ...]] = []
     for scope, episodes in (document.get("episodes") or {}).items():
         for episode in episodes:
             if not isinstance(episode, Mapping):  # an --evaluate document: ids only
@@ -244,10 +244,12 @@ def _episodes(series: Sequence[SignalSeries], names: Sequence[str],
     grouped: dict[tuple[str, str], list[SignalSeries]] = {}
     for item in series:
         grouped.setdefault((item.scope, item.episode), []).append(item)
-    filenames = folder.draw_many([(f"episode-{index:03d}-{_slug(episode)}",
-                                   figures.episode_figure, (episode, scope, items, names))
-                                  for index, ((scope, episode), items)
-                                  in enumerate(grouped.items())])
+    painter = figures.EpisodePainter(names)
+    filenames = []
+    for index, ((scope, episode), items) in enumerate(grouped.items()):
+        path = folder.reserve(f"episode-{index:03d}-{_slug(episode)}")
+        painter.write(path, episode, scope, items)
+        filenames.append(path.name)
     for filename, ((scope, episode), items) in zip(filenames, grouped.items()):
         mark = " (validation: not used by the fit)" if scope == "validation" else ""
         parts.append(f"<h3>{escape(episode)}{escape(mark)}</h3>"

@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import CalibrationError, EvaluationError
+
+if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request is loaded
+    from ..request.document import CalibrationRequest
 
 __all__ = ["SignalSeries", "load_request", "simulate_series", "stale_reason"]
 
@@ -40,10 +43,11 @@ class SignalSeries:
 
     def simulated(self, name: str) -> np.ndarray:
         """Simulated values of a set (not for orientations: their error is drawn instead)."""
-        return self.recorded + self.errors[name]
+        values: np.ndarray = self.recorded + self.errors[name]
+        return values
 
 
-def stale_reason(document: Mapping[str, Any], request: Any) -> str | None:
+def stale_reason(document: Mapping[str, Any], request: CalibrationRequest) -> str | None:
     """Why the files on disk are not what the result was computed from (None: they are)."""
     recorded = document.get("request") or {}
     if recorded.get("sha256") != request.sha256:
@@ -72,7 +76,7 @@ def stale_reason(document: Mapping[str, Any], request: Any) -> str | None:
     return None
 
 
-def load_request(document: Mapping[str, Any], where: str) -> Any:
+def load_request(document: Mapping[str, Any], where: str) -> CalibrationRequest:
     """The result's request, loaded from disk and checked against the result's hashes."""
     from fibril_sim_core.errors import FibrilError
 
@@ -93,7 +97,7 @@ def load_request(document: Mapping[str, Any], where: str) -> Any:
     return request
 
 
-def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
+def simulate_series(request: CalibrationRequest, sets: Mapping[str, Mapping[str, float]],
                     units: Mapping[str, str], *, fitted_compiled_sha256: str | None = None,
                     where: str = "report") -> list[SignalSeries]:
     """Replay each parameter set on every episode; ``fitted_compiled_sha256`` (the result's
@@ -120,7 +124,7 @@ def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
                 try:
                     if problem.fits_initial_states:
                         problem.refresh_initial_state_fit(vector)
-                    evaluation = problem.evaluate(vector, scope)  # type: ignore[arg-type]
+                    evaluation = problem.evaluate(vector, scope)
                 except EvaluationError:
                     # The result's scores say why (``{"error": ...}``); the figures lack the set.
                     continue
@@ -149,7 +153,7 @@ def simulate_series(request: Any, sets: Mapping[str, Mapping[str, float]],
     return out
 
 
-def _vector(request: Any, values: Mapping[str, float]) -> np.ndarray:
+def _vector(request: CalibrationRequest, values: Mapping[str, float]) -> np.ndarray:
     return np.array([float(values[pid]) for pid in request.parameter_ids], dtype=np.float64)
 
 

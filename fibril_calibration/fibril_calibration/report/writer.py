@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core.reporting import ReportFolder, require_matplotlib
 
 from .series import SignalSeries, load_request, simulate_series
+
+if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request is loaded
+    from ..request.document import CalibrationRequest
 
 __all__ = ["export_fitted_mjcf", "report_result", "write_report"]
 
@@ -33,8 +36,8 @@ def parameter_sets(document: Mapping[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def report_result(document: Mapping[str, Any], folder: Path, *, where: str,
-                  request: Any = None, result_path: str | None = None,
-                  progress: Any = None) -> Path:
+                  request: CalibrationRequest | None = None, result_path: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> Path:
     """Re-simulate the result's parameter sets on its own request (checked against the
     result's hashes unless ``request`` is the one just fitted) and write the report."""
     if request is None:
@@ -50,7 +53,7 @@ def report_result(document: Mapping[str, Any], folder: Path, *, where: str,
     return write_report(document, folder, series, result_path=result_path)
 
 
-def export_fitted_mjcf(document: Mapping[str, Any], request: Any, path: Path, *,
+def export_fitted_mjcf(document: Mapping[str, Any], request: CalibrationRequest, path: Path, *,
                        result_path: str | None) -> str:
     """``--export-mjcf``: the request's model with the result's fitted overlay, written from
     MjSpec; its compiled-model hash equals the fitted plan's (checked). Returns that hash."""

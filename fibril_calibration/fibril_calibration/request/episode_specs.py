@@ -14,6 +14,7 @@ import numpy as np
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.inputs_file import load_inputs
 from fibril_sim_core.records import IngressRecord
 
 from ..alignment import ALIGNMENTS
@@ -24,7 +25,7 @@ from ..recordings.traces import (Recording, RecordingError, Recordings, TraceErr
                                  TraceQueryError, without_scenario_inputs)
 from .canonical import canonical_json
 from .csv_samples import _csv_samples
-from .inline_samples import _inline_samples
+from .inline_samples import inline_samples
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -92,7 +93,7 @@ class EpisodeSpec:
 
 
 @dataclass(frozen=True)
-class _EpisodeTraces:
+class EpisodeTraces:
     """What ``samples_from`` of one episode resolves against: the episode's recording (if any)
     and its explicit ``recording_episode`` (None: each trace's first episode)."""
 
@@ -105,7 +106,7 @@ class _EpisodeTraces:
     episode_where: s.Where
 
 
-def _open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
+def open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
                     plan: SimulationPlan) -> Recording:
     """The trace named by ``value`` (relative to the request's folder), checked to share the
     plan's physics timestep (commit ticks and snapshot ticks count steps of it)."""
@@ -132,7 +133,7 @@ def _unreadable(path: Path, exc: Exception) -> str:
     return f"cannot read the trace {str(path)!r}: {text}"
 
 
-def _recording_episode(recording: Recording, explicit: int | None, where: s.Where,
+def recording_episode(recording: Recording, explicit: int | None, where: s.Where,
                        episode_where: s.Where) -> int:
     """``explicit`` if the trace has it, else the trace's first episode."""
     try:
@@ -150,7 +151,7 @@ def _recording_episode(recording: Recording, explicit: int | None, where: s.Wher
                              f"its episodes: {', '.join(map(str, episodes)) or 'none'}")
 
 
-def _recording_inputs(recording: Recording, number: int, where: s.Where,
+def recording_inputs(recording: Recording, number: int, where: s.Where,
                       plan: SimulationPlan) -> tuple[IngressRecord, ...]:
     """The accepted inputs of the trace's episode, validated like inline recorded inputs.
 
@@ -166,13 +167,11 @@ def _recording_inputs(recording: Recording, number: int, where: s.Where,
              for r in records]
     at = s.Where(where.file, f"{where.path} ({str(recording.path)!r}, episode {number}): "
                              f"accepted input", CalibrationRequestError)
-    return _recorded_inputs(items, at, plan, acceptance_per_tick=True)
+    return parse_recorded_inputs(items, at, plan, acceptance_per_tick=True)
 
 
-def _run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
+def run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
     """A ``fibril_sim run --inputs`` file as recorded-input mappings."""
-    from fibril_sim_core.inputs_file import load_inputs
-
     try:
         records = load_inputs(path, plan.timebase, plan.endpoints)
     except FibrilError as exc:
@@ -197,7 +196,7 @@ def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[s
     return raw_signals
 
 
-def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
+def parse_recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
                      acceptance_per_tick: bool = False) -> tuple[IngressRecord, ...]:
     """Validate recorded inputs. An acceptance_sequence is unique in the whole list, or, with
     ``acceptance_per_tick`` (a trace: the ingress restarts numbering for the scenario inputs
@@ -245,15 +244,15 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
             if not isinstance(payload, Mapping):
                 raise at.key("payload_json").fail(f"the payload must be a JSON object, got "
                                                   f"{type(payload).__name__}")
-            key = "payload_json" if "payload_json" in body else "payload"
+            given = "payload_json" if "payload_json" in body else "payload"
             try:
                 endpoint.create().parse(payload)
             except ValueError as exc:
-                raise at.key(key).fail(str(exc)) from None
+                raise at.key(given).fail(str(exc)) from None
             for name, number in payload.items():
                 if (isinstance(number, (int, float)) and not isinstance(number, bool)
                         and abs(number) > MAX_VALUE):
-                    raise at.key(key).fail(f"{name} {number!r} cannot be a recorded command "
+                    raise at.key(given).fail(f"{name} {number!r} cannot be a recorded command "
                                            f"(beyond {MAX_VALUE:g})")
         record = IngressRecord(0, source, sequence, payload_type, text, accepted, commit_tick,
                                acceptance, "", 0)
@@ -271,8 +270,8 @@ def _recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
     return tuple(r[2] for r in records)
 
 
-def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
-            horizon: int | None, base: Path, traces: _EpisodeTraces | None, *,
+def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
+            horizon: int | None, base: Path, traces: EpisodeTraces | None, *,
             loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
     """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
     body = s.mapping(value, where)
@@ -324,10 +323,11 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
     if loaded is not None:
         times, values = loaded
     elif "samples_from" in body:
+        # traces is None only for a recording source's signals (loaded), refused above
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
                                                  observation, traces)  # type: ignore[arg-type]
     elif "samples" in body:
-        times, values = _inline_samples(body["samples"], where.key("samples"), observation)
+        times, values = inline_samples(body["samples"], where.key("samples"), observation)
     else:
         fw = where.key("samples_file")
         samples_file = s.string(body["samples_file"], fw)
@@ -357,7 +357,7 @@ def _signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: 
 
 
 def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
-                   traces: _EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
+                   traces: EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
     """``samples_from: {selector, recording?, columns?}``: the selector's rows of the episode.
 
     Times are the rows' EpisodeTime (a ``device:`` row's acquisition time when the observation
@@ -367,16 +367,16 @@ def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
     selector = s.string(body["selector"], where.key("selector"))
     if "recording" in body:
         rw = where.key("recording")
-        recording = _open_recording(body["recording"], rw, traces.recordings, traces.base,
+        recording = open_recording(body["recording"], rw, traces.recordings, traces.base,
                                     traces.plan)
     elif traces.recording is not None:
-        rw = traces.recording_where  # type: ignore[assignment]
+        rw = traces.recording_where  # type: ignore[assignment]  # set with recording
         recording = traces.recording
     else:
         raise where.key("recording").fail(
             "missing: the episode has no 'recording', so samples_from names the trace to read "
             "its selector from")
-    number = _recording_episode(recording, traces.episode, rw, traces.episode_where)
+    number = recording_episode(recording, traces.episode, rw, traces.episode_where)
     columns = None
     if "columns" in body:
         columns = s.sequence(body["columns"], where.key("columns"))
@@ -403,7 +403,7 @@ def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
     return selector, series.times_ns.copy(), series.values.copy()
 
 
-def _episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
+def episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
                   initial_state: Sequence[Mapping[str, Any]],
                   inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec],
                   initial_state_fit: Sequence[str] = ()) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import mujoco
+
 __all__ = ["CODE", "gravcomp_warnings"]
 
 CODE = "gravity_compensated_torque_inputs"
@@ -74,8 +76,6 @@ def _compensated_subtree(model: Any, root: int) -> list[str]:
 
 
 def _name(model: Any, kind: str, index: int) -> str:
-    import mujoco
-
     kinds = {"body": mujoco.mjtObj.mjOBJ_BODY, "joint": mujoco.mjtObj.mjOBJ_JOINT}
     return mujoco.mj_id2name(model, kinds[kind], index) or f"{kind} {index}"
 

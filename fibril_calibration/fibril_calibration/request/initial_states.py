@@ -7,7 +7,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import mujoco
+
 from fibril_sim_core import _schema as s
+
+from ..model import initial_state_fit as fit
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -20,16 +24,13 @@ def initial_state_fit(body: Mapping[str, Any], where: s.Where,
     initial_state."""
     if "initial_state_fit" not in body:
         return ()
-    from ..model import initial_state_fit as fit
 
     return fit.parse(body["initial_state_fit"], where.key("initial_state_fit"), initial_state,
                      plan.model)
 
 
-def _initial_state(value: Any, where: s.Where,
+def parse_initial_state(value: Any, where: s.Where,
                    plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
-    import mujoco
-
     model = plan.model
     out: list[dict[str, Any]] = []
     for i, item in enumerate(s.sequence(value, where)):

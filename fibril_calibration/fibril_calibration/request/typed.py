@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fibril_sim_core import _schema as s
 
@@ -71,6 +71,7 @@ class _Part:
     read from a document."""
 
     def __post_init__(self) -> None:
+        # a mixin of frozen dataclasses: mypy cannot see that self is one
         for f in fields(self):  # type: ignore[arg-type]
             object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
 
@@ -414,7 +415,8 @@ class CalibrationRequest(_Part):
             **{k: _frozen(doc[k]) for k in ("sources", "optimizer", "objective", "execution",
                                             "analysis", "fit", "context") if k in doc},
             base=folder,
-            schema_version=(version.get("major"), version.get("minor")))
+            # as the document gives it: checked when the request is resolved
+            schema_version=cast("tuple[int, int]", (version.get("major"), version.get("minor"))))
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> CalibrationRequest:

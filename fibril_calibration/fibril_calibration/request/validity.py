@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import mujoco
 import numpy as np
 
 from fibril_sim_core import _schema as s
@@ -80,8 +81,6 @@ def parse_validity(body: Mapping[str, Any], where: s.Where) -> Validity:
 def joint_plausible(model: Any, joint: str, part: str) -> Plausible:
     """The bounds of a joint's ``position`` (its range plus a margin, when limited) or of any
     other joint / actuator value (``PLAUSIBLE_LIMIT``)."""
-    import mujoco
-
     limit = Plausible(-PLAUSIBLE_LIMIT, PLAUSIBLE_LIMIT,
                       f"joint {joint!r} {part} (|value| up to {PLAUSIBLE_LIMIT:g})")
     if part != "position":

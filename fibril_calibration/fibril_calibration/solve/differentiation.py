@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EvaluationError
-from ..evaluation import Evaluation, ResidualModel, Scope
+from ..evaluation import BatchEvaluation, Evaluation, ResidualModel, Scope
 from ..parameters import CoordinateMap
 
 DEFAULT_RELATIVE_STEP = float(np.finfo(float).eps ** (1.0 / 3.0))
@@ -77,9 +77,9 @@ class Evaluator:
         # ``execution.cache_entries``; even at 0 the latest centre is kept, because
         # least_squares asks for the residuals and then the Jacobian at the same point.
         self._cache_entries = max(1, cache_entries)
-        self._layout: dict[str, tuple[int, tuple]] = {}
+        self._layout: dict[str, tuple[int, tuple[Any, ...]]] = {}
         self._blocks_seen: dict[str, Any] = {}
-        self._many = getattr(model, "evaluate_many", None)
+        self._many = model.evaluate_many if isinstance(model, BatchEvaluation) else None
 
     @property
     def total(self) -> int:
@@ -105,8 +105,7 @@ class Evaluator:
             self._blocks_seen[scope] = evaluation.blocks  # the same object: the same layout
         if not (np.all(np.isfinite(residuals)) and np.all(np.isfinite(unweighted))):
             raise fail("non-finite residual")
-        return Evaluation(residuals, unweighted, tuple(evaluation.blocks),
-                          getattr(evaluation, "weighted", False))
+        return Evaluation(residuals, unweighted, tuple(evaluation.blocks), evaluation.weighted)
 
     def _call(self, physical: np.ndarray, scope: Scope) -> Evaluation:
         self.counts[scope] += 1
@@ -187,7 +186,8 @@ class Linearization:
     def dimensionless_unweighted(self, cmap: CoordinateMap) -> np.ndarray:
         """The unweighted Jacobian w.r.t. ``theta = delta_p / physical_scale`` (chain rule)."""
         factor = cmap.coordinate_per_dimensionless(self.coordinate)[list(self.columns)]
-        return self.unweighted_jacobian * factor
+        result: np.ndarray = self.unweighted_jacobian * factor
+        return result
 
 
 _SCHEMES: dict[str, tuple[tuple[float, ...], float, tuple[float, ...]]] = {

@@ -21,6 +21,7 @@ physics timestep, never on the candidate parameters, so it is computed once per 
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from ..alignment import align, quat_error
 from ..errors import EvaluationError
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
 from ..model.observations import ObservationSpec, snapshot_reader
+from ..recordings.time_offsets import OffsetPlan, offset_ticks, shifted_linear
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -79,7 +81,7 @@ class EpisodeSchedule:
     def devices(self) -> frozenset[str]:
         """The devices an observation reads: only they run (the others' outputs would go
         nowhere)."""
-        return frozenset(s.observation.name for s in self.signals
+        return frozenset(s.observation.target for s in self.signals
                          if s.observation.source == "device_output")
 
     @cached_property
@@ -102,7 +104,6 @@ def schedule_episode(episode: EpisodeSpec, observations: dict[str, ObservationSp
             signals.append(SignalSchedule(signal, observation, None))
             continue
         if signal.time_offset_bounds_ns is not None:  # every tick a shifted sample may need
-            from ..recordings.time_offsets import offset_ticks
 
             ticks = offset_ticks(signal.times_ns, *signal.time_offset_bounds_ns,
                                  observation.sample_every_steps, timestep_ns)
@@ -146,19 +147,17 @@ class Track:
     offset_ns: float | None = None  # a calibrated time offset of the signal (``time_offsets``)
 
 
-def _window(episode: Any) -> str:
+def _window(episode: EpisodeSpec) -> str:
     """`` (window 0.6 s..0.8 s of 'log.csv')`` for an episode cut from a recording."""
-    source = getattr(episode, "source", None) or {}
+    source = episode.source or {}
     span = source.get("window_s")
     if not span:
         return ""
     return f" (window {span[0]:g} s..{span[1]:g} s of {source.get('path')!r})"
 
 
-def _largest_values(episode: Any) -> str:
+def _largest_values(episode: EpisodeSpec) -> str:
     """The largest recorded input and initial-state value, to look at first."""
-    import json
-
     parts = []
     best: tuple[float, str] | None = None
     for record in episode.recorded_inputs:
@@ -231,14 +230,14 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             buffers.append(None)
             readers.append(None)
             if observation.source == "device_output":
-                devices.setdefault(observation.name, [])
+                devices.setdefault(observation.target, [])
                 if observation.timestamp == "acquisition":
-                    latency = plan.device(observation.name).latency_ticks
+                    latency = plan.device(observation.target).latency_ticks
                     extra = max(extra, latency, 1)
                 else:
                     extra = max(extra, 1)  # a latency-0 sample stamped at t is emitted at t+1
             else:
-                applications.setdefault(observation.name, [])
+                applications.setdefault(observation.target, [])
             continue
         reader = snapshot_reader(observation, model)
         readers.append(reader.read)
@@ -249,11 +248,15 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             buffers.append(np.empty((item.ticks.shape[0], observation.dimension)))
 
     if devices or applications:
-        def observe(record: Any, devices: dict = devices,
-                    applications: dict = applications) -> None:
+        # ``record: Any``: dispatched on its exact type below, once per emitted record (a
+        # cast or an isinstance per branch would cost on this path)
+        def observe(record: Any,
+                    devices: dict[str, list[DeviceOutput]] = devices,
+                    applications: dict[str, list[ActuatorApplication]] = applications
+                    ) -> None:
             kind = type(record)
             if kind is DeviceOutput:
-                found = devices.get(record.device_id)
+                found: list[Any] | None = devices.get(record.device_id)
             elif kind is ActuatorApplication:
                 found = applications.get(record.endpoint)
             else:
@@ -270,13 +273,14 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         ticks = schedule.prepared.get(key)
         if ticks is None:  # the same for every candidate: sorted unique union, computed once
             ticks = np.unique(np.concatenate(
-                [schedule.signals[i].ticks for i in captured]))  # type: ignore[misc]
+                [schedule.signals[i].ticks for i in captured]))
             schedule.prepared[key] = ticks
         capture = instance.capture(ticks, tuple(sorted({r.array for r in captured.values()})))
     try:
         for boundary, reads in zip(schedule.boundaries, schedule.reads):  # body poses
             instance.advance(boundary - instance.tick)
             for index, row in reads:
+                # a pose signal's buffer and reader exist (None: captured or event-driven)
                 buffers[index][row] = readers[index](data)  # type: ignore[index]
         end = max(schedule.end_tick, schedule.horizon + extra if (devices or applications)
                   else schedule.end_tick)
@@ -302,13 +306,15 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     for index, item in enumerate(schedule.signals):
         observation = item.observation
         if item.ticks is not None:
+            # filled after the rollout for every snapshot signal (ticks is not None)
             tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]
         elif observation.source == "device_output":
-            tracks.append(_device_track(devices[observation.name], observation, decoders, limit,
-                                        label))
+            tracks.append(_device_track(devices[observation.target], observation, decoders,
+                                        limit, label))
         else:
-            tracks.append(_application_track(applications[observation.name], observation, limit))
-    offsets = getattr(plan, "time_offsets", None)
+            tracks.append(_application_track(applications[observation.target], observation,
+                                             limit))
+    offsets = plan.time_offsets if isinstance(plan, OffsetPlan) else None
     if offsets:
         for item, track in zip(schedule.signals, tracks):
             track.offset_ns = offsets.get(item.signal.time_offset_key or item.signal.observation)
@@ -322,9 +328,11 @@ def _capture_rows(schedule: EpisodeSchedule, index: int, captured: np.ndarray
     key = ("rows", index)
     if key not in schedule.prepared:
         ticks = schedule.signals[index].ticks
+        assert ticks is not None  # a captured (snapshot) signal
         schedule.prepared[key] = (None if np.array_equal(ticks, captured)
                                   else np.searchsorted(captured, ticks))
-    return schedule.prepared[key]
+    rows: np.ndarray | None = schedule.prepared[key]
+    return rows
 
 
 _SIGNATURES = 4  # parsed recordings kept per episode (one per endpoint signature)
@@ -402,8 +410,6 @@ def episode_residuals(schedule: EpisodeSchedule, tracks: list[Track]
         if item.identity:
             aligned = track.values
         elif signal.time_offset_bounds_ns is not None:
-            from ..recordings.time_offsets import shifted_linear
-
             aligned = shifted_linear(signal.times_ns, track.offset_ns or 0.0, track.times_ns,
                                      track.values, quaternion=observation.quaternion,
                                      label=f"{label} signal {signal.observation!r}")

@@ -37,10 +37,9 @@ class Objective:
         self.loss = loss
         params = self.cmap.parameters
         self.prior_index = np.array([i for i, p in enumerate(params) if p.prior is not None], dtype=int)
-        self.prior_mean = np.array([params[i].prior.mean for i in self.prior_index], dtype=float)  # type: ignore[union-attr]
-        self.prior_sd = np.array(
-            [params[i].prior.standard_deviation for i in self.prior_index], dtype=float  # type: ignore[union-attr]
-        )
+        priors = [p.prior for p in params if p.prior is not None]  # in prior_index order
+        self.prior_mean = np.array([prior.mean for prior in priors], dtype=float)
+        self.prior_sd = np.array([prior.standard_deviation for prior in priors], dtype=float)
         self.n_data: int | None = None
 
     @property
@@ -56,7 +55,8 @@ class Objective:
         if not self.has_prior:
             return np.zeros(0)
         physical = self.cmap.to_physical(u)
-        return (physical[self.prior_index] - self.prior_mean) / self.prior_sd
+        result: np.ndarray = (physical[self.prior_index] - self.prior_mean) / self.prior_sd
+        return result
 
     def residuals(self, u: np.ndarray) -> np.ndarray:
         return np.concatenate([self.data(u).residuals, self.prior_residuals(u)])

@@ -2,7 +2,7 @@
 
 Iterations: ``max_iterations`` counts trf's outer iterations (one Jacobian, one or more trial
 steps each), like Ceres' ``max_num_iterations``. A ``least_squares`` callback stops the run
-after exactly that many (on SciPy < 1.16, which has no callback, ``_least_squares`` makes the
+after exactly that many (on SciPy < 1.16, which has no callback, ``least_squares_compat`` makes the
 same calls); ``max_nfev = 1 + 10 * max_iterations`` is only a safety net against
 runs whose trial steps keep failing (non-finite rollouts), which is then reported as
 ``no_convergence``. When the iteration limit is hit on an iteration that itself satisfied
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import EvaluationError
-from ._least_squares import least_squares_with_callback
+from .least_squares_compat import least_squares_with_callback
 from .objective import Objective
 
 CONVERGED = "converged"
@@ -107,10 +108,10 @@ def minimize(
 
     history: list[tuple[np.ndarray, float]] = [(x0.copy(), 0.5 * initial_objective)]
 
-    def callback(intermediate_result: object) -> None:
-        x = np.array(intermediate_result.x, dtype=float)  # type: ignore[attr-defined]
-        cost = float(intermediate_result.cost)  # type: ignore[attr-defined]
-        nit = int(intermediate_result.nit)  # type: ignore[attr-defined]
+    def callback(intermediate_result: Any) -> None:  # scipy's OptimizeResult (untyped)
+        x = np.array(intermediate_result.x, dtype=np.float64)
+        cost = float(intermediate_result.cost)
+        nit = int(intermediate_result.nit)
         history.append((x, cost))
         if progress is not None:
             progress(
@@ -159,10 +160,11 @@ def minimize(
 
 
 def _last_iteration_converged(
-    result: object, history: list[tuple[np.ndarray, float]], tol: Tolerances
+    result: Any, history: list[tuple[np.ndarray, float]], tol: Tolerances
 ) -> bool:
-    """trf's own termination tests, replayed on the iteration the callback stopped."""
-    if float(result.optimality) < tol.gtol:  # type: ignore[attr-defined]
+    """trf's own termination tests, replayed on the iteration the callback stopped
+    (``result``: scipy's OptimizeResult, untyped)."""
+    if float(result.optimality) < tol.gtol:
         return True
     if len(history) < 2:
         return False

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -35,22 +35,46 @@ from ..errors import EvaluationError
 from ..evaluation import Evaluation, ResidualBlock, Scope
 from ..model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
-from ..model.initial_state_fit import (InitialStateProjection, coordinates, describe, perturbed,
-                                       step)
+from ..model.initial_state_fit import InitialStateProjection, describe
+from ..recordings.time_offsets import candidate_builder as offset_aware
 from ..request.document import CalibrationRequest
 from .episodes import EpisodeSchedule, episode_residuals, run_episode, schedule_episode
+from .initial_state_sensitivity import InitialStateSensitivities, Projections
 
 Progress = Callable[[str], None]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class RolloutCounts(Protocol):
+    """What a remote batch of rollouts reports (``dask_rollouts.RolloutStatistics``)."""
+
+    @property
+    def rollouts(self) -> int: ...
+    @property
+    def plan_builds(self) -> int: ...
+    @property
+    def build_seconds(self) -> float: ...
+    @property
+    def rollout_seconds(self) -> float: ...
 
 
 class RemoteRollouts(Protocol):
     """Runs the rollouts of candidates elsewhere (``solve.dask_rollouts.DaskRollouts``)."""
 
     def rollouts(self, vectors: Sequence[np.ndarray], parameter_ids: Sequence[str],
-                 scope: str, episodes: int) -> tuple[list[np.ndarray], Any]:
+                 scope: str, episodes: int) -> tuple[list[np.ndarray], RolloutCounts]:
         """Unweighted residuals per candidate × episode (candidate-major) and statistics
         (``rollouts``, ``plan_builds``, ``build_seconds``, ``rollout_seconds``)."""
         ...
+
+
+@runtime_checkable
+class ReleasingBuilder(Protocol):
+    """A candidate builder that takes finished plans back (``CandidatePlanBuilder``: their
+    models may be reused for later candidates)."""
+
+    def release(self, plan: SimulationPlan) -> None: ...
 
 
 class _TurnReleased:
@@ -99,12 +123,12 @@ class CalibrationProblem:
         self.parameter_ids: tuple[str, ...] = request.parameter_ids
         self.has_validation: bool = bool(request.validation)
         if candidate_builder is None:  # time-offset parameters are not overlays
-            from ..recordings.time_offsets import candidate_builder as offset_aware
-
             candidate_builder = offset_aware(
                 CandidatePlanBuilder.holding(request.fixed_overlays), request.manifest,
                 request.parameters)
-        self.candidate_builder = candidate_builder
+        self.candidate_builder: CandidatePlanBuilderProtocol = candidate_builder
+        self._releases = (candidate_builder.release
+                          if isinstance(candidate_builder, ReleasingBuilder) else None)
         self.decoders = decoders or CalibrationDeviceOutputDecoderRegistry.standard()
         self.progress = progress
         self.statistics = ProblemStatistics()
@@ -117,9 +141,8 @@ class CalibrationProblem:
         self._timestep = timestep
         self._blocks: dict[str, tuple[ResidualBlock, ...]] = {}
         self._capacity = request.execution.cache_entries
-        self._cache: dict[str, OrderedDict[bytes, Evaluation]] = {
-            "training": OrderedDict(), "validation": OrderedDict()}
         self._lock = threading.Lock()
+        self._cache = _EvaluationCache(self._lock, self.statistics)
         self._workers = request.execution.max_parallelism
         # Python work of the workers takes turns (one holds the turn, except while MuJoCo
         # steps a rollout without the GIL): without it, a worker that drops the GIL inside a
@@ -128,11 +151,11 @@ class CalibrationProblem:
         self._rollout_turn = _TurnReleased(self._turn)
         self._pool: ThreadPoolExecutor | None = None
         self._remote: RemoteRollouts | None = None
-        self._last_report = 0.0
+        self._last_report = [0.0]  # when progress was last reported (``_report``)
         # initial_state_fit: per scope, one projection (or None) per schedule, and where the
         # sensitivities were computed (``refresh_initial_state_fit``).
-        self._projections: dict[str, tuple[InitialStateProjection | None, ...]] = {}
-        self.initial_state_fit_points: list[dict[str, Any]] = []
+        self._sensitivities = InitialStateSensitivities(self._schedules)
+        self.initial_state_fit_points: list[dict[str, Any]] = self._sensitivities.points
 
     # ----------------------------------------------------------------- ResidualModel
     def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation:
@@ -142,13 +165,13 @@ class CalibrationProblem:
     def evaluate_many(self, physicals: Sequence[np.ndarray],
                       scope: Scope = "training") -> list[Evaluation]:
         """Evaluate several parameter vectors; their rollouts share the worker pool."""
-        self._check_scope(scope)
-        vectors = [self._vector(p) for p in physicals]
+        _check_scope(scope, self.has_validation)
+        vectors = [_vector(p, self.parameter_ids) for p in physicals]
         results: list[Evaluation | None] = [None] * len(vectors)
         pending: dict[bytes, list[int]] = {}
         for i, vector in enumerate(vectors):
             key = vector.tobytes()
-            hit = self._cached(scope, key)
+            hit = self._cache.get(scope, key) if self._capacity else None
             if hit is not None:
                 results[i] = hit
             else:
@@ -157,19 +180,21 @@ class CalibrationProblem:
             todo = [vectors[indices[0]] for indices in pending.values()]
             computed = self._compute(todo, scope)
             for (key, indices), evaluation in zip(pending.items(), computed):
-                self._store(scope, key, evaluation)
+                if self._capacity:
+                    self._cache.put(scope, key, evaluation, self._capacity)
                 for i in indices:
                     results[i] = evaluation
-        self._report(scope)
-        return results  # type: ignore[return-value]
+        _report(self.progress, self.statistics, scope, self._last_report)
+        return [r for r in results if r is not None]  # every slot is filled above
 
     # ----------------------------------------------------------------- plans
     def values(self, physical: np.ndarray) -> dict[str, float]:
-        return {pid: float(v) for pid, v in zip(self.parameter_ids, self._vector(physical))}
+        vector = _vector(physical, self.parameter_ids)
+        return {pid: float(v) for pid, v in zip(self.parameter_ids, vector)}
 
     def candidate_plan(self, physical: np.ndarray) -> SimulationPlan:
         """The candidate SimulationPlan at ``physical`` (one build)."""
-        vector = self._vector(physical)
+        vector = _vector(physical, self.parameter_ids)
         values = self.values(vector)
         started = time.perf_counter()
         try:
@@ -190,43 +215,40 @@ class CalibrationProblem:
     # ----------------------------------------------------------------- initial_state_fit
     @property
     def fits_initial_states(self) -> bool:
-        return any(s.episode.initial_state_fit for scope in ("training", "validation")
-                   for s in self._schedules[scope])
+        return self._sensitivities.any
 
     def refresh_initial_state_fit(self, physical: np.ndarray) -> None:
         """(Re)compute the initial-state sensitivities of every episode with an
         ``initial_state_fit`` at ``physical``; forgets the memoised evaluations."""
-        vector = self._vector(physical)
+        vector = _vector(physical, self.parameter_ids)
         plan = self.candidate_plan(vector)
         try:
-            for scope in ("training", "validation"):
-                self._projections[scope] = self._sensitivities(plan, self._schedules[scope])
+            self._sensitivities.refresh(plan, self._rollout, self._map, self._count_failure)
         finally:
             self._release(plan)
-        with self._lock:
-            for cache in self._cache.values():
-                cache.clear()
+        self._cache.clear()
         self.initial_state_fit_points.append(self.values(vector))
 
     def nuisance_degrees_of_freedom(self, scope: str) -> dict[str, int]:
         """Episode id → the rank of its initial-state sensitivity (the degrees of freedom the
         projection removed) under the sensitivities in effect; empty without any."""
-        projections = self._projections.get(scope) or ()
+        projections = self._sensitivities.projections.get(scope) or ()
         return {s.episode.id: p.rank for s, p in zip(self._schedules[scope], projections)
                 if p is not None}
 
     def initial_state_estimates(self, physical: np.ndarray) -> dict[str, Any]:
         """The nuisance initial states at ``physical``: per episode with an
         ``initial_state_fit``, each coordinate's logged value, offset and estimate."""
-        vector = self._vector(physical)
+        vector = _vector(physical, self.parameter_ids)
         out: dict[str, Any] = {}
         plan = self.candidate_plan(vector)
         try:
             for scope in ("training", "validation"):
-                projections = self._projection_set(scope, plan)
+                projections = self._sensitivities.of_scope(scope, plan, self._rollout,
+                                                           self._map, self._count_failure)
                 for schedule, projection in zip(self._schedules[scope], projections):
                     if projection is not None:
-                        raw = self._rollout((plan, schedule))
+                        raw = self._rollout(plan, schedule)
                         out[schedule.episode.id] = {"scope": scope,
                                                     **describe(schedule.episode, projection,
                                                                raw)}
@@ -234,57 +256,9 @@ class CalibrationProblem:
             self._release(plan)
         return out
 
-    def _projection_set(self, scope: str, plan: SimulationPlan
-                        ) -> tuple[InitialStateProjection | None, ...]:
-        projections = self._projections.get(scope)
-        if projections is None:
-            projections = self._projections[scope] = self._sensitivities(
-                plan, self._schedules[scope])
-            self.initial_state_fit_points.append({"scope": scope, "at": "first evaluation"})
-        return projections
-
-    def _sensitivities(self, plan: SimulationPlan, schedules: Sequence[EpisodeSchedule]
-                       ) -> tuple[InitialStateProjection | None, ...]:
-        """Forward differences of each fitted episode's residuals in its initial state."""
-        tasks: list[tuple[SimulationPlan, EpisodeSchedule, str | None]] = []
-        layout: list[tuple[int, tuple, int, list[float]]] = []
-        for index, schedule in enumerate(schedules):
-            parts = schedule.episode.initial_state_fit
-            if not parts:
-                continue
-            coords = coordinates(schedule.episode.initial_state, parts)
-            steps = [step(c.part, schedule.episode.initial_state[c.entry][c.part][0])
-                     for c in coords]
-            layout.append((index, coords, len(tasks), steps))
-            tasks.append((plan, schedule, None))
-            for c, h in zip(coords, steps):
-                moved = perturbed(schedule.episode, c, h)
-                tasks.append((plan, replace(schedule, episode=moved), f"{c.label} + {h:g}"))
-        if not tasks:
-            return tuple(None for _ in schedules)
-        outcomes = self._map(self._sensitivity_rollout, tasks)
-        projections: list[InitialStateProjection | None] = [None] * len(schedules)
-        for index, coords, first, steps in layout:
-            base = outcomes[first]
-            columns = [(outcomes[first + 1 + k] - base) / h for k, h in enumerate(steps)]
-            projections[index] = InitialStateProjection.from_sensitivity(
-                coords, np.column_stack(columns), steps)
-        return tuple(projections)
-
-    def _sensitivity_rollout(self, task: tuple[SimulationPlan, EpisodeSchedule, str | None]
-                             ) -> np.ndarray:
-        """One rollout of the sensitivities; a failure counts in statistics.failures and
-        says it came from the initial-state sensitivities (a perturbed initial state)."""
-        plan, schedule, moved = task
-        try:
-            return self._rollout((plan, schedule))
-        except EvaluationError as exc:
-            with self._lock:
-                self.statistics.failures += 1
-            where = (f"the rollout from the perturbed initial state {moved}" if moved else
-                     "the rollout from the logged initial state")
-            raise EvaluationError(f"initial_state_fit sensitivity of episode "
-                                  f"{schedule.episode.id!r}: {where} failed: {exc}") from None
+    def _count_failure(self) -> None:
+        with self._lock:
+            self.statistics.failures += 1
 
     def schedules(self, scope: Scope) -> tuple[EpisodeSchedule, ...]:
         return self._schedules[scope]
@@ -314,49 +288,14 @@ class CalibrationProblem:
         self.close()
 
     # ----------------------------------------------------------------- internals
-    def _check_scope(self, scope: str) -> None:
-        if scope not in ("training", "validation"):
-            raise ValueError(f"unknown scope {scope!r}; expected training or validation")
-        if scope == "validation" and not self.has_validation:
-            raise EvaluationError("the request has no validation episodes")
-
-    def _vector(self, physical: Any) -> np.ndarray:
-        vector = np.array(physical, dtype=np.float64).ravel()
-        if vector.shape[0] != len(self.parameter_ids):
-            raise ValueError(f"expected {len(self.parameter_ids)} parameter value(s) "
-                             f"({', '.join(self.parameter_ids)}), got {vector.shape[0]}")
-        if not np.all(np.isfinite(vector)):
-            raise EvaluationError(f"non-finite parameter values {vector.tolist()}")
-        return vector
-
-    def _cached(self, scope: str, key: bytes) -> Evaluation | None:
-        if not self._capacity:
-            return None
-        with self._lock:
-            cache = self._cache[scope]
-            hit = cache.get(key)
-            if hit is not None:
-                cache.move_to_end(key)
-                self.statistics.cache_hits[scope] += 1
-            return hit
-
-    def _store(self, scope: str, key: bytes, evaluation: Evaluation) -> None:
-        if not self._capacity:
-            return
-        with self._lock:
-            cache = self._cache[scope]
-            cache[key] = evaluation
-            cache.move_to_end(key)
-            while len(cache) > self._capacity:
-                cache.popitem(last=False)
-
-    def _compute(self, vectors: list[np.ndarray], scope: str) -> list[Evaluation]:
+    def _compute(self, vectors: list[np.ndarray], scope: Scope) -> list[Evaluation]:
         schedules = self._schedules[scope]
         with self._lock:
             self.statistics.evaluations[scope] += len(vectors)
         try:
             if self._remote is not None:
-                outcomes = self._remote_rollouts(vectors, scope)
+                outcomes = _remote_rollouts(self._remote, vectors, self.parameter_ids, scope,
+                                            len(schedules), self.statistics, self._lock)
             elif len(vectors) > 1:
                 # One task per candidate (its build, then its episodes): while one worker holds
                 # the GIL for Python work, another is inside a GIL-free MuJoCo rollout.
@@ -365,61 +304,46 @@ class CalibrationProblem:
             else:
                 plan = self.candidate_plan(vectors[0])
                 try:
-                    outcomes = self._map(self._rollout, [(plan, s) for s in schedules])
+                    outcomes = self._map(lambda s: self._rollout(plan, s), schedules)
                 finally:
                     self._release(plan)
                     del plan
         except EvaluationError:
-            with self._lock:
-                self.statistics.failures += 1
+            self._count_failure()
             raise
-        if scope not in self._projections and any(s.episode.initial_state_fit
-                                                  for s in schedules):
+        if scope not in self._sensitivities.projections and any(s.episode.initial_state_fit
+                                                                for s in schedules):
             plan = self.candidate_plan(vectors[0])
             try:
-                self._projection_set(scope, plan)
+                self._sensitivities.of_scope(scope, plan, self._rollout, self._map,
+                                             self._count_failure)
             finally:
                 self._release(plan)
-        projections = self._projections.get(scope)
-        if projections is not None:
-            per = len(schedules)
-            outcomes = [o if projections[k % per] is None else projections[k % per].apply(o)
-                        for k, o in enumerate(outcomes)]
-        evaluations = []
+        projections = self._sensitivities.projections.get(scope)
         per = len(schedules)
-        for i, vector in enumerate(vectors):
-            evaluations.append(self._assemble(scope, schedules,
-                                              outcomes[i * per:(i + 1) * per]))
-        return evaluations
+        if projections is not None:
+            outcomes = [_projected(projections[k % per], o) for k, o in enumerate(outcomes)]
+        blocks = self._blocks.get(scope)
+        if blocks is None:  # the layout is fixed by the reference samples: one tuple per scope
+            blocks = self._blocks[scope] = self.layout(scope)
+        return [_assemble(blocks, schedules, outcomes[i * per:(i + 1) * per])
+                for i in range(len(vectors))]
 
-    def _remote_rollouts(self, vectors: list[np.ndarray], scope: str) -> list[np.ndarray]:
-        assert self._remote is not None
-        outcomes, done = self._remote.rollouts(vectors, self.parameter_ids, scope,
-                                               len(self._schedules[scope]))
-        with self._lock:
-            self.statistics.rollouts += done.rollouts
-            self.statistics.plan_builds += done.plan_builds
-            self.statistics.build_seconds += done.build_seconds
-            self.statistics.rollout_seconds += done.rollout_seconds
-        return outcomes
-
-    def _candidate_rollouts(self, vector: np.ndarray, scope: str) -> list[np.ndarray]:
+    def _candidate_rollouts(self, vector: np.ndarray, scope: Scope) -> list[np.ndarray]:
         with self._turn:
             plan = self.candidate_plan(vector)
         try:
-            return [self._rollout((plan, schedule)) for schedule in self._schedules[scope]]
+            return [self._rollout(plan, schedule) for schedule in self._schedules[scope]]
         finally:
             self._release(plan)
 
     def _release(self, plan: SimulationPlan) -> None:
         """Hand a finished candidate plan back to the builder (its model may be reused)."""
-        release = getattr(self.candidate_builder, "release", None)
-        if release is not None:
+        if self._releases is not None:
             with self._turn:
-                release(plan)
+                self._releases(plan)
 
-    def _rollout(self, task: tuple[SimulationPlan, EpisodeSchedule]) -> np.ndarray:
-        plan, schedule = task
+    def _rollout(self, plan: SimulationPlan, schedule: EpisodeSchedule) -> np.ndarray:
         started = time.perf_counter()
         try:
             with self._turn:
@@ -432,29 +356,7 @@ class CalibrationProblem:
                 self.statistics.rollout_seconds += time.perf_counter() - started
         return residuals
 
-    def _assemble(self, scope: str, schedules: Sequence[EpisodeSchedule],
-                  outcomes: Sequence[np.ndarray]) -> Evaluation:
-        blocks = self._blocks.get(scope)
-        if blocks is None:  # the layout is fixed by the reference samples: one tuple per scope
-            blocks = self._blocks[scope] = self.layout(scope)  # type: ignore[arg-type]
-        weighted: list[np.ndarray] = []
-        unweighted: list[np.ndarray] = []
-        for schedule, residuals in zip(schedules, outcomes):
-            if residuals.shape[0] != schedule.residual_count:  # pragma: no cover - invariant
-                raise EvaluationError(f"episode {schedule.episode.id!r}: residual layout "
-                                      f"mismatch ({residuals.shape[0]} != "
-                                      f"{schedule.residual_count})")
-            unweighted.append(residuals)
-            weight = schedule.episode.weight
-            weighted.append(residuals if weight == 1.0 else math.sqrt(weight) * residuals)
-        r = np.concatenate(weighted) if weighted else np.empty(0)
-        u = np.concatenate(unweighted) if unweighted else np.empty(0)
-        r.setflags(write=False)
-        u.setflags(write=False)
-        return Evaluation(residuals=r, unweighted=u, blocks=blocks,
-                          weighted=any(s.episode.weight != 1.0 for s in schedules))
-
-    def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    def _map(self, function: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         if self._workers <= 1 or len(items) <= 1:
             return [function(item) for item in items]
         if self._pool is None:
@@ -463,7 +365,7 @@ class CalibrationProblem:
                     self._pool = ThreadPoolExecutor(max_workers=self._workers,
                                                     thread_name_prefix="fibril-calibration")
         futures = [self._pool.submit(function, item) for item in items]
-        results = []
+        results: list[_R] = []
         error: BaseException | None = None
         for future in futures:  # wait for all, then raise the first failure in order
             try:
@@ -475,16 +377,107 @@ class CalibrationProblem:
             raise error
         return results
 
-    def _report(self, scope: str) -> None:
-        if self.progress is None:
-            return
-        now = time.monotonic()
-        if now - self._last_report < 1.0:
-            return
-        self._last_report = now
-        stats = self.statistics
-        self.progress(f"{scope}: {stats.evaluations[scope]} evaluation(s), "
-                      f"{stats.rollouts} rollout(s), {stats.cache_hits[scope]} cache hit(s)")
+
+class _EvaluationCache:
+    """Full evaluations memoised per scope and parameter vector (LRU), for one run."""
+
+    def __init__(self, lock: threading.Lock, statistics: ProblemStatistics) -> None:
+        self._lock = lock
+        self._statistics = statistics
+        self._scopes: dict[str, OrderedDict[bytes, Evaluation]] = {
+            "training": OrderedDict(), "validation": OrderedDict()}
+
+    def get(self, scope: str, key: bytes) -> Evaluation | None:
+        with self._lock:
+            cache = self._scopes[scope]
+            hit = cache.get(key)
+            if hit is not None:
+                cache.move_to_end(key)
+                self._statistics.cache_hits[scope] += 1
+            return hit
+
+    def put(self, scope: str, key: bytes, evaluation: Evaluation, capacity: int) -> None:
+        with self._lock:
+            cache = self._scopes[scope]
+            cache[key] = evaluation
+            cache.move_to_end(key)
+            while len(cache) > capacity:
+                cache.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            for cache in self._scopes.values():
+                cache.clear()
+
+
+def _remote_rollouts(remote: RemoteRollouts, vectors: list[np.ndarray],
+                     parameter_ids: Sequence[str], scope: str, episodes: int,
+                     statistics: ProblemStatistics, lock: threading.Lock) -> list[np.ndarray]:
+    """The candidates' rollouts on ``remote``, its counts added to ``statistics``."""
+    outcomes, done = remote.rollouts(vectors, parameter_ids, scope, episodes)
+    with lock:
+        statistics.rollouts += done.rollouts
+        statistics.plan_builds += done.plan_builds
+        statistics.build_seconds += done.build_seconds
+        statistics.rollout_seconds += done.rollout_seconds
+    return outcomes
+
+
+def _check_scope(scope: str, has_validation: bool) -> None:
+    if scope not in ("training", "validation"):
+        raise ValueError(f"unknown scope {scope!r}; expected training or validation")
+    if scope == "validation" and not has_validation:
+        raise EvaluationError("the request has no validation episodes")
+
+
+def _vector(physical: object, parameter_ids: Sequence[str]) -> np.ndarray:
+    """Physical values as a float64 vector, checked: one per parameter, finite."""
+    vector = np.array(physical, dtype=np.float64).ravel()
+    if vector.shape[0] != len(parameter_ids):
+        raise ValueError(f"expected {len(parameter_ids)} parameter value(s) "
+                         f"({', '.join(parameter_ids)}), got {vector.shape[0]}")
+    if not np.all(np.isfinite(vector)):
+        raise EvaluationError(f"non-finite parameter values {vector.tolist()}")
+    return vector
+
+
+def _projected(projection: InitialStateProjection | None, outcome: np.ndarray) -> np.ndarray:
+    return outcome if projection is None else projection.apply(outcome)
+
+
+def _assemble(blocks: tuple[ResidualBlock, ...], schedules: Sequence[EpisodeSchedule],
+              outcomes: Sequence[np.ndarray]) -> Evaluation:
+    """One candidate's evaluation: its episodes' residuals stacked in declaration order,
+    weighted by the square root of each episode's weight."""
+    weighted: list[np.ndarray] = []
+    unweighted: list[np.ndarray] = []
+    for schedule, residuals in zip(schedules, outcomes):
+        if residuals.shape[0] != schedule.residual_count:  # pragma: no cover - invariant
+            raise EvaluationError(f"episode {schedule.episode.id!r}: residual layout "
+                                  f"mismatch ({residuals.shape[0]} != "
+                                  f"{schedule.residual_count})")
+        unweighted.append(residuals)
+        weight = schedule.episode.weight
+        weighted.append(residuals if weight == 1.0 else math.sqrt(weight) * residuals)
+    r = np.concatenate(weighted) if weighted else np.empty(0)
+    u = np.concatenate(unweighted) if unweighted else np.empty(0)
+    r.setflags(write=False)
+    u.setflags(write=False)
+    return Evaluation(residuals=r, unweighted=u, blocks=blocks,
+                      weighted=any(s.episode.weight != 1.0 for s in schedules))
+
+
+def _report(progress: Progress | None, stats: ProblemStatistics, scope: str,
+            last: list[float]) -> None:
+    """At most one progress line a second (``last[0]``: when the previous one went out)."""
+    if progress is None:
+        return
+    now = time.monotonic()
+    if now - last[0] < 1.0:
+        return
+    last[0] = now
+    progress(f"{scope}: {stats.evaluations[scope]} evaluation(s), "
+             f"{stats.rollouts} rollout(s), {stats.cache_hits[scope]} cache hit(s)")
 
 
 def build_candidate(builder: CandidatePlanBuilderProtocol, values: dict[str, float],

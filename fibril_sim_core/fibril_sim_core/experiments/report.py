@@ -12,19 +12,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from ..reporting import (Raw, ReportFolder, escape, figure, image, note, number, page,
-                         require_matplotlib, table)
+from ..reporting import (Raw, ReportFolder, axes_title, escape, few_ticks, figure, image, note,
+                         number, page, require_matplotlib, table)
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start-up (optional,
+    # and a third of a second that every fibril_sim command without --report would pay)
+    from matplotlib.figure import Figure
+
+    from .experiment import Experiment
 
 __all__ = ["default_signals", "write_experiment_report"]
 
 MAX_POINTS = 1500
 
 
-def default_signals(experiment: Any) -> list[str]:
+def default_signals(experiment: Experiment) -> list[str]:
     """The selectors the experiment's signal metrics reduce, each once."""
     return list(dict.fromkeys(m.signal for m in experiment.metrics
                               if m.kind in ("signal", "event_reached") and m.signal))
@@ -46,7 +52,8 @@ def write_experiment_report(document: Mapping[str, Any], folder: Path,
 
 def _summary(document: Mapping[str, Any]) -> str:
     summary = document.get("summary") or {}
-    rows = [("experiment", f"{(document.get('experiment') or {}).get('path')}  sha256 "
+    rows: list[tuple[str, Any]] = [
+            ("experiment", f"{(document.get('experiment') or {}).get('path')}  sha256 "
                            f"{(document.get('experiment') or {}).get('sha256')}"),
             ("runs", f"{summary.get('succeeded')}/{summary.get('runs')} succeeded ("
                      + ", ".join(f"{n} {s}" for s, n in sorted(
@@ -127,23 +134,23 @@ def _value(value: Any) -> str:
     return number(value)
 
 
-def _numeric(value: Any) -> bool:
+def _numeric(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value)
 
 
 def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
-                   thresholds: Mapping[str, list[str]]) -> Any:
+                   thresholds: Mapping[str, list[str]]) -> Figure:
     columns = min(4, len(names))
     rows = math.ceil(len(names) / columns)
     fig = figure(3.0 * columns, 2.4 * rows)
     fig.subplots_adjust(left=0.06, right=0.99, top=1 - 0.3 / (2.4 * rows),
-                        bottom=0.9 / (2.4 * rows), wspace=0.35, hspace=0.9)
-    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+                        bottom=0.9 / (2.4 * rows), wspace=0.35, hspace=0.45)
+    axes = [fig.add_subplot(rows, columns, i + 1) for i in range(len(names))]  # only those used
     labels = [r["id"] for r in runs]
-    for ax, name in zip(axes, names):
+    for index, (ax, name) in enumerate(zip(axes, names)):
         values = [(r.get("metrics") or {}).get(name) for r in runs]
-        heights = [v if _numeric(v) else np.nan for v in values]
+        heights = [float(v) if _numeric(v) else math.nan for v in values]
         colors = ["tab:gray" if r.get("role") == "baseline" else
                   ("tab:blue" if r.get("success") else "tab:red") for r in runs]
         ax.bar(range(len(runs)), heights, color=colors)
@@ -153,12 +160,14 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
                 ax.axhline(float(limit), color="tab:red", lw=0.8, ls="--")
             except ValueError:
                 pass
-        ax.set_title(name, fontsize=8)
+        axes_title(ax, name, fontsize=8)
+        few_ticks(ax)
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
+        if index + columns < len(names):  # the panel below names the same runs (rotated text
+            ax.tick_params(labelbottom=False)  # is the costliest part of this figure)
+        else:
+            ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=6)
         ax.tick_params(labelsize=6)
-    for ax in axes[len(names):]:
-        ax.set_visible(False)
     return fig
 
 
@@ -218,7 +227,7 @@ def _signals(document: Mapping[str, Any], signals: Sequence[str],
 
 
 def _overlay(selector: str, series: Sequence[tuple[str, np.ndarray, np.ndarray, list[str]]]
-             ) -> Any:
+             ) -> Figure:
     width = max(s[2].shape[1] for s in series)
     fig = figure(9.0, 2.2 * width + 0.6)
     fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.35 / (2.2 * width + 0.6),
@@ -229,7 +238,9 @@ def _overlay(selector: str, series: Sequence[tuple[str, np.ndarray, np.ndarray, 
         for c in range(values.shape[1]):
             axes[c].plot(times[::step], values[::step, c], lw=1, label=run)
             axes[c].set_ylabel(columns[c] if c < len(columns) else f"[{c}]", fontsize=8)
-    axes[0].set_title(selector, fontsize=9)
+    for ax in axes:
+        few_ticks(ax)
+    axes_title(axes[0], selector, fontsize=9)
     axes[0].legend(fontsize=7)
     axes[-1].set_xlabel("time [s]")
     return fig
