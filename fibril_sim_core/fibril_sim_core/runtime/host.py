@@ -9,21 +9,37 @@ thread), and control the host through requests that the host serves between fram
 from __future__ import annotations
 
 import math
-import operator
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from ..errors import FibrilError, InstanceError
 from ..instance import Record, SimulationInstance
-from ..manifest import RuntimeOptions, real_time_factor_problem
+from ..manifest import RuntimeOptions
 from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
-from .observation import ObservationRequest, ObservationStreams
-from .render import RenderRequest, RenderSink, RenderStreams
+from .observation import ObservationStreams
+from .render import RenderStreams
+from .requests import (
+    Entities,
+    GetState,
+    HostRequest,
+    Pause,
+    Reset,
+    Resume,
+    SetMode,
+    SetRealTimeFactor,
+    StartObserve,
+    StartRender,
+    Step,
+    StopObserve,
+    StopRender,
+    Wake,
+    host_request,
+)
 from .subscription import (
     RECORD_KINDS,
     AnyOf,
@@ -32,10 +48,10 @@ from .subscription import (
     wanted_records,
 )
 
+R = TypeVar("R")
 RecordCallback = Callable[[Any], None]
 StateProvider = Callable[[], dict[str, Any]]
 _RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
-_PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 # In real time a frame is stepped in pieces of about this much wall time, each when it is due,
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
@@ -70,11 +86,12 @@ class WallClock:
 
 
 @dataclass
-class _Request:
-    action: str
-    argument: Any = None
+class _Pending(Generic[R]):
+    """A request waiting for the host thread, then its answer."""
+
+    request: HostRequest[R]
     done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
+    result: R | None = None
     error: BaseException | None = None
 
 
@@ -94,7 +111,7 @@ class SimulationHost:
         self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
-        self._requests: queue.Queue[_Request] = queue.Queue()
+        self._requests: queue.Queue[_Pending[Any]] = queue.Queue()
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
         self._poke = threading.Event()
@@ -206,8 +223,21 @@ class SimulationHost:
         self._thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
         self._thread.start()
 
-    def request(self, action: str, argument: Any = None, timeout: float | None = 60.0) -> Any:
-        """Ask the host thread to do something between frames; wait for the result."""
+    @overload
+    def request(self, request: HostRequest[R], argument: None = None,
+                timeout: float | None = 60.0) -> R: ...
+
+    @overload
+    def request(self, request: str, argument: object = None,
+                timeout: float | None = 60.0) -> Any: ...
+
+    def request(self, request: HostRequest[Any] | str, argument: object = None,
+                timeout: float | None = 60.0) -> Any:
+        """Ask the host thread to do ``request`` between frames; wait for the result. The
+        string form (an action name and its argument, ``host_request``) is checked first."""
+        if isinstance(request, str):
+            request = host_request(request, argument)
+        action = request.action
         thread = self._thread
         if thread is not None and threading.current_thread() is thread:
             # The host would wait on its own queue (until the timeout) and stall stepping.
@@ -218,7 +248,7 @@ class SimulationHost:
                                 f"{_describe(self.failure)}")
         if thread is None or not thread.is_alive():
             raise InstanceError("the simulation host is not running")
-        item = _Request(action, argument)
+        item = _Pending(request)
         self._requests.put(item)
         self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -243,7 +273,7 @@ class SimulationHost:
             raise InstanceError("stop: cannot be called from a record callback (it runs on the "
                                 "host thread)")
         self._stopping = True
-        self._requests.put(_Request("wake"))
+        self._requests.put(_Pending(Wake()))
         self._poke.set()
         thread.join(timeout)
         if thread.is_alive():
@@ -352,101 +382,74 @@ class SimulationHost:
         wall, sim = self._anchor
         return wall + (session_time_ns - sim) / 1e9 / self._rtf
 
-    def _serve(self, item: _Request) -> bool:
+    def _serve(self, item: _Pending[Any]) -> bool:
         """Run one request; return True when real-time pacing must restart from now.
 
-        Arguments come from clients (in process or remote): each is checked here and a bad one
-        is answered with InstanceError. Only an error while stepping or resetting (the
-        instance or a record callback failing) stops the host."""
-        instance = self.instance
-        advancing = False
+        Requests were checked when they were made (``requests.py``); what is left to check
+        needs the model (a camera, a body name, a stream id): InstanceError. Only an error
+        while stepping or resetting (the instance or a record callback failing) stops the
+        host."""
+        request = item.request
         try:
-            if item.action in _PACING_ACTIONS:
+            if request.repace:
                 self._frames_since = self.clock.now()  # a new pace: measured afresh
-            if item.action == "pause":
+            item.result = self._answer(request)
+        except FibrilError as exc:
+            item.error = exc
+        except BaseException as exc:
+            if request.advances or not isinstance(exc, Exception):  # the host stops; the
+                # request that hit it learns why
+                item.error = InstanceError(f"the simulation host stopped after an error: "
+                                           f"{_describe(exc)}")
+                raise
+            # A request the checks let through still must not stop the simulation.
+            item.error = InstanceError(f"{request.action}: {_describe(exc)}")
+        finally:
+            item.done.set()
+        return request.resync
+
+    def _answer(self, request: HostRequest[Any]) -> object:
+        """Do ``request``; its result (the state, unless it asks for something else)."""
+        instance = self.instance
+        match request:
+            case Pause():
                 self._paused = True
-            elif item.action == "resume":
+            case Resume():
                 if self._mode == "lockstep":
                     raise InstanceError("resume: in lockstep mode only step(n) advances; "
                                         "set_mode('realtime') or set_mode('fast') first")
                 self._paused = False
-            elif item.action == "step":
-                ticks = _ticks(item.argument)
-                advancing = True
+            case Step(ticks=ticks):
                 self._frame(ticks)
-            elif item.action == "reset":
-                keyframe, seed = _pair(item.action, item.argument)
-                if keyframe is not None and not isinstance(keyframe, str):
-                    raise InstanceError(f"reset: keyframe must be a keyframe name or None, got "
-                                        f"{keyframe!r}")
-                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                         or not 0 <= seed < 1 << 64):
-                    raise InstanceError(f"reset: seed must be an integer in [0, 2**64), got "
-                                        f"{seed!r}")
-                advancing = True
-                instance.reset(keyframe=keyframe or None, seed=seed)
-            elif item.action == "render":
-                request, sink, owner = item.argument
-                if not isinstance(request, RenderRequest):
-                    raise InstanceError(f"render: not a render request: {request!r}")
-                if request.camera is not None and not isinstance(request.camera, str):
-                    raise InstanceError(f"render: camera must be a camera name, '' or None, "
-                                        f"got {request.camera!r}")
-                item.result = self._renders.add(request, sink, self._session_tick(), owner)
-                return False
-            elif item.action == "stop_render":
-                self._renders.stop(item.action, *_pair(item.action, item.argument), "render")
-            elif item.action == "observe":
-                request, sink, owner = item.argument
-                if not isinstance(request, ObservationRequest) or not callable(sink):
-                    raise InstanceError(f"observe: not an observation request: {request!r}")
-                item.result = self._observations.add(request, sink, self._session_tick(),
-                                                     owner)
-                return False
-            elif item.action == "stop_observe":
-                self._observations.stop(item.action, *_pair(item.action, item.argument),
-                                        "observation")
-            elif item.action == "entities":
-                names = item.argument
-                if names is not None and (not isinstance(names, (list, tuple)) or not all(
-                        isinstance(n, str) for n in names)):
-                    raise InstanceError(f"entities: names must be a list of body names, got "
-                                        f"{names!r}")
+            case Reset(keyframe=keyframe, seed=seed):
+                instance.reset(keyframe=keyframe, seed=seed)
+            case StartRender():
+                return self._renders.add(request.request, request.sink, self._session_tick(),
+                                         request.owner)
+            case StopRender(stream=stream, owner=owner):
+                self._renders.stop(request.action, stream, owner, "render")
+            case StartObserve():
+                return self._observations.add(request.request, request.sink,
+                                              self._session_tick(), request.owner)
+            case StopObserve(stream=stream, owner=owner):
+                self._observations.stop(request.action, stream, owner, "observation")
+            case Entities(names=names):
                 try:
-                    item.result = (instance.session_time_ns,
-                                   instance.entities.states(instance.data, names))
+                    return instance.session_time_ns, instance.entities.states(instance.data,
+                                                                              names)
                 except ValueError as exc:
                     raise InstanceError(f"entities: {exc}") from None
-                return False
-            elif item.action == "rtf":
-                factor = item.argument
-                problem = real_time_factor_problem(factor)
-                if problem is not None:
-                    raise InstanceError(f"real_time_factor {problem}")
-                self._rtf = float(factor)
-            elif item.action == "mode":
-                if item.argument not in ("realtime", "fast"):
-                    raise InstanceError(f"mode must be 'realtime' or 'fast', got "
-                                        f"{item.argument!r}")
-                self._mode = item.argument
-            elif item.action == "state":
+            case SetRealTimeFactor(factor=factor):
+                self._rtf = factor
+            case SetMode(mode=mode):
+                self._mode = mode
+            case Wake():
+                return None
+            case GetState():
                 pass
-            elif item.action != "wake":
-                raise InstanceError(f"unknown host request {item.action!r}")
-            item.result = self._state()
-        except FibrilError as exc:
-            item.error = exc
-        except BaseException as exc:
-            if advancing or not isinstance(exc, Exception):  # the host stops; the request
-                # that hit it learns why
-                item.error = InstanceError(f"the simulation host stopped after an error: "
-                                           f"{_describe(exc)}")
-                raise
-            # A request the checks above let through still must not stop the simulation.
-            item.error = InstanceError(f"{item.action}: {_describe(exc)}")
-        finally:
-            item.done.set()
-        return item.action in ("resume", "reset", "rtf", "mode", "step")
+            case _:
+                raise InstanceError(f"unknown host request {request!r}")
+        return self._state()
 
     def _frame(self, ticks: int, paced: bool = False, free: bool = False) -> None:
         """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
@@ -557,25 +560,6 @@ class SimulationHost:
         for provider in self._state_providers:
             state.update(provider())
         return state
-
-
-def _ticks(value: Any) -> int:
-    """``step``'s tick count: a non-negative integer (not a bool; numpy integers pass)."""
-    try:
-        ticks = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        ticks = None
-    if ticks is None:
-        raise InstanceError(f"step: ticks must be an integer >= 0, got {value!r}")
-    if ticks < 0:
-        raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
-    return ticks
-
-
-def _pair(action: str, argument: Any) -> tuple[Any, Any]:
-    if not isinstance(argument, tuple) or len(argument) != 2:
-        raise InstanceError(f"{action}: bad request argument {argument!r}")
-    return argument[0], argument[1]
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -63,9 +63,22 @@ import zmq
 
 from ..errors import FibrilError, InstanceError, ServerError
 from ..ingress import external_input
+from ..records import RenderFrame
 from . import protocol
 from .host import SimulationHost
 from .render import RenderRequest
+from .requests import (
+    GetState,
+    HostRequest,
+    Pause,
+    Reset,
+    Resume,
+    SetMode,
+    SetRealTimeFactor,
+    StartRender,
+    Step,
+    StopRender,
+)
 from .subscription import AnyOf, RecordFilter
 
 log = logging.getLogger("fibril_sim.server")
@@ -741,44 +754,50 @@ class SimulationServer:
                                   self._reply_bytes(c, r, o, v)))
             self._wake()
 
-    def _run_host_op(self, client: _Client, op: str, document: dict[str, Any]) -> Any:
-        host = self.host
+    def _run_host_op(self, client: _Client, op: str, document: dict[str, Any]) -> object:
         if op == "forget":
-            if host.running:
-                host.request("stop_render", (None, client.owner))
+            if self.host.running:
+                self.host.request(StopRender(None, client.owner))
             return None
-        if op == "step":
-            return host.request("step", document.get("ticks"))  # the host checks it
-        if op == "reset":
-            return host.request("reset", (document.get("keyframe"), document.get("seed")))
-        if op == "rtf":
-            factor = document.get("factor")
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-                    not factor > 0:
-                raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
-            return host.request("rtf", factor)
-        if op == "mode":
-            mode = document.get("mode")
-            if mode not in ("realtime", "fast"):
-                raise InstanceError(f"mode must be 'realtime' or 'fast', got "
-                                    f"{mode!r}")
-            return host.request("mode", mode)
-        if op == "render":
-            request = RenderRequest(document.get("camera"), document.get("width"),
-                                    document.get("height"), document.get("rate_hz"),
-                                    bool(document.get("depth", False)))
+        return self.host.request(self._host_request(client, op, document))
 
-            def sink(frame: Any, client_id: int = client.id) -> None:
-                if len(self._records) >= _MAX_BACKLOG:
-                    self._overflowed += 1
-                    return
-                self._records.append(_Targeted(client_id, frame))
-                self._wake()
+    def _host_request(self, client: _Client, op: str, document: dict[str, Any]
+                      ) -> HostRequest[Any]:
+        """The host request of a client's message (the request checks its fields)."""
+        match op:
+            case "step":
+                return Step(document.get("ticks"))  # type: ignore[arg-type]  # Step checks it
+            case "reset":
+                return Reset(document.get("keyframe"), document.get("seed"))
+            case "rtf":
+                factor = document.get("factor")
+                if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+                        not factor > 0:
+                    raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
+                return SetRealTimeFactor(factor)
+            case "mode":
+                return SetMode(document.get("mode"))  # type: ignore[arg-type]  # SetMode checks it
+            case "render":
+                request = RenderRequest(document.get("camera"), document.get("width"),
+                                        document.get("height"), document.get("rate_hz"),
+                                        bool(document.get("depth", False)))
 
-            return host.request("render", (request, sink, client.owner))
-        if op == "stop_render":
-            return host.request("stop_render", (document.get("stream"), client.owner))
-        return host.request(op)  # pause, resume, state
+                def sink(frame: RenderFrame, client_id: int = client.id) -> None:
+                    if len(self._records) >= _MAX_BACKLOG:
+                        self._overflowed += 1
+                        return
+                    self._records.append(_Targeted(client_id, frame))
+                    self._wake()
+
+                return StartRender(request, sink, client.owner)
+            case "stop_render":
+                return StopRender(document.get("stream"), client.owner)
+            case "pause":
+                return Pause()
+            case "resume":
+                return Resume()
+            case _:
+                return GetState()
 
 
 _HOST_OPS = frozenset({"pause", "resume", "step", "reset", "rtf", "mode", "state", "render",
