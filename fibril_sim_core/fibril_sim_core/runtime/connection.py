@@ -17,7 +17,7 @@ from ..errors import InstanceError
 from ..plan import SimulationPlan
 from ..entities import EntityState
 from ..records import ExternalInput, RenderFrame, StateObservation
-from .host import RecordCallback, SimulationHost
+from .host import CallbackHandle, RecordCallback, SimulationHost
 from .observation import ObservationRequest, StateLayout
 from .render import RenderRequest
 from .requests import (
@@ -41,12 +41,12 @@ if TYPE_CHECKING:
 
 
 @dataclass(eq=False)
-class _Subscription:
+class Subscription:
     """An ``on_record`` subscription: what it receives, and its host callback's handle."""
 
     callback: RecordCallback
     filter: RecordFilter
-    handle: object
+    handle: CallbackHandle
 
 
 class SimulationConnection:
@@ -54,7 +54,7 @@ class SimulationConnection:
 
     def __init__(self, host: SimulationHost) -> None:
         self._host = host
-        self._subscriptions: list[_Subscription] = []
+        self._subscriptions: list[Subscription] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -70,7 +70,10 @@ class SimulationConnection:
 
     @property
     def plan(self) -> SimulationPlan:
-        return self._host.instance.plan
+        plan = self._host.instance.plan
+        if not isinstance(plan, SimulationPlan):  # an instance made outside a runtime
+            raise InstanceError("this simulation's plan is not a SimulationPlan")
+        return plan
 
     def describe(self) -> dict[str, Any]:
         """The plan as ``fibril_sim inspect --json`` shows it: components, endpoints, devices
@@ -83,7 +86,7 @@ class SimulationConnection:
         return self._host.instance.enqueue(item)
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
-                  devices: Iterable[str] | str | None = None) -> object:
+                  devices: Iterable[str] | str | None = None) -> Subscription:
         """Receive records, on the host thread, as the simulation emits them: every kind
         (``device_output``, ``actuator_application``, ``ingress_record``, ``state_snapshot``,
         ``frame_timing``, ``episode_start``; ``render_frame`` of this connection's render
@@ -94,7 +97,7 @@ class SimulationConnection:
         record_filter = RecordFilter.of(kinds, devices)
         self._check_open()
         with self._lock:
-            entry = _Subscription(callback, record_filter,
+            entry = Subscription(callback, record_filter,
                                   self._host.add_callback(callback, record_filter))
             self._subscriptions.append(entry)
         return entry

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from ..errors import FibrilError, InstanceError
-from ..instance import Record, SimulationInstance
+from ..instance import SimulationInstance
 from ..manifest import RuntimeOptions
 from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
 from .observation import ObservationStreams
@@ -50,6 +50,9 @@ from .subscription import (
 
 R = TypeVar("R")
 RecordCallback = Callable[[Any], None]
+# A callback and the filter it was added with: the handle add_callback returns.
+CallbackHandle = tuple[RecordCallback, "RecordFilter | AnyOf | None"]
+Routes = dict[type, tuple[tuple[RecordCallback, "frozenset[str] | None"], ...]]
 StateProvider = Callable[[], dict[str, Any]]
 _RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
 # In real time a frame is stepped in pieces of about this much wall time, each when it is due,
@@ -115,20 +118,20 @@ class SimulationHost:
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
         self._poke = threading.Event()
-        self._callbacks: tuple[tuple[RecordCallback, RecordFilter | AnyOf | None], ...] = ()
-        self._routes: dict[type, tuple[tuple[RecordCallback, frozenset[str] | None], ...]] = {}
+        self._callbacks: tuple[CallbackHandle, ...] = ()
+        self._routes: Routes = {}
         # The callbacks changed: the instance is told what they want before it steps again.
         self._interest_changed = True
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
         self._idle_tasks: tuple[Callable[[float], None], ...] = ()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        # The host thread (None before ``start`` and after ``stop``; only they set it).
+        self.thread: threading.Thread | None = None
         self._stopping = False
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
-        self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
-        self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
+        self._rate = _RateMeter()
         self._anchor = (0.0, 0)  # real-time pacing: (clock.now(), session ns) it counts from
         # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
         self._holding = False
@@ -151,39 +154,29 @@ class SimulationHost:
 
     # -------------------------------------------------------------- client side
     def add_callback(self, callback: RecordCallback,
-                     record_filter: RecordFilter | AnyOf | None = None) -> object:
+                     record_filter: RecordFilter | AnyOf | None = None) -> CallbackHandle:
         """Call ``callback`` on the host thread with every record ``record_filter`` passes
         (all when None); returns the handle ``remove_callback`` takes."""
         entry = (callback, _simplest(record_filter))
         with self._lock:
-            self._set_callbacks((*self._callbacks, entry))
+            self._callbacks = (*self._callbacks, entry)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
         return entry
 
-    def set_callback_filter(self, handle: object,
-                            record_filter: RecordFilter | AnyOf | None) -> object:
+    def set_callback_filter(self, handle: CallbackHandle,
+                            record_filter: RecordFilter | AnyOf | None) -> CallbackHandle:
         """Let the callback of ``handle`` receive what ``record_filter`` passes from now on;
         returns the new handle (records go to one or the other, never both or neither)."""
-        entry = (handle[0], _simplest(record_filter))  # type: ignore[index]
+        entry = (handle[0], _simplest(record_filter))
         with self._lock:
-            self._set_callbacks(tuple(entry if c is handle else c for c in self._callbacks))
+            self._callbacks = tuple(entry if c is handle else c for c in self._callbacks)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
         return entry
 
-    def remove_callback(self, handle: object) -> None:
+    def remove_callback(self, handle: CallbackHandle) -> None:
         with self._lock:
-            self._set_callbacks(tuple(c for c in self._callbacks if c is not handle))
-
-    def _set_callbacks(self, callbacks: tuple[tuple[RecordCallback, RecordFilter | AnyOf | None],
-                                              ...]) -> None:
-        """(Holding the lock.) The callbacks, and per record type the ones it goes to with
-        the ids they want: the dispatch looks a record's type up once instead of asking every
-        filter (a record a tick, as fast as possible)."""
-        routes: dict[type, list[tuple[RecordCallback, frozenset[str] | None]]] = {}
-        for callback, record_filter in callbacks:
-            for cls, devices in wanted_records([record_filter]).items():
-                routes.setdefault(cls, []).append((callback, devices))
-        self._routes = {cls: tuple(entries) for cls, entries in routes.items()}
-        self._callbacks = callbacks
-        self._interest_changed = True
+            self._callbacks = tuple(c for c in self._callbacks if c is not handle)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
 
     def add_frame_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` runs on the host thread after every frame (the server flushes)."""
@@ -209,19 +202,14 @@ class SimulationHost:
         return self._mode == "realtime" and not self._paused
 
     @property
-    def thread(self) -> threading.Thread | None:
-        """The host thread (None before ``start`` and after ``stop``)."""
-        return self._thread
-
-    @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.thread is not None and self.thread.is_alive()
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self.thread is not None:
             raise InstanceError("the simulation host is already running")
-        self._thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
+        self.thread.start()
 
     @overload
     def request(self, request: HostRequest[R], argument: None = None,
@@ -238,7 +226,7 @@ class SimulationHost:
         if isinstance(request, str):
             request = host_request(request, argument)
         action = request.action
-        thread = self._thread
+        thread = self.thread
         if thread is not None and threading.current_thread() is thread:
             # The host would wait on its own queue (until the timeout) and stall stepping.
             raise InstanceError(f"{action}: the connection cannot be called from a record "
@@ -253,7 +241,8 @@ class SimulationHost:
         self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
-            if self.failure is not None or not thread.is_alive():
+            # (mypy keeps ``failure`` None from the check above; the host thread sets it)
+            if self.failure is not None or not thread.is_alive():  # type: ignore[redundant-expr]
                 raise InstanceError(f"the simulation host stopped after an error: "
                                     f"{_describe(self.failure)}")
             if deadline is not None and time.monotonic() > deadline:
@@ -266,7 +255,7 @@ class SimulationHost:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop at a tick boundary and join the host thread; raises InstanceError (and keeps
         the thread, so ``running`` stays true) when it does not end within ``timeout``."""
-        thread = self._thread
+        thread = self.thread
         if thread is None:
             return
         if threading.current_thread() is thread:
@@ -279,10 +268,10 @@ class SimulationHost:
         if thread.is_alive():
             raise InstanceError(f"stop: the simulation host did not stop within {timeout} s "
                                 f"(a record callback or a long frame is still running)")
-        self._thread = None
+        self.thread = None
 
     # -------------------------------------------------------------- host thread
-    def _dispatch(self, record: Record) -> None:
+    def _dispatch(self, record: object) -> None:
         if self._holding:
             self._hold()
         cls = type(record)
@@ -293,7 +282,7 @@ class SimulationHost:
                     if record_filter is None or record_filter.matches(record):
                         callback(record)
             return
-        source = record.device_id if cls is DeviceOutput else None
+        source = record.device_id if type(record) is DeviceOutput else None
         for callback, devices in routes:
             if devices is None:
                 callback(record)
@@ -310,10 +299,10 @@ class SimulationHost:
         holding for the rest of the frame (it is served at once, as before)."""
         clock = self.clock
         start = clock.now()
-        due = self._due(self.instance.session_time_ns)
+        due = self.wall_time(self.instance.session_time_ns)
         if due - start > _MIN_WAIT_S:
             if self._idle_tasks:  # (the trace writer serializes in the time left)
-                self._idle(due)
+                _idle(self._idle_tasks, self.clock, due)
             wait = due - clock.now()
             if wait > _MIN_WAIT_S and clock.wait(self._poke, wait):
                 self._holding = False
@@ -341,8 +330,8 @@ class SimulationHost:
             if self._paused:
                 wait = None
             elif self._mode == "realtime":
-                due = self._due(instance.session_time_ns)
-                self._idle(due)
+                due = self.wall_time(instance.session_time_ns)
+                _idle(self._idle_tasks, self.clock, due)
                 wait = max(0.0, due - self.clock.now())
             else:
                 wait = 0.0
@@ -365,20 +354,9 @@ class SimulationHost:
             if not self._paused:
                 self._frame(self.frame_ticks, paced=self._mode == "realtime", free=True)
 
-    def _idle(self, due: float) -> None:
-        """Offer the time until ``due`` to the idle tasks, if there is any."""
-        for task in self._idle_tasks:
-            if self.clock.now() >= due:
-                return
-            task(due)
-
     def wall_time(self, session_time_ns: int) -> float:
         """When (``clock.now()``) real-time pacing reaches ``session_time_ns``: the due time
         of an output delivered then."""
-        return self._due(session_time_ns)
-
-    def _due(self, session_time_ns: int) -> float:
-        """The wall time (perf_counter) at which real-time pacing reaches a session time."""
         wall, sim = self._anchor
         return wall + (session_time_ns - sim) / 1e9 / self._rtf
 
@@ -392,7 +370,7 @@ class SimulationHost:
         request = item.request
         try:
             if request.repace:
-                self._frames_since = self.clock.now()  # a new pace: measured afresh
+                self._rate.since = self.clock.now()  # a new pace: measured afresh
             item.result = self._answer(request)
         except FibrilError as exc:
             item.error = exc
@@ -494,8 +472,8 @@ class SimulationHost:
                 chunk = max(1, min(chunk, observations.ticks_until_due(self._session_tick())))
             if paced and done:
                 busy += self.clock.now() - mark
-                due = self._due(instance.session_time_ns)
-                self._idle(due)
+                due = self.wall_time(instance.session_time_ns)
+                _idle(self._idle_tasks, self.clock, due)
                 wait = due - self.clock.now()
                 if wait > _MIN_WAIT_S and self.clock.wait(self._poke, wait):
                     paced = self._holding = False  # a request waits: the rest at once
@@ -505,7 +483,7 @@ class SimulationHost:
         end = self.clock.now()
         wall = busy + end - mark - self._held
         sim = (instance.session_time_ns - start_sim) / 1e9
-        self._frames.append((end, instance.session_time_ns))
+        self._rate.frames.append((end, instance.session_time_ns))
         frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
@@ -515,7 +493,7 @@ class SimulationHost:
             listener()
         if paced:
             now = self.clock.now()
-            late = now - self._due(instance.session_time_ns)
+            late = now - self.wall_time(instance.session_time_ns)
             # Late, and the frame's own work (stepping, record callbacks, frame listeners)
             # took longer than the simulated time it covered: the host overran.
             work = busy + now - mark - self._held
@@ -527,7 +505,26 @@ class SimulationHost:
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
 
-    def _measured_rtf(self) -> float:
+    def _state(self) -> dict[str, Any]:
+        instance = self.instance
+        state = dict(instance.state(), paused=self._paused, seed=instance.seed,
+                     mode=self._mode,
+                     target_real_time_factor=self._rtf,
+                     real_time_factor=self._rate.measured(self.clock.now()),
+                     render_streams=len(self._renders.streams), drops={})
+        for provider in self._state_providers:
+            state.update(provider())
+        return state
+
+
+class _RateMeter:
+    """The measured real-time factor: simulated over wall time across recent frames."""
+
+    def __init__(self) -> None:
+        self.frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
+        self.since = 0.0  # counts the frames from this wall time on (a new pace: afresh)
+
+    def measured(self, now: float) -> float:
         """Simulated over wall time across the frames of the last second, in every mode.
 
         Frames are those of free running and of ``step(n)`` requests alike (lockstep, or
@@ -536,11 +533,10 @@ class SimulationHost:
         after the last pause / resume / set_mode / set_real_time_factor), with F the oldest
         and L the newest: (session time at L - session time at F) / (now - end of F).
         0 with fewer than two such frames (paused, or stepping stopped a second ago)."""
-        frames = self._frames
+        frames = self.frames
         if len(frames) < 2:
             return 0.0
-        now = self.clock.now()
-        since = max(now - _RTF_WINDOW_S, self._frames_since)
+        since = max(now - _RTF_WINDOW_S, self.since)
         last_wall, last_sim = frames[-1]
         first_wall, first_sim = last_wall, last_sim
         for wall, sim in reversed(frames):
@@ -550,16 +546,24 @@ class SimulationHost:
         span = now - first_wall
         return (last_sim - first_sim) / 1e9 / span if span > 0 else 0.0
 
-    def _state(self) -> dict[str, Any]:
-        instance = self.instance
-        state = dict(instance.state(), paused=self._paused, seed=instance.seed,
-                     mode=self._mode,
-                     target_real_time_factor=self._rtf,
-                     real_time_factor=self._measured_rtf(),
-                     render_streams=len(self._renders.streams), drops={})
-        for provider in self._state_providers:
-            state.update(provider())
-        return state
+
+def _idle(tasks: tuple[Callable[[float], None], ...], clock: PaceClock, due: float) -> None:
+    """Offer the time until ``due`` to the idle tasks, if there is any."""
+    for task in tasks:
+        if clock.now() >= due:
+            return
+        task(due)
+
+
+def _routes(callbacks: tuple[CallbackHandle, ...]) -> Routes:
+    """Per record type the callbacks it goes to with the ids they want: the dispatch looks a
+    record's type up once instead of asking every filter (a record a tick, as fast as
+    possible)."""
+    routes: dict[type, list[tuple[RecordCallback, frozenset[str] | None]]] = {}
+    for callback, record_filter in callbacks:
+        for cls, devices in wanted_records([record_filter]).items():
+            routes.setdefault(cls, []).append((callback, devices))
+    return {cls: tuple(entries) for cls, entries in routes.items()}
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, SupportsIndex, TypeVar
 
 from ..entities import EntityState
 from ..errors import InstanceError
@@ -75,11 +75,13 @@ class Step(HostRequest[State]):
     advances: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        value: object = self.ticks
-        try:
-            ticks = None if isinstance(value, bool) else operator.index(value)  # type: ignore[call-overload]  # any object may come from a client
-        except TypeError:
-            ticks = None
+        value: object = self.ticks  # (whatever a client sent)
+        ticks = None
+        if isinstance(value, SupportsIndex) and not isinstance(value, bool):
+            try:
+                ticks = operator.index(value)
+            except TypeError:
+                pass
         if ticks is None:
             raise InstanceError(f"step: ticks must be an integer >= 0, got {value!r}")
         if ticks < 0:
