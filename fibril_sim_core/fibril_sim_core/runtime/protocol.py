@@ -31,7 +31,7 @@ import msgpack
 import numpy as np
 
 from .. import errors
-from ..records import DeviceOutput, ExternalInput
+from ..records import DeviceOutput, ExternalInput, StateObservation
 from .subscription import RECORD_KINDS
 
 PROTOCOL_VERSION = 1
@@ -41,8 +41,10 @@ _ARRAY_EXT = 1
 _AUTH_LABEL = b"fibril-sim/1/auth"
 _TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
 _FIELDS: dict[type, tuple[str, ...]] = {
-    cls: (tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls)
-          else cls._fields) for cls in RECORD_KINDS}
+    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_KINDS
+    if dataclasses.is_dataclass(cls)}
+_FIELDS.update({DeviceOutput: DeviceOutput._fields,  # (the two NamedTuple records)
+                StateObservation: StateObservation._fields})
 
 
 def _default(value: Any) -> Any:
@@ -63,7 +65,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def pack(message: Any) -> bytes:
-    return msgpack.packb(message, use_bin_type=True, default=_default)
+    data: bytes = msgpack.packb(message, use_bin_type=True, default=_default)
+    return data
 
 
 def unpack(data: bytes) -> Any:
@@ -94,7 +97,7 @@ def record_to_wire(record: Any) -> bytes:
 # The constant parts of a device's DeviceOutput messages, by (device id, sample type, names,
 # frame, value count), and the message head by episode: a sample is then one msgpack call for
 # its ticks and times, and its raw values. The bytes are exactly what ``pack`` makes.
-_DEVICE_PARTS: dict[tuple, tuple[bytes, bytes, bytes]] = {}
+_DEVICE_PARTS: dict[tuple[object, ...], tuple[bytes, bytes, bytes]] = {}
 _DEVICE_HEADS: dict[int, bytes] = {}
 
 

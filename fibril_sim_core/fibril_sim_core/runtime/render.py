@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mujoco
 import numpy as np
@@ -54,8 +53,9 @@ class RenderRequest:
             raise InstanceError(f"render: {self.width}x{self.height} is larger than the model's "
                                 f"offscreen buffer {limit_w}x{limit_h} (raise <visual><global "
                                 f"offwidth=... offheight=.../> in the MJCF)")
-        if not (isinstance(self.rate_hz, (int, float)) and 0 < self.rate_hz < float("inf")):
-            raise InstanceError(f"render: rate_hz must be > 0, got {self.rate_hz!r}")
+        rate: object = self.rate_hz  # (whatever a client sent)
+        if not (isinstance(rate, (int, float)) and 0 < rate < float("inf")):
+            raise InstanceError(f"render: rate_hz must be > 0, got {rate!r}")
         return RenderRequest(camera, self.width, self.height, float(self.rate_hz),
                              bool(self.depth))
 
@@ -67,23 +67,23 @@ class _Stream:
     sink: RenderSink
     period_ticks: int
     due: int  # session tick of the next frame
-    owner: Any = None
+    owner: object = None
 
 
 @dataclass
-class RenderStreams(StreamTable):
+class RenderStreams(StreamTable[_Stream]):
     """The host's render streams and the renderers (one per image size) they share."""
 
     model: mujoco.MjModel
     timestep_ns: int
     streams: dict[int, _Stream] = field(default_factory=dict)
-    _renderers: dict[tuple[int, int], Any] = field(default_factory=dict)
+    _renderers: dict[tuple[int, int], mujoco.Renderer] = field(default_factory=dict)
     _next_id: int = 1
     _data: mujoco.MjData | None = None
     _state: np.ndarray | None = None
 
     def add(self, request: RenderRequest, sink: RenderSink, session_tick: int,
-            owner: Any = None) -> int:
+            owner: object = None) -> int:
         """Start a stream (host thread); its first frame is taken at the next boundary."""
         request = request.checked(self.model)
         self._renderer(request.width, request.height)  # refuse now if there is no GL
@@ -137,7 +137,7 @@ class RenderStreams(StreamTable):
                 pass
         self._renderers.clear()
 
-    def _renderer(self, width: int, height: int) -> Any:
+    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
         key = (width, height)
         renderer = self._renderers.get(key)
         if renderer is None:

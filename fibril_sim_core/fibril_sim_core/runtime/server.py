@@ -56,7 +56,7 @@ from ..errors import FibrilError, ServerError
 from ..ingress import external_input
 from ..records import RenderFrame
 from . import protocol
-from .host import SimulationHost
+from .host import CallbackHandle, SimulationHost
 from .listen import ServerOptions as ServerOptions  # (re-exported: its home before listen.py)
 from .listen import UnixListener, bind_tcp, bind_unix, release_freed_memory
 from .sessions import Client, Sessions
@@ -91,15 +91,15 @@ class SimulationServer:
         if self.options.tcp is not None and not self.options.token:
             raise ServerError("server: a TCP listener needs a shared token (--token-file)")
         self.addresses: list[str] = []
-        self._context: zmq.Context | None = None
-        self._router: zmq.Socket | None = None
-        self._wake_pull: zmq.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._router: zmq.Socket[bytes] | None = None
+        self._wake_pull: zmq.Socket[bytes] | None = None
         self._wake_url = f"inproc://fibril-sim-wake-{id(self)}"
         self._thread: threading.Thread | None = None
         self._worker = HostWorker(host, self._queue_reply, self._render_sink)
         self._records: deque[Any] = deque()
         self._replies: deque[tuple[Client, Callable[[], bytes]]] = deque()
-        self._signals: dict[int, tuple[zmq.Socket, list[bool]]] = {}
+        self._signals: dict[int, tuple[zmq.Socket[bytes], list[bool]]] = {}
         self._signal_lock = threading.Lock()
         self._sessions = Sessions(
             self.options.token, self.options.max_clients, self.options.idle_probe,
@@ -111,7 +111,7 @@ class SimulationServer:
         self._hello = self._sessions.hello
         self._eager = False  # some subscribed client is receiving (its queue is not full)
         self._wanted_types: dict[type, frozenset[str] | None] = {}  # what clients want
-        self._host_handle: object | None = None  # the host callback (its filter follows)
+        self._host_handle: CallbackHandle | None = None  # the host callback (its filter follows)
         self._host_signalled = [False]  # the host thread's wake-up flag, once it has one
         self._stopping = False
         self._unix = UnixListener("")  # the Unix socket's files, once made
@@ -144,8 +144,8 @@ class SimulationServer:
         except BaseException:
             self._close_sockets()
             raise
-        self._wake_pull = context.socket(zmq.PULL)
-        self._wake_pull.bind(self._wake_url)
+        self._wake_pull = wake = context.socket(zmq.PULL)
+        wake.bind(self._wake_url)
         self._host_handle = self.host.add_callback(self._on_record, AnyOf(()))
         self.host.add_frame_listener(self._on_frame)
         self.host.add_state_provider(self._state)
@@ -176,9 +176,9 @@ class SimulationServer:
         for sock, _ in self._signals.values():
             sock.close(0)
         self._signals.clear()
-        for sock in (self._router, self._wake_pull):
-            if sock is not None:
-                sock.close(0)
+        for own in (self._router, self._wake_pull):
+            if own is not None:
+                own.close(0)
         self._router = self._wake_pull = None
         if self._context is not None:
             self._context.term()
@@ -263,6 +263,8 @@ class SimulationServer:
     # ------------------------------------------------------------------ server thread
     def _serve(self) -> None:
         router, wake = self._router, self._wake_pull
+        if router is None or wake is None:  # (stopped before it ran)
+            return
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
@@ -304,7 +306,7 @@ class SimulationServer:
                 self._trims_left -= 1
                 self._trim_at = now + 2 * _TRIM_AFTER_S if self._trims_left > 0 else 0.0
 
-    def _receive(self, router: zmq.Socket) -> None:
+    def _receive(self, router: zmq.Socket[bytes]) -> None:
         """Handle what peers sent, 1000 messages at most (a message is let go of at once:
         nothing keeps a large one alive until the next arrives)."""
         for _ in range(1000):
@@ -384,9 +386,11 @@ class SimulationServer:
 
     def _send_records(self, client: Client, frames: list[bytes]) -> None:
         header = protocol.message("records", seq=client.seq, n=len(frames))
+        router, stream = self._router, client.stream
+        if router is None or stream is None:  # stopped, or (never here) no stream attached
+            return
         try:
-            self._router.send_multipart([client.stream, header, *frames],  # type: ignore[union-attr]
-                                        zmq.NOBLOCK)
+            router.send_multipart([stream, header, *frames], zmq.NOBLOCK)
         except zmq.Again:
             client.drops += len(frames)
             self.dropped_total += len(frames)
@@ -403,8 +407,11 @@ class SimulationServer:
         client.seq += 1
 
     def _send(self, identity: bytes, data: bytes) -> None:
+        router = self._router
+        if router is None:  # stopped: nobody to answer
+            return
         try:
-            self._router.send_multipart([identity, data], zmq.NOBLOCK)  # type: ignore[union-attr]
+            router.send_multipart([identity, data], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             client = self._by_identity.get(identity)
             if client is not None:

@@ -102,27 +102,33 @@ class HostWorker:
         the request checks its fields)."""
         match op:
             case "step":
-                return Step(document.get("ticks"))
+                return Step(_field(document, "ticks"))
             case "reset":
-                return Reset(document.get("keyframe"), document.get("seed"))
+                return Reset(_field(document, "keyframe"), _field(document, "seed"))
             case "rtf":
-                factor = document.get("factor")
+                factor = _field(document, "factor")
                 if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
                         not factor > 0:
                     raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
                 return SetRealTimeFactor(factor)
             case "mode":
-                return SetMode(document.get("mode"))
+                return SetMode(_field(document, "mode"))
             case "render":
-                request = RenderRequest(document.get("camera"), document.get("width"),
-                                        document.get("height"), document.get("rate_hz"),
+                request = RenderRequest(_field(document, "camera"), _field(document, "width"),
+                                        _field(document, "height"), _field(document, "rate_hz"),
                                         bool(document.get("depth", False)))
                 return StartRender(request, self._render_sink(client), client.owner)
             case "stop_render":
-                return StopRender(document.get("stream"), client.owner)
+                return StopRender(_field(document, "stream"), client.owner)
             case "pause":
                 return Pause()
             case "resume":
                 return Resume()
             case _:
                 return GetState()
+
+
+def _field(document: dict[str, Any], key: str) -> Any:
+    """A field of a peer's msgpack message (None when missing): whatever it is, the request
+    made of it checks it."""
+    return document.get(key)
