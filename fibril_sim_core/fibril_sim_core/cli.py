@@ -382,7 +382,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
         instance = plan.create_instance(args.seed, trace=trace, collect=False)
         if trace is None:
             # Inputs and their applications are counted as they come; the samples nobody
-            # takes are not made (counted from the schedules, see _sample_counts).
+            # takes are not made (counted from the schedules, see sample_counts).
             instance.subscribe(lambda r: None if type(r) is DeviceOutput
                                else counts.update((type(r).__name__,)))
             instance.set_interest({IngressRecord: None, ActuatorApplication: None})
@@ -420,7 +420,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
         return 128 + stopped_by
     wall = time.perf_counter() - started
     if trace is None:
-        counts.update(_sample_counts(plan, ticks))
+        counts.update(sample_counts(plan, ticks))
     sim_s = ticks * timebase.timestep_s
     print(f"ran {ticks} ticks ({sim_s:g} s simulated) in {wall:.3f} s wall "
           f"(real-time factor {sim_s / wall if wall > 0 else float('inf'):.1f})")
@@ -433,7 +433,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     return 0
 
 
-def _sample_counts(plan: Any, ticks: int) -> dict[str, int]:
+def sample_counts(plan: Any, ticks: int) -> dict[str, int]:
     """The samples each device delivers in the first ``ticks`` ticks of an episode: one
     acquired every period from tick 0, delivered ``max(1, latency)`` ticks later (the
     instance's time model), so an untraced run need not make them to count them."""
