@@ -350,7 +350,8 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     timebase = plan.timebase
     if args.inputs is not None and args.inputs_from_trace is not None:
         raise FibrilError("give --inputs or --inputs-from-trace, not both")
-    traced, traced_ticks = [], 0
+    traced: list[Any] = []
+    traced_ticks = 0
     if args.inputs_from_trace is not None:
         traced, traced_ticks = _trace_inputs(args.inputs_from_trace, plan)
     if args.steps is None and args.duration is None:
@@ -426,7 +427,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
           f"(real-time factor {sim_s / wall if wall > 0 else float('inf'):.1f})")
     for name in sorted(counts):
         print(f"  {name:<24} {counts[name]} record(s)")
-    if instance.rejected_count:
+    if instance is not None and instance.rejected_count:
         print(f"  rejected inputs: {instance.rejected_count}")
     if trace is not None:
         print(f"trace: {args.trace}")

@@ -152,7 +152,7 @@ class Entities:
                 values["linear_velocity"] is not None or values["angular_velocity"] is not None):
             raise ValueError(f"body {self.names[body]!r} is a mocap body: it has a pose, no "
                              f"velocity")
-        return EntityCommand(self.names[body], body, **values)  # type: ignore[arg-type]
+        return EntityCommand(self.names[body], body, **values)
 
     def apply(self, data: mujoco.MjData, command: EntityCommand) -> None:
         """Write the command into the state (owner thread, at a tick boundary)."""

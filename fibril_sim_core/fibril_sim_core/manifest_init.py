@@ -76,7 +76,8 @@ def generate(model_path: str | Path, output: str | Path,
     for name, rate in (("--encoder-rate", options.encoder_rate),
                        ("--sensor-rate", options.sensor_rate),
                        ("--camera-rate", options.camera_rate)):
-        if not (isinstance(rate, (int, float)) and rate > 0 and rate < 1e9):
+        value: object = rate  # (whatever the caller passed)
+        if not (isinstance(value, (int, float)) and value > 0 and value < 1e9):
             raise InitError(f"{name} must be a positive number of Hz, got {rate!r}")
     try:
         model = mujoco.MjModel.from_xml_path(str(model_file))
@@ -229,7 +230,8 @@ class _Builder:
                  mujoco.mjtTrn.mjTRN_SITE: ("site", mujoco.mjtObj.mjOBJ_SITE),
                  mujoco.mjtTrn.mjTRN_BODY: ("body", mujoco.mjtObj.mjOBJ_BODY)}
         if trn not in kinds:
-            return "transmission " + mujoco.mjtTrn(trn).name.removeprefix("mjTRN_").lower()
+            trn_name: str = mujoco.mjtTrn(trn).name
+            return "transmission " + trn_name.removeprefix("mjTRN_").lower()
         kind, objtype = kinds[trn]
         name = self._name(objtype, target)
         return f"on {kind} {name!r}" if name else f"on {kind} {target}"

@@ -105,7 +105,7 @@ class BuildContext:
         self.timebase = timebase
 
     def object_id(self, objtype: mujoco.mjtObj, name: str, where: s.Where, kind: str) -> int:
-        index = mujoco.mj_name2id(self.model, objtype, name)
+        index: int = mujoco.mj_name2id(self.model, objtype, name)
         if index < 0:
             known = names_of(self.model, objtype)
             hint = f"; known: {', '.join(known[:12])}" + (" ..." if len(known) > 12 else "")
