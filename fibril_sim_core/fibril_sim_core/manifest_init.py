@@ -27,6 +27,7 @@ from . import _schema as s
 from .components.motor import classify_actuator
 from .errors import FibrilError
 from .manifest import SCHEMA_MAJOR, parse_manifest
+from .plan import SimulationBuilder
 
 MANIFEST_NAME = "simulation.yaml"
 BRIDGE_NAME = "bridge.yaml"
@@ -126,8 +127,6 @@ def _validate(text: str, path: Path, model: Path) -> None:
     """Build the plan of the generated manifest (as it would be read from ``path``, with the
     model at ``model``: ``path``'s folder may not exist yet): a model init accepted but the
     loader refuses is a bug of init, reported as such."""
-    from .plan import SimulationBuilder
-
     document = s.load_yaml_text(text, str(path), InitError)
     document["model"] = str(model)
     try:

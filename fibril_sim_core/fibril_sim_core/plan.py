@@ -16,9 +16,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mujoco
+import numpy as np
 
 from . import provenance as prov
 from .build_checks import (ParsedModel, build_provenance, check_initial_inputs,
@@ -35,6 +36,10 @@ from .overlays import compiled as compiled_overlays
 from .overlays.mujoco_targets import apply_mujoco_overlays
 from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
 from .timebase import Timebase
+
+if TYPE_CHECKING:
+    from .robot_description import GeomMarker
+    from .runtime.observation import StaticFrame
 
 
 @dataclass(frozen=True)
@@ -71,19 +76,21 @@ class SimulationPlan:
     def robot_description(self, frame_prefix: str = "") -> str:
         """The URDF of the compiled model (links named like the TF frames; see
         ``robot_description``), its mesh files resolved from the MJCF's own directories."""
+        # Imported here (and below): robot_description imports the runtime package, which
+        # imports this module.
         from .robot_description import urdf_from_model
 
         spec = mujoco.MjSpec.from_file(str(self.manifest.model))
         return urdf_from_model(self.model, spec=spec, frame_prefix=frame_prefix)
 
-    def link_frames(self) -> tuple[Any, ...]:
+    def link_frames(self) -> tuple[StaticFrame, ...]:
         """The robot description's links that are not bodies, fixed to a body (StaticFrame,
         names without prefix): they go on /tf_static beside the fixed bodies."""
         from .robot_description import link_frames
 
         return link_frames(self.model)
 
-    def geom_markers(self, frame_prefix: str = "") -> tuple[Any, ...]:
+    def geom_markers(self, frame_prefix: str = "") -> tuple[GeomMarker, ...]:
         """The visible geoms as markers in their bodies' frames (``robot_description``)."""
         from .robot_description import geom_markers
 
@@ -485,6 +492,6 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if hasattr(value, "item"):
+    if isinstance(value, np.generic):  # a NumPy scalar
         return value.item()
     return str(value)

@@ -31,6 +31,7 @@ import msgpack
 import numpy as np
 
 from .. import errors
+from ..ingress import payload_text
 from ..records import DeviceOutput, ExternalInput, StateObservation
 from .subscription import RECORD_KINDS
 
@@ -40,6 +41,10 @@ MAX_REQUEST_BYTES = 1 << 20  # a frame from any peer (ZeroMQ's MAXMSGSIZE on the
 _ARRAY_EXT = 1
 _AUTH_LABEL = b"fibril-sim/1/auth"
 _TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
+#: The errors a reply may name (those of ``errors.py``), by name.
+_ERRORS: dict[str, type[errors.FibrilError]] = {
+    name: cls for name, cls in vars(errors).items()
+    if isinstance(cls, type) and issubclass(cls, errors.FibrilError)}
 _FIELDS: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_KINDS
     if dataclasses.is_dataclass(cls)}
@@ -161,21 +166,16 @@ def record_from_wire(data: bytes) -> Any:
 
 
 def input_to_wire(item: ExternalInput) -> list[Any]:
-    from ..ingress import payload_text
-
     return [item.source_id, item.source_sequence, item.payload_type, payload_text(item)]
 
 
 def error_to_wire(exc: BaseException) -> dict[str, str]:
     name = type(exc).__name__
-    return {"error": name if isinstance(getattr(errors, name, None), type) else "FibrilError",
-            "message": str(exc)}
+    return {"error": name if name in _ERRORS else "FibrilError", "message": str(exc)}
 
 
 def error_from_wire(reply: dict[str, Any]) -> errors.FibrilError:
-    cls = getattr(errors, str(reply.get("error")), errors.FibrilError)
-    if not (isinstance(cls, type) and issubclass(cls, errors.FibrilError)):
-        cls = errors.FibrilError
+    cls = _ERRORS.get(str(reply.get("error")), errors.FibrilError)
     return cls(str(reply.get("message", "")))
 
 
