@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mujoco
 import numpy as np
@@ -187,14 +187,20 @@ class SimulationPlan:
 MODEL_CACHE_ENTRIES = 8
 
 
-class _Bounded(dict):  # type: ignore[type-arg]
+K = TypeVar("K")
+V = TypeVar("V")
+#: A parsed model's identity: the ``file_key`` of its file and of every file it includes.
+ModelKey = tuple[tuple[str, int, int], ...]
+
+
+class _Bounded(dict[K, V]):
     """A dict that forgets its oldest entry beyond ``limit`` entries."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
         self.limit = limit
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: K, value: V) -> None:
         super().__setitem__(key, value)
         while len(self) > self.limit:
             del self[next(iter(self))]
@@ -217,7 +223,7 @@ class _CandidateFamily:
     manifest: SimulationManifest
     registry: ComponentRegistry
     components: list[ResolvedComponent]
-    model_key: Any
+    model_key: ModelKey | None
     targets: tuple[MujocoTarget, ...]
     spec: mujoco.MjSpec
     model: mujoco.MjModel
@@ -227,7 +233,7 @@ class _CandidateFamily:
     issued: weakref.WeakValueDictionary[int, SimulationPlan] = field(default_factory=weakref.WeakValueDictionary)
 
     def matches(self, manifest: SimulationManifest, registry: ComponentRegistry,
-                components: list[ResolvedComponent], model_key: Any,
+                components: list[ResolvedComponent], model_key: ModelKey | None,
                 targets: tuple[MujocoTarget, ...]) -> bool:
         return (self.manifest is manifest and self.registry is registry
                 and self.components is components and self.model_key == model_key
@@ -248,8 +254,8 @@ class SimulationBuilder:
         self.registry = registry or ComponentRegistry.standard()
         # Parsed models and geom-inferred inertials, keyed by the model files' identity (a
         # few each: a builder that sees its model files change keeps only the latest ones).
-        self._models: dict[Any, ParsedModel] = {}
-        self._inertials: dict[Any, Any] = _Bounded(MODEL_CACHE_ENTRIES)
+        self._models: dict[ModelKey, ParsedModel] = {}
+        self._inertials: _Bounded[ModelKey, Any] = _Bounded(MODEL_CACHE_ENTRIES)
         # The components resolved last: (manifest, registry, component overlays, components).
         # (manifest, registry, component overlay key, the components resolved for them)
         self._resolved: tuple[SimulationManifest, ComponentRegistry, tuple[object, ...],
@@ -432,7 +438,7 @@ class SimulationBuilder:
         return components
 
     def _parse_model(self, manifest: SimulationManifest
-                     ) -> tuple[mujoco.MjSpec, Any, ParsedModel]:
+                     ) -> tuple[mujoco.MjSpec, ModelKey | None, ParsedModel]:
         """A fresh MjSpec of the model (a copy of a cached parse while its files are
         unchanged), the key of that parse and what is known of its files."""
         try:
