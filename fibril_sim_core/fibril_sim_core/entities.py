@@ -19,7 +19,7 @@ keeps its angular velocity in the body frame: it is rotated there on commit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +180,7 @@ class Entities:
 
 
 def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Collection) \
             or len(value) != width:
         raise ValueError(f"payload {key!r} must be a list of {width} numbers, got {short(value)}")
     out = []

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -30,6 +30,7 @@ from .host import RecordCallback
 from .subscription import RecordFilter
 
 log = logging.getLogger("fibril_sim.client")
+T = TypeVar("T")
 _RECEIVE_QUEUE = 256  # record messages buffered on this side before the server drops
 
 
@@ -69,7 +70,7 @@ class RemoteConnection:
         self._timeout = timeout
         self._request_timeout = request_timeout
         self._context = zmq.Context()
-        self._control = self._socket(zmq.DEALER)
+        self._control = _socket(self._context, zmq.DEALER)
         self._control.connect(endpoint)
         self._lock = threading.Lock()  # one call on the control socket at a time
         self._next_id = 0
@@ -84,7 +85,7 @@ class RemoteConnection:
             welcome = self._handshake(token, name)
             self.client_id: int = welcome["client"]
             self._description: dict[str, Any] = welcome.get("plan") or {}
-            self._stream = stream = self._socket(zmq.DEALER)
+            self._stream = stream = _socket(self._context, zmq.DEALER)
             stream.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
             stream.connect(endpoint)
             stream.send(protocol.request("attach", client=self.client_id, key=welcome["key"]))
@@ -108,7 +109,7 @@ class RemoteConnection:
 
     def submit(self, item: ExternalInput) -> int:
         """Returns the acceptance sequence or raises IngressError, as in process."""
-        return self._call_int("submit", input=protocol.input_to_wire(item))
+        return self._call_as(int, "submit", input=protocol.input_to_wire(item))
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
                   devices: Iterable[str] | str | None = None) -> object:
@@ -137,33 +138,33 @@ class RemoteConnection:
         self._call("subscribe", filters=filters)
 
     def pause(self) -> dict[str, Any]:
-        return self._call_state("pause")
+        return self._call_as(dict, "pause")
 
     def resume(self) -> dict[str, Any]:
-        return self._call_state("resume")
+        return self._call_as(dict, "resume")
 
     def step(self, ticks: int) -> dict[str, Any]:
-        return self._call_state("step", ticks=ticks)
+        return self._call_as(dict, "step", ticks=ticks)
 
     def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        return self._call_state("reset", keyframe=keyframe, seed=seed)
+        return self._call_as(dict, "reset", keyframe=keyframe, seed=seed)
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        return self._call_state("rtf", factor=factor)
+        return self._call_as(dict, "rtf", factor=factor)
 
     def set_mode(self, mode: str) -> dict[str, Any]:
-        return self._call_state("mode", mode=mode)
+        return self._call_as(dict, "mode", mode=mode)
 
     def state(self) -> dict[str, Any]:
         """As in process, plus ``lost_messages``: record messages the server dropped for this
         client (``drops`` counts the records)."""
-        state = self._call_state("state")
+        state = self._call_as(dict, "state")
         state["lost_messages"] = self._lost
         return state
 
     def render(self, camera: str | None, width: int, height: int, rate_hz: float,
                depth: bool = False) -> int:
-        return self._call_int("render", camera=camera, width=width, height=height,
+        return self._call_as(int, "render", camera=camera, width=width, height=height,
                           rate_hz=rate_hz, depth=depth)
 
     def stop_render(self, stream: int) -> None:
@@ -188,13 +189,6 @@ class RemoteConnection:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _socket(self, kind: int) -> zmq.Socket[bytes]:
-        sock = self._context.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-        return sock
-
     def _handshake(self, token: str | bytes | None, name: str) -> dict[str, Any]:
         self._control.send(protocol.request("hello", name=name))
         reply = self._expect(self._control, ("welcome", "challenge"), "connecting")
@@ -255,18 +249,12 @@ class RemoteConnection:
             raise protocol.error_from_wire(reply)
         return reply.get("result")
 
-    def _call_state(self, op: str, **fields: Any) -> dict[str, Any]:
-        """A request answered with the state document."""
+    def _call_as(self, kind: type[T], op: str, **fields: Any) -> T:
+        """A request whose answer must be a ``kind`` (the state document, a sequence number
+        or a stream id); ServerError naming the answer otherwise."""
         result = self._call(op, **fields)
-        if not isinstance(result, dict):
-            raise ServerError(f"{self.url}: {op}: expected the state, got {result!r}")
-        return result
-
-    def _call_int(self, op: str, **fields: Any) -> int:
-        """A request answered with an integer (a sequence number, a stream id)."""
-        result = self._call(op, **fields)
-        if isinstance(result, bool) or not isinstance(result, int):
-            raise ServerError(f"{self.url}: {op}: expected an integer, got {result!r}")
+        if isinstance(result, bool) or not isinstance(result, kind):
+            raise ServerError(f"{self.url}: {op}: expected a {kind.__name__}, got {result!r}")
         return result
 
     def _wait_for(self, delivered: int) -> None:
@@ -328,3 +316,11 @@ class RemoteConnection:
             if sock is not None:
                 sock.close(0)
         self._context.term()
+
+
+def _socket(context: zmq.Context[zmq.Socket[bytes]], kind: int) -> zmq.Socket[bytes]:
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+    return sock

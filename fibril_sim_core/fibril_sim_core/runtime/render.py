@@ -44,8 +44,8 @@ class RenderRequest:
             raise InstanceError(f"render: no camera named {camera!r} in the model; cameras: "
                                 f"{', '.join(n for n in names if n) or 'none'} (or '' for the "
                                 f"free camera)")
-        for name in ("width", "height"):
-            value = getattr(self, name)
+        sizes: tuple[tuple[str, object], ...] = (("width", self.width), ("height", self.height))
+        for name, value in sizes:  # (whatever a client sent)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InstanceError(f"render: {name} must be a positive integer, got {value!r}")
         limit_w, limit_h = model.vis.global_.offwidth, model.vis.global_.offheight

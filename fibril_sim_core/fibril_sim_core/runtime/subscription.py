@@ -34,13 +34,13 @@ _UNWANTED = frozenset({"(unwanted)"})  # a type no filter passes (``wanted`` has
 def record_source(record: object) -> str:
     """The id a ``devices`` filter matches: a device id, an endpoint, an input source or a
     camera; "" for records that belong to no device (frame timing, state, episode start)."""
-    if isinstance(record, DeviceOutput):
+    if type(record) is DeviceOutput:
         return record.device_id
-    if isinstance(record, ActuatorApplication):
+    if type(record) is ActuatorApplication:
         return record.endpoint
-    if isinstance(record, IngressRecord):
+    if type(record) is IngressRecord:
         return record.source_id
-    if isinstance(record, RenderFrame):
+    if type(record) is RenderFrame:
         return record.camera
     return ""
 
