@@ -114,7 +114,7 @@ class SimulationHost:
         self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
-        self._requests: queue.Queue[_Pending[Any]] = queue.Queue()
+        self._requests: queue.Queue[_Pending[object]] = queue.Queue()
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
         self._poke = threading.Event()
@@ -219,8 +219,8 @@ class SimulationHost:
     def request(self, request: str, argument: object = None,
                 timeout: float | None = 60.0) -> Any: ...
 
-    def request(self, request: HostRequest[Any] | str, argument: object = None,
-                timeout: float | None = 60.0) -> Any:
+    def request(self, request: HostRequest[object] | str, argument: object = None,
+                timeout: float | None = 60.0) -> object:
         """Ask the host thread to do ``request`` between frames; wait for the result. The
         string form (an action name and its argument, ``host_request``) is checked first."""
         if isinstance(request, str):
@@ -360,7 +360,7 @@ class SimulationHost:
         wall, sim = self._anchor
         return wall + (session_time_ns - sim) / 1e9 / self._rtf
 
-    def _serve(self, item: _Pending[Any]) -> bool:
+    def _serve(self, item: _Pending[object]) -> bool:
         """Run one request; return True when real-time pacing must restart from now.
 
         Requests were checked when they were made (``requests.py``); what is left to check
@@ -386,7 +386,7 @@ class SimulationHost:
             item.done.set()
         return request.resync
 
-    def _answer(self, request: HostRequest[Any]) -> object:
+    def _answer(self, request: HostRequest[object]) -> object:
         """Do ``request``; its result (the state, unless it asks for something else)."""
         instance = self.instance
         match request:

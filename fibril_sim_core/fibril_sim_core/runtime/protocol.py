@@ -74,7 +74,7 @@ def pack(message: Any) -> bytes:
     return data
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
 
 

@@ -25,7 +25,7 @@ from ..records import RenderFrame, StateObservation
 from .observation import ObservationRequest
 from .render import RenderRequest
 
-R = TypeVar("R")
+R = TypeVar("R", covariant=True)  # (a request only names its result's type)
 State = dict[str, Any]  # the host's state() document (JSON-like, sent to remote clients)
 MODES = ("realtime", "fast")
 

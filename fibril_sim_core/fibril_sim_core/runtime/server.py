@@ -80,7 +80,7 @@ class _Targeted:
     """A record for one client only (its render frames)."""
 
     client: int
-    record: Any
+    record: object
 
 class SimulationServer:
     """Serve remote SimulationConnections of one host (see the module docstring)."""
@@ -97,7 +97,7 @@ class SimulationServer:
         self._wake_url = f"inproc://fibril-sim-wake-{id(self)}"
         self._thread: threading.Thread | None = None
         self._worker = HostWorker(host, self._queue_reply, self._render_sink)
-        self._records: deque[Any] = deque()
+        self._records: deque[object] = deque()
         self._replies: deque[tuple[Client, Callable[[], bytes]]] = deque()
         self._signals: dict[int, tuple[zmq.Socket[bytes], list[bool]]] = {}
         self._signal_lock = threading.Lock()
@@ -186,7 +186,7 @@ class SimulationServer:
         self._unix.close()
 
     # ------------------------------------------------------------------ host thread
-    def _on_record(self, record: Any) -> None:
+    def _on_record(self, record: object) -> None:
         """Host thread: keep a record some client wants (the host's dispatch checked it
         against the clients' filters, ``AnyOf``)."""
         records = self._records
@@ -331,7 +331,7 @@ class SimulationServer:
         batch = []
         while records:
             batch.append(records.popleft())
-        targeted = [n for n, item in enumerate(batch) if type(item) is _Targeted]
+        targeted = {n: item for n, item in enumerate(batch) if type(item) is _Targeted}
         encoded: dict[int, bytes] = {}
         chosen: dict[tuple[RecordFilter, ...], list[int]] = {}  # what each filter set wants
         now = time.monotonic()
@@ -348,8 +348,8 @@ class SimulationServer:
                     n for n, item in enumerate(batch)
                     if type(item) is not _Targeted and client.wants(item)]
             if targeted:  # its own render frames
-                mine = [n for n in targeted if batch[n].client == client.id
-                        and client.wants(batch[n].record)]
+                mine = [n for n, item in targeted.items() if item.client == client.id
+                        and client.wants(item.record)]
                 if mine:
                     wanted = sorted(wanted + mine)
             if not wanted:
@@ -418,7 +418,7 @@ class SimulationServer:
                 self._disconnect(client, "it reads no answers" if exc.errno == errno.EAGAIN
                                  else "its control socket is gone")
 
-    def _handle(self, frames: list[Any]) -> None:
+    def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
         data = frames[-1]
         client = self._by_identity.get(identity)
@@ -486,16 +486,16 @@ class SimulationServer:
             return
         self._reply(client, rid, True, result)
 
-    def _reply(self, client: Client, rid: Any, ok: bool, result: Any) -> None:
+    def _reply(self, client: Client, rid: object, ok: bool, result: object) -> None:
         self._send(client.control, _reply_bytes(client, rid, ok, result))
 
-    def _refuse_safely(self, frames: list[Any], reason: str) -> None:
+    def _refuse_safely(self, frames: list[zmq.Frame], reason: str) -> None:
         try:
             self._refuse(frames[0].bytes, frames[-1], reason)
         except Exception:  # the refusal itself is best effort
             log.exception("server: refusing a message failed")
 
-    def _refuse(self, identity: bytes, frame: Any, reason: str) -> None:
+    def _refuse(self, identity: bytes, frame: zmq.Frame, reason: str) -> None:
         self.refused += 1
         try:
             peer = frame.get("Peer-Address")
@@ -547,7 +547,7 @@ class SimulationServer:
         return sink
 
 
-def _reply_bytes(client: Client, rid: Any, ok: bool, result: Any) -> bytes:
+def _reply_bytes(client: Client, rid: object, ok: bool, result: object) -> bytes:
     if ok:
         return protocol.message("reply", id=rid, ok=True, result=result,
                                 delivered=client.delivered)

@@ -97,7 +97,8 @@ class HostWorker:
             return None
         return self.host.request(self._request(client, op, document))
 
-    def _request(self, client: Client, op: str, document: dict[str, Any]) -> HostRequest[Any]:
+    def _request(self, client: Client, op: str, document: dict[str, Any]
+                 ) -> HostRequest[object]:
         """The host request of a client's message (``document`` is msgpack from the peer:
         the request checks its fields)."""
         match op:
