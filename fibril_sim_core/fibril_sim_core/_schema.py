@@ -158,8 +158,8 @@ class _Resolver(yaml.resolver.BaseResolver):
             return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
         if implicit[0] and value[:1] in _IMPLICIT_FIRST:
             match = _IMPLICIT.match(value)
-            if match is not None:
-                return _TAGS[match.lastgroup]  # type: ignore[index]
+            if match is not None and match.lastgroup is not None:  # (every branch is named)
+                return _TAGS[match.lastgroup]
         return _STR_TAG
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:

@@ -116,7 +116,7 @@ class Entities:
             mujoco.mj_objectVelocity(model, scratch, mujoco.mjtObj.mjOBJ_BODY, body, velocity, 0)
             out.append(EntityState(
                 self.names[body], _triple(scratch.xpos[body]),
-                tuple(float(v) for v in scratch.xquat[body]),  # type: ignore[arg-type]
+                _quad(scratch.xquat[body]),
                 _triple(velocity[3:]), _triple(velocity[:3])))
         return out
 
@@ -194,3 +194,7 @@ def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
 
 def _triple(values: Any) -> tuple[float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]))
+
+
+def _quad(values: Any) -> tuple[float, float, float, float]:
+    return (float(values[0]), float(values[1]), float(values[2]), float(values[3]))

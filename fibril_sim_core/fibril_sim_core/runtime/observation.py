@@ -75,9 +75,18 @@ def static_frames(model: mujoco.MjModel) -> tuple[StaticFrame, ...]:
     names = body_names(model)
     return tuple(
         StaticFrame(names[b], names[int(model.body_parentid[b])],
-                    tuple(float(v) for v in model.body_pos[b]),  # type: ignore[arg-type]
-                    tuple(float(v) for v in model.body_quat[b]))  # type: ignore[arg-type]
+                    _floats3(model.body_pos[b]), _floats4(model.body_quat[b]))
         for b in range(1, model.nbody) if not _moves(model, b))
+
+
+def _floats3(values: np.ndarray) -> tuple[float, float, float]:
+    x, y, z = values
+    return float(x), float(y), float(z)
+
+
+def _floats4(values: np.ndarray) -> tuple[float, float, float, float]:
+    w, x, y, z = values
+    return float(w), float(x), float(y), float(z)
 
 
 def _moves(model: mujoco.MjModel, body: int) -> bool:

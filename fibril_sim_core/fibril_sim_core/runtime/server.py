@@ -439,8 +439,8 @@ class SimulationServer:
         except Exception as exc:  # noqa: BLE001 - garbage from a peer is refused, not fatal
             self._refuse(identity, data, f"not a fibril_sim message ({exc})")
             return
-        if known:
-            client.last_seen = time.monotonic()  # type: ignore[union-attr]
+        if known and client is not None:
+            client.last_seen = time.monotonic()
         if op == "hello":
             self._hello(identity, frames[-1], document)
             return
