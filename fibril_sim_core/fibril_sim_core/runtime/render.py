@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from ..components.camera import GL_FAILURE
 from ..errors import InstanceError
 from ..records import RenderFrame
 from .streams import StreamTable
@@ -141,17 +142,15 @@ class RenderStreams(StreamTable[_Stream]):
         key = (width, height)
         renderer = self._renderers.get(key)
         if renderer is None:
-            # Shared with the camera device: MuJoCo aborts the process when a GL context is
-            # requested again after one failed, so a failure is remembered, never retried.
-            from ..components.camera import _GL_FAILURE
-
+            # GL_FAILURE is shared with the camera device: MuJoCo aborts the process when a GL
+            # context is requested again after one failed, so a failure is remembered.
             try:
-                if _GL_FAILURE:
-                    raise RuntimeError(_GL_FAILURE[0])
+                if GL_FAILURE:
+                    raise RuntimeError(GL_FAILURE[0])
                 renderer = mujoco.Renderer(self.model, height, width)
             except Exception as exc:  # noqa: BLE001 - no GL: refuse the request, keep running
-                if not _GL_FAILURE:
-                    _GL_FAILURE.append(str(exc))
+                if not GL_FAILURE:
+                    GL_FAILURE.append(str(exc))
                 platform = os.environ.get("MUJOCO_GL") or "unset"
                 raise InstanceError(
                     f"render: no offscreen OpenGL context (MUJOCO_GL={platform}): "
