@@ -535,17 +535,18 @@ def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[Outp
     for entry in inputs:
         claim(entry.topic, f"{entry.where}.topic" if entry.where.startswith("inputs") else
               entry.where)
-    for entry in outputs:
-        own = entry.where.startswith("outputs")
-        claim(entry.topic, f"{entry.where}.topic" if own else entry.where)
-        if entry.raw_topic:
-            claim(entry.raw_topic, f"{entry.where}.raw_topic")
-        if entry.info_topic:
-            claim(entry.info_topic, f"{entry.where}.info_topic" if own else entry.where)
-    for key in ("joint_states", "robot_description", "markers"):
-        entry = getattr(ground_truth, key)
-        if entry is not None:
-            claim(entry.topic, f"{key}.topic")
+    for output in outputs:
+        own = output.where.startswith("outputs")
+        claim(output.topic, f"{output.where}.topic" if own else output.where)
+        if output.raw_topic:
+            claim(output.raw_topic, f"{output.where}.raw_topic")
+        if output.info_topic:
+            claim(output.info_topic, f"{output.where}.info_topic" if own else output.where)
+    for key, stream in (("joint_states", ground_truth.joint_states),
+                        ("robot_description", ground_truth.robot_description),
+                        ("markers", ground_truth.markers)):
+        if stream is not None:
+            claim(stream.topic, f"{key}.topic")
     if ground_truth.tf is not None:
         claim("/tf", "tf")
         claim("/tf_static", "tf")

@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState
 from fibril_sim_core.records import StateObservation
 from fibril_sim_core.runtime.observation import StateLayout, StaticFrame
 
-from ._cdr import Template
+from ._cdr import Packer, Template
 
 try:  # tf2_msgs: a ROS installation's, or built from the vendored definitions by make setup
     from tf2_msgs.msg import TFMessage
@@ -89,7 +89,7 @@ class FramePublisher:
             fields.append((f"transforms.{k}.header.stamp", "time"))
             fields += [(f"transforms.{k}.transform.translation.{a}", "f64") for a in "xyz"]
             fields += [(f"transforms.{k}.transform.rotation.{a}", "f64") for a in "xyzw"]
-        self._pack = Template(prototype, fields).packer() if children else None
+        self._pack: Packer | None = Template(prototype, fields).packer() if children else None
 
     def moving(self, observation: StateObservation) -> bytes | None:
         """The moving bodies' transforms at the observation's time (None: there is none)."""

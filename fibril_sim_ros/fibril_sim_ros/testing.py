@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -248,7 +249,10 @@ def _exec_main(argv: list[str]) -> int:
     except OSError as exc:
         print(f'fibril_sim_ros.testing: cannot run {argv[2]!r}: {exc}', file=sys.stderr)
         return 127
-    return 0  # unreachable
+
+
+def _has_publisher(node: Node, topic: str) -> bool:
+    return node.count_publishers(topic) > 0
 
 
 # ------------------------------------------------------------------------------------- domains
@@ -730,7 +734,7 @@ class SimHarness:
                          f'{NODE_NAME} did not appear within {self.startup_timeout} s')
         topics = self.ready_topics
         for topic in topics:
-            self._spin_until(lambda t=topic: self.node.count_publishers(t) > 0,
+            self._spin_until(partial(_has_publisher, self.node, topic),
                              max(0.0, deadline - time.monotonic()),
                              f'no publisher on {topic} within {self.startup_timeout} s')
         if topics or wanted:

@@ -26,6 +26,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
@@ -104,9 +105,10 @@ class WheelSpeedController(Node):
     def __init__(self, *, default_sim_time: bool = True, context: Context | None = None) -> None:
         overrides = [Parameter('use_sim_time', value=True)] if default_sim_time else None
         super().__init__(NODE_NAME, parameter_overrides=overrides, context=context)
-        self.settings = ControllerSettings(**{
+        declared: dict[str, Any] = {  # (checked: a str or float each, as its default)
             name: self._declare(name, getattr(ControllerSettings, name))
-            for name in ControllerSettings.__dataclass_fields__})
+            for name in ControllerSettings.__dataclass_fields__}
+        self.settings = ControllerSettings(**declared)
         self.settings.check()
         s = self.settings
         self._pi = PiController(s.kp, s.ki, s.duty_limit, max_dt=MAX_MISSED_PERIODS / s.rate)
@@ -129,11 +131,11 @@ class WheelSpeedController(Node):
     def _declare(self, name: str, default: float | str) -> float | str:
         """Declare one parameter; numbers accept integers too (``-p kp:=1``)."""
         if isinstance(default, str):
-            value = self.declare_parameter(name, default).value
-            if not isinstance(value, str):
-                raise ValueError(f'parameter {name!r} must be a string, got {value!r}')
-            return value
-        value = self.declare_parameter(
+            text: object = self.declare_parameter(name, default).value
+            if not isinstance(text, str):
+                raise ValueError(f'parameter {name!r} must be a string, got {text!r}')
+            return text
+        value: object = self.declare_parameter(
             name, default, ParameterDescriptor(dynamic_typing=True)).value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f'parameter {name!r} must be a number, got {value!r}')
@@ -174,7 +176,7 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            from rclpy.experimental import EventsExecutor
+            from rclpy.experimental.events_executor import EventsExecutor
         except ImportError:
             pass
         else:
