@@ -128,7 +128,7 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
             _geometry(model, geom, elements[body], meshes, groups,
                       visual_names, collision_names)
     robot.extend(elements[b] for b in range(model.nbody))
-    robot.extend(_joints(model, links, frame_prefix, []))
+    robot.extend(_joints(model, links, frame_prefix, [], []))
     ET.indent(robot)
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
 
@@ -138,13 +138,12 @@ def link_frames(model: mujoco.MjModel, frame_prefix: str = "") -> tuple[StaticFr
     hinge whose axis misses the body origin), as fixed frames of that body (names without
     ``frame_prefix``): RViz draws a URDF only when every link has a transform, so the node
     puts these on ``/tf_static``. Links between several joints of one body move with the
-    joints and get none (a known limit)."""
+    joints: see ``joint_chain_frames``."""
     rigid: list[tuple[str, str, _Pose]] = []
-    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, rigid)
+    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, rigid, [])
     cut = len(frame_prefix)
-    return tuple(StaticFrame(name[cut:], body[cut:],
-                             tuple(float(v) for v in pose.position),  # type: ignore[arg-type]
-                             tuple(float(v) + 0.0 for v in pose.quaternion))  # type: ignore[arg-type]
+    return tuple(StaticFrame(name[cut:], body[cut:], _triple(pose.position),
+                             _quad(v + 0.0 for v in pose.quaternion))
                  for name, body, pose in rigid)
 
 
@@ -221,7 +220,7 @@ class _Pose:
                     np.allclose(abs(q[0]), 1.0, atol=1e-15))
 
 
-def _rotation(axis: Sequence[float], angle: float) -> _Pose:
+def _rotation(axis: Sequence[float] | np.ndarray, angle: float) -> _Pose:
     quaternion = np.zeros(4)
     mujoco.mju_axisAngle2Quat(quaternion, np.asarray(axis, float), float(angle))
     return _Pose((0.0, 0.0, 0.0), quaternion)
@@ -291,20 +290,71 @@ def _inertial(model: mujoco.MjModel, body: int, link: ET.Element) -> None:
                   iyz="0", izz=_num(izz))
 
 
+@dataclass(frozen=True)
+class ChainStep:
+    """One joint on the way from an intermediate link to its body: the joint's origin in the
+    link before it, then its motion (rotation about ``axis``, or translation along it for a
+    slide) by the joint's qpos."""
+
+    origin_position: tuple[float, float, float]
+    origin_orientation: tuple[float, float, float, float]
+    slide: bool
+    axis: tuple[float, float, float]
+    qpos_address: int
+
+
+@dataclass(frozen=True)
+class JointChainFrame:
+    """A URDF link between two joints of one body (names without the frame prefix). It moves
+    with the joints after it, so its pose in the body depends on their positions (``pose``):
+    the node puts it on ``/tf`` with the body's other moving frames."""
+
+    name: str
+    parent: str  # the body's frame
+    steps: tuple[ChainStep, ...]  # the joints after this link, in chain order
+    tail_position: tuple[float, float, float]  # the last joint's link -> the body
+    tail_orientation: tuple[float, float, float, float]
+
+    def pose(self, qpos: Sequence[float] | np.ndarray
+             ) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
+        """Its position and orientation (w x y z) in the body at ``qpos`` (the model's)."""
+        chain = _Pose()
+        for step in self.steps:
+            value = float(qpos[step.qpos_address])
+            motion = (_Pose(tuple(value * a for a in step.axis)) if step.slide
+                      else _rotation(step.axis, value))
+            chain = chain * _Pose(step.origin_position, step.origin_orientation) * motion
+        inverse = (chain * _Pose(self.tail_position, self.tail_orientation)).inverse()
+        return _triple(inverse.position), _quad(inverse.quaternion)
+
+
+def joint_chain_frames(model: mujoco.MjModel,
+                       frame_prefix: str = "") -> tuple[JointChainFrame, ...]:
+    """The URDF's links between two hinge/slide joints of one body (see ``JointChainFrame``):
+    RViz draws a URDF only when every link has a transform."""
+    chains: list[JointChainFrame] = []
+    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, [], chains)
+    cut = len(frame_prefix)
+    return tuple(JointChainFrame(c.name[cut:], c.parent[cut:], c.steps, c.tail_position,
+                                 c.tail_orientation) for c in chains)
+
+
 def _joints(model: mujoco.MjModel, links: Sequence[str], prefix: str,
-            rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
+            rigid: list[tuple[str, str, _Pose]],
+            chains: list[JointChainFrame]) -> list[ET.Element]:
     """The URDF joints (and intermediate links) of every body; ``rigid`` gains each
-    intermediate link fixed to its body: (link, body link, pose in the body)."""
+    intermediate link fixed to its body: (link, body link, pose in the body), ``chains`` each
+    one that moves in it."""
     link_names = _Names(set(links))
     joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
     return [element for body in range(1, model.nbody)
             for element in _body_joints(model, body, links, link_names, joint_names, prefix,
-                                        rigid)]
+                                        rigid, chains)]
 
 
 def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: _Names,
-                 joint_names: _Names, prefix: str,
-                 rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
+                 joint_names: _Names, prefix: str, rigid: list[tuple[str, str, _Pose]],
+                 chains: list[JointChainFrame]) -> list[ET.Element]:
     """The URDF joints (and intermediate links) that attach ``body`` to its parent."""
     link, parent = links[body], links[int(model.body_parentid[body])]
     at_qpos0 = _Pose(model.body_pos[body], model.body_quat[body])
@@ -318,6 +368,7 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
         return [_joint(joint_names.claim(f"{link}_fixed"), "fixed", parent, link, at_qpos0)]
     out: list[ET.Element] = []
     pending, current = at_qpos0, parent
+    steps: list[tuple[str, ChainStep]] = []  # (the link after the joint, the joint)
     for index, joint in enumerate(joints):
         axis = np.asarray(model.jnt_axis[joint], float)
         anchor = np.asarray(model.jnt_pos[joint], float)
@@ -332,12 +383,18 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
         child = link if last else link_names.claim(prefix + _joint_name(model, joint))
         if not last:
             out.append(_link(child))
-        out.append(_moving_joint(model, joint, types[index], current, child, pending * before,
-                                 axis))
+        origin = pending * before
+        out.append(_moving_joint(model, joint, types[index], current, child, origin, axis))
+        steps.append((child, ChainStep(_triple(origin.position), _quad(origin.quaternion),
+                                       types[index] == _SLIDE, _triple(axis),
+                                       int(model.jnt_qposadr[joint]))))
         pending, current = after, child
     if current != link:
         out.append(_joint(joint_names.claim(f"{link}_fixed"), "fixed", current, link, pending))
         rigid.append((current, link, pending.inverse()))
+    for k, (name, _) in enumerate(steps[:-1]):  # the last one is the body, or rigid on it
+        chains.append(JointChainFrame(name, link, tuple(step for _, step in steps[k + 1:]),
+                                      _triple(pending.position), _quad(pending.quaternion)))
     return out
 
 

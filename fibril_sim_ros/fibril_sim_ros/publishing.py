@@ -21,13 +21,14 @@ from std_msgs.msg import String
 from fibril_msgs.msg import DeviceSample, FrameTiming as FrameTimingMsg
 from fibril_sim_core.plan import SimulationPlan
 from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
+from fibril_sim_core.robot_description import joint_chain_frames
 from fibril_sim_core.runtime.observation import StateLayout, static_frames
 from fibril_sim_core.runtime import SimulationConnection
 
 from . import messages as m
 from ._rcl_publish import raw_sender
 from .bridge import OUTPUT_QOS, Bridge
-from .ground_truth import FramePublisher, JointStates, tf_available
+from .ground_truth import FramePublisher, JointStates, TFMessage, tf_available
 from .outbox import Convert, Log, Outbox, Send
 from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events
 
@@ -142,10 +143,11 @@ class Publishing:
         self._tf_static_pub: Any = None
         if bridge.tf is not None:
             if tf_available():
-                # (tf2_msgs is optional: tf_available() says whether it is installed.)
-                from tf2_msgs.msg import TFMessage
-
-                self._frames = FramePublisher(self.layout, bridge.tf.frame_prefix)
+                # The robot description's links between two joints of one body move with
+                # the joints: on /tf beside the bodies (its fixed links: /tf_static).
+                chains = (joint_chain_frames(self._plan.model)
+                          if bridge.robot_description is not None else ())
+                self._frames = FramePublisher(self.layout, bridge.tf.frame_prefix, chains)
                 tf_pub = self._publisher(TFMessage, "/tf", profile(OUTPUT_QOS))
                 self._tf_send = raw_sender(tf_pub)
                 self._output_publishers["/tf"] = tf_pub
@@ -203,9 +205,11 @@ class Publishing:
         if not wanted:
             return
         connection.on_record(self.outbox.on_record, kinds="state_observation")
+        chained = self._frames is not None and self._frames.needs_joints
         for (rate, wall_rate), (joints, frames) in wanted.items():
-            stream = connection.observe(rate, joints=joints, frames=frames,
-                                        fast_wall_rate_hz=wall_rate)
+            # (the joints' positions are taken for the frames between joints too)
+            stream = connection.observe(rate, joints=joints or (frames and chained),
+                                        frames=frames, fast_wall_rate_hz=wall_rate)
             self._observation_streams[stream] = (joints, frames)
 
     # ------------------------------------------------------------------ listeners
