@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core import _schema as s
-from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.errors import FibrilError, InstanceError
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -445,7 +445,7 @@ def _switch(doc: Mapping[str, Any], key: str, root: s.Where, default: Any,
 
 
 def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
-    from fibril_sim_core.errors import InstanceError
+    # (MuJoCo is loaded only once a ground-truth rate is checked: reading a bridge needs none)
     from fibril_sim_core.runtime.observation import ObservationRequest
 
     rate = s.number(value, where, positive=True)

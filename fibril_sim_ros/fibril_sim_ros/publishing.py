@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rclpy.node import Node
+from rclpy.publisher import Publisher
+from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, JointState
 from std_msgs.msg import String
@@ -47,7 +49,7 @@ class _Route:
     """One bridge output of a device: its converter and publishers."""
 
     convert: Convert
-    publishers: list[Any]  # rclpy publishers
+    publishers: list[Publisher[Any]]
     topics: list[str]
     heavy: bool  # converted on the publisher thread
     latched: bool  # transient local: published even with no subscriber yet
@@ -92,14 +94,14 @@ class Publishing:
         self._make_ground_truth()
 
     # ------------------------------------------------------------------ set-up
-    def _publisher(self, cls: type, topic: str, qos: Any) -> Any:
+    def _publisher(self, cls: type, topic: str, qos: QoSProfile) -> Publisher[Any]:
         logger = self._node.get_logger()
         return self._node.create_publisher(cls, topic, qos,
                                            event_callbacks=publisher_events(logger, topic, qos))
 
     def _make_outputs(self) -> None:
         timestep_s = self._plan.timebase.timestep_s
-        publishers: dict[str, Any] = {}
+        publishers: dict[str, Publisher[Any]] = {}
         self._routes: dict[str, list[_Route]] = {}  # device id -> its outputs
         self._senders: dict[str, Send] = {}
         devices = {d.id: d for d in self._plan.devices}
@@ -140,7 +142,7 @@ class Publishing:
             self._output_publishers[entry.topic] = joint_pub
             self._joint_topic = entry.topic
         self._frames: FramePublisher | None = None
-        self._tf_static_pub: Any = None
+        self._tf_static_pub: Publisher[Any] | None = None
         if bridge.tf is not None:
             if tf_available():
                 # The robot description's links between two joints of one body move with
@@ -160,7 +162,7 @@ class Publishing:
     def publish_latched(self, description: str | None) -> None:
         """/tf_static, /robot_description and the markers, once (transient local)."""
         bridge, plan = self._bridge, self._plan
-        if self._frames is not None:
+        if self._frames is not None and self._tf_static_pub is not None:
             frames = static_frames(plan.model)
             if bridge.robot_description is not None:  # its links that are no body, too
                 frames += plan.link_frames()

@@ -40,6 +40,8 @@ from .processes import (DEFAULT_DOMAIN_POOL, DomainLock, ManagedProcess, SimHarn
                         WaitTimeout, check_alive, commanding_nodes, diagnostics, exec_main,
                         lock_domain, node_endpoints, start_process, stop_process)
 
+# rclpy, launch and the message packages are imported where they are used: this module (and
+# its pytest plugin, which every test session of a project may load) imports without ROS.
 if TYPE_CHECKING:
     from rclpy.node import Node
     from rclpy.qos import QoSProfile

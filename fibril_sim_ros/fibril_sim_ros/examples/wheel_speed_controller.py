@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,7 @@ class ControllerSettings:
 
     def check(self) -> None:
         """Raise ValueError with one line naming the parameter and value."""
-        for name in ('kp', 'ki', 'setpoint'):
-            value = getattr(self, name)
+        for name, value in (('kp', self.kp), ('ki', self.ki), ('setpoint', self.setpoint)):
             if not math.isfinite(value):
                 raise ValueError(f'parameter {name!r} must be finite, got {value!r}')
         if self.kp < 0 or self.ki < 0:
@@ -70,8 +69,9 @@ class ControllerSettings:
             raise ValueError(f'parameter rate must be > 0 Hz, got {self.rate!r}')
         if not 0 < self.duty_limit <= 1:
             raise ValueError(f'parameter duty_limit must be in (0, 1], got {self.duty_limit!r}')
-        for name in ('encoder_topic', 'command_topic'):
-            if not getattr(self, name):
+        for name, topic in (('encoder_topic', self.encoder_topic),
+                            ('command_topic', self.command_topic)):
+            if not topic:
                 raise ValueError(f'parameter {name!r} must not be empty')
         if self.executor not in EXECUTORS:
             raise ValueError(f"parameter 'executor' must be one of {', '.join(EXECUTORS)}, "
@@ -106,8 +106,8 @@ class WheelSpeedController(Node):
         overrides = [Parameter('use_sim_time', value=True)] if default_sim_time else None
         super().__init__(NODE_NAME, parameter_overrides=overrides, context=context)
         declared: dict[str, Any] = {  # (checked: a str or float each, as its default)
-            name: self._declare(name, getattr(ControllerSettings, name))
-            for name in ControllerSettings.__dataclass_fields__}
+            name: self._declare(name, default)
+            for name, default in asdict(ControllerSettings()).items()}
         self.settings = ControllerSettings(**declared)
         self.settings.check()
         s = self.settings
