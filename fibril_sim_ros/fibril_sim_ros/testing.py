@@ -25,12 +25,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
