@@ -84,7 +84,7 @@ class NodeServices:
         if standard is not None:
             standard.destroy()
 
-    def _on_step(self, request: Any, response: Any) -> Any:
+    def _on_step(self, request: Step.Request, response: Step.Response) -> Step.Response:
         node = self._node
         try:
             state = node.step(int(request.steps))
@@ -99,7 +99,7 @@ class NodeServices:
             self._fill(response, node.state_or_empty())
         return response
 
-    def _on_reset(self, request: Any, response: Any) -> Any:
+    def _on_reset(self, request: Reset.Request, response: Reset.Response) -> Reset.Response:
         node = self._node
         try:
             state = node.reset(request.keyframe or None,
@@ -116,7 +116,8 @@ class NodeServices:
         response.seed = int(state.get("seed", 0))
         return response
 
-    def _on_set_paused(self, request: Any, response: Any) -> Any:
+    def _on_set_paused(self, request: SetPaused.Request,
+                       response: SetPaused.Response) -> SetPaused.Response:
         node = self._node
         try:
             state = node.set_paused(bool(request.paused))
@@ -131,7 +132,8 @@ class NodeServices:
         response.session_time_ns = int(state.get("session_time_ns", 0))
         return response
 
-    def get_state(self, request: Any, response: Any) -> Any:
+    def get_state(self, request: GetState.Request,
+                  response: GetState.Response) -> GetState.Response:
         node = self._node
         state = node.state_or_empty()
         response.paused = node.paused
@@ -164,7 +166,7 @@ class NodeServices:
         response.lateness_warning = watchdog.last_warning
         return response
 
-    def _fill(self, response: Any, state: dict[str, Any]) -> None:
+    def _fill(self, response: Step.Response, state: dict[str, Any]) -> None:
         response.tick = int(state.get("tick", 0))
         response.episode_time_ns = int(state.get("episode_time_ns", 0))
         response.session_time_ns = int(state.get("session_time_ns", 0))

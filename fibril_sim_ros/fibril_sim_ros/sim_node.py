@@ -52,6 +52,7 @@ from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 
+from fibril_msgs.srv import GetState
 from fibril_sim_core import ShutdownSignals
 from fibril_sim_core.entities import Entities
 from fibril_sim_core.errors import FibrilError
@@ -311,7 +312,8 @@ class SimNode(Node):
             self.publishing.outbox.clock(state["session_time_ns"])
         return state
 
-    def _on_get_state(self, request: Any, response: Any) -> Any:
+    def _on_get_state(self, request: GetState.Request,
+                      response: GetState.Response) -> GetState.Response:
         """``~/get_state``'s answer (see node_services), as a call."""
         return _built(self._control_services, "control services").get_state(request, response)
 
