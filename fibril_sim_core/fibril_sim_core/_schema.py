@@ -158,8 +158,8 @@ class _Resolver(yaml.resolver.BaseResolver):
             return _SEQ_TAG if kind is yaml.SequenceNode else _MAP_TAG
         if implicit[0] and value[:1] in _IMPLICIT_FIRST:
             match = _IMPLICIT.match(value)
-            if match is not None:
-                return _TAGS[match.lastgroup]  # type: ignore[index]
+            if match is not None and match.lastgroup is not None:  # (every branch is named)
+                return _TAGS[match.lastgroup]
         return _STR_TAG
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
@@ -184,12 +184,14 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
         _Resolver.__init__(self)
 
 
-if getattr(yaml, "__with_libyaml__", False):
-    class _CLoader(yaml.cyaml.CParser, _Constructor, _Resolver):
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser  # (only there when PyYAML is built with libyaml)
+
+    class _CLoader(CParser, _Constructor, _Resolver):
         """libyaml's parser and composer (about 4x faster), same constructor and resolver."""
 
         def __init__(self, stream: str) -> None:
-            yaml.cyaml.CParser.__init__(self, stream)
+            CParser.__init__(self, stream)
             _Constructor.__init__(self)
             _Resolver.__init__(self)
     _Loader: type = _CLoader
@@ -299,7 +301,8 @@ def _check_nodes(root: Any) -> tuple[str, Any] | None:
 
 def _children(node: Any) -> list[Any]:
     if isinstance(node, yaml.SequenceNode):
-        return node.value
+        items: list[yaml.Node] = node.value
+        return items
     if isinstance(node, yaml.MappingNode):
         return [item for pair in node.value for item in pair]
     return []
@@ -370,7 +373,8 @@ def keys(value: Mapping[str, Any], where: Where, *, required: Sequence[str] = ()
     allowed = set(required) | set(optional)
     for key in value:
         if key not in allowed:
-            raise where.key(key if isinstance(key, str) else short(key)).fail(
+            name: object = key  # (a YAML key need not be a string)
+            raise where.key(name if isinstance(name, str) else short(name)).fail(
                 f"unknown key; expected one of: {', '.join(sorted(allowed))}")
     for key in required:
         if key not in value:

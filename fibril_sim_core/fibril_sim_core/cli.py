@@ -7,16 +7,26 @@ User mistakes print one line ``fibril_sim: error: ...`` and exit 2; never a trac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import os
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from ._signals import Interrupted, ShutdownSignals
 from .errors import FibrilError
+
+# The commands import what they need when they run (the imports inside the handlers): a
+# command line must start without MuJoCo, NumPy and the trace stack (``fibril_sim --help``,
+# ``fibril_sim calibrate --help``), so only the standard library and these two small modules
+# are imported here.
 
 #: Entry-point group through which other packages add ``fibril_sim`` commands: each entry is a
 #: ``register(subparsers)`` function (fibril_calibration adds ``calibrate`` this way, so the
@@ -47,7 +57,7 @@ def run_handler(prog: str, handler: Callable[[argparse.Namespace], int],
         print(f"{prog}: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through _signals.Interrupted
-        code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
+        code = exc.exit_code if isinstance(exc, Interrupted) else EXIT_INTERRUPTED
         print(f"{prog}: {'interrupted' if code == EXIT_INTERRUPTED else 'terminated'}",
               file=sys.stderr)
         return code
@@ -189,8 +199,6 @@ def _register_plugins(commands: Any) -> None:
     """Commands other installed packages declare in the ``fibril_sim.commands`` entry-point
     group (``fibril_sim calibrate`` from fibril_calibration); a package that fails to load is
     reported on stderr and left out, the other commands still work."""
-    from importlib.metadata import entry_points
-
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         try:
             register = entry.load()
@@ -202,7 +210,6 @@ def _register_plugins(commands: Any) -> None:
 
 
 def _experiment_run(args: argparse.Namespace) -> int:
-    from ._signals import ShutdownSignals
     from .experiments.runner import run_experiment, write_json_atomically
 
     traces = args.traces or args.output.with_name(args.output.stem + ".traces")
@@ -333,7 +340,6 @@ def _target_key(target: dict[str, Any]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ._signals import ShutdownSignals
 
     # The first SIGINT/SIGTERM stops the run at the next chunk boundary; the trace is closed.
     with ShutdownSignals(raise_interrupt=False) as signals:
@@ -350,7 +356,8 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     timebase = plan.timebase
     if args.inputs is not None and args.inputs_from_trace is not None:
         raise FibrilError("give --inputs or --inputs-from-trace, not both")
-    traced, traced_ticks = [], 0
+    traced: list[Any] = []
+    traced_ticks = 0
     if args.inputs_from_trace is not None:
         traced, traced_ticks = _trace_inputs(args.inputs_from_trace, plan)
     if args.steps is None and args.duration is None:
@@ -382,7 +389,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
         instance = plan.create_instance(args.seed, trace=trace, collect=False)
         if trace is None:
             # Inputs and their applications are counted as they come; the samples nobody
-            # takes are not made (counted from the schedules, see _sample_counts).
+            # takes are not made (counted from the schedules, see sample_counts).
             instance.subscribe(lambda r: None if type(r) is DeviceOutput
                                else counts.update((type(r).__name__,)))
             instance.set_interest({IngressRecord: None, ActuatorApplication: None})
@@ -406,7 +413,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
                                         wall, sim / wall if wall > 0 else 0.0))
         stopped_by = signals.received
     except KeyboardInterrupt as exc:  # a handler installed by an embedding program
-        stopped_by = getattr(exc, "signum", 2)
+        stopped_by = exc.signum if isinstance(exc, Interrupted) else 2
     finally:
         if trace is not None:
             trace.close()
@@ -420,20 +427,20 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
         return 128 + stopped_by
     wall = time.perf_counter() - started
     if trace is None:
-        counts.update(_sample_counts(plan, ticks))
+        counts.update(sample_counts(plan, ticks))
     sim_s = ticks * timebase.timestep_s
     print(f"ran {ticks} ticks ({sim_s:g} s simulated) in {wall:.3f} s wall "
           f"(real-time factor {sim_s / wall if wall > 0 else float('inf'):.1f})")
     for name in sorted(counts):
         print(f"  {name:<24} {counts[name]} record(s)")
-    if instance.rejected_count:
+    if instance is not None and instance.rejected_count:
         print(f"  rejected inputs: {instance.rejected_count}")
     if trace is not None:
         print(f"trace: {args.trace}")
     return 0
 
 
-def _sample_counts(plan: Any, ticks: int) -> dict[str, int]:
+def sample_counts(plan: Any, ticks: int) -> dict[str, int]:
     """The samples each device delivers in the first ``ticks`` ticks of an episode: one
     acquired every period from tick 0, delivered ``max(1, latency)`` ticks later (the
     instance's time model), so an untraced run need not make them to count them."""
@@ -447,9 +454,6 @@ def _sample_counts(plan: Any, ticks: int) -> dict[str, int]:
 
 def _serve(args: argparse.Namespace) -> int:
     """``fibril_sim serve``: a runtime with a server, headless, until SIGINT/SIGTERM."""
-    import dataclasses
-    import logging
-
     from .plan import SimulationBuilder
     from .runtime import ServerOptions, SimulationRuntime
     from .trace import TraceWriter
@@ -535,8 +539,6 @@ def _trace_inputs(path: Path, plan: Any) -> tuple[list[Any], int]:
 
 
 def _trace_query(args: argparse.Namespace) -> int:
-    import warnings
-
     from .trace.query import query, to_csv, to_json
     from .trace.reader import TraceReader, TraceWarning
 

@@ -19,7 +19,7 @@ keeps its angular velocity in the body frame: it is rotated there on commit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,7 @@ class Entities:
             mujoco.mj_objectVelocity(model, scratch, mujoco.mjtObj.mjOBJ_BODY, body, velocity, 0)
             out.append(EntityState(
                 self.names[body], _triple(scratch.xpos[body]),
-                tuple(float(v) for v in scratch.xquat[body]),  # type: ignore[arg-type]
+                _quad(scratch.xquat[body]),
                 _triple(velocity[3:]), _triple(velocity[:3])))
         return out
 
@@ -152,7 +152,7 @@ class Entities:
                 values["linear_velocity"] is not None or values["angular_velocity"] is not None):
             raise ValueError(f"body {self.names[body]!r} is a mocap body: it has a pose, no "
                              f"velocity")
-        return EntityCommand(self.names[body], body, **values)  # type: ignore[arg-type]
+        return EntityCommand(self.names[body], body, **values)
 
     def apply(self, data: mujoco.MjData, command: EntityCommand) -> None:
         """Write the command into the state (owner thread, at a tick boundary)."""
@@ -180,7 +180,7 @@ class Entities:
 
 
 def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") \
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Collection) \
             or len(value) != width:
         raise ValueError(f"payload {key!r} must be a list of {width} numbers, got {short(value)}")
     out = []
@@ -194,3 +194,7 @@ def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
 
 def _triple(values: Any) -> tuple[float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]))
+
+
+def _quad(values: Any) -> tuple[float, float, float, float]:
+    return (float(values[0]), float(values[1]), float(values[2]), float(values[3]))

@@ -27,6 +27,7 @@ from . import _schema as s
 from .components.motor import classify_actuator
 from .errors import FibrilError
 from .manifest import SCHEMA_MAJOR, parse_manifest
+from .plan import SimulationBuilder
 
 MANIFEST_NAME = "simulation.yaml"
 BRIDGE_NAME = "bridge.yaml"
@@ -76,7 +77,8 @@ def generate(model_path: str | Path, output: str | Path,
     for name, rate in (("--encoder-rate", options.encoder_rate),
                        ("--sensor-rate", options.sensor_rate),
                        ("--camera-rate", options.camera_rate)):
-        if not (isinstance(rate, (int, float)) and rate > 0 and rate < 1e9):
+        value: object = rate  # (whatever the caller passed)
+        if not (isinstance(value, (int, float)) and value > 0 and value < 1e9):
             raise InitError(f"{name} must be a positive number of Hz, got {rate!r}")
     try:
         model = mujoco.MjModel.from_xml_path(str(model_file))
@@ -125,8 +127,6 @@ def _validate(text: str, path: Path, model: Path) -> None:
     """Build the plan of the generated manifest (as it would be read from ``path``, with the
     model at ``model``: ``path``'s folder may not exist yet): a model init accepted but the
     loader refuses is a bug of init, reported as such."""
-    from .plan import SimulationBuilder
-
     document = s.load_yaml_text(text, str(path), InitError)
     document["model"] = str(model)
     try:
@@ -229,7 +229,8 @@ class _Builder:
                  mujoco.mjtTrn.mjTRN_SITE: ("site", mujoco.mjtObj.mjOBJ_SITE),
                  mujoco.mjtTrn.mjTRN_BODY: ("body", mujoco.mjtObj.mjOBJ_BODY)}
         if trn not in kinds:
-            return "transmission " + mujoco.mjtTrn(trn).name.removeprefix("mjTRN_").lower()
+            trn_name: str = mujoco.mjtTrn(trn).name
+            return "transmission " + trn_name.removeprefix("mjTRN_").lower()
         kind, objtype = kinds[trn]
         name = self._name(objtype, target)
         return f"on {kind} {name!r}" if name else f"on {kind} {target}"

@@ -24,6 +24,9 @@ import numpy as np
 
 from . import provenance as prov
 from .errors import FibrilError
+from .manifest import SimulationManifest, load_manifest
+from .overlays import OverlayParameter, ParameterOverlays
+from .plan import SimulationBuilder
 
 __all__ = ["MjcfExportError", "export_mjcf", "mjcf_text"]
 
@@ -52,13 +55,12 @@ def mjcf_text(spec: mujoco.MjSpec, model_dir: Path, comment: str) -> str:
     return f"<!-- {safe} -->\n{body}\n"
 
 
-def export_mjcf(manifest: Any, overlays: Any, path: Path, *, comment: str,
+def export_mjcf(manifest: SimulationManifest | str | Path,
+                overlays: ParameterOverlays | Sequence[OverlayParameter] | None, path: Path, *,
+                comment: str,
                 expected_sha256: str | None = None) -> str:
     """Write the plan's model of ``manifest`` + ``overlays`` to ``path`` (atomically); returns
     the file's compiled-model hash, which must equal ``expected_sha256`` when given."""
-    from .manifest import SimulationManifest, load_manifest
-    from .plan import SimulationBuilder
-
     if not isinstance(manifest, SimulationManifest):
         manifest = load_manifest(manifest)
     builder = SimulationBuilder()

@@ -8,7 +8,6 @@ and initial inputs. Many independent SimulationInstances come from one plan.
 from __future__ import annotations
 
 import copy
-import math
 import sys
 import threading
 import weakref
@@ -17,23 +16,30 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mujoco
+import numpy as np
 
 from . import provenance as prov
+from .build_checks import (ParsedModel, build_provenance, check_initial_inputs,
+                           check_overlays_held, compile_model, component_overlay_failure,
+                           merge_overlays, one_line, overlay_failure, resolve_components,
+                           scenario_keyframe)
 from .components import (ActuatorDescriptor, BuildContext, ComponentRegistry,
                          DeviceDescriptor, ResolvedComponent)
-from .components.base import effective_config, validate_config
 from .errors import FibrilError, ManifestError, PlanError
 from .instance import SimulationInstance
-from .manifest import InputSpec, ScenarioSpec, SimulationManifest, load_manifest
+from .manifest import ScenarioSpec, SimulationManifest, load_manifest
+from .overlays import MujocoTarget, OverlayParameter, ParameterOverlays
 from .overlays import compiled as compiled_overlays
-from .overlays.mujoco_targets import apply_mujoco_overlays, compiled_value
+from .overlays.mujoco_targets import apply_mujoco_overlays
 from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
-from .overlays import (ComponentTarget, MujocoTarget, OverlayError, OverlayParameter,
-                       ParameterOverlays, load_overlay_artifact, merge_layers)
 from .timebase import Timebase
+
+if TYPE_CHECKING:
+    from .robot_description import GeomMarker
+    from .runtime.observation import StaticFrame
 
 
 @dataclass(frozen=True)
@@ -70,19 +76,21 @@ class SimulationPlan:
     def robot_description(self, frame_prefix: str = "") -> str:
         """The URDF of the compiled model (links named like the TF frames; see
         ``robot_description``), its mesh files resolved from the MJCF's own directories."""
+        # Imported here (and below): robot_description imports the runtime package, which
+        # imports this module.
         from .robot_description import urdf_from_model
 
         spec = mujoco.MjSpec.from_file(str(self.manifest.model))
         return urdf_from_model(self.model, spec=spec, frame_prefix=frame_prefix)
 
-    def link_frames(self) -> tuple[Any, ...]:
+    def link_frames(self) -> tuple[StaticFrame, ...]:
         """The robot description's links that are not bodies, fixed to a body (StaticFrame,
         names without prefix): they go on /tf_static beside the fixed bodies."""
         from .robot_description import link_frames
 
         return link_frames(self.model)
 
-    def geom_markers(self, frame_prefix: str = "") -> tuple[Any, ...]:
+    def geom_markers(self, frame_prefix: str = "") -> tuple[GeomMarker, ...]:
         """The visible geoms as markers in their bodies' frames (``robot_description``)."""
         from .robot_description import geom_markers
 
@@ -176,31 +184,26 @@ class SimulationPlan:
         }
 
 
-_MODEL_CACHE_ENTRIES = 8
+MODEL_CACHE_ENTRIES = 8
 
 
-class _Bounded(dict):  # type: ignore[type-arg]
+K = TypeVar("K")
+V = TypeVar("V")
+#: A parsed model's identity: the ``file_key`` of its file and of every file it includes.
+ModelKey = tuple[tuple[str, int, int], ...]
+
+
+class _Bounded(dict[K, V]):
     """A dict that forgets its oldest entry beyond ``limit`` entries."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
         self.limit = limit
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: K, value: V) -> None:
         super().__setitem__(key, value)
         while len(self) > self.limit:
             del self[next(iter(self))]
-
-
-@dataclass(frozen=True)
-class _ParsedModel:
-    """A parsed model and what is known of its files, kept while their file keys are the
-    same: a calibration builds one plan per candidate from the same files."""
-
-    spec: mujoco.MjSpec
-    assets: tuple[Path, ...]
-    model_sha256: str
-    model_files: Mapping[str, str]
 
 
 _POOL_MODELS = 4  # released candidate models kept for reuse
@@ -220,17 +223,17 @@ class _CandidateFamily:
     manifest: SimulationManifest
     registry: ComponentRegistry
     components: list[ResolvedComponent]
-    model_key: Any
+    model_key: ModelKey | None
     targets: tuple[MujocoTarget, ...]
     spec: mujoco.MjSpec
     model: mujoco.MjModel
     verified: bool | None = None
     data: mujoco.MjData | None = None
     pool: list[mujoco.MjModel] = field(default_factory=list)
-    issued: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary)
+    issued: weakref.WeakValueDictionary[int, SimulationPlan] = field(default_factory=weakref.WeakValueDictionary)
 
     def matches(self, manifest: SimulationManifest, registry: ComponentRegistry,
-                components: list[ResolvedComponent], model_key: Any,
+                components: list[ResolvedComponent], model_key: ModelKey | None,
                 targets: tuple[MujocoTarget, ...]) -> bool:
         return (self.manifest is manifest and self.registry is registry
                 and self.components is components and self.model_key == model_key
@@ -251,10 +254,12 @@ class SimulationBuilder:
         self.registry = registry or ComponentRegistry.standard()
         # Parsed models and geom-inferred inertials, keyed by the model files' identity (a
         # few each: a builder that sees its model files change keeps only the latest ones).
-        self._models: dict[Any, _ParsedModel] = {}
-        self._inertials: dict[Any, Any] = _Bounded(_MODEL_CACHE_ENTRIES)
+        self._models: dict[ModelKey, ParsedModel] = {}
+        self._inertials: _Bounded[ModelKey, Any] = _Bounded(MODEL_CACHE_ENTRIES)
         # The components resolved last: (manifest, registry, component overlays, components).
-        self._resolved: tuple[Any, ...] | None = None
+        # (manifest, registry, component overlay key, the components resolved for them)
+        self._resolved: tuple[SimulationManifest, ComponentRegistry, tuple[object, ...],
+                              list[ResolvedComponent]] | None = None
         # The candidate family of the latest plans (see _CandidateFamily), and its lock.
         self._family: _CandidateFamily | None = None
         self._family_lock = threading.Lock()
@@ -277,10 +282,10 @@ class SimulationBuilder:
             family = None
         model = self._written(family, overlays) if family is not None else None
         if model is None:
-            apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
+            apply_mujoco_overlays(spec, overlays.mujoco, overlay_failure,
                                   inertials=self._inertials, model_key=model_key)
             for component in components:
-                registry.get(component.type).prepare(component, spec)
+                registry[component.type].prepare(component, spec)
             model = self._compile(manifest, spec, overlays)
             if family is not None:
                 if family.verified is None:
@@ -288,8 +293,7 @@ class SimulationBuilder:
             elif model_key is not None and compiled_overlays.writable(spec, overlays.mujoco):
                 family = self._family = _CandidateFamily(
                     manifest, registry, components, model_key, targets, spec, model)
-        self._check_overlays_held(model, family.spec if family is not None else spec,
-                                  overlays)
+        check_overlays_held(model, family.spec if family is not None else spec, overlays)
         try:
             timebase = Timebase.from_seconds(model.opt.timestep)
         except ValueError as exc:
@@ -300,9 +304,9 @@ class SimulationBuilder:
         endpoints: dict[str, str] = {}
         for component in components:
             try:
-                descriptor = registry.get(component.type).bind(component, ctx)
+                descriptor = registry[component.type].bind(component, ctx)
             except FibrilError as exc:
-                raise _component_overlay_failure(exc, component.id, overlays) from None
+                raise component_overlay_failure(exc, component.id, overlays) from None
             if isinstance(descriptor, ActuatorDescriptor):
                 if descriptor.endpoint in endpoints:
                     raise component.where.key("endpoint").fail(
@@ -313,9 +317,9 @@ class SimulationBuilder:
             else:
                 devices.append(descriptor)
         scenario = manifest.scenario
-        keyframe_id = self._keyframe(manifest, model, scenario)
-        self._check_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
-        provenance = self._provenance(manifest, model, parsed, overlays, scenario.seed)
+        keyframe_id = scenario_keyframe(manifest, model, scenario)
+        check_initial_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})
+        provenance = build_provenance(manifest, model, parsed, overlays, scenario.seed)
         layout = prov.DeferredMapping(lambda: trace_layout(model, timebase, devices, actuators))
         plan = SimulationPlan(
             manifest=manifest, model=model, timebase=timebase, devices=tuple(devices),
@@ -337,10 +341,10 @@ class SimulationBuilder:
         registry = self._registry_with_extensions(manifest)
         components = self._components(manifest, registry, overlays)
         spec, model_key, _ = self._parse_model(manifest)
-        apply_mujoco_overlays(spec, overlays.mujoco, _overlay_failure,
+        apply_mujoco_overlays(spec, overlays.mujoco, overlay_failure,
                               inertials=self._inertials, model_key=model_key)
         for component in components:
-            registry.get(component.type).prepare(component, spec)
+            registry[component.type].prepare(component, spec)
         return spec
 
     def release(self, plan: SimulationPlan) -> None:
@@ -400,42 +404,16 @@ class SimulationBuilder:
             family.data = data
             family.verified = prov.saved_model(candidate) == prov.saved_model(compiled)
 
-    @staticmethod
-    def _overlays(manifest: SimulationManifest,
-                  given: ParameterOverlays | Sequence[OverlayParameter] | None
-                  ) -> ParameterOverlays:
-        if not manifest.parameter_overlays and isinstance(given, ParameterOverlays):
-            return given  # already validated and canonical
-        layers = [load_overlay_artifact(path).parameters for path in manifest.parameter_overlays]
-        if isinstance(given, ParameterOverlays):
-            layers.append(given.parameters)
-        elif given is not None:
-            layers.append(tuple(given))
-        if not layers:
-            return ParameterOverlays()
-        return ParameterOverlays(merge_layers(layers))
-
-    @staticmethod
-    def _check_overlays_held(model: mujoco.MjModel, spec: mujoco.MjSpec,
-                             overlays: ParameterOverlays) -> None:
-        """Every applied value must be what the compiled model holds."""
-        for parameter, target in overlays.mujoco:
-            held = compiled_value(model, spec, target)
-            if held is None:
-                continue
-            wanted = parameter.value
-            pairs = zip(held, wanted) if isinstance(held, tuple) else ((held, wanted),)
-            if not all(math.isclose(h, float(w), rel_tol=1e-9, abs_tol=1e-12) for h, w in pairs):
-                raise _overlay_failure(parameter, target,
-                                       f"the compiled model holds {held!r} instead; a compiler "
-                                       f"setting or default overrides this field")
+    # (attributes, so that a test can count or replace them)
+    _overlays = staticmethod(merge_overlays)
+    _compile = staticmethod(compile_model)
 
     def _registry_with_extensions(self, manifest: SimulationManifest) -> ComponentRegistry:
         if not manifest.extensions:
             return self.registry
         registry = ComponentRegistry()
         for type_id in self.registry:
-            registry.register(self.registry.get(type_id))
+            registry.register(self.registry[type_id])
         for i, reference in enumerate(manifest.extensions):
             try:
                 registry.load_extension(reference)
@@ -455,62 +433,12 @@ class SimulationBuilder:
         last = self._resolved
         if last is not None and last[0] is manifest and last[1] is registry and last[2] == key:
             return last[3]
-        components = self._resolve_components(manifest, registry, overlays)
+        components = resolve_components(manifest, registry, overlays)
         self._resolved = (manifest, registry, key, components)
         return components
 
-    def _resolve_components(self, manifest: SimulationManifest, registry: ComponentRegistry,
-                            overlays: ParameterOverlays) -> list[ResolvedComponent]:
-        resolved: list[ResolvedComponent] = []
-        known = {c.id for c in manifest.components}
-        for component_id in sorted(set(overlays.components) - known):
-            pid, value = next(iter(overlays.components[component_id].values()))
-            raise OverlayError(f"overlay parameter {pid!r} (value {value!r}): target component "
-                               f"{component_id!r} is not in the manifest; components: "
-                               f"{', '.join(sorted(known)) or 'none'}")
-        for spec in manifest.components:
-            kind = registry.get(spec.type)
-            if kind is None:
-                raise spec.where.key("type").fail(
-                    f"unknown component type {spec.type!r}; known: {', '.join(registry)}")
-            profile = manifest.profiles[spec.profile].config if spec.profile else None
-            config = effective_config(profile, spec.config)
-            overlaid = overlays.components.get(spec.id, {})
-            for path, (pid, value) in overlaid.items():
-                target = ComponentTarget(spec.id, path)
-                field_spec = kind.fields.get(path)
-                if field_spec is None or field_spec.kind not in ("float", "duration", "int"):
-                    numeric = [n for n, f in kind.fields.items()
-                               if f.kind in ("float", "duration", "int")]
-                    raise OverlayError(f"overlay parameter {pid!r} (value {value!r}): "
-                                       f"{target.key}: {spec.type} has no numeric scalar "
-                                       f"config key {path!r}; numeric keys: "
-                                       f"{', '.join(numeric)}")
-                if field_spec.kind == "int" and float(value) != int(value):
-                    raise OverlayError(f"overlay parameter {pid!r}: {target.key} takes an "
-                                       f"integer, got {value!r}")
-                config[path] = int(value) if field_spec.kind == "int" else value
-            try:
-                validated = validate_config(kind.fields, config, spec.where.key("config"))
-            except FibrilError as exc:
-                hit = [(p, v, k) for k, (p, v) in overlaid.items() if f".{k}:" in str(exc)]
-                if not hit:
-                    raise
-                pid, value, path = hit[0]
-                raise OverlayError(f"overlay parameter {pid!r} (value {value!r}) on "
-                                   f"component_config:{spec.id}:{path}: {exc}") from None
-            component = ResolvedComponent(
-                id=spec.id, type=spec.type, endpoint=spec.endpoint, bind=spec.bind,
-                config=MappingProxyType(validated), where=spec.where)
-            if spec.endpoint is not None and kind.role != "actuator":
-                raise spec.where.key("endpoint").fail(
-                    f"only actuator components have an endpoint; {spec.type} is a device")
-            kind.check_bind(component)
-            resolved.append(component)
-        return resolved
-
     def _parse_model(self, manifest: SimulationManifest
-                     ) -> tuple[mujoco.MjSpec, Any, _ParsedModel]:
+                     ) -> tuple[mujoco.MjSpec, ModelKey | None, ParsedModel]:
         """A fresh MjSpec of the model (a copy of a cached parse while its files are
         unchanged), the key of that parse and what is known of its files."""
         try:
@@ -523,98 +451,19 @@ class SimulationBuilder:
         try:
             spec = mujoco.MjSpec.from_file(str(manifest.model))
         except Exception as exc:  # noqa: BLE001 - MuJoCo raises plain ValueError
-            raise PlanError(f"{manifest.model}: cannot parse MJCF: {_one_line(exc)}") from None
+            raise PlanError(f"{manifest.model}: cannot parse MJCF: {one_line(exc)}") from None
         base = manifest.model.parent
-        parsed = _ParsedModel(
+        parsed = ParsedModel(
             spec=spec.copy(), assets=tuple(prov.asset_files(spec, manifest.model)),
             model_sha256=prov.sha256_file(manifest.model),
             model_files={prov.relative(p, base): prov.sha256_file(p)
                          for p in prov.included_files(manifest.model)})
         if key is not None:
-            if len(self._models) >= _MODEL_CACHE_ENTRIES:
+            if len(self._models) >= MODEL_CACHE_ENTRIES:
                 self._models.pop(next(iter(self._models)))
             self._models[key] = parsed
         return spec, key, parsed
 
-    @staticmethod
-    def _compile(manifest: SimulationManifest, spec: mujoco.MjSpec,
-                 overlays: ParameterOverlays) -> mujoco.MjModel:
-        try:
-            return spec.compile()
-        except Exception as exc:  # noqa: BLE001
-            with_overlays = (f" (with parameter overlays {', '.join(p.id for p in overlays.parameters)})"
-                             if overlays.mujoco else "")
-            raise PlanError(f"{manifest.model}: cannot compile model{with_overlays}: "
-                            f"{_one_line(exc)}") from None
-
-    @staticmethod
-    def _keyframe(manifest: SimulationManifest, model: mujoco.MjModel,
-                  scenario: ScenarioSpec) -> int:
-        if scenario.keyframe is None:
-            return -1
-        key = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, scenario.keyframe)
-        if key < 0:
-            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_KEY, i) for i in range(model.nkey)]
-            known = ", ".join(n for n in names if n) or "none in the model"
-            raise ManifestError(f"{manifest.path}: scenario.keyframe: no keyframe named "
-                                f"{scenario.keyframe!r}; known: {known}")
-        return key
-
-    @staticmethod
-    def _check_inputs(manifest: SimulationManifest, inputs: Sequence[InputSpec],
-                      endpoints: Mapping[str, ActuatorDescriptor]) -> None:
-        last: dict[str, int] = {}
-        for i, item in enumerate(inputs):
-            where = f"{manifest.path}: scenario.initial_inputs[{i}]"
-            endpoint = endpoints.get(item.source_id)
-            if endpoint is None:
-                raise ManifestError(f"{where}.source_id: unknown source {item.source_id!r}; "
-                                    f"endpoints: {', '.join(endpoints) or 'none'}")
-            if item.payload_type != endpoint.payload_type:
-                raise ManifestError(f"{where}.payload_type: {item.payload_type!r} is not "
-                                    f"accepted by {item.source_id!r}; expected "
-                                    f"{endpoint.payload_type!r}")
-            try:
-                endpoint.create().parse(item.payload)
-            except ValueError as exc:
-                raise ManifestError(f"{where}.payload: {exc}") from None
-            if item.source_sequence <= last.get(item.source_id, -1):
-                raise ManifestError(f"{where}.source_sequence: {item.source_sequence} does not "
-                                    f"increase for source {item.source_id!r}")
-            last[item.source_id] = item.source_sequence
-
-    @staticmethod
-    def _provenance(manifest: SimulationManifest, model: mujoco.MjModel, parsed: _ParsedModel,
-                    overlays: ParameterOverlays, episode_seed: int) -> Mapping[str, Any]:
-        """File hashes are taken now (what was built, even if a file changes later); the
-        hashes of in-memory objects (manifest document, compiled model, parameters) on first
-        read."""
-        base = manifest.model.parent
-        files = {
-            "model_sha256": parsed.model_sha256,
-            "model_files": dict(parsed.model_files),
-            "assets": {prov.relative(p, base): prov.sha256_file(p)
-                       for p in sorted(set(parsed.assets))},
-            "parameter_overlays": {str(p): prov.sha256_file(p)
-                                   for p in manifest.parameter_overlays},
-        }
-        return prov.DeferredMapping(lambda: {
-            "manifest_path": str(manifest.path),
-            "manifest_sha256": manifest.sha256,
-            "model_path": str(manifest.model),
-            "model_sha256": files["model_sha256"],
-            "model_files": files["model_files"],
-            "assets": files["assets"],
-            "compiled_model_sha256": prov.compiled_model_sha256(model),
-            "parameter_set_hash": overlays.parameter_set_hash,
-            "parameter_overlays": files["parameter_overlays"],
-            "parameters": overlays.describe(),
-            "extensions": [{"reference": ref,
-                            "version": prov.package_version(ref.partition(":")[0].split(".")[0])}
-                           for ref in manifest.extensions],
-            "build": prov.build_identity(),
-            "episode_seed": episode_seed,
-        })
 
 
 def trace_layout(model: mujoco.MjModel, timebase: Timebase,
@@ -642,27 +491,6 @@ def trace_layout(model: mujoco.MjModel, timebase: Timebase,
     }
 
 
-def _overlay_failure(parameter: OverlayParameter, target: MujocoTarget,
-                     problem: str) -> OverlayError:
-    source = f"{parameter.source}: " if parameter.source else ""
-    return OverlayError(f"{source}overlay parameter {parameter.id!r} (value {parameter.value!r}) "
-                        f"on {target.key}: {problem}")
-
-
-def _component_overlay_failure(exc: FibrilError, component_id: str,
-                               overlays: ParameterOverlays) -> FibrilError:
-    """Blame an overlay, not the manifest, when an overlaid config key fails to bind."""
-    for path, (pid, value) in overlays.components.get(component_id, {}).items():
-        if f".{path}:" in str(exc):
-            return OverlayError(f"overlay parameter {pid!r} (value {value!r}) on "
-                                f"component_config:{component_id}:{path}: {exc}")
-    return exc
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -670,6 +498,6 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if hasattr(value, "item"):
+    if isinstance(value, np.generic):  # a NumPy scalar
         return value.item()
     return str(value)

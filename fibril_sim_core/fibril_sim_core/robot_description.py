@@ -43,7 +43,6 @@ Quaternions are w x y z (MuJoCo's order) everywhere in this module.
 from __future__ import annotations
 
 import copy
-import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ import numpy as np
 
 from .entities import body_names
 from .errors import FibrilError
+from .rigid import Pose, quad, rotation, rpy, triple
 from .runtime.observation import StaticFrame
 
 UNLIMITED_SLIDE_RANGE = 1.0e6  # m, the +- range of a prismatic joint MuJoCo leaves unlimited
@@ -128,7 +128,7 @@ def urdf_from_model(model: mujoco.MjModel, *, spec: mujoco.MjSpec | None = None,
             _geometry(model, geom, elements[body], meshes, groups,
                       visual_names, collision_names)
     robot.extend(elements[b] for b in range(model.nbody))
-    robot.extend(_joints(model, links, frame_prefix, []))
+    robot.extend(_joints(model, links, frame_prefix, [], []))
     ET.indent(robot)
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding="unicode") + "\n"
 
@@ -138,13 +138,12 @@ def link_frames(model: mujoco.MjModel, frame_prefix: str = "") -> tuple[StaticFr
     hinge whose axis misses the body origin), as fixed frames of that body (names without
     ``frame_prefix``): RViz draws a URDF only when every link has a transform, so the node
     puts these on ``/tf_static``. Links between several joints of one body move with the
-    joints and get none (a known limit)."""
-    rigid: list[tuple[str, str, _Pose]] = []
-    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, rigid)
+    joints: see ``joint_chain_frames``."""
+    rigid: list[tuple[str, str, Pose]] = []
+    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, rigid, [])
     cut = len(frame_prefix)
-    return tuple(StaticFrame(name[cut:], body[cut:],
-                             tuple(float(v) for v in pose.position),  # type: ignore[arg-type]
-                             tuple(float(v) + 0.0 for v in pose.quaternion))  # type: ignore[arg-type]
+    return tuple(StaticFrame(name[cut:], body[cut:], triple(pose.position),
+                             quad(v + 0.0 for v in pose.quaternion))
                  for name, body, pose in rigid)
 
 
@@ -164,7 +163,7 @@ def geom_markers(model: mujoco.MjModel, frame_prefix: str = "", *,
         if int(model.geom_group[geom]) not in groups or rgba[3] <= 0:
             continue
         kind, size = int(model.geom_type[geom]), model.geom_size[geom]
-        pose = _Pose(model.geom_pos[geom], model.geom_quat[geom])
+        pose = Pose(model.geom_pos[geom], model.geom_quat[geom])
         uri = None
         if kind == _G.mjGEOM_BOX:
             shape, scale = "box", 2 * size
@@ -179,7 +178,7 @@ def geom_markers(model: mujoco.MjModel, frame_prefix: str = "", *,
         elif kind == _G.mjGEOM_PLANE:
             half = _plane_half_sizes(size)
             shape, scale = "plane", np.array([2 * half[0], 2 * half[1], PLANE_THICKNESS])
-            pose = pose * _Pose((0.0, 0.0, -PLANE_THICKNESS / 2))
+            pose = pose * Pose((0.0, 0.0, -PLANE_THICKNESS / 2))
         elif kind == _G.mjGEOM_MESH and meshes.has_file(int(model.geom_dataid[geom])):
             mesh = int(model.geom_dataid[geom])
             shape, scale, uri = "mesh", model.mesh_scale[mesh], meshes.uri(mesh)
@@ -188,43 +187,8 @@ def geom_markers(model: mujoco.MjModel, frame_prefix: str = "", *,
             continue
         markers.append(GeomMarker(
             links[int(model.geom_bodyid[geom])], _geom_name(model, geom), shape,
-            _triple(scale), _triple(pose.position), _quad(pose.quaternion), rgba, uri))
+            triple(scale), triple(pose.position), quad(pose.quaternion), rgba, uri))
     return tuple(markers)
-
-
-@dataclass(frozen=True, slots=True)
-class _Pose:
-    """A rigid transform: position and unit quaternion (w x y z)."""
-
-    position: tuple[float, ...] | np.ndarray = (0.0, 0.0, 0.0)
-    quaternion: tuple[float, ...] | np.ndarray = (1.0, 0.0, 0.0, 0.0)
-
-    def __mul__(self, other: _Pose) -> _Pose:
-        position = np.zeros(3)
-        mujoco.mju_rotVecQuat(position, np.asarray(other.position, float),
-                              np.asarray(self.quaternion, float))
-        quaternion = np.zeros(4)
-        mujoco.mju_mulQuat(quaternion, np.asarray(self.quaternion, float),
-                           np.asarray(other.quaternion, float))
-        return _Pose(position + np.asarray(self.position, float), quaternion)
-
-    def inverse(self) -> _Pose:
-        quaternion = np.zeros(4)
-        mujoco.mju_negQuat(quaternion, np.asarray(self.quaternion, float))
-        position = np.zeros(3)
-        mujoco.mju_rotVecQuat(position, -np.asarray(self.position, float), quaternion)
-        return _Pose(position, quaternion)
-
-    def is_identity(self) -> bool:
-        q = np.asarray(self.quaternion, float)
-        return bool(np.allclose(self.position, 0.0, atol=1e-15) and
-                    np.allclose(abs(q[0]), 1.0, atol=1e-15))
-
-
-def _rotation(axis: Sequence[float], angle: float) -> _Pose:
-    quaternion = np.zeros(4)
-    mujoco.mju_axisAngle2Quat(quaternion, np.asarray(axis, float), float(angle))
-    return _Pose((0.0, 0.0, 0.0), quaternion)
 
 
 class _Names:
@@ -284,30 +248,81 @@ def _inertial(model: mujoco.MjModel, body: int, link: ET.Element) -> None:
     if body == 0 or mass <= 0:
         return
     inertial = ET.SubElement(link, "inertial")
-    inertial.append(_origin(_Pose(model.body_ipos[body], model.body_iquat[body])))
+    inertial.append(_origin(Pose(model.body_ipos[body], model.body_iquat[body])))
     ET.SubElement(inertial, "mass", value=_num(mass))
     ixx, iyy, izz = (float(v) for v in model.body_inertia[body])
     ET.SubElement(inertial, "inertia", ixx=_num(ixx), ixy="0", ixz="0", iyy=_num(iyy),
                   iyz="0", izz=_num(izz))
 
 
+@dataclass(frozen=True)
+class ChainStep:
+    """One joint on the way from an intermediate link to its body: the joint's origin in the
+    link before it, then its motion (rotation about ``axis``, or translation along it for a
+    slide) by the joint's qpos."""
+
+    origin_position: tuple[float, float, float]
+    origin_orientation: tuple[float, float, float, float]
+    slide: bool  # else a hinge
+    axis: tuple[float, float, float]
+    qpos_address: int
+
+
+@dataclass(frozen=True)
+class JointChainFrame:
+    """A URDF link between two joints of one body (names without the frame prefix). It moves
+    with the joints after it, so its pose in the body depends on their positions (``pose``):
+    the node puts it on ``/tf`` with the body's other moving frames."""
+
+    name: str
+    parent: str  # the body's frame
+    steps: tuple[ChainStep, ...]  # the joints after this link, in chain order
+    tail_position: tuple[float, float, float]  # the last joint's link -> the body
+    tail_orientation: tuple[float, float, float, float]
+
+    def pose(self, qpos: Sequence[float] | np.ndarray
+             ) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
+        """Its position and orientation (w x y z) in the body at ``qpos`` (the model's)."""
+        chain = Pose()
+        for step in self.steps:
+            value = float(qpos[step.qpos_address])
+            motion = (Pose(tuple(value * a for a in step.axis)) if step.slide
+                      else rotation(step.axis, value))
+            chain = chain * Pose(step.origin_position, step.origin_orientation) * motion
+        inverse = (chain * Pose(self.tail_position, self.tail_orientation)).inverse()
+        return triple(inverse.position), quad(inverse.quaternion)
+
+
+def joint_chain_frames(model: mujoco.MjModel,
+                       frame_prefix: str = "") -> tuple[JointChainFrame, ...]:
+    """The URDF's links between two hinge/slide joints of one body (see ``JointChainFrame``):
+    RViz draws a URDF only when every link has a transform."""
+    chains: list[JointChainFrame] = []
+    _joints(model, _unique_body_links(model, frame_prefix), frame_prefix, [], chains)
+    cut = len(frame_prefix)
+    return tuple(JointChainFrame(c.name[cut:], c.parent[cut:], c.steps, c.tail_position,
+                                 c.tail_orientation) for c in chains)
+
+
 def _joints(model: mujoco.MjModel, links: Sequence[str], prefix: str,
-            rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
+            rigid: list[tuple[str, str, Pose]],
+            chains: list[JointChainFrame]) -> list[ET.Element]:
     """The URDF joints (and intermediate links) of every body; ``rigid`` gains each
-    intermediate link fixed to its body: (link, body link, pose in the body)."""
+    intermediate link fixed to its body: (link, body link, pose in the body), ``chains`` each
+    one that moves in it."""
     link_names = _Names(set(links))
     joint_names = _Names(set(_joint_name(model, j) for j in range(model.njnt)))
     return [element for body in range(1, model.nbody)
             for element in _body_joints(model, body, links, link_names, joint_names, prefix,
-                                        rigid)]
+                                        rigid, chains)]
 
 
 def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_names: _Names,
-                 joint_names: _Names, prefix: str,
-                 rigid: list[tuple[str, str, _Pose]]) -> list[ET.Element]:
+                 joint_names: _Names, prefix: str, rigid: list[tuple[str, str, Pose]],
+                 chains: list[JointChainFrame]) -> list[ET.Element]:
     """The URDF joints (and intermediate links) that attach ``body`` to its parent."""
     link, parent = links[body], links[int(model.body_parentid[body])]
-    at_qpos0 = _Pose(model.body_pos[body], model.body_quat[body])
+    at_qpos0 = Pose(model.body_pos[body], model.body_quat[body])
     first, count = int(model.body_jntadr[body]), int(model.body_jntnum[body])
     joints = list(range(first, first + count)) if count > 0 else []
     types = [int(model.jnt_type[j]) for j in joints]
@@ -318,30 +333,37 @@ def _body_joints(model: mujoco.MjModel, body: int, links: Sequence[str], link_na
         return [_joint(joint_names.claim(f"{link}_fixed"), "fixed", parent, link, at_qpos0)]
     out: list[ET.Element] = []
     pending, current = at_qpos0, parent
+    steps: list[tuple[str, ChainStep]] = []  # (the link after the joint, the joint)
     for index, joint in enumerate(joints):
         axis = np.asarray(model.jnt_axis[joint], float)
         anchor = np.asarray(model.jnt_pos[joint], float)
         ref = float(model.qpos0[model.jnt_qposadr[joint]])
         if types[index] == _SLIDE:
-            before, after = _Pose(-ref * axis), _Pose()
+            before, after = Pose(-ref * axis), Pose()
         elif np.linalg.norm(anchor - anchor.dot(axis) * axis) <= _ON_AXIS:
-            before, after = _rotation(axis, -ref), _Pose()
+            before, after = rotation(axis, -ref), Pose()
         else:  # an axis off the body origin: the joint frame sits at the anchor
-            before, after = _Pose(anchor) * _rotation(axis, -ref), _Pose(-anchor)
+            before, after = Pose(anchor) * rotation(axis, -ref), Pose(-anchor)
         last = index == len(joints) - 1 and after.is_identity()
         child = link if last else link_names.claim(prefix + _joint_name(model, joint))
         if not last:
             out.append(_link(child))
-        out.append(_moving_joint(model, joint, types[index], current, child, pending * before,
-                                 axis))
+        origin = pending * before
+        out.append(_moving_joint(model, joint, types[index], current, child, origin, axis))
+        steps.append((child, ChainStep(triple(origin.position), quad(origin.quaternion),
+                                       types[index] == _SLIDE, triple(axis),
+                                       int(model.jnt_qposadr[joint]))))
         pending, current = after, child
     if current != link:
         out.append(_joint(joint_names.claim(f"{link}_fixed"), "fixed", current, link, pending))
         rigid.append((current, link, pending.inverse()))
+    for k, (name, _) in enumerate(steps[:-1]):  # the last one is the body, or rigid on it
+        chains.append(JointChainFrame(name, link, tuple(step for _, step in steps[k + 1:]),
+                                      triple(pending.position), quad(pending.quaternion)))
     return out
 
 
-def _joint(name: str, kind: str, parent: str, child: str, origin: _Pose) -> ET.Element:
+def _joint(name: str, kind: str, parent: str, child: str, origin: Pose) -> ET.Element:
     joint = ET.Element("joint", name=name, type=kind)
     joint.append(_origin(origin))
     ET.SubElement(joint, "parent", link=parent)
@@ -350,7 +372,7 @@ def _joint(name: str, kind: str, parent: str, child: str, origin: _Pose) -> ET.E
 
 
 def _moving_joint(model: mujoco.MjModel, joint: int, kind: int, parent: str, child: str,
-                  origin: _Pose, axis: np.ndarray) -> ET.Element:
+                  origin: Pose, axis: np.ndarray) -> ET.Element:
     limited = bool(model.jnt_limited[joint])
     urdf_kind = "prismatic" if kind == _SLIDE else ("revolute" if limited else "continuous")
     element = _joint(_joint_name(model, joint), urdf_kind, parent, child, origin)
@@ -436,9 +458,9 @@ class _MeshFiles:
     def has_file(self, mesh: int) -> bool:
         return self._path(mesh) is not None
 
-    def file_frame(self, mesh: int) -> _Pose:
+    def file_frame(self, mesh: int) -> Pose:
         """The compiled mesh frame in the file's frame (file vertex = this * compiled vertex)."""
-        return _Pose(self._model.mesh_pos[mesh], self._model.mesh_quat[mesh])
+        return Pose(self._model.mesh_pos[mesh], self._model.mesh_quat[mesh])
 
     def uri(self, mesh: int) -> str:
         path = self._path(mesh)
@@ -497,10 +519,10 @@ def _material(model: mujoco.MjModel, geom: int) -> ET.Element:
 
 
 def _shapes(model: mujoco.MjModel, geom: int, meshes: _MeshFiles
-            ) -> list[tuple[str, _Pose, ET.Element]]:
+            ) -> list[tuple[str, Pose, ET.Element]]:
     """The URDF geometry of a geom: (name suffix, pose in the body frame, <geometry>)."""
     kind, size = int(model.geom_type[geom]), model.geom_size[geom]
-    pose = _Pose(model.geom_pos[geom], model.geom_quat[geom])
+    pose = Pose(model.geom_pos[geom], model.geom_quat[geom])
 
     def geometry(tag: str, **attributes: str) -> ET.Element:
         element = ET.Element("geometry")
@@ -515,7 +537,7 @@ def _shapes(model: mujoco.MjModel, geom: int, meshes: _MeshFiles
     if kind == _G.mjGEOM_CYLINDER:
         return [("", pose, geometry("cylinder", radius=_num(size[0]), length=_num(2 * size[1])))]
     if kind == _G.mjGEOM_CAPSULE:
-        ends = [(suffix, pose * _Pose((0.0, 0.0, sign * float(size[1]))),
+        ends = [(suffix, pose * Pose((0.0, 0.0, sign * float(size[1]))),
                  geometry("sphere", radius=_num(size[0])))
                 for suffix, sign in (("_top", 1.0), ("_bottom", -1.0))]
         return [("", pose, geometry("cylinder", radius=_num(size[0]),
@@ -523,7 +545,7 @@ def _shapes(model: mujoco.MjModel, geom: int, meshes: _MeshFiles
     if kind == _G.mjGEOM_PLANE:
         half = _plane_half_sizes(size)
         box = geometry("box", size=_vector((2 * half[0], 2 * half[1], PLANE_THICKNESS)))
-        return [("", pose * _Pose((0.0, 0.0, -PLANE_THICKNESS / 2)), box)]
+        return [("", pose * Pose((0.0, 0.0, -PLANE_THICKNESS / 2)), box)]
     if kind == _G.mjGEOM_MESH and meshes.has_file(int(model.geom_dataid[geom])):
         mesh = int(model.geom_dataid[geom])
         return [("", pose * meshes.file_frame(mesh).inverse(),
@@ -552,20 +574,8 @@ def _geometry(model: mujoco.MjModel, geom: int, link: ET.Element, meshes: _MeshF
             collision.append(copy.deepcopy(geometry))
 
 
-def _origin(pose: _Pose) -> ET.Element:
-    return ET.Element("origin", xyz=_vector(pose.position), rpy=_vector(_rpy(pose.quaternion)))
-
-
-def _rpy(quaternion: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
-    """URDF roll-pitch-yaw (fixed axes x, y, z: R = Rz(yaw) Ry(pitch) Rx(roll))."""
-    matrix = np.zeros(9)
-    q = np.asarray(quaternion, float)
-    mujoco.mju_quat2Mat(matrix, q / np.linalg.norm(q))
-    r = matrix.reshape(3, 3)
-    pitch = math.atan2(-r[2, 0], math.hypot(r[0, 0], r[1, 0]))
-    if math.hypot(r[0, 0], r[1, 0]) < 1e-9:  # gimbal lock: yaw and roll share one axis
-        return 0.0, pitch, math.atan2(-r[0, 1], r[1, 1])
-    return math.atan2(r[2, 1], r[2, 2]), pitch, math.atan2(r[1, 0], r[0, 0])
+def _origin(pose: Pose) -> ET.Element:
+    return ET.Element("origin", xyz=_vector(pose.position), rpy=_vector(rpy(pose.quaternion)))
 
 
 def _num(value: float) -> str:
@@ -576,11 +586,3 @@ def _num(value: float) -> str:
 
 def _vector(values: Iterable[float]) -> str:
     return " ".join(_num(v) for v in values)
-
-
-def _triple(values: Iterable[float]) -> tuple[float, float, float]:
-    return tuple(float(v) for v in values)  # type: ignore[return-value]
-
-
-def _quad(values: Iterable[float]) -> tuple[float, float, float, float]:
-    return tuple(float(v) for v in values)  # type: ignore[return-value]

@@ -44,8 +44,9 @@ class Timebase:
 
     def _exact(self, seconds: float) -> float:
         """Seconds as a (fractional) tick count; ValueError for a non-finite or too-long time."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-                or not math.isfinite(seconds):
+        value: object = seconds  # (whatever a caller passed)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
             raise ValueError(f"{seconds!r} s is not a finite number of seconds")
         if abs(seconds) > self.max_ticks * self.timestep_s:
             raise ValueError(f"{seconds:g} s is longer than the longest time a simulation "

@@ -12,10 +12,15 @@ the template's constant runs in one ``struct`` call and returns bytes that
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rclpy.serialization import deserialize_message, serialize_message
+
+# A template field: (attribute path, kind) or (attribute path, kind, length).
+Field = tuple[str, str] | tuple[str, str, int]
+# A template's packer: the fields' numbers, flat and in field order -> the message's bytes.
+Packer = Callable[..., bytes]
 
 _FORMATS = {"time": "<iI", "f64": "<d", "i64": "<q", "u32": "<I"}
 #: Sizes of the rosidl primitive types in CDR.
@@ -122,13 +127,13 @@ class Template:
     format too, packed from the prototype's bytes (about 6x faster than copying the template
     and patching each field, which mattered at one message per physics tick)."""
 
-    def __init__(self, prototype: Any, fields: Sequence[tuple]) -> None:
+    def __init__(self, prototype: Any, fields: Sequence[Field]) -> None:
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
             _assign(prototype, path, kind, _sentinel(kind, k, length))
         data = canonical_bytes(prototype)
-        placed = []  # (offset, format without byte order, field index, size)
+        placed: list[tuple[int, str, int, int]] = []  # (offset, format without byte order, field index, size)
         self._spread: list[bool] = []
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
@@ -148,7 +153,9 @@ class Template:
         placed.sort()
         if [k for _, _, k, _ in placed] != list(range(len(fields))):
             raise ValueError("template: fields must be listed in their layout order")
-        layout, slots, end = ["<"], [], 0
+        layout: list[str] = ["<"]
+        slots: list[bytes | None] = []
+        end = 0
         for offset, fmt, _, size in placed:
             if offset < end:
                 raise ValueError("template: fields overlap")
@@ -166,7 +173,7 @@ class Template:
             raise ValueError("template: layout does not cover the message")
         self._pack = _flat_packer(packer.pack, slots)
 
-    def packer(self) -> Any:
+    def packer(self) -> Packer:
         """The fastest form: a function of the fields' numbers, flat and in field order (a
         time as sec, nanosec; a sequence element by element), returning the bytes."""
         return self._pack
@@ -181,7 +188,7 @@ class Template:
         return self._pack(*flat)
 
 
-def _flat_packer(pack: Any, slots: list[bytes | None]) -> Any:
+def _flat_packer(pack: Callable[..., bytes], slots: Sequence[bytes | None]) -> Packer:
     """``pack`` (a Struct's) of the constant runs and the numbers in layout order, as a
     function of the numbers alone: generated once, since putting the two together in Python
     on every call would cost as much as the packing."""
@@ -197,4 +204,5 @@ def _flat_packer(pack: Any, slots: list[bytes | None]) -> Any:
             arguments.append(f"c{j}")
     source = f"def packed({', '.join(names)}):\n    return pack({', '.join(arguments)})\n"
     exec(source, env)  # noqa: S102 - our own fixed names, no outside text
-    return env["packed"]
+    packed: Packer = env["packed"]
+    return packed

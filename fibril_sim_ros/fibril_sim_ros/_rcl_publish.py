@@ -18,11 +18,14 @@ node benchmark).
 from __future__ import annotations
 
 import ctypes
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-try:
-    from . import _publish_batch
+_publish_batch: ModuleType | None
+try:  # (our C extension: no stubs, so imported by name)
+    _publish_batch = importlib.import_module("fibril_sim_ros._publish_batch")
 except ImportError:  # installed without a C compiler: message by message
     _publish_batch = None
 
@@ -94,7 +97,8 @@ def raw_sender(publisher: Any) -> Callable[[Any], None]:
     call (the node stops its writers before it destroys its publishers)."""
     pointer = getattr(getattr(publisher, "handle", None), "pointer", None)
     if not isinstance(pointer, int) or not _bind():
-        return publisher.publish
+        plain: Callable[[Any], None] = publisher.publish
+        return plain
     publish, fallback = _publish, publisher.publish
     make = _SerializedMessage
     topic = publisher.topic_name
@@ -144,6 +148,6 @@ def _failure(pointer: int) -> str:
 
 def _take_error() -> str:
     """rcl's error message of this thread's last failed call, cleared."""
-    reason = _error().str.decode(errors="replace")
+    reason: bytes = _error().str
     _reset()
-    return reason
+    return reason.decode(errors="replace")

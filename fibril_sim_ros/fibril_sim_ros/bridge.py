@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fibril_sim_core import _schema as s
-from fibril_sim_core.errors import FibrilError
+from fibril_sim_core.errors import FibrilError, InstanceError
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
@@ -445,7 +445,7 @@ def _switch(doc: Mapping[str, Any], key: str, root: s.Where, default: Any,
 
 
 def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
-    from fibril_sim_core.errors import InstanceError
+    # (MuJoCo is loaded only once a ground-truth rate is checked: reading a bridge needs none)
     from fibril_sim_core.runtime.observation import ObservationRequest
 
     rate = s.number(value, where, positive=True)
@@ -535,17 +535,18 @@ def _complete(plan: SimulationPlan, inputs: list[InputEntry], outputs: list[Outp
     for entry in inputs:
         claim(entry.topic, f"{entry.where}.topic" if entry.where.startswith("inputs") else
               entry.where)
-    for entry in outputs:
-        own = entry.where.startswith("outputs")
-        claim(entry.topic, f"{entry.where}.topic" if own else entry.where)
-        if entry.raw_topic:
-            claim(entry.raw_topic, f"{entry.where}.raw_topic")
-        if entry.info_topic:
-            claim(entry.info_topic, f"{entry.where}.info_topic" if own else entry.where)
-    for key in ("joint_states", "robot_description", "markers"):
-        entry = getattr(ground_truth, key)
-        if entry is not None:
-            claim(entry.topic, f"{key}.topic")
+    for output in outputs:
+        own = output.where.startswith("outputs")
+        claim(output.topic, f"{output.where}.topic" if own else output.where)
+        if output.raw_topic:
+            claim(output.raw_topic, f"{output.where}.raw_topic")
+        if output.info_topic:
+            claim(output.info_topic, f"{output.where}.info_topic" if own else output.where)
+    for key, stream in (("joint_states", ground_truth.joint_states),
+                        ("robot_description", ground_truth.robot_description),
+                        ("markers", ground_truth.markers)):
+        if stream is not None:
+            claim(stream.topic, f"{key}.topic")
     if ground_truth.tf is not None:
         claim("/tf", "tf")
         claim("/tf_static", "tf")

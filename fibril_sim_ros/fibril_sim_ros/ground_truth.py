@@ -4,7 +4,9 @@ The host takes the state observations on the simulated clock's grid (see
 ``fibril_sim_core.runtime.observation``); this module only turns them into messages: a
 ``sensor_msgs/JointState`` with every hinge and slide joint (position, velocity, effort = the
 actuator force on its dof), and a ``tf2_msgs/TFMessage`` with every moving body's pose relative
-to its parent body. Bodies fixed to their parent go once to ``/tf_static``. Frame names are the
+to its parent body, and every link between two joints of one body relative to that body (the
+robot description's intermediate links, ``JointChainFrame``). Bodies fixed to their parent go
+once to ``/tf_static``. Frame names are the
 MuJoCo body names (the world body is ``world``), with an optional prefix, the same names the
 robot description's links carry.
 
@@ -19,19 +21,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import TransformStamped
 from sensor_msgs.msg import JointState
 
 from fibril_sim_core.records import StateObservation
+from fibril_sim_core.robot_description import JointChainFrame
 from fibril_sim_core.runtime.observation import StateLayout, StaticFrame
 
-from ._cdr import Template
+from ._cdr import Packer, Template
 
 try:  # tf2_msgs: a ROS installation's, or built from the vendored definitions by make setup
     from tf2_msgs.msg import TFMessage
 except ImportError:  # pragma: no cover - reported by the node (no /tf then)
     TFMessage = None
+
+__all__ = ["FramePublisher", "JointStates", "TFMessage", "tf_available"]
 
 _NS = 1_000_000_000
 
@@ -75,12 +82,20 @@ def _transform(stamp: Time, parent: str, child: str, position: Sequence[float],
 
 
 class FramePublisher:
-    """The TF messages of one model's frames, with ``prefix`` on every name."""
+    """The TF messages of one model's frames, with ``prefix`` on every name; ``chains`` (the
+    links between the joints of one body) need the observations' joint positions."""
 
-    def __init__(self, layout: StateLayout, prefix: str = "") -> None:
+    def __init__(self, layout: StateLayout, prefix: str = "",
+                 chains: Sequence[JointChainFrame] = ()) -> None:
         self._prefix = prefix
+        self._chains = tuple(chains)
+        # A chain's pose takes the model's qpos: the observed joints' positions go there.
+        self._qpos = np.zeros(max(layout.joint_qpos, default=-1) + 1)
+        self._joint_qpos = np.array(layout.joint_qpos, dtype=np.intp)
         children = [prefix + name for name in layout.frame_names]
         parents = [prefix + name for name in layout.frame_parents]
+        children += [prefix + chain.name for chain in self._chains]
+        parents += [prefix + chain.parent for chain in self._chains]
         prototype = TFMessage(transforms=[
             _transform(Time(), parent, child, (0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))
             for parent, child in zip(parents, children, strict=True)])
@@ -89,7 +104,12 @@ class FramePublisher:
             fields.append((f"transforms.{k}.header.stamp", "time"))
             fields += [(f"transforms.{k}.transform.translation.{a}", "f64") for a in "xyz"]
             fields += [(f"transforms.{k}.transform.rotation.{a}", "f64") for a in "xyzw"]
-        self._pack = Template(prototype, fields).packer() if children else None
+        self._pack: Packer | None = Template(prototype, fields).packer() if children else None
+
+    @property
+    def needs_joints(self) -> bool:
+        """Whether ``moving`` needs the observations' joint positions."""
+        return bool(self._chains)
 
     def moving(self, observation: StateObservation) -> bytes | None:
         """The moving bodies' transforms at the observation's time (None: there is none)."""
@@ -101,6 +121,12 @@ class FramePublisher:
         for (x, y, z), (w, qx, qy, qz) in zip(observation.frame_position.tolist(),
                                               observation.frame_orientation.tolist()):
             values += (sec, nanosec, x, y, z, qx, qy, qz, w)
+        if self._chains:
+            qpos = self._qpos
+            qpos[self._joint_qpos] = observation.joint_position
+            for chain in self._chains:
+                (x, y, z), (w, qx, qy, qz) = chain.pose(qpos)
+                values += (sec, nanosec, x, y, z, qx, qy, qz, w)
         return self._pack(*values)
 
     def static(self, frames: Sequence[StaticFrame], stamp_ns: int) -> Any:

@@ -24,12 +24,14 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
+from types import ModuleType
 from typing import Any
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.guard_condition import GuardCondition
 from rclpy.subscription import Subscription
 
+_rclpy: ModuleType | None
 try:
     from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 except ImportError:  # another rclpy layout: the executor serves the subscriptions
@@ -42,6 +44,7 @@ def available() -> bool:
     """Whether an InputThread can serve the command subscriptions here."""
     if os.environ.get("FIBRIL_SIM_INPUT_THREAD", "1").strip() == "0":
         return False
+    # (rclpy's C extension module: whether this build has the wait set API)
     return _rclpy is not None and hasattr(_rclpy, "WaitSet")
 
 
@@ -65,7 +68,7 @@ class InputThread:
     """Serves ``subscriptions`` and ``events`` (their QoS event handlers, waitables of one
     event each), created in an InputGroup, until ``stop``."""
 
-    def __init__(self, context: Any, subscriptions: list[Subscription], events: list[Any],
+    def __init__(self, context: Any, subscriptions: list[Subscription[Any]], events: list[Any],
                  on_error: Callable[[BaseException], None]) -> None:
         self._context = context
         self._subscriptions = subscriptions
@@ -158,6 +161,7 @@ class InputThread:
                 handles.enter_context(self._guard.handle)
                 for event in self._events:
                     handles.enter_context(event)
+                assert _rclpy is not None  # (an InputThread is made only when available())
                 self._wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0,
                                                 len(self._events), self._context.handle)
                 self._entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]

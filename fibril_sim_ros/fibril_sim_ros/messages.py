@@ -106,6 +106,8 @@ def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput]
 
 # --------------------------------------------------------------------------- outputs
 Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
+# A message builder: (output, stamp ns) -> the message (an rclpy message or its bytes).
+Build = Callable[[DeviceOutput, int], Any]
 
 
 def main_message(entry: b.OutputEntry, device: Any,
@@ -138,7 +140,7 @@ def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
         result = [(topic, message(output))]
         if raw_topic is not None:
             result.append((raw_topic, generic(output)))
-        if info is not None:
+        if info is not None and info_topic:
             info.header.stamp = stamp(output.session_delivery_time_ns if at_delivery
                                       else output.session_acquisition_time_ns)
             result.append((info_topic, info))
@@ -147,7 +149,7 @@ def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
     return convert
 
 
-def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     per_unit = float(device.binding["counts_per_unit"])
     prototype = JointState()
     prototype.header.frame_id = entry.frame_id
@@ -163,7 +165,7 @@ def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     return build
 
 
-def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     config = device.config
     prototype = Imu()
     prototype.header.frame_id = entry.frame_id
@@ -181,7 +183,7 @@ def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     return build
 
 
-def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     config = device.config
     low, high = float(config.get("min_range", 0.0)), float(config.get("max_range", 10.0))
     radiation = Range.INFRARED if entry.radiation_type == "infrared" else Range.ULTRASOUND
@@ -202,7 +204,7 @@ def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     return build
 
 
-def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     config, binding = device.config, device.binding
     rays = int(config.get("rays", 1))
     angle_min = float(binding["angle_min"])
@@ -226,7 +228,7 @@ def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
     return build
 
 
-def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     config = device.config
     width, height, depth = int(config["width"]), int(config["height"]), bool(config["depth"])
     frame_id = entry.frame_id
@@ -266,7 +268,7 @@ def _camera_info(entry: b.OutputEntry, device: Any) -> CameraInfo:
     return info
 
 
-def _odometry(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _odometry(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     config = device.config
     pos_var = float(config.get("position_noise", 0.0)) ** 2
     vel_var = float(config.get("velocity_noise", 0.0)) ** 2
@@ -310,14 +312,14 @@ def _rotation(w: float, x: float, y: float, z: float) -> np.ndarray:
         (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y))))
 
 
-def _bool(entry: b.OutputEntry, device: Any, timestep_s: float) -> Callable:
+def _bool(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     def build(output: DeviceOutput, when: int) -> Bool:
         return Bool(data=bool(output.values[0] > 0.5))
 
     return build
 
 
-_MAIN: dict[str, Callable[[b.OutputEntry, Any, float], Callable]] = {
+_MAIN: dict[str, Callable[[b.OutputEntry, Any, float], Build]] = {
     b.JOINT_STATE: _encoder, b.IMU: _imu, b.RANGE: _range, b.LASER_SCAN: _scan,
     b.IMAGE: _image, b.ODOMETRY: _odometry, b.BOOL: _bool,
 }

@@ -6,17 +6,16 @@ Every write goes out in the order the host emitted it, either at once on the cal
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
 from ._rcl_publish import publish_many, rcl_publisher
-
-if TYPE_CHECKING:
-    from .sim_node import SimNode
 
 # Writes waiting for the writer thread before a real-time host drops new ones (counted per
 # topic) rather than fall behind the clock.
@@ -29,7 +28,45 @@ WAKE_BATCH = 64
 # Serialized messages queued one behind the other are written in batches of at most this many.
 WRITE_BATCH = 256
 
+# A topic's writer, and what it writes: an rclpy message or its serialized bytes.
 Send = Callable[[Any], None]
+# A large output's conversion (on the writer thread): (topic, message) pairs.
+Convert = Callable[[DeviceOutput], Iterable[tuple[str, Any]]]
+# Where a failed write is reported (a message; throttled by the caller's logger).
+Log = Callable[[str], None]
+
+
+class RecordPublisher(Protocol):
+    """What the outbox hands the records to (the node's topics: ``publishing.Publishing``)."""
+
+    def publish_output(self, output: DeviceOutput) -> None: ...
+
+    def publish_frame(self, frame: FrameTiming) -> None: ...
+
+    def publish_observation(self, observation: StateObservation) -> None: ...
+
+    def publish_converted(self, convert: Convert, output: DeviceOutput) -> None: ...
+
+    def publish_clock(self, session_time_ns: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class OutboxMode:
+    """How the outbox writes, set as one whole when the node's mode changes.
+
+    ``queued``: as fast as possible, the host only converts and queues, the writer thread
+    writes. ``blocking``: once the backlog is long the host waits instead of dropping.
+    ``clock_step_ns`` (queued only): /clock interleaved with the outputs at this period.
+    ``watch``: real time, told the due session time of every output written or queued.
+    """
+
+    queued: bool = False
+    blocking: bool = False
+    clock_step_ns: int = 0
+    watch: Callable[[int], None] | None = None
+
+
+_LOGGER = logging.getLogger(__name__)
 
 
 class Outbox:
@@ -48,27 +85,29 @@ class Outbox:
     (or every ``WAKE_BATCH`` writes), not once per message.
     """
 
-    def __init__(self, node: SimNode) -> None:
-        self._node = node
+    def __init__(self, publish: RecordPublisher, logger: Log = _LOGGER.error,
+                 mode: OutboxMode = OutboxMode(),
+                 on_frame: Callable[[FrameTiming], None] | None = None) -> None:
+        self._publish = publish
+        self._log = logger
         self._queue: deque[tuple[Send, Any]] = deque()
         self._work = threading.Event()  # the writer has something to do
         self._room = threading.Event()  # a blocked producer may go on
         self._busy = False  # the writer is writing (an item may be in flight)
-        self.blocking = False
-        self.queued = False
         self.drops: dict[str, int] = {}
         self.last_clock_ns = -1
-        self.clock_step_ns = 0
-        self.interleave_clock = False
+        # The mode's fields as plain attributes (read for every record on the host thread).
+        self._mode = mode
+        self._queued = self._blocking = self._interleave_clock = False
+        self._clock_step_ns = 0
+        self._watch: Callable[[int], None] | None = None
+        self.set_mode(mode)
         # Someone subscribes to /clock (the node refreshes it with its other listeners). With
         # nobody, fast mode writes /clock once per frame only: the latest time still lands in
         # its transient-local history for a late joiner, and from the next refresh on (50 ms)
         # it is interleaved at every clock period again.
-        self.clock_listened = True
-        self.on_frame: Callable[[FrameTiming], None] | None = None  # sync mode, host thread
-        # Real time: told the due (session) time of every output as it is written or queued
-        # (the node's DeliveryWatchdog), on the host thread.
-        self.watch: Callable[[int], None] | None = None
+        self._clock_listened = True
+        self._on_frame = on_frame  # sync mode, host thread
         self._clock_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fibril-sim-publish",
                                         daemon=True)
@@ -77,26 +116,47 @@ class Outbox:
     def start(self) -> None:
         self._thread.start()
 
+    def set_mode(self, mode: OutboxMode) -> None:
+        """Write in ``mode`` from the next record on."""
+        self._mode = mode
+        self._blocking = mode.blocking
+        self._queued = mode.queued
+        self._clock_step_ns = mode.clock_step_ns
+        self._interleave_clock = mode.queued and mode.clock_step_ns > 0
+        self._watch = mode.watch
+
+    def set_clock_listened(self, listened: bool) -> None:
+        """Whether someone subscribes to /clock (see ``__init__``)."""
+        self._clock_listened = listened
+
+    @property
+    def mode(self) -> OutboxMode:
+        return self._mode
+
+    @property
+    def queued(self) -> bool:
+        """As fast as possible: the writer thread writes everything."""
+        return self._queued
+
     # host thread --------------------------------------------------------------------------
-    def on_record(self, record: Any) -> None:
-        cls = type(record)
-        if cls is DeviceOutput:
+    def on_record(self, record: object) -> None:
+        if isinstance(record, DeviceOutput):
             try:
-                if self.interleave_clock and self.clock_listened:
+                if self._interleave_clock and self._clock_listened:
                     # /clock at the last clock period before this delivery: every message is
                     # published before the first /clock at or past its delivery time.
-                    step = self.clock_step_ns
+                    step = self._clock_step_ns
                     due = (record.session_delivery_time_ns - 1) // step * step
                     if due > self.last_clock_ns:
                         self.clock(due, kick=False)
-                self._node.publish_output(record)
-                if self.watch is not None:
-                    self.watch(record.session_delivery_time_ns)
+                self._publish.publish_output(record)
+                if self._watch is not None:
+                    self._watch(record.session_delivery_time_ns)
             except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
                 self._failed(exc)
-        elif cls is FrameTiming:
+        elif isinstance(record, FrameTiming):
             try:
-                self._node.publish_frame(record)
+                self._publish.publish_frame(record)
                 # Behind this frame's queued messages, if any (a controller woken by /clock
                 # has its inputs).
                 self.clock(record.session_time_ns, kick=False)
@@ -104,29 +164,28 @@ class Outbox:
                     self._work.set()
             except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
                 self._failed(exc)
-            if self.on_frame is not None:
-                self.on_frame(record)  # sync mode: may raise SyncTimeout, which stops the host
-        elif cls is StateObservation:
+            if self._on_frame is not None:
+                self._on_frame(record)  # sync mode: may raise SyncTimeout, which stops the host
+        elif isinstance(record, StateObservation):
             try:
-                self._node.publish_observation(record)
-                if self.watch is not None:
-                    self.watch(record.session_time_ns)
+                self._publish.publish_observation(record)
+                if self._watch is not None:
+                    self._watch(record.session_time_ns)
             except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the host
                 self._failed(exc)
 
     def _failed(self, exc: Exception) -> None:
         if not self._stopping:
-            self._node.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}",
-                                          throttle_duration_sec=1.0)
+            self._log(f"publishing failed: {type(exc).__name__}: {exc}")
 
     def write(self, send: Send, payload: Any, topic: str) -> None:
         """Write one small message: at once, or behind what waits for the writer thread."""
-        if not self.queued and not self._queue and not self._busy:
+        if not self._queued and not self._queue and not self._busy:
             send(payload)
             return
         self._enqueue(send, payload, (topic,))
 
-    def hand_off(self, convert: Any, output: DeviceOutput, topics: Sequence[str]) -> None:
+    def hand_off(self, convert: Convert, output: DeviceOutput, topics: Sequence[str]) -> None:
         """Queue a large message: converted and written on the writer thread."""
         self._enqueue(self._convert, (convert, output), topics)
         self._work.set()
@@ -134,7 +193,7 @@ class Outbox:
     def _enqueue(self, send: Send, payload: Any, topics: Sequence[str]) -> None:
         queue = self._queue
         if len(queue) >= BLOCKING_BACKLOG:
-            if not self.blocking:
+            if not self._blocking:
                 if len(queue) >= MAX_BACKLOG:
                     for topic in topics:
                         self.drops[topic] = self.drops.get(topic, 0) + 1
@@ -156,10 +215,10 @@ class Outbox:
             if session_time_ns < self.last_clock_ns:
                 return
             self.last_clock_ns = session_time_ns
-            if not self.queued and not self._queue and not self._busy:
-                self._node.publish_clock(session_time_ns)
+            if not self._queued and not self._queue and not self._busy:
+                self._publish.publish_clock(session_time_ns)
                 return
-            self._queue.append((self._node.publish_clock, session_time_ns))
+            self._queue.append((self._publish.publish_clock, session_time_ns))
         if kick:
             self._work.set()
 
@@ -195,9 +254,9 @@ class Outbox:
             self._thread.join(timeout)
 
     # writer thread ------------------------------------------------------------------------
-    def _convert(self, item: tuple[Any, DeviceOutput]) -> None:
+    def _convert(self, item: tuple[Convert, DeviceOutput]) -> None:
         convert, output = item
-        self._node.publish_converted(convert, output)
+        self._publish.publish_converted(convert, output)
 
     def _run(self) -> None:
         queue, work, room = self._queue, self._work, self._room
@@ -239,7 +298,7 @@ class Outbox:
             self._write_failed(reason)
 
     def _write_failed(self, message: str) -> None:
-        self._node.get_logger().error(message, throttle_duration_sec=1.0)
+        self._log(message)
 
 
 def _set(event: threading.Event) -> None:

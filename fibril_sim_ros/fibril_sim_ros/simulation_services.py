@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from builtin_interfaces.msg import Time
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.task import Future
@@ -227,16 +227,17 @@ class SimulationServices:
         return [service.service_name for service in self._services]
 
     # ------------------------------------------------------------------ threading
-    def _in_thread(self, function: Callable[..., Any], *args: Any) -> Future:
+    def _in_thread(self, function: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``function`` on a worker thread; the returned future is awaited on the
         executor, which stays free meanwhile (and is woken when the result is in)."""
-        future: Future = Future()
+        future: Future[Any] = Future()
 
         def work() -> None:
             try:
                 future.set_result(function(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                future.set_exception(exc)
+                future.set_exception(exc if isinstance(exc, Exception)
+                                     else RuntimeError(f"{type(exc).__name__}: {exc}"))
             executor = self._node.executor
             if executor is not None:
                 executor.wake()

@@ -32,13 +32,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.records import FrameTiming
+from fibril_sim_core.runtime import SimulationConnection
 
-if TYPE_CHECKING:
-    from .sim_node import SimNode
+from .inputs import InputThread
+from .publishing import Publishing
 
 # Sync mode waits this long (or sync_timeout if longer) for its controllers to appear.
 DISCOVERY_TIMEOUT_S = 10.0
@@ -54,10 +55,24 @@ class SyncTimeout(FibrilError):
     """A sync topic did not answer a control period in time."""
 
 
+class SyncNode(Protocol):
+    """What the sync driver uses of the node (``SimNode``), once it runs."""
+
+    @property
+    def connection(self) -> SimulationConnection: ...
+
+    @property
+    def publishing(self) -> Publishing: ...
+
+    def count_publishers(self, topic: str) -> int: ...
+
+    def fail(self, message: str) -> None: ...
+
+
 class SyncDriver:
     """Deterministic lockstep: after each control period, wait for every sync topic."""
 
-    def __init__(self, node: SimNode, topics: Sequence[str], timeout: float,
+    def __init__(self, node: SyncNode, topics: Sequence[str], timeout: float,
                  period_ticks: int) -> None:
         self.node = node
         self.topics = tuple(topics)
@@ -85,9 +100,10 @@ class SyncDriver:
         # The node's InputThread (None: the executor serves the subscriptions): while the
         # simulation runs or steps in lockstep the host thread borrows its wait set and takes
         # the answers itself (``on_frame``); it is given back whenever the host goes idle.
-        self.inputs: Any = None
+        self.inputs: InputThread | None = None
 
-    def start(self, paused: bool) -> None:
+    def start(self, paused: bool, inputs: InputThread | None) -> None:
+        self.inputs = inputs
         if not paused:
             threading.Thread(target=self._start_running, name="fibril-sim-sync",
                              daemon=True).start()
@@ -203,15 +219,15 @@ class SyncDriver:
         found = None  # when the controllers were first seen
         while not self.stopping:
             missing = [t for t in self.topics if node.count_publishers(t) == 0]
-            clock = node.clock_subscribers() >= 1
+            clock = node.publishing.clock_subscribers() >= 1
             if not missing and clock:
                 found = time.monotonic() if found is None else found
-                matched = node.outputs_matched()
+                matched = node.publishing.outputs_matched()
                 # A subscription that never matches (a QoS it asks for and the node does not
                 # offer, logged as a QoS mismatch) must not keep sync mode from starting.
                 if matched or time.monotonic() - found > UNMATCHED_GRACE_S:
                     time.sleep(0.3)  # (the controller's side of the same matches)
-                    node.refresh_listeners()  # the first period is published to them all
+                    node.publishing.refresh_listeners()  # the first period is published to them all
                     self.ready = True
                     return
             else:
@@ -235,7 +251,7 @@ class SyncDriver:
         if now > self._deadline:
             return late, 0.0
         if now > self._republish and self.periods == 0:
-            self.node.republish_clock(frame.session_time_ns)
+            self.node.publishing.republish_clock(frame.session_time_ns)
             self._republish = now + REPUBLISH_S
         return late, min(self._deadline, self._republish) - now
 
@@ -243,7 +259,7 @@ class SyncDriver:
         """At the end of each control period, after its outputs and /clock: wait until every
         sync topic answered. A timeout while stepping (``~/step``) fails that call; running
         free it stops the node (status 1) and the host with it, at this tick."""
-        outbox = self.node.outbox
+        outbox = self.node.publishing.outbox
         if not outbox.idle:
             outbox.flush()  # images / scans of this period, then its /clock, are out
         target = self.generation

@@ -16,27 +16,30 @@ are seconds of it. While the simulation is paused, ``wait_for`` and ``collect`` 
 themselves with ``~/step``; while it runs they follow it with ``~/get_state``. Wall-time limits
 guard every wait.
 
-``python -m fibril_sim_ros.testing exec -- CMD...`` is the launcher the harness starts each
-process through (SIGINT / SIGTERM back to their defaults, a parent-death signal so a killed test
-run leaves nothing behind); it is not meant to be called by hand.
+The processes, their launcher and the domain locks are in ``processes``
+(``python -m fibril_sim_ros.testing exec -- CMD...`` still runs that launcher).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .processes import (DEFAULT_DOMAIN_POOL, DomainLock, ManagedProcess, SimHarnessError,
+                        WaitTimeout, check_alive, commanding_nodes, diagnostics, exec_main,
+                        lock_domain, node_endpoints, start_process, stop_process)
+
+# rclpy, launch and the message packages are imported where they are used: this module (and
+# its pytest plugin, which every test session of a project may load) imports without ROS.
 if TYPE_CHECKING:
     from rclpy.node import Node
     from rclpy.qos import QoSProfile
@@ -44,10 +47,12 @@ if TYPE_CHECKING:
 __all__ = [
     'DEFAULT_DOMAIN_POOL',
     'NODE_NAME',
+    'STARTUP_ATTEMPT_WALL',
     'SimHarness',
     'SimHarnessError',
     'WaitTimeout',
     'example_controller_command',
+    'lock_domain',
     'python_node_command',
     'ros_args',
     'sim_launch_description',
@@ -57,23 +62,9 @@ __all__ = [
 NODE_NAME = 'fibril_sim'
 NODE_MODULE = 'fibril_sim_ros.sim_node'
 CONTROLLER_MODULE = 'fibril_sim_ros.examples.wheel_speed_controller'
-# ROS domains the harness picks from (the upper range valid on Linux; test sessions of this
-# repository use 1..100). Each harness holds a lock file on its domain while it lives, so two
-# harnesses on one machine never share one.
-DEFAULT_DOMAIN_POOL = tuple(range(215, 233))
-_LOCK_DIR = Path(tempfile.gettempdir())
 _NS = 1_000_000_000
-_PARENT_ENV = 'FIBRIL_SIM_HARNESS_PID'
 # Wall seconds one start-up ``get_state`` waits before it is sent again.
 STARTUP_ATTEMPT_WALL = 2.0
-
-
-class SimHarnessError(RuntimeError):
-    """The simulation node or a controller did not start, answer or behave."""
-
-
-class WaitTimeout(SimHarnessError, TimeoutError):
-    """A wait ran out of sim time (or of its wall-time guard)."""
 
 
 # ------------------------------------------------------------------------ parameters, commands
@@ -166,117 +157,6 @@ def sim_launch_description(
     return LaunchDescription(entities)
 
 
-# ----------------------------------------------------------------------------------- processes
-@dataclass
-class ManagedProcess:
-    """One child process in its own session (process group == pid)."""
-
-    name: str
-    command: list[str]
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors='replace')
-        except OSError:
-            return ''
-        return '\n'.join(text.splitlines()[-lines:])
-
-
-def _start_process(name: str, command: Sequence[str], env: Mapping[str, str],
-                   log_path: Path) -> ManagedProcess:
-    launcher = [sys.executable, '-m', 'fibril_sim_ros.testing', 'exec', '--']
-    with open(log_path, 'wb') as log:
-        popen = subprocess.Popen(
-            [*launcher, *command], env={**env, _PARENT_ENV: str(os.getpid())},
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    return ManagedProcess(name, list(command), popen, log_path)
-
-
-def _stop_process(process: ManagedProcess, grace: float) -> None:
-    """SIGTERM to the process group, SIGKILL to what is left after ``grace`` s; reaped."""
-    group = process.pid  # start_new_session: the group id is the leader's pid
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(group, sig)
-        except (ProcessLookupError, PermissionError):
-            break  # no process left in the group
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            process.popen.poll()
-            if process.popen.returncode is not None and not _group_alive(group):
-                break
-            time.sleep(0.02)
-    try:
-        process.popen.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _exec_main(argv: list[str]) -> int:
-    """``exec -- CMD...``: reset SIGINT/SIGTERM to their defaults (a suite may run with SIGINT
-    ignored, and ignored signals survive exec), die with the parent, then become CMD."""
-    if len(argv) < 3 or argv[0] != 'exec' or argv[1] != '--':
-        print('usage: python -m fibril_sim_ros.testing exec -- CMD [ARGS...]', file=sys.stderr)
-        return 2
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    if sys.platform.startswith('linux'):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-        if str(os.getppid()) != os.environ.get(_PARENT_ENV, str(os.getppid())):
-            return 1  # the harness died before prctl took effect
-    try:
-        os.execvp(argv[2], argv[2:])
-    except OSError as exc:
-        print(f'fibril_sim_ros.testing: cannot run {argv[2]!r}: {exc}', file=sys.stderr)
-        return 127
-    return 0  # unreachable
-
-
-# ------------------------------------------------------------------------------------- domains
-@dataclass
-class _DomainLock:
-    domain_id: int
-    handle: Any = None
-
-    def release(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
-
-
-def _lock_domain(pool: Iterable[int]) -> _DomainLock:
-    for domain in pool:
-        path = _LOCK_DIR / f'fibril_sim_ros-domain-{domain}.lock'
-        handle = open(path, 'a+')  # noqa: SIM115 - held for the harness's lifetime
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        return _DomainLock(domain, handle)
-    raise SimHarnessError(f'no free ROS domain in {list(pool)} (every one is held by another '
-                          f'harness on this machine); pass domain_id=')
-
-
 # -------------------------------------------------------------------------------------- harness
 @dataclass
 class _Stream:
@@ -351,7 +231,7 @@ class SimHarness:
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self.log_dir: Path | None = None
         self.domain_id: int | None = None
-        self._domain_lock: _DomainLock | None = None
+        self._domain_lock: DomainLock | None = None
         self.processes: list[ManagedProcess] = []
         self.env: dict[str, str] = {}
         self._context: Any = None
@@ -409,7 +289,7 @@ class SimHarness:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         pool = DEFAULT_DOMAIN_POOL if self._requested_domain is None else (
             self._requested_domain,)
-        self._domain_lock = _lock_domain(pool)
+        self._domain_lock = lock_domain(pool)
         self.domain_id = self._domain_lock.domain_id
         os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
         self.env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain_id),
@@ -439,7 +319,7 @@ class SimHarness:
     def _launch(self, name: str, command: Sequence[str]) -> None:
         assert self.log_dir is not None
         self.processes.append(
-            _start_process(name, command, self.env, self.log_dir / f'{name}.log'))
+            start_process(name, command, self.env, self.log_dir / f'{name}.log'))
 
     def close(self) -> None:
         """Stop every process group (SIGTERM, then SIGKILL), shut the harness's ROS context
@@ -449,7 +329,7 @@ class SimHarness:
         self._closed = True
         try:
             for process in reversed(self.processes):  # controllers first, node last
-                _stop_process(process, self.stop_grace)
+                stop_process(process, self.stop_grace)
         finally:
             if self._executor is not None:
                 self._executor.shutdown(timeout_sec=1.0)
@@ -511,7 +391,7 @@ class SimHarness:
         return reply
 
     def _call(self, service: str, srv_type: type, request: Any, timeout_wall: float) -> Any:
-        self._check_alive()
+        check_alive(self.processes)
         client = self._client(service, srv_type)
         future = client.call_async(request)
         deadline = time.monotonic() + timeout_wall
@@ -519,9 +399,9 @@ class SimHarness:
             if time.monotonic() > deadline:
                 client.remove_pending_request(future)
                 raise WaitTimeout(f'/{NODE_NAME}/{service}: no reply within {timeout_wall} s '
-                                  f'of wall time{self._diagnostics()}')
+                                  f'of wall time{diagnostics(self.processes)}')
             self._executor.spin_once(timeout_sec=0.05)
-            self._check_alive()
+            check_alive(self.processes)
         reply = future.result()
         if hasattr(reply, 'success') and not reply.success:
             raise SimHarnessError(f'/{NODE_NAME}/{service} failed: {reply.message}')
@@ -582,7 +462,7 @@ class SimHarness:
         raise WaitTimeout(
             f'{topic}: no message{" satisfying the predicate" if predicate else ""} within '
             f'{timeout_sim} s of sim time ({seen} received, publishers: '
-            f'{self.node.count_publishers(topic)}){self._diagnostics()}')
+            f'{self.node.count_publishers(topic)}){diagnostics(self.processes)}')
 
     def collect(self, topic: str, msg_type: type, *, duration_sim: float,
                 timeout_wall: float = 120.0, qos: QoSProfile | None = None) -> list[Any]:
@@ -637,7 +517,7 @@ class SimHarness:
             if time.monotonic() > deadline:
                 if wall_error:
                     raise WaitTimeout(f'{duration_sim} s of sim time did not pass within '
-                                      f'{timeout_wall} s of wall time{self._diagnostics()}')
+                                      f'{timeout_wall} s of wall time{diagnostics(self.processes)}')
                 return
             if self.paused:
                 ticks = self.step_ticks
@@ -660,9 +540,9 @@ class SimHarness:
     def spin(self, seconds: float) -> None:
         """Run the harness's callbacks for ``seconds`` of wall time (the simulation does what
         it does meanwhile: runs, or stays paused)."""
-        self._check_alive()
+        check_alive(self.processes)
         self._spin_for(seconds)
-        self._check_alive()
+        check_alive(self.processes)
 
     def _drain(self, quiet: float = 0.01, limit: float = 5.0) -> None:
         """Run callbacks until no message arrives for ``quiet`` s of wall time (what the node
@@ -686,10 +566,10 @@ class SimHarness:
         while not condition():
             if time.monotonic() > deadline:
                 if error is not None:
-                    raise WaitTimeout(f'{error}{self._diagnostics()}')
+                    raise WaitTimeout(f'{error}{diagnostics(self.processes)}')
                 return False
             self._executor.spin_once(timeout_sec=0.02)
-            self._check_alive()
+            check_alive(self.processes)
         return True
 
     # -- start-up -----------------------------------------------------------------------------
@@ -724,13 +604,13 @@ class SimHarness:
     def _wait_for_controllers(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         wanted = self.ready_nodes
-        self._spin_until(lambda: len(self._commanding_nodes()) >= wanted,
+        self._spin_until(lambda: len(commanding_nodes(self.node, NODE_NAME)) >= wanted,
                          max(0.0, deadline - time.monotonic()),
                          f'{wanted} controller node(s) publishing on an input topic of '
                          f'{NODE_NAME} did not appear within {self.startup_timeout} s')
         topics = self.ready_topics
         for topic in topics:
-            self._spin_until(lambda t=topic: self.node.count_publishers(t) > 0,
+            self._spin_until(partial(_has_publisher, self.node, topic),
                              max(0.0, deadline - time.monotonic()),
                              f'no publisher on {topic} within {self.startup_timeout} s')
         if topics or wanted:
@@ -744,60 +624,15 @@ class SimHarness:
         graph = self.node
 
         def endpoints() -> set[tuple[str, str, str]]:
-            found = set()
-            for name, namespace in self._commanding_nodes():
-                try:
-                    found |= {(name, 'pub', t) for t, _ in
-                              graph.get_publisher_names_and_types_by_node(name, namespace)}
-                    found |= {(name, 'sub', t) for t, _ in
-                              graph.get_subscriber_names_and_types_by_node(name, namespace)}
-                except Exception:  # noqa: BLE001, S112 - the node left the graph meanwhile
-                    continue
-            return found
+            return node_endpoints(graph, commanding_nodes(graph, NODE_NAME))
 
         last, since = endpoints(), time.monotonic()
         while time.monotonic() - since < quiet and time.monotonic() < deadline:
             self._executor.spin_once(timeout_sec=0.05)
-            self._check_alive()
+            check_alive(self.processes)
             now = endpoints()
             if now != last:
                 last, since = now, time.monotonic()
-
-    def _commanding_nodes(self) -> set[tuple[str, str]]:
-        """Nodes (name, namespace) that publish on a topic the simulation node subscribes to
-        (its bridge inputs), i.e. controllers that are up."""
-        graph = self.node
-        names = graph.get_node_names_and_namespaces()
-        if (NODE_NAME, '/') not in names:
-            return set()
-        inputs = {topic for topic, _ in graph.get_subscriber_names_and_types_by_node(
-            NODE_NAME, '/')} - {'/clock', '/parameter_events'}
-        found = set()
-        for name, namespace in names:
-            if name in (NODE_NAME, graph.get_name()):
-                continue
-            try:
-                published = graph.get_publisher_names_and_types_by_node(name, namespace)
-            except Exception:  # noqa: BLE001 - the node left the graph meanwhile
-                continue
-            if inputs & {topic for topic, _ in published}:
-                found.add((name, namespace))
-        return found
-
-    def _check_alive(self) -> None:
-        for process in self.processes:
-            code = process.popen.poll()
-            if code is not None:
-                raise SimHarnessError(f'{process.name} (pid {process.pid}) exited with code '
-                                      f'{code}{self._diagnostics()}')
-
-    def _diagnostics(self) -> str:
-        parts = []
-        for process in self.processes:
-            tail = process.log_tail(15)
-            if tail:
-                parts.append(f'\n--- {process.name} ({process.log_path}) ---\n{tail}')
-        return ''.join(parts)
 
 
 def _reliable(depth: int = 10) -> QoSProfile:
@@ -807,5 +642,9 @@ def _reliable(depth: int = 10) -> QoSProfile:
                       reliability=ReliabilityPolicy.RELIABLE)
 
 
-if __name__ == '__main__':
-    sys.exit(_exec_main(sys.argv[1:]))
+def _has_publisher(node: Node, topic: str) -> bool:
+    return node.count_publishers(topic) > 0
+
+
+if __name__ == '__main__':  # (the launcher of earlier releases: see processes)
+    sys.exit(exec_main(sys.argv[1:]))

@@ -78,7 +78,7 @@ class GcPauses:
 class DeliveryWatchdog:
     """Lateness of live outputs (host thread), its percentiles and the rate-limited WARN."""
 
-    def __init__(self, host: Paced, now: Callable[[], float], warn: Callable[[str], None],
+    def __init__(self, host: Paced, now: Callable[[], float], warn: Callable[[str], object],
                  backlog: Callable[[], int], threshold_s: float) -> None:
         self._host = host
         self._now = now

@@ -186,9 +186,9 @@ def run(snippet: Snippet, work: Path) -> str:
 def _ros_domain(work: Path) -> Iterator[dict[str, str]]:
     """A ROS domain held by this snippet alone (the test harness's lock files), over shared
     memory; a ``ros2`` daemon a command started on it is stopped at the end."""
-    from fibril_sim_ros.testing import DEFAULT_DOMAIN_POOL, _lock_domain
+    from fibril_sim_ros.testing import DEFAULT_DOMAIN_POOL, lock_domain
 
-    lock = _lock_domain(DEFAULT_DOMAIN_POOL)
+    lock = lock_domain(DEFAULT_DOMAIN_POOL)
     env = {"ROS_DOMAIN_ID": str(lock.domain_id), "FASTDDS_BUILTIN_TRANSPORTS": "SHM",
            "ROS_LOG_DIR": str(work / "ros_log")}
     try:

@@ -56,9 +56,9 @@ def ros_environment(domain_id: int, log_dir: Path) -> dict[str, str]:
 def ros_domain(log_dir: Path) -> Iterator[dict[str, str]]:
     """An environment on a ROS domain held by this test only; the ``ros2`` daemon a command
     may have started on it is stopped at the end."""
-    from fibril_sim_ros.testing import DEFAULT_DOMAIN_POOL, _lock_domain
+    from fibril_sim_ros.testing import DEFAULT_DOMAIN_POOL, lock_domain
 
-    lock = _lock_domain(DEFAULT_DOMAIN_POOL)
+    lock = lock_domain(DEFAULT_DOMAIN_POOL)
     env = ros_environment(lock.domain_id, log_dir)
     try:
         yield env

@@ -125,7 +125,7 @@ def test_run_counts_the_same_records_traced_or_not(trace_500: tuple[Path, str]) 
 def test_untraced_run_counts_the_samples_a_subscriber_gets(ticks: int) -> None:
     """Untraced, nothing listens to the samples (they are not made): their counts come from
     the device schedules and are what a subscriber would have received."""
-    from fibril_sim_core.cli import _sample_counts
+    from fibril_sim_core.cli import sample_counts as _sample_counts
     from fibril_sim_core.records import DeviceOutput
 
     from fibril_sim_core import SimulationBuilder

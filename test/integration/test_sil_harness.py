@@ -73,15 +73,15 @@ def test_launch_description_without_launch_says_what_is_missing() -> None:
 
 
 def test_domain_locks_are_exclusive() -> None:
-    first = testing._lock_domain(testing.DEFAULT_DOMAIN_POOL)
+    first = testing.lock_domain(testing.DEFAULT_DOMAIN_POOL)
     try:
-        second = testing._lock_domain(testing.DEFAULT_DOMAIN_POOL)
+        second = testing.lock_domain(testing.DEFAULT_DOMAIN_POOL)
         try:
             assert second.domain_id != first.domain_id
         finally:
             second.release()
         with pytest.raises(SimHarnessError, match=f'no free ROS domain in \\[{first.domain_id}\\]'):
-            testing._lock_domain([first.domain_id])
+            testing.lock_domain([first.domain_id])
     finally:
         first.release()
 

@@ -27,12 +27,6 @@ from simulation_interfaces.srv import GetEntities, GetEntitiesStates, GetEntityS
 from fibril_sim_core.entities import ENTITY_SOURCE  # noqa: E402
 from fibril_sim_core.trace import TraceReader  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-if "SimulationServices" not in (ROOT / "fibril_sim_ros" / "fibril_sim_ros" /
-                                "sim_node.py").read_text():
-    pytest.skip("sim_node does not serve simulation_interfaces yet (SimulationServices is not "
-                "wired in sim_node.py)", allow_module_level=True)
-
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 NODE = "/fibril_sim/"

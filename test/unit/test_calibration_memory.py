@@ -163,7 +163,7 @@ def test_control_trajectories_and_inertials_are_bounded(tmp_path: Path) -> None:
     candidate) and one inertial table per model state: both keep a few entries only."""
     import dataclasses
 
-    from fibril_sim_core.plan import _MODEL_CACHE_ENTRIES
+    from fibril_sim_core.plan import MODEL_CACHE_ENTRIES as _MODEL_CACHE_ENTRIES
 
     request = load_calibration_request(write_problem(tmp_path))
     plan = request.nominal_plan

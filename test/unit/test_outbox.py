@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming
-from fibril_sim_ros.outbox import Outbox
+from fibril_sim_ros.outbox import Outbox, OutboxMode
 
 
 class _Node:
@@ -88,7 +88,7 @@ def test_queued_writes_go_out_in_emission_order_on_the_writer_thread() -> None:
     node = _Node()
     node.release.set()
     outbox = Outbox(node)  # type: ignore[arg-type]
-    outbox.queued = outbox.blocking = True
+    outbox.set_mode(OutboxMode(queued=True, blocking=True))
     threads: list[str] = []
 
     def send(payload: object) -> None:
@@ -158,9 +158,8 @@ def test_fast_mode_interleaves_clock_only_while_someone_subscribes_to_it() -> No
         node.release.set()
         outbox = Outbox(node)  # type: ignore[arg-type]
         ref.append(outbox)
-        outbox.queued = outbox.blocking = outbox.interleave_clock = True
-        outbox.clock_step_ns = 1000
-        outbox.clock_listened = listened
+        outbox.set_mode(OutboxMode(queued=True, blocking=True, clock_step_ns=1000))
+        outbox.set_clock_listened(listened)
         outbox.start()
         try:
             for ns in (1001, 2001, 3001):  # delivered just after each clock period

@@ -60,6 +60,37 @@ def test_public_names_are_pinned(package: object, names: list[str]) -> None:
         assert getattr(package, name) is not None
 
 
+def _type_checking_imports(init: Path) -> dict[str, str]:
+    """name -> relative module of the ``if TYPE_CHECKING:`` imports of a package ``__init__``."""
+    tree = ast.parse(init.read_text())
+    blocks = [n for n in tree.body if isinstance(n, ast.If)
+              and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    return {(a.asname or a.name): "." * node.level + (node.module or "")
+            for block in blocks for node in block.body if isinstance(node, ast.ImportFrom)
+            for a in node.names}
+
+
+PACKAGE_INITS = sorted(init for root in ("fibril_sim_core/fibril_sim_core",
+                                         "fibril_calibration/fibril_calibration",
+                                         "fibril_sim_ros/fibril_sim_ros")
+                       for init in (REPO / root).rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("init", PACKAGE_INITS, ids=lambda p: str(p.relative_to(REPO)))
+def test_lazy_exports_and_type_checking_imports_agree(init: Path) -> None:
+    """A package's public API is written twice (``_EXPORTS`` for the lazy imports, the
+    ``TYPE_CHECKING`` block for type checkers): the two must name the same things from the
+    same modules, in every package and subpackage of the three."""
+    import importlib
+
+    relative = init.parent.relative_to(REPO).parts[1:]
+    package = importlib.import_module(".".join(relative))
+    exports = getattr(package, "_EXPORTS", {})
+    assert _type_checking_imports(init) == exports
+    if exports:
+        assert sorted(package.__all__) == sorted(exports)
+
+
 @pytest.mark.parametrize("subpackage", ["analysis", "model", "recordings", "request", "solve"])
 def test_subpackages_export_what_they_declare(subpackage: str) -> None:
     import importlib

@@ -25,6 +25,7 @@ from fibril_sim_core.robot_description import (
     RobotDescriptionError,
     body_frame_names,
     geom_markers,
+    joint_chain_frames,
     link_frames,
     urdf_from_model,
 )
@@ -399,6 +400,32 @@ def test_link_frames_put_an_off_axis_joint_frame_where_the_urdf_does(
         poses = world_poses(links, joints, qpos, floating)
         expected = poses["r/body_3"] @ transform(frame.position, quat_matrix(frame.orientation))
         np.testing.assert_allclose(poses["r/joint_3"], expected, atol=1e-9)
+
+
+def test_links_between_the_joints_of_one_body_move_where_the_urdf_puts_them(
+        zoo: tuple[mujoco.MjModel, Path]) -> None:
+    """The links between the chained joints of one body (``arm``: j_off, j_slide, j_last) are
+    frames of that body whose pose follows the joints after them: composed with the body's
+    pose in MuJoCo, they land where forward kinematics of the URDF puts them (issue 22)."""
+    model, _ = zoo
+    _, links, joints = parse(urdf_from_model(model, frame_prefix="r/"))
+    chains = joint_chain_frames(model, "r/")
+    assert [(c.name, c.parent) for c in chains] == [("j_off", "arm"), ("j_slide", "arm")]
+    assert {"r/j_off", "r/j_slide"} <= set(links)
+    names = body_frame_names(model, "r/")
+    arm = names.index("r/arm")
+    rng = np.random.default_rng(5)
+    for _ in range(5):
+        data, qpos = random_state(model, rng)
+        world = [transform(data.xpos[b], data.xmat[b]) for b in range(model.nbody)]
+        floating = {names[b]: np.linalg.inv(world[int(model.body_parentid[b])]) @ world[b]
+                    for b in range(1, model.nbody)}
+        poses = world_poses(links, joints, qpos, floating)
+        for chain in chains:
+            position, orientation = chain.pose(data.qpos)
+            expected = world[arm] @ transform(position, quat_matrix(orientation))
+            np.testing.assert_allclose(poses["r/" + chain.name], expected, atol=1e-9,
+                                       err_msg=chain.name)
 
 
 def test_frame_prefix_names_links_not_joints(zoo: tuple[mujoco.MjModel, Path]) -> None:

@@ -10,12 +10,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import mujoco
 
 from .. import _schema as s
 from ..timebase import Timebase
+
+if TYPE_CHECKING:  # (they import this module)
+    from .device import DeviceDescriptor
+    from .endpoint import ActuatorDescriptor
 
 REQUIRED = object()
 
@@ -105,7 +109,7 @@ class BuildContext:
         self.timebase = timebase
 
     def object_id(self, objtype: mujoco.mjtObj, name: str, where: s.Where, kind: str) -> int:
-        index = mujoco.mj_name2id(self.model, objtype, name)
+        index: int = mujoco.mj_name2id(self.model, objtype, name)
         if index < 0:
             known = names_of(self.model, objtype)
             hint = f"; known: {', '.join(known[:12])}" + (" ..." if len(known) > 12 else "")
@@ -159,5 +163,6 @@ class ComponentType(ABC):
         """Add what the component needs to the model before it compiles (default: nothing)."""
 
     @abstractmethod
-    def bind(self, component: ResolvedComponent, ctx: BuildContext) -> Any:
+    def bind(self, component: ResolvedComponent, ctx: BuildContext
+             ) -> DeviceDescriptor | ActuatorDescriptor:
         """Resolve names against the compiled model; return an immutable descriptor."""

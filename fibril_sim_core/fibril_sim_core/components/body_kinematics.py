@@ -62,7 +62,7 @@ class BodyKinematics(Device):
         self._noisy = bool(self._std.any())
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        values = self.sensordata(data)[self._index]
+        values: np.ndarray = self.sensordata(data)[self._index]
         if self._noisy:
             values += self._std * self.normal(13)
         return values

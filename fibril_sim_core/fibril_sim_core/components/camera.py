@@ -62,19 +62,19 @@ class Camera(Device):
         return 0, 0
 
 
-_GL_FAILURE: list[str] = []  # a failed GL start is not retried: MuJoCo aborts on a second try
+GL_FAILURE: list[str] = []  # a failed GL start is not retried: MuJoCo aborts on a second try
 
 
 def open_renderer(descriptor: DeviceDescriptor, model: mujoco.MjModel) -> mujoco.Renderer:
     """Create the offscreen renderer, or explain which GL piece is missing."""
     config = descriptor.config
     try:
-        if _GL_FAILURE:
-            raise RuntimeError(_GL_FAILURE[0])
+        if GL_FAILURE:
+            raise RuntimeError(GL_FAILURE[0])
         renderer = mujoco.Renderer(model, height=config["height"], width=config["width"])
     except Exception as exc:  # noqa: BLE001 - any GL failure becomes one clear message
-        if not _GL_FAILURE:
-            _GL_FAILURE.append(str(exc))
+        if not GL_FAILURE:
+            GL_FAILURE.append(str(exc))
         raise ComponentError(
             f"camera device {descriptor.id!r} ({descriptor.binding['camera']}): no offscreen "
             f"OpenGL context available ({type(exc).__name__}: {exc}); install EGL or OSMesa "

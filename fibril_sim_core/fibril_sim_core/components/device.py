@@ -33,7 +33,8 @@ class DeviceDescriptor:
     frame_id: str
     binding: Mapping[str, Any]
     config: Mapping[str, Any]
-    factory: Any = field(repr=False, compare=False)
+    factory: Callable[[DeviceDescriptor, np.random.Generator], Device] = field(
+        repr=False, compare=False)
 
     def create(self, rng: np.random.Generator) -> Device:
         return self.factory(self, rng)

@@ -51,7 +51,7 @@ class DigitalInputType(ComponentType):
 
     def bind(self, component: ResolvedComponent, ctx: BuildContext) -> DeviceDescriptor:
         bind = component.bind
-        binding: dict = dict(bind)
+        binding: dict[str, object] = dict(bind)
         if "joint" in bind:
             binding["sensor_adr"] = ctx.sensor(internal_name(component.id, "jointpos"),
                                                component.where)[0]
@@ -97,7 +97,8 @@ class DigitalInput(Device):
 
     def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
         state = inputs[:, :1] > self._threshold
-        return (state != self._invert).astype(np.float64)
+        values: np.ndarray = (state != self._invert).astype(np.float64)
+        return values
 
     def skip(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
         """No noise, no state: nothing to do."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,7 @@ class ActuatorDescriptor:
     latency_ticks: int
     binding: Mapping[str, Any]
     config: Mapping[str, Any]
-    factory: Any = field(repr=False, compare=False)
+    factory: Callable[[ActuatorDescriptor], Endpoint] = field(repr=False, compare=False)
     kind: ActuatorKind = ActuatorKind("actuator")
 
     def create(self) -> Endpoint:

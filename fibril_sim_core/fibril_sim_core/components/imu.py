@@ -69,7 +69,7 @@ class Imu(Device):
         self._noisy = bool(self._std.any())
 
     def acquire(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        values = self.sensordata(data)[self._both] + self._bias
+        values: np.ndarray = self.sensordata(data)[self._both] + self._bias
         if self._noisy:
             values += self._std * self.normal(6)
         return values
@@ -78,7 +78,7 @@ class Imu(Device):
         return (("sensordata", tuple(range(self._both.start, self._both.stop))),)
 
     def acquire_block(self, model: mujoco.MjModel, inputs: np.ndarray) -> np.ndarray:
-        values = inputs + self._bias
+        values: np.ndarray = inputs + self._bias
         if self._noisy:
             values += self._std * self.normal(6 * inputs.shape[0]).reshape(-1, 6)
         return values

@@ -122,7 +122,8 @@ def classify_actuator(model: mujoco.MjModel, aid: int) -> tuple[dict[str, int], 
     bias = [float(v) for v in model.actuator_biasprm[aid][:3]]
     dyn = int(model.actuator_dyntype[aid])
     limited = bool(model.actuator_ctrllimited[aid])
-    ctrlrange = (tuple(float(v) for v in model.actuator_ctrlrange[aid]) if limited else None)
+    low, high = model.actuator_ctrlrange[aid]
+    ctrlrange = (float(low), float(high)) if limited else None
     if int(model.actuator_ctrlspec[aid]) & _PRESSURE:
         return {}, ActuatorKind("cylinder", f"area {g:g}; its ctrl is a pressure")
     if not (math.isfinite(g) and g > 0.0):
@@ -178,11 +179,13 @@ def _numbers(values: list[float]) -> str:
 
 
 def _dyn_name(dyn: int) -> str:
-    return mujoco.mjtDyn(dyn).name.removeprefix("mjDYN_").lower()
+    name: str = mujoco.mjtDyn(dyn).name
+    return name.removeprefix("mjDYN_").lower()
 
 
 def _bias_name(bias: int) -> str:
-    return mujoco.mjtBias(bias).name.removeprefix("mjBIAS_").lower()
+    name: str = mujoco.mjtBias(bias).name
+    return name.removeprefix("mjBIAS_").lower()
 
 
 class Motor(Endpoint):

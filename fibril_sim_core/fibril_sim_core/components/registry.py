@@ -42,6 +42,10 @@ class ComponentRegistry:
     def get(self, type_id: str) -> ComponentType | None:
         return self._types.get(type_id)
 
+    def __getitem__(self, type_id: str) -> ComponentType:
+        """The type ``type_id`` (KeyError for one never registered)."""
+        return self._types[type_id]
+
     def __contains__(self, type_id: str) -> bool:
         return type_id in self._types
 

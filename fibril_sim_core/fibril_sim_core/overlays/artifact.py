@@ -372,7 +372,10 @@ class ParameterOverlays:
         components: dict[str, dict[str, tuple[str, float]]] = {}
         for p, t in sorted(((p, t) for p, t in bindings if isinstance(t, ComponentTarget)),
                            key=lambda b: b[1].key):
-            components.setdefault(t.component, {})[t.config_path] = (p.id, p.value)
+            value = p.value
+            if isinstance(value, tuple):  # (never: only MuJoCo targets take ranges)
+                raise OverlayError(f"overlay parameter {p.id!r}: {t.key} takes one number")
+            components.setdefault(t.component, {})[t.config_path] = (p.id, value)
         object.__setattr__(self, "mujoco", tuple(mujoco))
         object.__setattr__(self, "components", components)
 

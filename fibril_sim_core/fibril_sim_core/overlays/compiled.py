@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from .mujoco_targets import KINDS
+
 if TYPE_CHECKING:
     from .artifact import MujocoTarget, OverlayParameter
 
@@ -98,9 +100,10 @@ def write(model: mujoco.MjModel, data: mujoco.MjData, spec: mujoco.MjSpec,
     compiler's own checks."""
     resolved = [(target, _index(model, target), parameter.value)
                 for parameter, target in bindings]
-    if not _values_allowed(resolved, reference):
-        return False
-    for target, index, value in resolved:
+    scalars = [(t, i, v) for t, i, v in resolved if not isinstance(v, tuple)]
+    if len(scalars) < len(resolved) or not _values_allowed(scalars, reference):
+        return False  # (a range needs the compiler)
+    for target, index, value in scalars:
         _write(model, target, index, float(value))
     mujoco.mj_setConst(model, data)
     _set_statistics(model, spec)
@@ -108,19 +111,17 @@ def write(model: mujoco.MjModel, data: mujoco.MjData, spec: mujoco.MjSpec,
 
 
 def _index(model: mujoco.MjModel, target: MujocoTarget) -> int:
-    from .mujoco_targets import KINDS
-
-    objid = mujoco.mj_name2id(model, _OBJ[KINDS[target.kind].objtype], target.object)
+    objid: int = mujoco.mj_name2id(model, _OBJ[KINDS[target.kind].objtype], target.object)
     if objid < 0:  # pragma: no cover - the targets were resolved on a full compile
         raise KeyError(target.key)
     return objid
 
 
-def _values_allowed(resolved: Sequence[tuple[MujocoTarget, int, Any]],
+def _values_allowed(resolved: Sequence[tuple[MujocoTarget, int, float]],
                     reference: mujoco.MjModel) -> bool:
     inertias: dict[int, np.ndarray] = {}
     for target, index, value in resolved:
-        if isinstance(value, (list, tuple)) or not math.isfinite(float(value)):
+        if not math.isfinite(float(value)):
             return False
         if target.kind == "body_mass" and not float(value) > _MIN_VALUE:
             return False

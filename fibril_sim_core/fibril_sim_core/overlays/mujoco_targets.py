@@ -217,9 +217,9 @@ def _find(spec: mujoco.MjSpec, target: T, fail: Callable[[P, T, str], Exception]
 
 
 def _is_position(actuator: Any) -> bool:
-    return (actuator.gaintype == mujoco.mjtGain.mjGAIN_FIXED
-            and actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
-            and actuator.biasprm[1] == -actuator.gainprm[0])
+    return bool(actuator.gaintype == mujoco.mjtGain.mjGAIN_FIXED
+                and actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
+                and actuator.biasprm[1] == -actuator.gainprm[0])
 
 
 

@@ -9,21 +9,44 @@ The in-process connection and the remote one (``SimulationConnection.connect(url
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InstanceError
-from ..manifest import real_time_factor_problem
 from ..plan import SimulationPlan
 from ..entities import EntityState
 from ..records import ExternalInput, RenderFrame, StateObservation
-from .host import RecordCallback, SimulationHost
+from .host import CallbackHandle, RecordCallback, SimulationHost
 from .observation import ObservationRequest, StateLayout
 from .render import RenderRequest
+from .requests import (
+    Entities,
+    GetState,
+    Pause,
+    Reset,
+    Resume,
+    SetMode,
+    SetRealTimeFactor,
+    StartObserve,
+    StartRender,
+    Step,
+    StopObserve,
+    StopRender,
+)
 from .subscription import RecordFilter
 
 if TYPE_CHECKING:
     from .remote import RemoteConnection
+
+
+@dataclass(eq=False)
+class Subscription:
+    """An ``on_record`` subscription: what it receives, and its host callback's handle."""
+
+    callback: RecordCallback
+    filter: RecordFilter
+    handle: CallbackHandle
 
 
 class SimulationConnection:
@@ -31,8 +54,7 @@ class SimulationConnection:
 
     def __init__(self, host: SimulationHost) -> None:
         self._host = host
-        # [callback, filter, host handle] per on_record subscription
-        self._subscriptions: list[list[Any]] = []
+        self._subscriptions: list[Subscription] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -41,13 +63,17 @@ class SimulationConnection:
                 timeout: float = 10.0) -> RemoteConnection:
         """A connection to a SimulationServer in another process: ``unix:///path/to.sock``
         or ``tcp://127.0.0.1:PORT`` (TCP needs the server's shared ``token``)."""
+        # Imported here: remote.py imports pyzmq, which in-process clients never need.
         from .remote import RemoteConnection
 
         return RemoteConnection(url, token=token, name=name, timeout=timeout)
 
     @property
     def plan(self) -> SimulationPlan:
-        return self._host.instance.plan
+        plan = self._host.instance.plan
+        if not isinstance(plan, SimulationPlan):  # an instance made outside a runtime
+            raise InstanceError("this simulation's plan is not a SimulationPlan")
+        return plan
 
     def describe(self) -> dict[str, Any]:
         """The plan as ``fibril_sim inspect --json`` shows it: components, endpoints, devices
@@ -60,7 +86,7 @@ class SimulationConnection:
         return self._host.instance.enqueue(item)
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
-                  devices: Iterable[str] | str | None = None) -> object:
+                  devices: Iterable[str] | str | None = None) -> Subscription:
         """Receive records, on the host thread, as the simulation emits them: every kind
         (``device_output``, ``actuator_application``, ``ingress_record``, ``state_snapshot``,
         ``frame_timing``, ``episode_start``; ``render_frame`` of this connection's render
@@ -71,8 +97,8 @@ class SimulationConnection:
         record_filter = RecordFilter.of(kinds, devices)
         self._check_open()
         with self._lock:
-            entry = [callback, record_filter,
-                     self._host.add_callback(callback, record_filter)]
+            entry = Subscription(callback, record_filter,
+                                  self._host.add_callback(callback, record_filter))
             self._subscriptions.append(entry)
         return entry
 
@@ -83,43 +109,38 @@ class SimulationConnection:
         record_filter = RecordFilter.of(kinds, devices)
         self._check_open()
         with self._lock:
-            if not any(entry is handle for entry in self._subscriptions):
+            entry = next((e for e in self._subscriptions if e is handle), None)
+            if entry is None:
                 raise InstanceError("set_record_filter: not a subscription of this connection")
-            entry = handle  # type: ignore[assignment]
-            entry[2] = self._host.set_callback_filter(entry[2], record_filter)
-            entry[1] = record_filter
+            entry.handle = self._host.set_callback_filter(entry.handle, record_filter)
+            entry.filter = record_filter
 
     def pause(self) -> dict[str, Any]:
-        return self._host.request("pause")
+        return self._host.request(Pause())
 
     def resume(self) -> dict[str, Any]:
-        return self._host.request("resume")
+        return self._host.request(Resume())
 
     def step(self, ticks: int) -> dict[str, Any]:
         """Advance exactly ``ticks`` ticks (while paused: lockstep) and return the state."""
-        return self._host.request("step", ticks)
+        return self._host.request(Step(ticks))
 
     def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
         """Start a new episode (EpisodeTime restarts, SessionTime goes on); ``seed`` replaces
         the episode seed, ``keyframe`` the scenario keyframe."""
-        return self._host.request("reset", (keyframe, seed))
+        return self._host.request(Reset(keyframe, seed))
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        problem = real_time_factor_problem(factor)
-        if problem is not None:
-            raise InstanceError(f"real_time_factor {problem}")
-        return self._host.request("rtf", factor)
+        return self._host.request(SetRealTimeFactor(factor))
 
     def set_mode(self, mode: str) -> dict[str, Any]:
-        if mode not in ("realtime", "fast"):
-            raise InstanceError(f"mode must be 'realtime' or 'fast', got {mode!r}")
-        return self._host.request("mode", mode)
+        return self._host.request(SetMode(mode))
 
     def state(self) -> dict[str, Any]:
         """tick, episode, episode_time_ns, session_time_ns, paused, seed, mode,
         real_time_factor (measured over the last second), target_real_time_factor,
         accepted_inputs, rejected_inputs, drops (per remote client), clients, qpos, qvel."""
-        return self._host.request("state")
+        return self._host.request(GetState())
 
     def render(self, camera: str | None, width: int, height: int, rate_hz: float,
                depth: bool = False) -> int:
@@ -127,11 +148,11 @@ class SimulationConnection:
         1/rate_hz of simulated time, as ``render_frame`` records to this connection's
         callbacks. Returns the stream id; raises InstanceError without a GL context."""
         self._check_open()
-        return self._host.request("render", (RenderRequest(camera, width, height, rate_hz,
-                                                           depth), self._deliver_frame, self))
+        return self._host.request(StartRender(RenderRequest(camera, width, height, rate_hz,
+                                                            depth), self._deliver_frame, self))
 
     def stop_render(self, stream: int) -> None:
-        self._host.request("stop_render", (stream, self))
+        self._host.request(StopRender(stream, self))
 
     def observe(self, rate_hz: float, *, joints: bool = True, frames: bool = False,
                 fast_wall_rate_hz: float = 0.0) -> int:
@@ -144,10 +165,10 @@ class SimulationConnection:
         Returns the stream id."""
         self._check_open()
         request = ObservationRequest(rate_hz, joints, frames, fast_wall_rate_hz)
-        return self._host.request("observe", (request, self._deliver_frame, self))
+        return self._host.request(StartObserve(request, self._deliver_frame, self))
 
     def stop_observe(self, stream: int) -> None:
-        self._host.request("stop_observe", (stream, self))
+        self._host.request(StopObserve(stream, self))
 
     def state_layout(self) -> StateLayout:
         """The joints and moving bodies a StateObservation's arrays hold, in order."""
@@ -157,7 +178,7 @@ class SimulationConnection:
                       ) -> tuple[int, list[EntityState]]:
         """The session time and the world poses and twists of the bodies ``names`` (all
         when None) at that time, between frames; InstanceError naming an unknown body."""
-        return self._host.request("entities", None if names is None else list(names))
+        return self._host.request(Entities(None if names is None else tuple(names)))
 
     def close(self) -> None:
         """Drop this connection's callbacks and render streams; the simulation goes on."""
@@ -166,11 +187,11 @@ class SimulationConnection:
                 return
             self._closed = True
             subscriptions, self._subscriptions = self._subscriptions, []
-        for _, _, handle in subscriptions:
-            self._host.remove_callback(handle)
+        for entry in subscriptions:
+            self._host.remove_callback(entry.handle)
         if self._host.running:
-            self._host.request("stop_render", (None, self))
-            self._host.request("stop_observe", (None, self))
+            self._host.request(StopRender(None, self))
+            self._host.request(StopObserve(None, self))
 
     def __enter__(self) -> SimulationConnection:
         return self
@@ -180,9 +201,9 @@ class SimulationConnection:
 
     # ------------------------------------------------------------------ internals
     def _deliver_frame(self, frame: RenderFrame | StateObservation) -> None:
-        for callback, record_filter, _ in self._subscriptions:
-            if record_filter.matches(frame):
-                callback(frame)
+        for entry in self._subscriptions:
+            if entry.filter.matches(frame):
+                entry.callback(frame)
 
     def _check_open(self) -> None:
         if self._closed:

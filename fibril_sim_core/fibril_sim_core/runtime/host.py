@@ -9,21 +9,37 @@ thread), and control the host through requests that the host serves between fram
 from __future__ import annotations
 
 import math
-import operator
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from ..errors import FibrilError, InstanceError
-from ..instance import Record, SimulationInstance
-from ..manifest import RuntimeOptions, real_time_factor_problem
+from ..instance import SimulationInstance
+from ..manifest import RuntimeOptions
 from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
-from .observation import ObservationRequest, ObservationStreams
-from .render import RenderRequest, RenderSink, RenderStreams
+from .observation import ObservationStreams
+from .render import RenderStreams
+from .requests import (
+    Entities,
+    GetState,
+    HostRequest,
+    Pause,
+    Reset,
+    Resume,
+    SetMode,
+    SetRealTimeFactor,
+    StartObserve,
+    StartRender,
+    Step,
+    StopObserve,
+    StopRender,
+    Wake,
+    host_request,
+)
 from .subscription import (
     RECORD_KINDS,
     AnyOf,
@@ -32,10 +48,13 @@ from .subscription import (
     wanted_records,
 )
 
+R = TypeVar("R")
 RecordCallback = Callable[[Any], None]
+# A callback and the filter it was added with: the handle add_callback returns.
+CallbackHandle = tuple[RecordCallback, "RecordFilter | AnyOf | None"]
+Routes = dict[type, tuple[tuple[RecordCallback, "frozenset[str] | None"], ...]]
 StateProvider = Callable[[], dict[str, Any]]
 _RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
-_PACING_ACTIONS = frozenset({"pause", "resume", "mode", "rtf"})
 # In real time a frame is stepped in pieces of about this much wall time, each when it is due,
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
@@ -70,11 +89,12 @@ class WallClock:
 
 
 @dataclass
-class _Request:
-    action: str
-    argument: Any = None
+class _Pending(Generic[R]):
+    """A request waiting for the host thread, then its answer."""
+
+    request: HostRequest[R]
     done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
+    result: R | None = None
     error: BaseException | None = None
 
 
@@ -94,24 +114,24 @@ class SimulationHost:
         self._mode = "realtime" if options.mode == "paused" else options.mode
         self._paused = options.start_paused or options.mode in ("paused", "lockstep")
         self._rtf = options.real_time_factor
-        self._requests: queue.Queue[_Request] = queue.Queue()
+        self._requests: queue.Queue[_Pending[object]] = queue.Queue()
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
         self._poke = threading.Event()
-        self._callbacks: tuple[tuple[RecordCallback, RecordFilter | AnyOf | None], ...] = ()
-        self._routes: dict[type, tuple[tuple[RecordCallback, frozenset[str] | None], ...]] = {}
+        self._callbacks: tuple[CallbackHandle, ...] = ()
+        self._routes: Routes = {}
         # The callbacks changed: the instance is told what they want before it steps again.
         self._interest_changed = True
         self._state_providers: tuple[StateProvider, ...] = ()
         self._frame_listeners: tuple[Callable[[], None], ...] = ()
         self._idle_tasks: tuple[Callable[[float], None], ...] = ()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        # The host thread (None before ``start`` and after ``stop``; only they set it).
+        self.thread: threading.Thread | None = None
         self._stopping = False
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
-        self._frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
-        self._frames_since = 0.0  # the measured rtf counts frames from this wall time on
+        self._rate = _RateMeter()
         self._anchor = (0.0, 0)  # real-time pacing: (clock.now(), session ns) it counts from
         # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
         self._holding = False
@@ -134,39 +154,29 @@ class SimulationHost:
 
     # -------------------------------------------------------------- client side
     def add_callback(self, callback: RecordCallback,
-                     record_filter: RecordFilter | AnyOf | None = None) -> object:
+                     record_filter: RecordFilter | AnyOf | None = None) -> CallbackHandle:
         """Call ``callback`` on the host thread with every record ``record_filter`` passes
         (all when None); returns the handle ``remove_callback`` takes."""
         entry = (callback, _simplest(record_filter))
         with self._lock:
-            self._set_callbacks((*self._callbacks, entry))
+            self._callbacks = (*self._callbacks, entry)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
         return entry
 
-    def set_callback_filter(self, handle: object,
-                            record_filter: RecordFilter | AnyOf | None) -> object:
+    def set_callback_filter(self, handle: CallbackHandle,
+                            record_filter: RecordFilter | AnyOf | None) -> CallbackHandle:
         """Let the callback of ``handle`` receive what ``record_filter`` passes from now on;
         returns the new handle (records go to one or the other, never both or neither)."""
-        entry = (handle[0], _simplest(record_filter))  # type: ignore[index]
+        entry = (handle[0], _simplest(record_filter))
         with self._lock:
-            self._set_callbacks(tuple(entry if c is handle else c for c in self._callbacks))
+            self._callbacks = tuple(entry if c is handle else c for c in self._callbacks)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
         return entry
 
-    def remove_callback(self, handle: object) -> None:
+    def remove_callback(self, handle: CallbackHandle) -> None:
         with self._lock:
-            self._set_callbacks(tuple(c for c in self._callbacks if c is not handle))
-
-    def _set_callbacks(self, callbacks: tuple[tuple[RecordCallback, RecordFilter | AnyOf | None],
-                                              ...]) -> None:
-        """(Holding the lock.) The callbacks, and per record type the ones it goes to with
-        the ids they want: the dispatch looks a record's type up once instead of asking every
-        filter (a record a tick, as fast as possible)."""
-        routes: dict[type, list[tuple[RecordCallback, frozenset[str] | None]]] = {}
-        for callback, record_filter in callbacks:
-            for cls, devices in wanted_records([record_filter]).items():
-                routes.setdefault(cls, []).append((callback, devices))
-        self._routes = {cls: tuple(entries) for cls, entries in routes.items()}
-        self._callbacks = callbacks
-        self._interest_changed = True
+            self._callbacks = tuple(c for c in self._callbacks if c is not handle)
+            self._routes, self._interest_changed = _routes(self._callbacks), True
 
     def add_frame_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` runs on the host thread after every frame (the server flushes)."""
@@ -192,23 +202,31 @@ class SimulationHost:
         return self._mode == "realtime" and not self._paused
 
     @property
-    def thread(self) -> threading.Thread | None:
-        """The host thread (None before ``start`` and after ``stop``)."""
-        return self._thread
-
-    @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self.thread is not None and self.thread.is_alive()
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self.thread is not None:
             raise InstanceError("the simulation host is already running")
-        self._thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name="fibril-sim-host", daemon=True)
+        self.thread.start()
 
-    def request(self, action: str, argument: Any = None, timeout: float | None = 60.0) -> Any:
-        """Ask the host thread to do something between frames; wait for the result."""
-        thread = self._thread
+    @overload
+    def request(self, request: HostRequest[R], argument: None = None,
+                timeout: float | None = 60.0) -> R: ...
+
+    @overload
+    def request(self, request: str, argument: object = None,
+                timeout: float | None = 60.0) -> Any: ...
+
+    def request(self, request: HostRequest[object] | str, argument: object = None,
+                timeout: float | None = 60.0) -> object:
+        """Ask the host thread to do ``request`` between frames; wait for the result. The
+        string form (an action name and its argument, ``host_request``) is checked first."""
+        if isinstance(request, str):
+            request = host_request(request, argument)
+        action = request.action
+        thread = self.thread
         if thread is not None and threading.current_thread() is thread:
             # The host would wait on its own queue (until the timeout) and stall stepping.
             raise InstanceError(f"{action}: the connection cannot be called from a record "
@@ -218,12 +236,13 @@ class SimulationHost:
                                 f"{_describe(self.failure)}")
         if thread is None or not thread.is_alive():
             raise InstanceError("the simulation host is not running")
-        item = _Request(action, argument)
+        item = _Pending(request)
         self._requests.put(item)
         self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
-            if self.failure is not None or not thread.is_alive():
+            # (mypy keeps ``failure`` None from the check above; the host thread sets it)
+            if self.failure is not None or not thread.is_alive():  # type: ignore[redundant-expr]
                 raise InstanceError(f"the simulation host stopped after an error: "
                                     f"{_describe(self.failure)}")
             if deadline is not None and time.monotonic() > deadline:
@@ -236,23 +255,23 @@ class SimulationHost:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop at a tick boundary and join the host thread; raises InstanceError (and keeps
         the thread, so ``running`` stays true) when it does not end within ``timeout``."""
-        thread = self._thread
+        thread = self.thread
         if thread is None:
             return
         if threading.current_thread() is thread:
             raise InstanceError("stop: cannot be called from a record callback (it runs on the "
                                 "host thread)")
         self._stopping = True
-        self._requests.put(_Request("wake"))
+        self._requests.put(_Pending(Wake()))
         self._poke.set()
         thread.join(timeout)
         if thread.is_alive():
             raise InstanceError(f"stop: the simulation host did not stop within {timeout} s "
                                 f"(a record callback or a long frame is still running)")
-        self._thread = None
+        self.thread = None
 
     # -------------------------------------------------------------- host thread
-    def _dispatch(self, record: Record) -> None:
+    def _dispatch(self, record: object) -> None:
         if self._holding:
             self._hold()
         cls = type(record)
@@ -263,7 +282,7 @@ class SimulationHost:
                     if record_filter is None or record_filter.matches(record):
                         callback(record)
             return
-        source = record.device_id if cls is DeviceOutput else None
+        source = record.device_id if type(record) is DeviceOutput else None
         for callback, devices in routes:
             if devices is None:
                 callback(record)
@@ -280,10 +299,10 @@ class SimulationHost:
         holding for the rest of the frame (it is served at once, as before)."""
         clock = self.clock
         start = clock.now()
-        due = self._due(self.instance.session_time_ns)
+        due = self.wall_time(self.instance.session_time_ns)
         if due - start > _MIN_WAIT_S:
             if self._idle_tasks:  # (the trace writer serializes in the time left)
-                self._idle(due)
+                _idle(self._idle_tasks, self.clock, due)
             wait = due - clock.now()
             if wait > _MIN_WAIT_S and clock.wait(self._poke, wait):
                 self._holding = False
@@ -311,8 +330,8 @@ class SimulationHost:
             if self._paused:
                 wait = None
             elif self._mode == "realtime":
-                due = self._due(instance.session_time_ns)
-                self._idle(due)
+                due = self.wall_time(instance.session_time_ns)
+                _idle(self._idle_tasks, self.clock, due)
                 wait = max(0.0, due - self.clock.now())
             else:
                 wait = 0.0
@@ -335,118 +354,80 @@ class SimulationHost:
             if not self._paused:
                 self._frame(self.frame_ticks, paced=self._mode == "realtime", free=True)
 
-    def _idle(self, due: float) -> None:
-        """Offer the time until ``due`` to the idle tasks, if there is any."""
-        for task in self._idle_tasks:
-            if self.clock.now() >= due:
-                return
-            task(due)
-
     def wall_time(self, session_time_ns: int) -> float:
         """When (``clock.now()``) real-time pacing reaches ``session_time_ns``: the due time
         of an output delivered then."""
-        return self._due(session_time_ns)
-
-    def _due(self, session_time_ns: int) -> float:
-        """The wall time (perf_counter) at which real-time pacing reaches a session time."""
         wall, sim = self._anchor
         return wall + (session_time_ns - sim) / 1e9 / self._rtf
 
-    def _serve(self, item: _Request) -> bool:
+    def _serve(self, item: _Pending[object]) -> bool:
         """Run one request; return True when real-time pacing must restart from now.
 
-        Arguments come from clients (in process or remote): each is checked here and a bad one
-        is answered with InstanceError. Only an error while stepping or resetting (the
-        instance or a record callback failing) stops the host."""
-        instance = self.instance
-        advancing = False
+        Requests were checked when they were made (``requests.py``); what is left to check
+        needs the model (a camera, a body name, a stream id): InstanceError. Only an error
+        while stepping or resetting (the instance or a record callback failing) stops the
+        host."""
+        request = item.request
         try:
-            if item.action in _PACING_ACTIONS:
-                self._frames_since = self.clock.now()  # a new pace: measured afresh
-            if item.action == "pause":
+            if request.repace:
+                self._rate.since = self.clock.now()  # a new pace: measured afresh
+            item.result = self._answer(request)
+        except FibrilError as exc:
+            item.error = exc
+        except BaseException as exc:
+            if request.advances or not isinstance(exc, Exception):  # the host stops; the
+                # request that hit it learns why
+                item.error = InstanceError(f"the simulation host stopped after an error: "
+                                           f"{_describe(exc)}")
+                raise
+            # A request the checks let through still must not stop the simulation.
+            item.error = InstanceError(f"{request.action}: {_describe(exc)}")
+        finally:
+            item.done.set()
+        return request.resync
+
+    def _answer(self, request: HostRequest[object]) -> object:
+        """Do ``request``; its result (the state, unless it asks for something else)."""
+        instance = self.instance
+        match request:
+            case Pause():
                 self._paused = True
-            elif item.action == "resume":
+            case Resume():
                 if self._mode == "lockstep":
                     raise InstanceError("resume: in lockstep mode only step(n) advances; "
                                         "set_mode('realtime') or set_mode('fast') first")
                 self._paused = False
-            elif item.action == "step":
-                ticks = _ticks(item.argument)
-                advancing = True
+            case Step(ticks=ticks):
                 self._frame(ticks)
-            elif item.action == "reset":
-                keyframe, seed = _pair(item.action, item.argument)
-                if keyframe is not None and not isinstance(keyframe, str):
-                    raise InstanceError(f"reset: keyframe must be a keyframe name or None, got "
-                                        f"{keyframe!r}")
-                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                         or not 0 <= seed < 1 << 64):
-                    raise InstanceError(f"reset: seed must be an integer in [0, 2**64), got "
-                                        f"{seed!r}")
-                advancing = True
-                instance.reset(keyframe=keyframe or None, seed=seed)
-            elif item.action == "render":
-                request, sink, owner = item.argument
-                if not isinstance(request, RenderRequest):
-                    raise InstanceError(f"render: not a render request: {request!r}")
-                if request.camera is not None and not isinstance(request.camera, str):
-                    raise InstanceError(f"render: camera must be a camera name, '' or None, "
-                                        f"got {request.camera!r}")
-                item.result = self._renders.add(request, sink, self._session_tick(), owner)
-                return False
-            elif item.action == "stop_render":
-                self._renders.stop(item.action, *_pair(item.action, item.argument), "render")
-            elif item.action == "observe":
-                request, sink, owner = item.argument
-                if not isinstance(request, ObservationRequest) or not callable(sink):
-                    raise InstanceError(f"observe: not an observation request: {request!r}")
-                item.result = self._observations.add(request, sink, self._session_tick(),
-                                                     owner)
-                return False
-            elif item.action == "stop_observe":
-                self._observations.stop(item.action, *_pair(item.action, item.argument),
-                                        "observation")
-            elif item.action == "entities":
-                names = item.argument
-                if names is not None and (not isinstance(names, (list, tuple)) or not all(
-                        isinstance(n, str) for n in names)):
-                    raise InstanceError(f"entities: names must be a list of body names, got "
-                                        f"{names!r}")
+            case Reset(keyframe=keyframe, seed=seed):
+                instance.reset(keyframe=keyframe, seed=seed)
+            case StartRender():
+                return self._renders.add(request.request, request.sink, self._session_tick(),
+                                         request.owner)
+            case StopRender(stream=stream, owner=owner):
+                self._renders.stop(request.action, stream, owner, "render")
+            case StartObserve():
+                return self._observations.add(request.request, request.sink,
+                                              self._session_tick(), request.owner)
+            case StopObserve(stream=stream, owner=owner):
+                self._observations.stop(request.action, stream, owner, "observation")
+            case Entities(names=names):
                 try:
-                    item.result = (instance.session_time_ns,
-                                   instance.entities.states(instance.data, names))
+                    return instance.session_time_ns, instance.entities.states(instance.data,
+                                                                              names)
                 except ValueError as exc:
                     raise InstanceError(f"entities: {exc}") from None
-                return False
-            elif item.action == "rtf":
-                factor = item.argument
-                problem = real_time_factor_problem(factor)
-                if problem is not None:
-                    raise InstanceError(f"real_time_factor {problem}")
-                self._rtf = float(factor)
-            elif item.action == "mode":
-                if item.argument not in ("realtime", "fast"):
-                    raise InstanceError(f"mode must be 'realtime' or 'fast', got "
-                                        f"{item.argument!r}")
-                self._mode = item.argument
-            elif item.action == "state":
+            case SetRealTimeFactor(factor=factor):
+                self._rtf = factor
+            case SetMode(mode=mode):
+                self._mode = mode
+            case Wake():
+                return None
+            case GetState():
                 pass
-            elif item.action != "wake":
-                raise InstanceError(f"unknown host request {item.action!r}")
-            item.result = self._state()
-        except FibrilError as exc:
-            item.error = exc
-        except BaseException as exc:
-            if advancing or not isinstance(exc, Exception):  # the host stops; the request
-                # that hit it learns why
-                item.error = InstanceError(f"the simulation host stopped after an error: "
-                                           f"{_describe(exc)}")
-                raise
-            # A request the checks above let through still must not stop the simulation.
-            item.error = InstanceError(f"{item.action}: {_describe(exc)}")
-        finally:
-            item.done.set()
-        return item.action in ("resume", "reset", "rtf", "mode", "step")
+            case _:
+                raise InstanceError(f"unknown host request {request!r}")
+        return self._state()
 
     def _frame(self, ticks: int, paced: bool = False, free: bool = False) -> None:
         """Advance ``ticks`` in pieces, so a stop request or a render due in the middle of a
@@ -491,8 +472,8 @@ class SimulationHost:
                 chunk = max(1, min(chunk, observations.ticks_until_due(self._session_tick())))
             if paced and done:
                 busy += self.clock.now() - mark
-                due = self._due(instance.session_time_ns)
-                self._idle(due)
+                due = self.wall_time(instance.session_time_ns)
+                _idle(self._idle_tasks, self.clock, due)
                 wait = due - self.clock.now()
                 if wait > _MIN_WAIT_S and self.clock.wait(self._poke, wait):
                     paced = self._holding = False  # a request waits: the rest at once
@@ -502,7 +483,7 @@ class SimulationHost:
         end = self.clock.now()
         wall = busy + end - mark - self._held
         sim = (instance.session_time_ns - start_sim) / 1e9
-        self._frames.append((end, instance.session_time_ns))
+        self._rate.frames.append((end, instance.session_time_ns))
         frame = FrameTiming(instance.episode, instance.tick, instance.episode_time_ns,
                             instance.session_time_ns, wall, sim / wall if wall > 0 else 0.0)
         self.last_frame = frame
@@ -512,7 +493,7 @@ class SimulationHost:
             listener()
         if paced:
             now = self.clock.now()
-            late = now - self._due(instance.session_time_ns)
+            late = now - self.wall_time(instance.session_time_ns)
             # Late, and the frame's own work (stepping, record callbacks, frame listeners)
             # took longer than the simulated time it covered: the host overran.
             work = busy + now - mark - self._held
@@ -524,7 +505,26 @@ class SimulationHost:
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
 
-    def _measured_rtf(self) -> float:
+    def _state(self) -> dict[str, Any]:
+        instance = self.instance
+        state = dict(instance.state(), paused=self._paused, seed=instance.seed,
+                     mode=self._mode,
+                     target_real_time_factor=self._rtf,
+                     real_time_factor=self._rate.measured(self.clock.now()),
+                     render_streams=len(self._renders.streams), drops={})
+        for provider in self._state_providers:
+            state.update(provider())
+        return state
+
+
+class _RateMeter:
+    """The measured real-time factor: simulated over wall time across recent frames."""
+
+    def __init__(self) -> None:
+        self.frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
+        self.since = 0.0  # counts the frames from this wall time on (a new pace: afresh)
+
+    def measured(self, now: float) -> float:
         """Simulated over wall time across the frames of the last second, in every mode.
 
         Frames are those of free running and of ``step(n)`` requests alike (lockstep, or
@@ -533,11 +533,10 @@ class SimulationHost:
         after the last pause / resume / set_mode / set_real_time_factor), with F the oldest
         and L the newest: (session time at L - session time at F) / (now - end of F).
         0 with fewer than two such frames (paused, or stepping stopped a second ago)."""
-        frames = self._frames
+        frames = self.frames
         if len(frames) < 2:
             return 0.0
-        now = self.clock.now()
-        since = max(now - _RTF_WINDOW_S, self._frames_since)
+        since = max(now - _RTF_WINDOW_S, self.since)
         last_wall, last_sim = frames[-1]
         first_wall, first_sim = last_wall, last_sim
         for wall, sim in reversed(frames):
@@ -547,35 +546,24 @@ class SimulationHost:
         span = now - first_wall
         return (last_sim - first_sim) / 1e9 / span if span > 0 else 0.0
 
-    def _state(self) -> dict[str, Any]:
-        instance = self.instance
-        state = dict(instance.state(), paused=self._paused, seed=instance.seed,
-                     mode=self._mode,
-                     target_real_time_factor=self._rtf,
-                     real_time_factor=self._measured_rtf(),
-                     render_streams=len(self._renders.streams), drops={})
-        for provider in self._state_providers:
-            state.update(provider())
-        return state
+
+def _idle(tasks: tuple[Callable[[float], None], ...], clock: PaceClock, due: float) -> None:
+    """Offer the time until ``due`` to the idle tasks, if there is any."""
+    for task in tasks:
+        if clock.now() >= due:
+            return
+        task(due)
 
 
-def _ticks(value: Any) -> int:
-    """``step``'s tick count: a non-negative integer (not a bool; numpy integers pass)."""
-    try:
-        ticks = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        ticks = None
-    if ticks is None:
-        raise InstanceError(f"step: ticks must be an integer >= 0, got {value!r}")
-    if ticks < 0:
-        raise InstanceError(f"step: ticks must be >= 0, got {ticks}")
-    return ticks
-
-
-def _pair(action: str, argument: Any) -> tuple[Any, Any]:
-    if not isinstance(argument, tuple) or len(argument) != 2:
-        raise InstanceError(f"{action}: bad request argument {argument!r}")
-    return argument[0], argument[1]
+def _routes(callbacks: tuple[CallbackHandle, ...]) -> Routes:
+    """Per record type the callbacks it goes to with the ids they want: the dispatch looks a
+    record's type up once instead of asking every filter (a record a tick, as fast as
+    possible)."""
+    routes: dict[type, list[tuple[RecordCallback, frozenset[str] | None]]] = {}
+    for callback, record_filter in callbacks:
+        for cls, devices in wanted_records([record_filter]).items():
+            routes.setdefault(cls, []).append((callback, devices))
+    return {cls: tuple(entries) for cls, entries in routes.items()}
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -75,9 +75,18 @@ def static_frames(model: mujoco.MjModel) -> tuple[StaticFrame, ...]:
     names = body_names(model)
     return tuple(
         StaticFrame(names[b], names[int(model.body_parentid[b])],
-                    tuple(float(v) for v in model.body_pos[b]),  # type: ignore[arg-type]
-                    tuple(float(v) for v in model.body_quat[b]))  # type: ignore[arg-type]
+                    _floats3(model.body_pos[b]), _floats4(model.body_quat[b]))
         for b in range(1, model.nbody) if not _moves(model, b))
+
+
+def _floats3(values: np.ndarray) -> tuple[float, float, float]:
+    x, y, z = values
+    return float(x), float(y), float(z)
+
+
+def _floats4(values: np.ndarray) -> tuple[float, float, float, float]:
+    w, x, y, z = values
+    return float(w), float(x), float(y), float(z)
 
 
 def _moves(model: mujoco.MjModel, body: int) -> bool:
@@ -102,7 +111,7 @@ class ObservationRequest:
 
     def period_ticks(self, timestep_ns: int) -> int:
         """The period in whole ticks; InstanceError naming the nearest valid rates."""
-        rate = self.rate_hz
+        rate: object = self.rate_hz  # (whatever a client sent)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or \
                 not 0 < rate < math.inf:
             raise InstanceError(f"observe: rate_hz must be a number > 0, got {rate!r}")
@@ -128,14 +137,14 @@ class _Stream:
     sink: ObservationSink
     period_ticks: int
     due: int  # session tick of the next observation
-    owner: Any = None
+    owner: object = None
     interval_s: float = 0.0  # free running as fast as possible: at least this much wall time
     last_wall: float = -math.inf
     last_tick: int = 0
 
 
 @dataclass
-class ObservationStreams(StreamTable):
+class ObservationStreams(StreamTable[_Stream]):
     """The host's observation streams (host thread only)."""
 
     model: mujoco.MjModel
@@ -153,10 +162,10 @@ class ObservationStreams(StreamTable):
         return self._layout
 
     def add(self, request: ObservationRequest, sink: ObservationSink, session_tick: int,
-            owner: Any = None) -> int:
+            owner: object = None) -> int:
         """Start a stream; its first observation is at the first grid tick from now on."""
         period = request.period_ticks(self.timestep_ns)
-        limit = request.fast_wall_rate_hz
+        limit: object = request.fast_wall_rate_hz  # (whatever a client sent)
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or \
                 not 0 <= limit < math.inf:
             raise InstanceError(f"observe: fast_wall_rate_hz must be a number >= 0 (0: no "
@@ -193,14 +202,18 @@ class ObservationStreams(StreamTable):
             else:
                 stream.due = session_tick + period
             request = stream.request
-            if request.joints and joints is None:
-                joints = self._joints(data)
-            if request.frames and frames is None:
-                frames = self._frames(data)
-            position, velocity, effort = joints if request.joints else (empty,) * 3
+            position = velocity = effort = frame_position = frame_orientation = empty
+            if request.joints:
+                if joints is None:
+                    joints = self._joints(data)
+                position, velocity, effort = joints
+            if request.frames:
+                if frames is None:
+                    frames = self._frames(data)
+                frame_position, frame_orientation = frames
             stream.sink(StateObservation(
                 stream.id, episode, tick, session_tick * self.timestep_ns, position, velocity,
-                effort, *(frames if request.frames else (empty, empty))))
+                effort, frame_position, frame_orientation))
 
     def _views(self, data: mujoco.MjData) -> tuple[Any, ...]:
         """The arrays read at every observation, fetched once (an MjData attribute makes a

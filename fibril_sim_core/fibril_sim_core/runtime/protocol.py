@@ -31,7 +31,8 @@ import msgpack
 import numpy as np
 
 from .. import errors
-from ..records import DeviceOutput, ExternalInput
+from ..ingress import payload_text
+from ..records import DeviceOutput, ExternalInput, StateObservation
 from .subscription import RECORD_KINDS
 
 PROTOCOL_VERSION = 1
@@ -40,9 +41,15 @@ MAX_REQUEST_BYTES = 1 << 20  # a frame from any peer (ZeroMQ's MAXMSGSIZE on the
 _ARRAY_EXT = 1
 _AUTH_LABEL = b"fibril-sim/1/auth"
 _TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
+#: The errors a reply may name (those of ``errors.py``), by name.
+_ERRORS: dict[str, type[errors.FibrilError]] = {
+    name: cls for name, cls in vars(errors).items()
+    if isinstance(cls, type) and issubclass(cls, errors.FibrilError)}
 _FIELDS: dict[type, tuple[str, ...]] = {
-    cls: (tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls)
-          else cls._fields) for cls in RECORD_KINDS}
+    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_KINDS
+    if dataclasses.is_dataclass(cls)}
+_FIELDS.update({DeviceOutput: DeviceOutput._fields,  # (the two NamedTuple records)
+                StateObservation: StateObservation._fields})
 
 
 def _default(value: Any) -> Any:
@@ -63,10 +70,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def pack(message: Any) -> bytes:
-    return msgpack.packb(message, use_bin_type=True, default=_default)
+    data: bytes = msgpack.packb(message, use_bin_type=True, default=_default)
+    return data
 
 
-def unpack(data: bytes) -> Any:
+def unpack(data: bytes | memoryview) -> Any:
     return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
 
 
@@ -94,7 +102,7 @@ def record_to_wire(record: Any) -> bytes:
 # The constant parts of a device's DeviceOutput messages, by (device id, sample type, names,
 # frame, value count), and the message head by episode: a sample is then one msgpack call for
 # its ticks and times, and its raw values. The bytes are exactly what ``pack`` makes.
-_DEVICE_PARTS: dict[tuple, tuple[bytes, bytes, bytes]] = {}
+_DEVICE_PARTS: dict[tuple[object, ...], tuple[bytes, bytes, bytes]] = {}
 _DEVICE_HEADS: dict[int, bytes] = {}
 
 
@@ -158,21 +166,16 @@ def record_from_wire(data: bytes) -> Any:
 
 
 def input_to_wire(item: ExternalInput) -> list[Any]:
-    from ..ingress import payload_text
-
     return [item.source_id, item.source_sequence, item.payload_type, payload_text(item)]
 
 
 def error_to_wire(exc: BaseException) -> dict[str, str]:
     name = type(exc).__name__
-    return {"error": name if isinstance(getattr(errors, name, None), type) else "FibrilError",
-            "message": str(exc)}
+    return {"error": name if name in _ERRORS else "FibrilError", "message": str(exc)}
 
 
 def error_from_wire(reply: dict[str, Any]) -> errors.FibrilError:
-    cls = getattr(errors, str(reply.get("error")), errors.FibrilError)
-    if not (isinstance(cls, type) and issubclass(cls, errors.FibrilError)):
-        cls = errors.FibrilError
+    cls = _ERRORS.get(str(reply.get("error")), errors.FibrilError)
     return cls(str(reply.get("message", "")))
 
 

@@ -17,8 +17,9 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -29,6 +30,7 @@ from .host import RecordCallback
 from .subscription import RecordFilter
 
 log = logging.getLogger("fibril_sim.client")
+T = TypeVar("T")
 _RECEIVE_QUEUE = 256  # record messages buffered on this side before the server drops
 
 
@@ -48,6 +50,14 @@ def zmq_endpoint(url: str) -> str:
     raise ServerError(f"connect: {url!r}: expected unix:///path/to/socket or tcp://HOST:PORT")
 
 
+@dataclass(eq=False)
+class _Callback:
+    """An ``on_record`` subscription (its handle)."""
+
+    callback: RecordCallback
+    filter: RecordFilter
+
+
 class RemoteConnection:
     """A client of a SimulationServer (see the module docstring)."""
 
@@ -60,26 +70,26 @@ class RemoteConnection:
         self._timeout = timeout
         self._request_timeout = request_timeout
         self._context = zmq.Context()
-        self._control = self._socket(zmq.DEALER)
+        self._control = _socket(self._context, zmq.DEALER)
         self._control.connect(endpoint)
         self._lock = threading.Lock()  # one call on the control socket at a time
         self._next_id = 0
-        self._callbacks: list[list[Any]] = []  # [callback, filter] per on_record call
+        self._callbacks: list[_Callback] = []  # one per on_record call
         self._received = -1
         self._lost = 0
         self._progress = threading.Condition()
         self._closed = False
         self._receiver: threading.Thread | None = None
+        self._stream: zmq.Socket[bytes] | None = None
         try:
             welcome = self._handshake(token, name)
             self.client_id: int = welcome["client"]
             self._description: dict[str, Any] = welcome.get("plan") or {}
-            self._stream = self._socket(zmq.DEALER)
-            self._stream.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
-            self._stream.connect(endpoint)
-            self._stream.send(protocol.request("attach", client=self.client_id,
-                                               key=welcome["key"]))
-            self._expect(self._stream, "attached", "attaching the record stream")
+            self._stream = stream = _socket(self._context, zmq.DEALER)
+            stream.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
+            stream.connect(endpoint)
+            stream.send(protocol.request("attach", client=self.client_id, key=welcome["key"]))
+            self._expect(stream, "attached", "attaching the record stream")
         except BaseException:
             self._shutdown()
             raise
@@ -99,7 +109,7 @@ class RemoteConnection:
 
     def submit(self, item: ExternalInput) -> int:
         """Returns the acceptance sequence or raises IngressError, as in process."""
-        return self._call("submit", input=protocol.input_to_wire(item))
+        return self._call_as(int, "submit", input=protocol.input_to_wire(item))
 
     def on_record(self, callback: RecordCallback, kinds: Iterable[str] | str | None = None,
                   devices: Iterable[str] | str | None = None) -> object:
@@ -107,10 +117,10 @@ class RemoteConnection:
         ``devices`` asked for travel from the server. Returns a handle for
         ``set_record_filter``."""
         record_filter = RecordFilter.of(kinds, devices)
-        entry = [callback, record_filter]
+        entry = _Callback(callback, record_filter)
         with self._progress:
             self._callbacks.append(entry)
-            filters = [f.document() for _, f in self._callbacks]
+            filters = [c.filter.document() for c in self._callbacks]
         self._call("subscribe", filters=filters)
         return entry
 
@@ -120,40 +130,41 @@ class RemoteConnection:
         from the server's answer on)."""
         record_filter = RecordFilter.of(kinds, devices)
         with self._progress:
-            if not any(entry is handle for entry in self._callbacks):
+            entry = next((c for c in self._callbacks if c is handle), None)
+            if entry is None:
                 raise InstanceError("set_record_filter: not a subscription of this connection")
-            handle[1] = record_filter  # type: ignore[index]
-            filters = [f.document() for _, f in self._callbacks]
+            entry.filter = record_filter
+            filters = [c.filter.document() for c in self._callbacks]
         self._call("subscribe", filters=filters)
 
     def pause(self) -> dict[str, Any]:
-        return self._call("pause")
+        return self._call_as(dict, "pause")
 
     def resume(self) -> dict[str, Any]:
-        return self._call("resume")
+        return self._call_as(dict, "resume")
 
     def step(self, ticks: int) -> dict[str, Any]:
-        return self._call("step", ticks=ticks)
+        return self._call_as(dict, "step", ticks=ticks)
 
     def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        return self._call("reset", keyframe=keyframe, seed=seed)
+        return self._call_as(dict, "reset", keyframe=keyframe, seed=seed)
 
     def set_real_time_factor(self, factor: float) -> dict[str, Any]:
-        return self._call("rtf", factor=factor)
+        return self._call_as(dict, "rtf", factor=factor)
 
     def set_mode(self, mode: str) -> dict[str, Any]:
-        return self._call("mode", mode=mode)
+        return self._call_as(dict, "mode", mode=mode)
 
     def state(self) -> dict[str, Any]:
         """As in process, plus ``lost_messages``: record messages the server dropped for this
         client (``drops`` counts the records)."""
-        state = self._call("state")
+        state = self._call_as(dict, "state")
         state["lost_messages"] = self._lost
         return state
 
     def render(self, camera: str | None, width: int, height: int, rate_hz: float,
                depth: bool = False) -> int:
-        return self._call("render", camera=camera, width=width, height=height,
+        return self._call_as(int, "render", camera=camera, width=width, height=height,
                           rate_hz=rate_hz, depth=depth)
 
     def stop_render(self, stream: int) -> None:
@@ -178,13 +189,6 @@ class RemoteConnection:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _socket(self, kind: int) -> zmq.Socket:
-        sock = self._context.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-        return sock
-
     def _handshake(self, token: str | bytes | None, name: str) -> dict[str, Any]:
         self._control.send(protocol.request("hello", name=name))
         reply = self._expect(self._control, ("welcome", "challenge"), "connecting")
@@ -199,7 +203,7 @@ class RemoteConnection:
             reply = self._expect(self._control, ("welcome",), "authenticating")
         return reply
 
-    def _expect(self, sock: zmq.Socket, kinds: tuple[str, ...] | str, doing: str
+    def _expect(self, sock: zmq.Socket[bytes], kinds: tuple[str, ...] | str, doing: str
                 ) -> dict[str, Any]:
         kinds = (kinds,) if isinstance(kinds, str) else kinds
         if not sock.poll(int(self._timeout * 1000)):
@@ -245,6 +249,14 @@ class RemoteConnection:
             raise protocol.error_from_wire(reply)
         return reply.get("result")
 
+    def _call_as(self, kind: type[T], op: str, **fields: Any) -> T:
+        """A request whose answer must be a ``kind`` (the state document, a sequence number
+        or a stream id); ServerError naming the answer otherwise."""
+        result = self._call(op, **fields)
+        if isinstance(result, bool) or not isinstance(result, kind):
+            raise ServerError(f"{self.url}: {op}: expected a {kind.__name__}, got {result!r}")
+        return result
+
     def _wait_for(self, delivered: int) -> None:
         """Until the receiver has handled the record messages sent before this answer (not on
         the receiver thread itself: a callback may call submit)."""
@@ -261,6 +273,8 @@ class RemoteConnection:
 
     def _receive(self) -> None:
         stream = self._stream
+        if stream is None:  # (started only once attached)
+            return
         while not self._closed:
             try:
                 if not stream.poll(100):
@@ -276,7 +290,7 @@ class RemoteConnection:
                 continue
             seq = int(header["seq"])
             with self._progress:
-                callbacks = [(c, f) for c, f in self._callbacks]
+                callbacks = [(c.callback, c.filter) for c in self._callbacks]
             for frame in frames[1:]:  # each record handed on as soon as it is decoded
                 record = protocol.record_from_wire(frame)
                 for callback, record_filter in callbacks:
@@ -298,8 +312,15 @@ class RemoteConnection:
         receiver = self._receiver
         if receiver is not None and receiver is not threading.current_thread():
             receiver.join(2)
-        for name in ("_control", "_stream"):
-            sock = getattr(self, name, None)
+        for sock in (self._control, self._stream):
             if sock is not None:
                 sock.close(0)
         self._context.term()
+
+
+def _socket(context: zmq.Context[zmq.Socket[bytes]], kind: int) -> zmq.Socket[bytes]:
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+    return sock

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mujoco
 import numpy as np
 
+from ..components.camera import GL_FAILURE
 from ..errors import InstanceError
 from ..records import RenderFrame
 from .streams import StreamTable
@@ -45,8 +45,8 @@ class RenderRequest:
             raise InstanceError(f"render: no camera named {camera!r} in the model; cameras: "
                                 f"{', '.join(n for n in names if n) or 'none'} (or '' for the "
                                 f"free camera)")
-        for name in ("width", "height"):
-            value = getattr(self, name)
+        sizes: tuple[tuple[str, object], ...] = (("width", self.width), ("height", self.height))
+        for name, value in sizes:  # (whatever a client sent)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InstanceError(f"render: {name} must be a positive integer, got {value!r}")
         limit_w, limit_h = model.vis.global_.offwidth, model.vis.global_.offheight
@@ -54,8 +54,9 @@ class RenderRequest:
             raise InstanceError(f"render: {self.width}x{self.height} is larger than the model's "
                                 f"offscreen buffer {limit_w}x{limit_h} (raise <visual><global "
                                 f"offwidth=... offheight=.../> in the MJCF)")
-        if not (isinstance(self.rate_hz, (int, float)) and 0 < self.rate_hz < float("inf")):
-            raise InstanceError(f"render: rate_hz must be > 0, got {self.rate_hz!r}")
+        rate: object = self.rate_hz  # (whatever a client sent)
+        if not (isinstance(rate, (int, float)) and 0 < rate < float("inf")):
+            raise InstanceError(f"render: rate_hz must be > 0, got {rate!r}")
         return RenderRequest(camera, self.width, self.height, float(self.rate_hz),
                              bool(self.depth))
 
@@ -67,23 +68,23 @@ class _Stream:
     sink: RenderSink
     period_ticks: int
     due: int  # session tick of the next frame
-    owner: Any = None
+    owner: object = None
 
 
 @dataclass
-class RenderStreams(StreamTable):
+class RenderStreams(StreamTable[_Stream]):
     """The host's render streams and the renderers (one per image size) they share."""
 
     model: mujoco.MjModel
     timestep_ns: int
     streams: dict[int, _Stream] = field(default_factory=dict)
-    _renderers: dict[tuple[int, int], Any] = field(default_factory=dict)
+    _renderers: dict[tuple[int, int], mujoco.Renderer] = field(default_factory=dict)
     _next_id: int = 1
     _data: mujoco.MjData | None = None
     _state: np.ndarray | None = None
 
     def add(self, request: RenderRequest, sink: RenderSink, session_tick: int,
-            owner: Any = None) -> int:
+            owner: object = None) -> int:
         """Start a stream (host thread); its first frame is taken at the next boundary."""
         request = request.checked(self.model)
         self._renderer(request.width, request.height)  # refuse now if there is no GL
@@ -137,21 +138,19 @@ class RenderStreams(StreamTable):
                 pass
         self._renderers.clear()
 
-    def _renderer(self, width: int, height: int) -> Any:
+    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
         key = (width, height)
         renderer = self._renderers.get(key)
         if renderer is None:
-            # Shared with the camera device: MuJoCo aborts the process when a GL context is
-            # requested again after one failed, so a failure is remembered, never retried.
-            from ..components.camera import _GL_FAILURE
-
+            # GL_FAILURE is shared with the camera device: MuJoCo aborts the process when a GL
+            # context is requested again after one failed, so a failure is remembered.
             try:
-                if _GL_FAILURE:
-                    raise RuntimeError(_GL_FAILURE[0])
+                if GL_FAILURE:
+                    raise RuntimeError(GL_FAILURE[0])
                 renderer = mujoco.Renderer(self.model, height, width)
             except Exception as exc:  # noqa: BLE001 - no GL: refuse the request, keep running
-                if not _GL_FAILURE:
-                    _GL_FAILURE.append(str(exc))
+                if not GL_FAILURE:
+                    GL_FAILURE.append(str(exc))
                 platform = os.environ.get("MUJOCO_GL") or "unset"
                 raise InstanceError(
                     f"render: no offscreen OpenGL context (MUJOCO_GL={platform}): "

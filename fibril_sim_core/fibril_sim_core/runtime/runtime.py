@@ -4,8 +4,11 @@ connections."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from .._signals import ShutdownSignals
+from ..errors import InstanceError
 from ..manifest import RuntimeOptions
 from ..plan import SimulationPlan
 from ..records import FrameTiming
@@ -13,6 +16,9 @@ from .connection import SimulationConnection
 from .host import SimulationHost
 from .server import ServerOptions, SimulationServer
 from .subscription import RecordFilter
+
+if TYPE_CHECKING:  # (the trace stack is the caller's; nothing here needs it at run time)
+    from ..trace import TraceWriter
 
 
 class SimulationRuntime:
@@ -23,7 +29,7 @@ class SimulationRuntime:
     runtime writes frame timings into it, the caller closes it after ``stop``.
     """
 
-    def __init__(self, plan: SimulationPlan, *, seed: int | None = None, trace: Any = None,
+    def __init__(self, plan: SimulationPlan, *, seed: int | None = None, trace: TraceWriter | None = None,
                  options: RuntimeOptions | None = None,
                  server: ServerOptions | None = ServerOptions()) -> None:
         self.plan = plan
@@ -33,7 +39,7 @@ class SimulationRuntime:
             self.host.add_callback(
                 lambda record: trace.write(record) if isinstance(record, FrameTiming) else None,
                 RecordFilter.of("frame_timing"))
-        if callable(getattr(trace, "serialize_until", None)):  # in real time's idle time
+        if trace is not None:  # it serializes its queue in real time's idle time
             self.host.add_idle_task(trace.serialize_until)
         self.server = SimulationServer(self.host, server) if server is not None else None
 
@@ -64,13 +70,11 @@ class SimulationRuntime:
             if self.server is not None:
                 self.server.stop()
 
-    def run_until_signal(self, *, on_started: Any = None) -> int:
+    def run_until_signal(self, *, on_started: Callable[[SimulationRuntime], object] | None = None
+                         ) -> int:
         """Start (if needed), run until SIGINT or SIGTERM, stop at a tick boundary; returns
         the exit status (130 / 143). Call from the main thread; a second signal exits at
         once. Raises InstanceError when the host stops after an error instead."""
-        from .._signals import ShutdownSignals
-        from ..errors import InstanceError
-
         with ShutdownSignals(raise_interrupt=False) as signals:
             try:
                 if not self.host.running:

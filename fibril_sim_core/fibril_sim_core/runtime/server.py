@@ -41,32 +41,27 @@ Hostile peers. What a peer can make the server hold is bounded, and given back w
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import functools
 import logging
-import os
-import queue
-import secrets
-import socket as socket_module
-import stat
-import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
-from ..errors import FibrilError, InstanceError, ServerError
+from ..errors import FibrilError, ServerError
 from ..ingress import external_input
+from ..records import RenderFrame
 from . import protocol
-from .host import SimulationHost
-from .render import RenderRequest
+from .host import CallbackHandle, SimulationHost
+from .listen import ServerOptions as ServerOptions  # (re-exported: its home before listen.py)
+from .listen import UnixListener, bind_tcp, bind_unix, release_freed_memory
+from .sessions import Client, Sessions
 from .subscription import AnyOf, RecordFilter
+from .worker import HOST_OPS, HostWorker
 
 log = logging.getLogger("fibril_sim.server")
 
@@ -76,65 +71,16 @@ _MAX_BACKLOG = 10_000  # records waiting for the server thread at most
 _BACKLOG_WAIT_S = 2.0  # how long the host waits for the server (not in real time) at most
 _MAX_IN_FLIGHT = 16  # requests of one client waiting for the host at most
 _RECEIVE_QUEUE = 64  # messages queued from one peer (ZeroMQ's RCVHWM)
-_MAX_CHALLENGES = 1000  # unanswered challenges kept at most
 _TRIM_AFTER_S = 1.0  # freed memory is handed back this long after clients leave
 _EAGER_BACKLOG = 2048  # records kept before the server is woken mid-frame when not paced
 _BLOCKED_S = 0.02  # a client whose queue is full is retried after this long
-_UNIX_PATH_MAX = 107
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """Where a SimulationServer listens.
-
-    ``socket``: the Unix socket path (None: ``fibril.sock`` in a new private directory under
-    ``$XDG_RUNTIME_DIR`` or the temp dir); ``unix=False`` opens none. ``tcp``: ``HOST:PORT``
-    (port 0: any free port), None: no TCP listener. ``token``: the shared secret; required
-    with TCP, optional on the Unix socket. ``send_queue``: messages queued per client before
-    its records are dropped. ``max_clients``: clients connected at once at most.
-    ``idle_probe``: seconds without a request after which a client is checked for being gone.
-    """
-
-    socket: str | Path | None = None
-    unix: bool = True
-    tcp: str | None = None
-    token: bytes | None = None
-    send_queue: int = 256
-    max_clients: int = 64
-    idle_probe: float = 30.0
-
-
-@dataclass
-class _Client:
-    id: int
-    name: str
-    control: bytes
-    key: bytes
-    stream: bytes | None = None
-    filters: tuple[RecordFilter, ...] = ()
-    seq: int = 0  # stream messages sent or dropped
-    delivered: int = -1  # the last stream message queued for sending
-    drops: int = 0  # records dropped
-    blocked_until: float = 0.0  # after a full queue: drop without encoding until then
-    owner: object = field(default_factory=object)  # owns this client's render streams
-    last_seen: float = field(default_factory=time.monotonic)  # its last request or probe
-    in_flight: int = 0  # its requests waiting for the host
-
-    @property
-    def label(self) -> str:
-        return f"{self.name or 'client'}#{self.id}"
-
-    def wants(self, record: Any) -> bool:
-        return any(f.matches(record) for f in self.filters)
-
 
 @dataclass(frozen=True, slots=True)
 class _Targeted:
     """A record for one client only (its render frames)."""
 
     client: int
-    record: Any
-
+    record: object
 
 class SimulationServer:
     """Serve remote SimulationConnections of one host (see the module docstring)."""
@@ -145,33 +91,34 @@ class SimulationServer:
         if self.options.tcp is not None and not self.options.token:
             raise ServerError("server: a TCP listener needs a shared token (--token-file)")
         self.addresses: list[str] = []
-        self._context: zmq.Context | None = None
-        self._router: zmq.Socket | None = None
-        self._wake_pull: zmq.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._router: zmq.Socket[bytes] | None = None
+        self._wake_pull: zmq.Socket[bytes] | None = None
         self._wake_url = f"inproc://fibril-sim-wake-{id(self)}"
         self._thread: threading.Thread | None = None
-        self._worker: threading.Thread | None = None
-        self._work: queue.Queue[Any] = queue.Queue()
-        self._records: deque[Any] = deque()
-        self._replies: deque[tuple[_Client, Callable[[], bytes]]] = deque()
-        self._signals: dict[int, tuple[zmq.Socket, list[bool]]] = {}
+        self._worker = HostWorker(host, self._queue_reply, self._render_sink)
+        self._records: deque[object] = deque()
+        self._replies: deque[tuple[Client, Callable[[], bytes]]] = deque()
+        self._signals: dict[int, tuple[zmq.Socket[bytes], list[bool]]] = {}
         self._signal_lock = threading.Lock()
-        self._clients: dict[int, _Client] = {}
-        self._by_identity: dict[bytes, _Client] = {}
-        self._challenges: dict[bytes, tuple[bytes, str]] = {}
+        self._sessions = Sessions(
+            self.options.token, self.options.max_clients, self.options.idle_probe,
+            send=self._send, refuse=self._refuse, disconnect=self._disconnect,
+            plan=host.instance.plan.inspect)
+        self._clients = self._sessions.clients
+        self._by_identity = self._sessions.by_identity
+        # The handshake (sessions.py): hello (auth with a token), then the stream's attach.
+        self._hello = self._sessions.hello
         self._eager = False  # some subscribed client is receiving (its queue is not full)
         self._wanted_types: dict[type, frozenset[str] | None] = {}  # what clients want
-        self._host_handle: object | None = None  # the host callback (its filter follows)
+        self._host_handle: CallbackHandle | None = None  # the host callback (its filter follows)
         self._host_signalled = [False]  # the host thread's wake-up flag, once it has one
-        self._next_client = 1
         self._stopping = False
-        self._socket_path: Path | None = None
-        self._private_dir: Path | None = None
+        self._unix = UnixListener("")  # the Unix socket's files, once made
         self.refused = 0
         self.dropped_total = 0
         self._overflowed = 0  # records the host thread dropped (the backlog was full)
         self._overflow_counted = 0  # of those, charged to the clients so far
-        self._next_probe = 0.0  # when idle clients are checked next
         self._trim_at = 0.0  # when freed memory is handed back (0: nothing to hand back)
         self._trims_left = 0
 
@@ -190,20 +137,19 @@ class SimulationServer:
         self._router = router
         try:
             if self.options.unix:
-                self._bind_unix(router)
+                bind_unix(router, self.options.socket, self._unix)
+                self.addresses.append(self._unix.address)
             if self.options.tcp is not None:
-                self._bind_tcp(router)
+                self.addresses.append(bind_tcp(router, self.options.tcp))
         except BaseException:
             self._close_sockets()
             raise
-        self._wake_pull = context.socket(zmq.PULL)
-        self._wake_pull.bind(self._wake_url)
+        self._wake_pull = wake = context.socket(zmq.PULL)
+        wake.bind(self._wake_url)
         self._host_handle = self.host.add_callback(self._on_record, AnyOf(()))
         self.host.add_frame_listener(self._on_frame)
         self.host.add_state_provider(self._state)
         self._thread = threading.Thread(target=self._serve, name="fibril-sim-server",
-                                        daemon=True)
-        self._worker = threading.Thread(target=self._work_loop, name="fibril-sim-server-worker",
                                         daemon=True)
         self._thread.start()
         self._worker.start()
@@ -214,10 +160,10 @@ class SimulationServer:
         if self._thread is None:
             return
         self._stopping = True
-        self._work.put(None)
+        self._worker.stop()
         self._wake()
         self._thread.join(5)
-        self._worker.join(5)  # type: ignore[union-attr]
+        self._worker.join(5)
         self._thread = None
         self._close_sockets()
 
@@ -226,77 +172,21 @@ class SimulationServer:
         """The first address clients connect to (``unix://...`` or ``tcp://...``)."""
         return self.addresses[0] if self.addresses else ""
 
-    # ------------------------------------------------------------------ binding
-    def _bind_unix(self, router: zmq.Socket) -> None:
-        if self.options.socket is None:
-            base = os.environ.get("XDG_RUNTIME_DIR")
-            if not base or not _private_dir(Path(base)):
-                base = tempfile.gettempdir()
-            self._private_dir = Path(tempfile.mkdtemp(prefix="fibril-sim-", dir=base))
-            path = self._private_dir / "fibril.sock"
-        else:
-            path = Path(self.options.socket).absolute()
-            try:
-                if not path.parent.exists():
-                    path.parent.mkdir(mode=0o700, parents=True)
-                _clear_stale_socket(path)
-            except OSError as exc:
-                raise ServerError(f"server: cannot listen on {path}: "
-                                  f"{exc.strerror or exc}") from None
-        if len(os.fsencode(path)) > _UNIX_PATH_MAX:
-            raise ServerError(f"server: socket path {path} is too long for a Unix socket "
-                              f"({len(os.fsencode(path))} > {_UNIX_PATH_MAX} bytes)")
-        # No process-wide umask change (other threads may create files meanwhile): the default
-        # socket is bound inside the private 0700 directory, so nobody else can reach it before
-        # the chmod; a --socket path's directory is the user's choice. Either way 0600 at once.
-        try:
-            router.bind(f"ipc://{path}")
-        except zmq.ZMQError as exc:
-            raise ServerError(f"server: cannot listen on {path}: {exc}") from None
-        self._socket_path = path  # removed by _close_sockets, also when the chmod fails
-        try:
-            os.chmod(path, 0o600)
-        except OSError as exc:
-            raise ServerError(f"server: cannot make {path} private: "
-                              f"{exc.strerror or exc}") from None
-        self.addresses.append(f"unix://{path}")
-
-    def _bind_tcp(self, router: zmq.Socket) -> None:
-        host, sep, port = str(self.options.tcp).rpartition(":")
-        if not sep or not port.isdigit() or int(port) > 65535:
-            raise ServerError(f"server: --tcp expects HOST:PORT, got {self.options.tcp!r}")
-        host = host.strip("[]") or "127.0.0.1"
-        try:
-            router.bind(f"tcp://{host}:{port if int(port) else '*'}")
-        except zmq.ZMQError as exc:
-            raise ServerError(f"server: cannot listen on tcp {host}:{port}: {exc}") from None
-        endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self.addresses.append(endpoint)
-
     def _close_sockets(self) -> None:
         for sock, _ in self._signals.values():
             sock.close(0)
         self._signals.clear()
-        for sock in (self._router, self._wake_pull):
-            if sock is not None:
-                sock.close(0)
+        for own in (self._router, self._wake_pull):
+            if own is not None:
+                own.close(0)
         self._router = self._wake_pull = None
         if self._context is not None:
             self._context.term()
             self._context = None
-        if self._socket_path is not None:
-            try:
-                self._socket_path.unlink()
-            except OSError:
-                pass
-        if self._private_dir is not None:
-            try:
-                self._private_dir.rmdir()
-            except OSError:
-                pass
+        self._unix.close()
 
     # ------------------------------------------------------------------ host thread
-    def _on_record(self, record: Any) -> None:
+    def _on_record(self, record: object) -> None:
         """Host thread: keep a record some client wants (the host's dispatch checked it
         against the clients' filters, ``AnyOf``)."""
         records = self._records
@@ -373,6 +263,8 @@ class SimulationServer:
     # ------------------------------------------------------------------ server thread
     def _serve(self) -> None:
         router, wake = self._router, self._wake_pull
+        if router is None or wake is None:  # (stopped before it ran)
+            return
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
@@ -407,14 +299,14 @@ class SimulationServer:
             if router in events:
                 self._receive(router)
             now = time.monotonic()
-            if now >= self._next_probe:
-                self._probe_idle(now)
+            if now >= self._sessions.next_probe:
+                self._sessions.probe_idle(now)
             if self._trim_at and now >= self._trim_at:
                 release_freed_memory()
                 self._trims_left -= 1
                 self._trim_at = now + 2 * _TRIM_AFTER_S if self._trims_left > 0 else 0.0
 
-    def _receive(self, router: zmq.Socket) -> None:
+    def _receive(self, router: zmq.Socket[bytes]) -> None:
         """Handle what peers sent, 1000 messages at most (a message is let go of at once:
         nothing keeps a large one alive until the next arrives)."""
         for _ in range(1000):
@@ -430,15 +322,6 @@ class SimulationServer:
                                     f"message ({type(exc).__name__}: {exc})")
             del frames
 
-    def _probe_idle(self, now: float) -> None:
-        """Ping the clients that made no request for ``idle_probe`` s: sending to one that is
-        gone fails, and it is forgotten (with its subscriptions and render streams)."""
-        self._next_probe = now + max(0.1, min(5.0, self.options.idle_probe / 2))
-        for client in list(self._clients.values()):
-            if now - client.last_seen >= self.options.idle_probe:
-                client.last_seen = now
-                self._send(client.control, protocol.message("ping"))
-
     def _flush_records(self) -> None:
         records = self._records
         lost = self._overflowed - self._overflow_counted  # the host dropped them (backlog)
@@ -448,7 +331,7 @@ class SimulationServer:
         batch = []
         while records:
             batch.append(records.popleft())
-        targeted = [n for n, item in enumerate(batch) if type(item) is _Targeted]
+        targeted = {n: item for n, item in enumerate(batch) if type(item) is _Targeted}
         encoded: dict[int, bytes] = {}
         chosen: dict[tuple[RecordFilter, ...], list[int]] = {}  # what each filter set wants
         now = time.monotonic()
@@ -465,8 +348,8 @@ class SimulationServer:
                     n for n, item in enumerate(batch)
                     if type(item) is not _Targeted and client.wants(item)]
             if targeted:  # its own render frames
-                mine = [n for n in targeted if batch[n].client == client.id
-                        and client.wants(batch[n].record)]
+                mine = [n for n, item in targeted.items() if item.client == client.id
+                        and client.wants(item.record)]
                 if mine:
                     wanted = sorted(wanted + mine)
             if not wanted:
@@ -501,11 +384,13 @@ class SimulationServer:
         self._eager = any(c.filters and c.stream is not None and c.blocked_until <= now
                           for c in self._clients.values())
 
-    def _send_records(self, client: _Client, frames: list[bytes]) -> None:
+    def _send_records(self, client: Client, frames: list[bytes]) -> None:
         header = protocol.message("records", seq=client.seq, n=len(frames))
+        router, stream = self._router, client.stream
+        if router is None or stream is None:  # stopped, or (never here) no stream attached
+            return
         try:
-            self._router.send_multipart([client.stream, header, *frames],  # type: ignore[union-attr]
-                                        zmq.NOBLOCK)
+            router.send_multipart([stream, header, *frames], zmq.NOBLOCK)
         except zmq.Again:
             client.drops += len(frames)
             self.dropped_total += len(frames)
@@ -522,15 +407,18 @@ class SimulationServer:
         client.seq += 1
 
     def _send(self, identity: bytes, data: bytes) -> None:
+        router = self._router
+        if router is None:  # stopped: nobody to answer
+            return
         try:
-            self._router.send_multipart([identity, data], zmq.NOBLOCK)  # type: ignore[union-attr]
+            router.send_multipart([identity, data], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             client = self._by_identity.get(identity)
             if client is not None:
                 self._disconnect(client, "it reads no answers" if exc.errno == errno.EAGAIN
                                  else "its control socket is gone")
 
-    def _handle(self, frames: list[Any]) -> None:
+    def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
         data = frames[-1]
         client = self._by_identity.get(identity)
@@ -551,16 +439,16 @@ class SimulationServer:
         except Exception as exc:  # noqa: BLE001 - garbage from a peer is refused, not fatal
             self._refuse(identity, data, f"not a fibril_sim message ({exc})")
             return
-        if known:
-            client.last_seen = time.monotonic()  # type: ignore[union-attr]
+        if known and client is not None:
+            client.last_seen = time.monotonic()
         if op == "hello":
             self._hello(identity, frames[-1], document)
             return
         if op == "auth":
-            self._auth(identity, frames[-1], document)
+            self._sessions.auth(identity, frames[-1], document)
             return
         if op == "attach":
-            self._attach(identity, frames[-1], document)
+            self._sessions.attach(identity, frames[-1], document)
             return
         if client is None or identity != client.control:
             self._refuse(identity, frames[-1], f"request {op!r} before authentication")
@@ -584,12 +472,12 @@ class SimulationServer:
                 self._reply(client, rid, True, None)
                 self._disconnect(client, "it said bye")
                 return
-            elif op in _HOST_OPS:
+            elif op in HOST_OPS:
                 if client.in_flight >= _MAX_IN_FLIGHT:
                     raise ServerError(f"{op}: {client.in_flight} requests of this client wait "
                                       f"for the simulation already (at most {_MAX_IN_FLIGHT})")
                 client.in_flight += 1
-                self._work.put((client, rid, op, document))
+                self._worker.put(client, rid, op, document)
                 return
             else:
                 raise ServerError(f"unknown request {op!r}")
@@ -598,94 +486,16 @@ class SimulationServer:
             return
         self._reply(client, rid, True, result)
 
-    def _reply(self, client: _Client, rid: Any, ok: bool, result: Any) -> None:
-        self._send(client.control, self._reply_bytes(client, rid, ok, result))
+    def _reply(self, client: Client, rid: object, ok: bool, result: object) -> None:
+        self._send(client.control, _reply_bytes(client, rid, ok, result))
 
-    @staticmethod
-    def _reply_bytes(client: _Client, rid: Any, ok: bool, result: Any) -> bytes:
-        if ok:
-            return protocol.message("reply", id=rid, ok=True, result=result,
-                                    delivered=client.delivered)
-        error = result if isinstance(result, FibrilError) else ServerError(
-            f"bad request: {type(result).__name__}: {result}")
-        return protocol.message("reply", id=rid, ok=False, delivered=client.delivered,
-                                **protocol.error_to_wire(error))
-
-    # ------------------------------------------------------------------ authentication
-    def _full(self, identity: bytes, frame: Any) -> bool:
-        """Refuse a new client when ``max_clients`` are connected."""
-        if len(self._clients) < self.options.max_clients or identity in self._by_identity:
-            return False
-        self._refuse(identity, frame, f"too many clients ({len(self._clients)} connected, "
-                                      f"at most {self.options.max_clients})")
-        return True
-
-    def _hello(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
-        name = str(document.get("name", ""))[:64]
-        if self._full(identity, frame):
-            return
-        if self.options.token:
-            nonce = secrets.token_bytes(32)
-            self._challenges[identity] = (nonce, name)
-            if len(self._challenges) > _MAX_CHALLENGES:  # never-answered ones do not pile up
-                self._challenges.pop(next(iter(self._challenges)))
-            self._send(identity, protocol.message("challenge", nonce=nonce))
-            return
-        self._welcome(identity, name)
-
-    def _auth(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
-        pending = self._challenges.pop(identity, None)
-        mac, client_nonce = document.get("mac"), document.get("nonce")
-        if pending is None or not isinstance(mac, bytes) or not isinstance(client_nonce, bytes):
-            self._refuse(identity, frame, "authentication out of order")
-            return
-        nonce, name = pending
-        if not mac:
-            self._refuse(identity, frame, "no token given")
-            return
-        expected = protocol.auth_mac(self.options.token or b"", nonce, client_nonce)
-        if not secrets.compare_digest(expected, mac):
-            self._refuse(identity, frame, "wrong token")
-            return
-        if self._full(identity, frame):  # others were welcomed since its hello
-            return
-        self._welcome(identity, name)
-
-    def _welcome(self, identity: bytes, name: str) -> None:
-        old = self._by_identity.get(identity)
-        if old is not None:
-            self._disconnect(old, "it said hello again")
-        client = _Client(self._next_client, name, identity, secrets.token_bytes(16))
-        self._next_client += 1
-        self._clients[client.id] = client
-        self._by_identity[identity] = client
-        plan = self.host.instance.plan
-        self._send(identity, protocol.message(
-            "welcome", client=client.id, key=client.key, plan=plan.inspect()))
-        log.info("client %s connected", client.label)
-
-    def _attach(self, identity: bytes, frame: Any, document: dict[str, Any]) -> None:
-        client_id = document.get("client")
-        client = None if isinstance(client_id, bool) or not isinstance(client_id, int) \
-            else self._clients.get(client_id)
-        key = document.get("key")
-        if client is None or not isinstance(key, bytes) or \
-                not secrets.compare_digest(key, client.key):
-            self._refuse(identity, frame, "stream attach with an unknown client key")
-            return
-        if client.stream not in (None, identity, client.control):
-            self._by_identity.pop(client.stream, None)  # attached again: the old one is gone
-        client.stream = identity
-        self._by_identity[identity] = client
-        self._send(identity, protocol.message("attached"))
-
-    def _refuse_safely(self, frames: list[Any], reason: str) -> None:
+    def _refuse_safely(self, frames: list[zmq.Frame], reason: str) -> None:
         try:
             self._refuse(frames[0].bytes, frames[-1], reason)
         except Exception:  # the refusal itself is best effort
             log.exception("server: refusing a message failed")
 
-    def _refuse(self, identity: bytes, frame: Any, reason: str) -> None:
+    def _refuse(self, identity: bytes, frame: zmq.Frame, reason: str) -> None:
         self.refused += 1
         try:
             peer = frame.get("Peer-Address")
@@ -694,15 +504,12 @@ class SimulationServer:
         log.warning("refused a client%s: %s", f" from {peer}" if peer else "", reason)
         self._send(identity, protocol.message("refused", reason=reason))
 
-    def _disconnect(self, client: _Client, why: str) -> None:
-        if self._clients.pop(client.id, None) is None:
+    def _disconnect(self, client: Client, why: str) -> None:
+        if not self._sessions.forget(client):
             return
-        self._by_identity.pop(client.control, None)
-        if client.stream is not None:
-            self._by_identity.pop(client.stream, None)
         client.filters = ()
         self._update_wanted()
-        self._work.put((client, None, "forget", {}))
+        self._worker.forget(client)
         self._trim_soon()
         log.info("client %s disconnected: %s", client.label, why)
 
@@ -722,109 +529,29 @@ class SimulationServer:
             self._host_handle = self.host.set_callback_filter(self._host_handle, filters)
 
     # ------------------------------------------------------------------ worker thread
-    def _work_loop(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None or self._stopping:
+    def _queue_reply(self, client: Client, rid: object, ok: bool, result: object) -> None:
+        """Worker thread: send this answer after the records emitted before it (encoded
+        when sent: ``delivered`` counts them)."""
+        self._replies.append((client, lambda: _reply_bytes(client, rid, ok, result)))
+        self._wake()
+
+    def _render_sink(self, client: Client) -> Callable[[RenderFrame], None]:
+        """Where ``client``'s render frames go (to it alone), on the host thread."""
+        def sink(frame: RenderFrame, client_id: int = client.id) -> None:
+            if len(self._records) >= _MAX_BACKLOG:
+                self._overflowed += 1
                 return
-            client, rid, op, document = item
-            try:
-                result = self._run_host_op(client, op, document)
-                ok = True
-            except FibrilError as exc:
-                result, ok = exc, False
-            except Exception as exc:  # noqa: BLE001 - a bad request is answered, not fatal
-                result, ok = ServerError(f"{op}: {type(exc).__name__}: {exc}"), False
-            if op == "forget":
-                continue
-            self._replies.append((client, lambda c=client, r=rid, o=ok, v=result:
-                                  self._reply_bytes(c, r, o, v)))
+            self._records.append(_Targeted(client_id, frame))
             self._wake()
 
-    def _run_host_op(self, client: _Client, op: str, document: dict[str, Any]) -> Any:
-        host = self.host
-        if op == "forget":
-            if host.running:
-                host.request("stop_render", (None, client.owner))
-            return None
-        if op == "step":
-            return host.request("step", document.get("ticks"))  # the host checks it
-        if op == "reset":
-            return host.request("reset", (document.get("keyframe"), document.get("seed")))
-        if op == "rtf":
-            factor = document.get("factor")
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-                    not factor > 0:
-                raise InstanceError(f"real_time_factor must be > 0, got {factor!r}")
-            return host.request("rtf", factor)
-        if op == "mode":
-            mode = document.get("mode")
-            if mode not in ("realtime", "fast"):
-                raise InstanceError(f"mode must be 'realtime' or 'fast', got "
-                                    f"{mode!r}")
-            return host.request("mode", mode)
-        if op == "render":
-            request = RenderRequest(document.get("camera"), document.get("width"),
-                                    document.get("height"), document.get("rate_hz"),
-                                    bool(document.get("depth", False)))
-
-            def sink(frame: Any, client_id: int = client.id) -> None:
-                if len(self._records) >= _MAX_BACKLOG:
-                    self._overflowed += 1
-                    return
-                self._records.append(_Targeted(client_id, frame))
-                self._wake()
-
-            return host.request("render", (request, sink, client.owner))
-        if op == "stop_render":
-            return host.request("stop_render", (document.get("stream"), client.owner))
-        return host.request(op)  # pause, resume, state
+        return sink
 
 
-_HOST_OPS = frozenset({"pause", "resume", "step", "reset", "rtf", "mode", "state", "render",
-                       "stop_render"})
-
-
-def release_freed_memory() -> None:
-    """Hand the memory freed by the C allocator back to the system: glibc keeps freed heap
-    pages mapped, so without this a server's RSS stays at its peak after abusive clients have
-    gone. Nothing where there is no ``malloc_trim`` (not glibc)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-def _private_dir(path: Path) -> bool:
-    try:
-        info = path.stat()
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and \
-        not info.st_mode & 0o077
-
-
-def _clear_stale_socket(path: Path) -> None:
-    """A socket file nobody listens on is left over from a killed server: remove it."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if not stat.S_ISSOCK(path.lstat().st_mode):
-        raise ServerError(f"server: {path} exists and is not a socket")
-    probe = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
-    try:
-        probe.connect(os.fspath(path))
-    except ConnectionRefusedError:
-        path.unlink()
-        return
-    except OSError:
-        return
-    finally:
-        probe.close()
-    raise ServerError(f"server: {path} is in use by another server")
+def _reply_bytes(client: Client, rid: object, ok: bool, result: object) -> bytes:
+    if ok:
+        return protocol.message("reply", id=rid, ok=True, result=result,
+                                delivered=client.delivered)
+    error = result if isinstance(result, FibrilError) else ServerError(
+        f"bad request: {type(result).__name__}: {result}")
+    return protocol.message("reply", id=rid, ok=False, delivered=client.delivered,
+                            **protocol.error_to_wire(error))

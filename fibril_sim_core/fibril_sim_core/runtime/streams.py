@@ -3,7 +3,7 @@ streams by id, each due at a session tick and owned by the connection that asked
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from ..errors import InstanceError
 
@@ -11,21 +11,24 @@ from ..errors import InstanceError
 class Stream(Protocol):
     id: int
     due: int  # session tick of the next item
-    owner: Any
+    owner: object
 
 
-class StreamTable:
+S = TypeVar("S", bound=Stream)
+
+
+class StreamTable(Generic[S]):
     """A mixin for the host's stream collections; the class provides ``streams`` (id ->
     stream) and ``_next_id``."""
 
-    streams: dict[int, Any]
+    streams: dict[int, S]
     _next_id: int
 
     @property
     def active(self) -> bool:
         return bool(self.streams)
 
-    def _keep(self, stream: Stream) -> int:
+    def _keep(self, stream: S) -> int:
         self.streams[stream.id] = stream
         self._next_id += 1
         return stream.id
@@ -33,14 +36,14 @@ class StreamTable:
     def remove(self, stream_id: int) -> bool:
         return self.streams.pop(stream_id, None) is not None
 
-    def remove_owned_by(self, owner: Any) -> None:
+    def remove_owned_by(self, owner: object) -> None:
         for stream_id in [s.id for s in self.streams.values() if s.owner is owner]:
             del self.streams[stream_id]
 
     def ticks_until_due(self, session_tick: int) -> int:
         return min(s.due for s in self.streams.values()) - session_tick
 
-    def stop(self, action: str, stream_id: Any, owner: Any, what: str) -> None:
+    def stop(self, action: str, stream_id: object, owner: object, what: str) -> None:
         """A client's stop request: one stream by id, or (id None) every stream of
         ``owner``; InstanceError for anything else."""
         if owner is not None and stream_id is None:

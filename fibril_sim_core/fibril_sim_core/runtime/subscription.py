@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
 from ..errors import InstanceError
 from ..records import (ActuatorApplication, DeviceOutput, EpisodeStart, FrameTiming,
                        IngressRecord, RenderFrame, StateObservation, StateSnapshot)
@@ -30,20 +28,19 @@ RECORD_KINDS: dict[type, str] = {
 STREAM_KINDS = frozenset({"render_frame", "state_observation"})
 KIND_NAMES = frozenset(RECORD_KINDS.values())
 _KIND_TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
-_UNWANTED: Any = object()
+_UNWANTED = frozenset({"(unwanted)"})  # a type no filter passes (``wanted`` has no entry)
 
 
-def record_source(record: Any) -> str:
+def record_source(record: object) -> str:
     """The id a ``devices`` filter matches: a device id, an endpoint, an input source or a
     camera; "" for records that belong to no device (frame timing, state, episode start)."""
-    kind = type(record)
-    if kind is DeviceOutput:
+    if type(record) is DeviceOutput:
         return record.device_id
-    if kind is ActuatorApplication:
+    if type(record) is ActuatorApplication:
         return record.endpoint
-    if kind is IngressRecord:
+    if type(record) is IngressRecord:
         return record.source_id
-    if kind is RenderFrame:
+    if type(record) is RenderFrame:
         return record.camera
     return ""
 
@@ -74,7 +71,7 @@ class RecordFilter:
             raise InstanceError("on_record: devices must be strings (device ids)")
         return cls(kind_set, device_set)
 
-    def matches(self, record: Any) -> bool:
+    def matches(self, record: object) -> bool:
         if self.kinds is not None and RECORD_KINDS.get(type(record)) not in self.kinds:
             return False
         return self.devices is None or record_source(record) in self.devices
@@ -95,7 +92,7 @@ class AnyOf:
     def __post_init__(self) -> None:
         object.__setattr__(self, "wanted", wanted_records(self.filters))
 
-    def matches(self, record: Any) -> bool:
+    def matches(self, record: object) -> bool:
         devices = self.wanted.get(type(record), _UNWANTED)
         if devices is _UNWANTED:
             return False
@@ -122,6 +119,8 @@ def wanted_records(filters: Iterable[RecordFilter | AnyOf | None]
             cls = _KIND_TYPES[kind]
             if devices is None:
                 wanted[cls] = None
-            elif cls not in wanted or wanted[cls] is not None:
-                wanted.setdefault(cls, set()).update(devices)  # type: ignore[union-attr]
+            else:
+                ids = wanted.setdefault(cls, set())
+                if ids is not None:  # (None: every id already)
+                    ids.update(devices)
     return {cls: None if ids is None else frozenset(ids) for cls, ids in wanted.items()}

@@ -70,10 +70,11 @@ def run(mode: str, manifest: Path, duration: float, setpoint: float, seed: int) 
 
     from fibril_sim_ros.testing import SimHarness, example_controller_command
 
-    options: dict = (dict(sync_topics=['/motor/command'], control_period=0.002)
-                     if mode == 'sync' else dict(real_time_factor=1.0))
+    sync = mode == 'sync'
     with SimHarness(manifest, seed=seed, controller=example_controller_command(setpoint=setpoint),
-                    subscriptions={'/wheel_encoder': JointState}, **options) as sim:
+                    subscriptions={'/wheel_encoder': JointState}, real_time_factor=1.0,
+                    sync_topics=['/motor/command'] if sync else (),
+                    control_period=0.002 if sync else None) as sim:
         before, wall = sim.get_state(), time.perf_counter()
         sim.set_paused(False)
         samples = sim.collect('/wheel_encoder', JointState, duration_sim=duration,

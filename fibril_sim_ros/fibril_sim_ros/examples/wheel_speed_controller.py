@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
@@ -59,8 +60,7 @@ class ControllerSettings:
 
     def check(self) -> None:
         """Raise ValueError with one line naming the parameter and value."""
-        for name in ('kp', 'ki', 'setpoint'):
-            value = getattr(self, name)
+        for name, value in (('kp', self.kp), ('ki', self.ki), ('setpoint', self.setpoint)):
             if not math.isfinite(value):
                 raise ValueError(f'parameter {name!r} must be finite, got {value!r}')
         if self.kp < 0 or self.ki < 0:
@@ -69,8 +69,9 @@ class ControllerSettings:
             raise ValueError(f'parameter rate must be > 0 Hz, got {self.rate!r}')
         if not 0 < self.duty_limit <= 1:
             raise ValueError(f'parameter duty_limit must be in (0, 1], got {self.duty_limit!r}')
-        for name in ('encoder_topic', 'command_topic'):
-            if not getattr(self, name):
+        for name, topic in (('encoder_topic', self.encoder_topic),
+                            ('command_topic', self.command_topic)):
+            if not topic:
                 raise ValueError(f'parameter {name!r} must not be empty')
         if self.executor not in EXECUTORS:
             raise ValueError(f"parameter 'executor' must be one of {', '.join(EXECUTORS)}, "
@@ -104,9 +105,10 @@ class WheelSpeedController(Node):
     def __init__(self, *, default_sim_time: bool = True, context: Context | None = None) -> None:
         overrides = [Parameter('use_sim_time', value=True)] if default_sim_time else None
         super().__init__(NODE_NAME, parameter_overrides=overrides, context=context)
-        self.settings = ControllerSettings(**{
-            name: self._declare(name, getattr(ControllerSettings, name))
-            for name in ControllerSettings.__dataclass_fields__})
+        declared: dict[str, Any] = {  # (checked: a str or float each, as its default)
+            name: self._declare(name, default)
+            for name, default in asdict(ControllerSettings()).items()}
+        self.settings = ControllerSettings(**declared)
         self.settings.check()
         s = self.settings
         self._pi = PiController(s.kp, s.ki, s.duty_limit, max_dt=MAX_MISSED_PERIODS / s.rate)
@@ -129,11 +131,11 @@ class WheelSpeedController(Node):
     def _declare(self, name: str, default: float | str) -> float | str:
         """Declare one parameter; numbers accept integers too (``-p kp:=1``)."""
         if isinstance(default, str):
-            value = self.declare_parameter(name, default).value
-            if not isinstance(value, str):
-                raise ValueError(f'parameter {name!r} must be a string, got {value!r}')
-            return value
-        value = self.declare_parameter(
+            text: object = self.declare_parameter(name, default).value
+            if not isinstance(text, str):
+                raise ValueError(f'parameter {name!r} must be a string, got {text!r}')
+            return text
+        value: object = self.declare_parameter(
             name, default, ParameterDescriptor(dynamic_typing=True)).value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f'parameter {name!r} must be a number, got {value!r}')
@@ -174,7 +176,7 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            from rclpy.experimental import EventsExecutor
+            from rclpy.experimental.events_executor import EventsExecutor
         except ImportError:
             pass
         else:
