@@ -314,8 +314,12 @@ class SimulationBuilder:
                         f"{endpoints[descriptor.endpoint]!r}")
                 endpoints[descriptor.endpoint] = component.id
                 actuators.append(descriptor)
-            else:
+            elif isinstance(descriptor, DeviceDescriptor):
                 devices.append(descriptor)
+            else:
+                raise PlanError(f"component {component.id!r}: type {component.type!r} bound to "
+                                f"a {type(descriptor).__name__}, neither a DeviceDescriptor nor "
+                                f"an ActuatorDescriptor")
         scenario = manifest.scenario
         keyframe_id = scenario_keyframe(manifest, model, scenario)
         check_initial_inputs(manifest, scenario.initial_inputs, {a.endpoint: a for a in actuators})

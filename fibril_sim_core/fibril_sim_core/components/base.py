@@ -10,16 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import mujoco
 
 from .. import _schema as s
 from ..timebase import Timebase
-
-if TYPE_CHECKING:  # (they import this module)
-    from .device import DeviceDescriptor
-    from .endpoint import ActuatorDescriptor
 
 REQUIRED = object()
 
@@ -145,6 +141,15 @@ def internal_name(component_id: str, what: str) -> str:
     return f"__fibril__{component_id}__{what}"
 
 
+class Descriptor(Protocol):
+    """What ``ComponentType.bind`` returns: a ``DeviceDescriptor`` (device.py) or an
+    ``ActuatorDescriptor`` (endpoint.py); named by shape here because device.py imports this
+    module."""
+
+    @property
+    def id(self) -> str: ...
+
+
 class ComponentType(ABC):
     """A registered component type: config fields, bindings, and how to bind to a model."""
 
@@ -164,5 +169,5 @@ class ComponentType(ABC):
 
     @abstractmethod
     def bind(self, component: ResolvedComponent, ctx: BuildContext
-             ) -> DeviceDescriptor | ActuatorDescriptor:
+             ) -> Descriptor:
         """Resolve names against the compiled model; return an immutable descriptor."""
