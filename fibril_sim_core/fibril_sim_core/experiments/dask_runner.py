@@ -47,9 +47,9 @@ def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob]
     token = uuid.uuid4().hex
     client = session.client
     shipped = session.scatter(bundle)
-    futures = {client.submit(_run_task, shipped,
-                             _Task(bundle.relative(job.experiment), job, token),
-                             key=f"fibril-run-{job.run_id}-{token}", pure=False): i
+    futures = {session.submit(_run_task, shipped,
+                              _Task(bundle.relative(job.experiment), job, token),
+                              key=f"fibril-run-{job.run_id}-{token}"): i
                for i, job in enumerate(jobs)}
     results: dict[int, dict[str, Any]] = {}
     try:
