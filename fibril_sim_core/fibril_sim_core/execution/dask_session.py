@@ -13,6 +13,7 @@ megabytes again on every other worker.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -25,8 +26,11 @@ from typing import Any
 
 from .backend import Backend, ExecutionError, public_address
 
+#: The ``distributed`` package (None when Dask is not installed). Dask ships no complete type
+#: information: it is handled as ``Any`` here, at the boundary, and nowhere else.
+distributed: Any
 try:
-    import distributed
+    distributed = importlib.import_module("distributed")
 except ImportError:  # pragma: no cover - depends on the installation
     distributed = None
 
@@ -113,7 +117,11 @@ class DaskSession:
         finally:
             if futures:
                 self.client.cancel(list(futures), force=True)
-        return outcomes  # type: ignore[return-value]
+        finished: list[tuple[bool, Any]] = []
+        for outcome in outcomes:
+            assert outcome is not None  # as_completed ran out: every item has finished
+            finished.append(outcome)
+        return finished
 
     def describe(self) -> dict[str, Any]:
         """Backend, scheduler (no credentials), worker count and the workers' versions (the
@@ -219,7 +227,7 @@ _KEPT: dict[str, Any] = {}
 _KEPT_LOCK = threading.Lock()
 
 
-class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # Dask is untyped: its WorkerPlugin is Any
+class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # a base class of type Any (Dask's)
     """Puts a shared value into the worker process's ``_KEPT`` (and takes it out)."""
 
     def __init__(self, key: str, value: Any) -> None:
