@@ -140,12 +140,7 @@ def run(args: argparse.Namespace) -> int:
         with ShutdownSignals(), _mujoco_warnings_kept():
             scheduler = getattr(args, "scheduler", None)
             if getattr(args, "evaluate", None):
-                if scheduler is not None:
-                    from .errors import CalibrationRequestError
-
-                    raise CalibrationRequestError("--scheduler: --evaluate scores a few sets "
-                                                  "locally; run it without --scheduler")
-                return _evaluate(args, progress)
+                return _evaluate(args, progress, scheduler)
             result = run_calibration(args.request, progress=progress, scheduler=scheduler,
                                      metrics=getattr(args, "metrics", None) is not None)
     except Interrupted as exc:
@@ -292,7 +287,7 @@ def _write_lab_files(args: argparse.Namespace, sysid: dict[str, Any] | None,
     return written
 
 
-def _evaluate(args: argparse.Namespace, progress: Any) -> int:
+def _evaluate(args: argparse.Namespace, progress: Any, scheduler: str | None = None) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
     from .errors import CalibrationError
     from .request.document import load_calibration_request
@@ -305,12 +300,15 @@ def _evaluate(args: argparse.Namespace, progress: Any) -> int:
         raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
     if getattr(args, "output_sysid_params", None) is not None:
         raise CalibrationError("--output-sysid-params writes a fit; --evaluate does not fit")
-    if progress is not None:
-        progress(f"loading {args.request}")
-    request = load_calibration_request(args.request)
+    from .engine import open_backend
+
     metrics: dict[str, Any] = {}
-    document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
-                                       metrics=metrics)
+    with open_backend(scheduler, os.environ, progress) as backend:
+        if progress is not None:
+            progress(f"loading {args.request}")
+        request = load_calibration_request(args.request)
+        document = evaluate_parameter_sets(request, args.evaluate, progress=progress,
+                                           metrics=metrics, session=backend.session(request))
     from .report import error_summary, floor_scores
     from .scores import _units
 

@@ -216,9 +216,11 @@ def overlay_values(request: CalibrationRequest, path: Path
 
 def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
                             progress: Any = None,
-                            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+                            metrics: dict[str, Any] | None = None,
+                            session: Any = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
-    training and validation episodes without fitting."""
+    training and validation episodes without fitting; ``session`` (an open DaskSession) runs
+    the rollouts on its workers (the same document)."""
     from .model.candidate_plan import CandidatePlanBuilder
     from .result import recording_warnings, strict
     from .solve.problem import CalibrationProblem
@@ -237,6 +239,11 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
+            if session is not None:
+                from .solve.dask_rollouts import DaskRollouts
+
+                problem.set_remote(DaskRollouts.for_problem(
+                    session, problem, (*request.fixed_overlays, *fixed)))
             scored.update(score_sets(problem, [chosen], metrics))
     return strict({"format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
                    "request": {"path": str(request.path), "sha256": request.sha256},

@@ -50,6 +50,9 @@ class RolloutContext:
     schedules: dict[str, tuple[EpisodeSchedule, ...]]
     decoders: CalibrationDeviceOutputDecoderRegistry
     timestep_ns: int
+    #: Overlays held at fixed values in every candidate (the request's ``fixed_overlays``,
+    #: and an evaluated artifact's parameters that the request does not fit).
+    fixed_overlays: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,24 +69,29 @@ class DaskRollouts:
     """Candidate × episode rollouts as Dask tasks of an open ``DaskSession``."""
 
     @classmethod
-    def for_problem(cls, session: Any, problem: CalibrationProblem) -> DaskRollouts:
-        """The rollouts of ``problem`` (its request, decoded episodes and decoders)."""
+    def for_problem(cls, session: Any, problem: CalibrationProblem,
+                    fixed_overlays: Sequence[Any] | None = None) -> DaskRollouts:
+        """The rollouts of ``problem`` (its request, decoded episodes and decoders);
+        ``fixed_overlays`` defaults to the request's."""
         request = problem.request
+        fixed = request.fixed_overlays if fixed_overlays is None else fixed_overlays
         return cls(session, request.manifest.path, request.parameters,
                    problem.decoded_schedules(), problem.decoders,
-                   request.nominal_plan.timebase.timestep_ns, request.execution.task_limit)
+                   request.nominal_plan.timebase.timestep_ns, request.execution.task_limit,
+                   tuple(fixed))
 
     def __init__(self, session: Any, manifest: Path, parameters: Sequence[Any],
                  schedules: dict[str, tuple[EpisodeSchedule, ...]],
                  decoders: CalibrationDeviceOutputDecoderRegistry, timestep_ns: int,
-                 limit: int | None) -> None:
+                 limit: int | None, fixed_overlays: tuple[Any, ...] = ()) -> None:
         bundle = collect_bundle(manifest_files(manifest))
-        payload = pickle.dumps((bundle.digest, tuple(parameters), schedules), protocol=5)
+        payload = pickle.dumps((bundle.digest, tuple(parameters), schedules, fixed_overlays),
+                               protocol=5)
         self._session = session
         self._limit = limit
         self._context = session.scatter(RolloutContext(
             hashlib.sha256(payload).hexdigest(), bundle, bundle.relative(manifest),
-            tuple(parameters), schedules, decoders, timestep_ns))
+            tuple(parameters), schedules, decoders, timestep_ns, fixed_overlays))
 
     def rollouts(self, vectors: Sequence[np.ndarray], parameter_ids: Sequence[str],
                  scope: str, episodes: int) -> tuple[list[np.ndarray], RolloutStatistics]:
@@ -166,8 +174,8 @@ class _WorkerState:
         from ..recordings.time_offsets import candidate_builder
 
         self.root = root
-        self.builder = candidate_builder(CandidatePlanBuilder, root / context.manifest,
-                                         context.parameters)
+        self.builder = candidate_builder(CandidatePlanBuilder.holding(context.fixed_overlays),
+                                         root / context.manifest, context.parameters)
         self.lock = threading.Lock()
         self.plan: tuple[tuple[tuple[str, float], ...], Any] | None = None
 
