@@ -83,8 +83,12 @@ def report(label: str, times: dict[str, list[float]], units: int, workers: int,
         median = statistics.median(values)
         line = f"  {name:<12} median {median:7.2f} s  {units / median:7.2f} {unit}/s"
         if name != "local":
-            line += (f"  throughput {local / median:.2f}x local, overhead "
-                     f"{(median - local) * workers / tasks * 1e3:.1f} ms/task")
+            # Paired: each repetition's local and dask runs were side by side (a load spike
+            # on one of them moves one ratio, not the median of ratios).
+            paired = statistics.median(a / b for a, b in zip(times["local"], values))
+            line += (f"  throughput {local / median:.2f}x local (paired median "
+                     f"{paired:.2f}x), overhead {(median - local) * workers / tasks * 1e3:.1f}"
+                     f" ms/task")
         print(line)
 
 

@@ -148,7 +148,7 @@ def test_a_long_trace_streams_back_in_chunks(cluster: Any, example: Path,
 
 
 # ------------------------------------------------------------------ refused before any work
-class _OtherMujoco(distributed.WorkerPlugin):
+class _OtherMujoco(distributed.WorkerPlugin):  # type: ignore[name-defined,misc]  # Dask's, untyped
     """Makes a worker report another MuJoCo version (restored on teardown)."""
 
     name = "fibril-test-other-mujoco"
