@@ -129,7 +129,7 @@ class DaskRollouts:
 
 #: Tasks per slot when candidates are grouped: enough to even out the slots' loads, few
 #: enough that the round trip between a slot's tasks stays small against its rollouts.
-TASKS_PER_SLOT = 3
+TASKS_PER_SLOT = 8
 
 #: One task's work: (candidate index, episode indices) pieces, candidate-major.
 TaskLayout = tuple[tuple[int, tuple[int, ...]], ...]
