@@ -20,6 +20,7 @@ Usage: ``python bench/distributed.py [--steps 2000] [--repeats 1] [--batches 2] 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -71,15 +72,23 @@ def interleaved(settings: dict[str, Callable[[int], float]], repeats: int
     return times
 
 
-def report(label: str, times: dict[str, list[float]], tasks: int, workers: int) -> None:
+def report(label: str, times: dict[str, list[float]], units: int, workers: int,
+           tasks: int | None = None, unit: str = "tasks") -> None:
+    """Medians, throughput ratios and the per-task overhead ``(dask - local) * workers /
+    tasks`` (``tasks``: the Dask tasks, when they are not the units of work)."""
+    tasks = units if tasks is None else tasks
     local = statistics.median(times["local"])
-    print(f"{label}: {tasks} tasks")
+    print(f"{label}: {units} {unit}, {tasks} Dask tasks")
     for name, values in times.items():
         median = statistics.median(values)
-        line = f"  {name:<12} median {median:7.2f} s  {tasks / median:7.2f} tasks/s"
+        line = f"  {name:<12} median {median:7.2f} s  {units / median:7.2f} {unit}/s"
         if name != "local":
-            line += (f"  throughput {local / median:.2f}x local, overhead "
-                     f"{(median - local) * workers / tasks * 1e3:.1f} ms/task")
+            # Paired: each repetition's local and dask runs were side by side (a load spike
+            # on one of them moves one ratio, not the median of ratios).
+            paired = statistics.median(a / b for a, b in zip(times["local"], values))
+            line += (f"  throughput {local / median:.2f}x local (paired median "
+                     f"{paired:.2f}x), overhead {(median - local) * workers / tasks * 1e3:.1f}"
+                     f" ms/task")
         print(line)
 
 
@@ -106,29 +115,43 @@ def experiment_part(cluster: Any, folder: Path, steps: int, repeats: int) -> Non
     report(f"experiment ({steps} steps per run)", times, RUNS, 2)
 
 
-def eight_workers(folder: Path, steps: int) -> None:
-    from distributed import LocalCluster
-
+def eight_workers(folder: Path, steps: int, repeats: int) -> None:
+    """The experiment on 8 worker processes (on this machine's cores) against local, as
+    ``experiment_part``: what scaling out beyond the cores costs."""
+    from fibril_sim_core.execution.dask_session import distributed
     from fibril_sim_core.experiments.runner import run_experiment
 
     path = folder / "example" / "study.yaml"
+    cores = len(os.sched_getaffinity(0))
     start = time.perf_counter()
-    with LocalCluster(n_workers=8, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster:
+    with distributed.LocalCluster(n_workers=8, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
         print(f"8-worker LocalCluster started in {time.perf_counter() - start:.1f} s")
-        start = time.perf_counter()
-        run_experiment(path, traces=folder / "traces-8", environ={},
-                       scheduler=cluster.scheduler_address)
-        elapsed = time.perf_counter() - start
-    print(f"experiment on 8 worker processes (2 cores): {elapsed:.2f} s, {RUNS / elapsed:.2f} "
-          f"runs/s, {RUNS / elapsed / 8:.3f} runs/s per worker process")
+
+        def run(scheduler: str | None) -> Callable[[int], float]:
+            def once(repeat: int) -> float:
+                traces = folder / f"traces8-{scheduler is not None}-{repeat}"
+                start = time.perf_counter()
+                run_experiment(path, traces=traces, environ={}, scheduler=scheduler)
+                elapsed = time.perf_counter() - start
+                shutil.rmtree(traces)
+                return elapsed
+            return once
+
+        times = interleaved({"local": run(None), "dask-8": run(cluster.scheduler_address)},
+                            repeats)
+    report(f"experiment on 8 worker processes ({cores} cores)", times, RUNS, 8)
+    median = statistics.median(times["dask-8"])
+    local = statistics.median(times["local"])
+    print(f"  per core: local {RUNS / local / cores:.2f} runs/s, dask-8 "
+          f"{RUNS / median / cores:.2f} runs/s ({RUNS / median / 8:.3f} per worker process)")
 
 
 def calibration_part(cluster: Any, repeats: int, batches: int) -> None:
     import dataclasses
 
-    from fibril_calibration.request import load_calibration_request
-    from fibril_calibration.solve.dask_rollouts import DaskRollouts
+    from fibril_calibration.request.document import load_calibration_request
+    from fibril_calibration.solve.dask_rollouts import DaskRollouts, task_layout
     from fibril_calibration.solve.problem import CalibrationProblem
     from fibril_sim_core.execution import Backend
     from fibril_sim_core.execution.dask_session import open_session
@@ -159,10 +182,11 @@ def calibration_part(cluster: Any, repeats: int, batches: int) -> None:
                    zip(local.evaluate_many(check), remote.evaluate_many(check)))
         times = interleaved({"local": evaluate(local), "dask-2": evaluate(remote)}, repeats)
         rollout_s = remote.statistics.rollout_seconds / max(1, remote.statistics.rollouts)
-    tasks = batches * (len(initial) + 1) * episodes
+    rollouts = batches * (len(initial) + 1) * episodes
+    tasks = batches * len(task_layout(len(initial) + 1, episodes, 2))
     report(f"calibration (Panda, {len(initial)} parameters, {episodes} training windows, "
            f"{batches} Jacobian batch(es); {rollout_s * 1e3:.1f} ms per rollout on a worker)",
-           times, tasks, 2)
+           times, rollouts, 2, tasks, "rollouts")
 
 
 def main() -> None:
@@ -173,12 +197,12 @@ def main() -> None:
     parser.add_argument("--skip-8", action="store_true", help="no 8-worker figure")
     parser.add_argument("--only", choices=("experiment", "calibration"))
     args = parser.parse_args()
-    from distributed import LocalCluster
+    from fibril_sim_core.execution.dask_session import distributed
 
     folder = Path(tempfile.mkdtemp(prefix="fibril-bench-dask-"))
     try:
         start = time.perf_counter()
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                           dashboard_address=":0") as cluster:
             print(f"2-worker LocalCluster started in {time.perf_counter() - start:.1f} s")
             if args.only != "calibration":
@@ -186,7 +210,7 @@ def main() -> None:
             if args.only != "experiment":
                 calibration_part(cluster, args.repeats, args.batches)
         if not args.skip_8 and args.only != "calibration":
-            eight_workers(folder, args.steps)
+            eight_workers(folder, args.steps, args.repeats)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

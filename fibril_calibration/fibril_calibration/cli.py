@@ -184,10 +184,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with ShutdownSignals(), _mujoco_warnings_kept():
             if options.evaluate:
-                if options.scheduler is not None:
-                    raise CalibrationRequestError("--scheduler: --evaluate scores a few sets "
-                                                  "locally; run it without --scheduler")
-                return _evaluate(options, progress)
+                return _evaluate(options, progress, options.scheduler)
             result = run_calibration(options.request, progress=progress,
                                      scheduler=options.scheduler,
                                      metrics=options.metrics is not None)
@@ -340,8 +337,10 @@ def _write_lab_files(options: CalibrateOptions, sysid: dict[str, Any] | None,
     return written
 
 
-def _evaluate(options: CalibrateOptions, progress: Any) -> int:
-    """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written)."""
+def _evaluate(options: CalibrateOptions, progress: Any, scheduler: str | None = None) -> int:
+    """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written);
+    on Dask when ``scheduler`` (or the environment / request) says so."""
+    from .engine import open_backend
     from .report import error_summary, floor_scores
     from .request.document import load_calibration_request
     from .result import strict, to_json
@@ -353,12 +352,13 @@ def _evaluate(options: CalibrateOptions, progress: Any) -> int:
         raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
     if options.output_sysid_params is not None:
         raise CalibrationError("--output-sysid-params writes a fit; --evaluate does not fit")
-    if progress is not None:
-        progress(f"loading {options.request}")
-    request = load_calibration_request(options.request)
     metrics: dict[str, Any] = {}
-    document = evaluate_parameter_sets(request, options.evaluate, progress=progress,
-                                       metrics=metrics)
+    with open_backend(scheduler, os.environ, progress) as backend:
+        if progress is not None:
+            progress(f"loading {options.request}")
+        request = load_calibration_request(options.request)
+        document = evaluate_parameter_sets(request, options.evaluate, progress=progress,
+                                           metrics=metrics, session=backend.session(request))
     document["error_summary"] = strict(error_summary(document["scores"],
                                                      floor_scores(request,
                                                                   signal_units(request))))

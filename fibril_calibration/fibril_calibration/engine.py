@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -241,6 +241,35 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
     if progress is not None:
         progress(f"done: {outcome.termination}, fit {outcome.verdict.verdict}")
     return CalibrationResult(request, outcome, fitted_plan, document, documents or {})
+
+
+class CommandBackend:
+    """A command's Dask session, if any: ``--scheduler`` / ``FIBRIL_DASK_SCHEDULER`` connect
+    at once (before the request's episodes are decoded), else the request's
+    ``execution.backend`` decides once the request is loaded (``session``)."""
+
+    def __init__(self, stack: contextlib.ExitStack, session: Any,
+                 progress: Progress | None) -> None:
+        self._stack = stack
+        self._session = session
+        self._progress = progress
+
+    def session(self, request: CalibrationRequest) -> Any:
+        """The open DaskSession (None: the local backend)."""
+        if self._session is None:
+            backend = resolve_backend(request.execution.backend, None, {},
+                                      request.execution.max_parallelism)
+            self._session = _dask_session(self._stack, backend, None, self._progress)
+        return self._session
+
+
+@contextlib.contextmanager
+def open_backend(scheduler: str | None, environ: Mapping[str, str],
+                 progress: Progress | None) -> Iterator[CommandBackend]:
+    """The backend of a command that is not a fit (``--evaluate``); closed on exit."""
+    with contextlib.ExitStack() as stack:
+        backend = resolve_backend(Backend(), scheduler, environ)
+        yield CommandBackend(stack, _dask_session(stack, backend, None, progress), progress)
 
 
 def _dask_session(stack: contextlib.ExitStack, backend: Backend, candidate_builder: Any,

@@ -221,9 +221,11 @@ def overlay_values(request: CalibrationRequest, path: Path
 
 def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
                             progress: Any = None,
-                            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+                            metrics: dict[str, Any] | None = None,
+                            session: Any = None) -> dict[str, Any]:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
-    training and validation episodes without fitting."""
+    training and validation episodes without fitting; ``session`` (an open DaskSession) runs
+    the rollouts on its workers (the same document)."""
     scored: dict[str, Any] = {}
     for name in names:
         if name == "nominal":
@@ -237,6 +239,11 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
+            if session is not None:  # Dask is optional: loaded only for a session
+                from .solve.dask_rollouts import DaskRollouts
+
+                problem.set_remote(DaskRollouts.for_problem(
+                    session, problem, (*request.fixed_overlays, *fixed)))
             scored.update(score_sets(problem, [chosen], metrics))
     document: dict[str, Any] = strict({
         "format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},

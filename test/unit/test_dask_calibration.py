@@ -5,6 +5,7 @@ in flight."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -18,8 +19,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _recording_rig as rig  # noqa: E402
-from fibril_calibration import run_calibration  # noqa: E402
+import _recording_rig as rig  # type: ignore[import-not-found]  # noqa: E402  # beside this file
+from fibril_calibration.engine import run_calibration  # noqa: E402
 from fibril_sim_core.execution import Backend  # noqa: E402
 
 distributed = pytest.importorskip("distributed")
@@ -85,6 +86,40 @@ def test_bag_calibration_is_bit_identical_on_dask(cluster: Any, tmp_path: Path) 
                                                cluster.scheduler_address})
     assert len(local.request.training) == 2  # two windows: two episodes per candidate
     _same_result(local, remote)
+
+
+OVERLAY = """format: fibril_sim/parameter_overlay
+schema_version: {major: 1, minor: 0}
+id: evaluated-set
+parameters:
+  - {id: wheel_damping, unit: N_m_s_per_rad, provenance: test, value: 0.03,
+     target: "mujoco:joint_damping:wheel_joint:0"}
+  - {id: motor_resistance, unit: ohm, provenance: test, value: 2.5,
+     target: "mujoco:dcmotor_resistance:drive"}
+  - {id: wheel_armature, unit: kg_m2, provenance: test, value: 0.05,
+     target: "mujoco:joint_armature:wheel_joint:0"}
+"""
+
+
+@pytest.mark.slow
+def test_evaluate_on_dask_gives_the_local_document(cluster: Any, tmp_path: Path) -> None:
+    """``--evaluate`` with --scheduler: nominal and an overlay artifact whose extra parameter
+    (not fitted by the request) is held fixed on the workers, as locally."""
+    from fibril_calibration.cli import main
+
+    folder = tmp_path / "drivetrain"
+    shutil.copytree(DRIVETRAIN, folder)
+    overlay = folder / "evaluated.yaml"
+    overlay.write_text(OVERLAY)
+    request = folder / "calibration.yaml"
+    sets = ["--evaluate", "nominal", "--evaluate", str(overlay)]
+    assert main([str(request), "--quiet", *sets, "--output", str(tmp_path / "local.json")]) == 0
+    assert main([str(request), "--quiet", *sets, "--output", str(tmp_path / "dask.json"),
+                 "--scheduler", cluster.scheduler_address]) == 0
+    local = json.loads((tmp_path / "local.json").read_text())
+    remote = json.loads((tmp_path / "dask.json").read_text())
+    assert local == remote
+    assert local["scores"]["nominal"] != local["scores"][str(overlay)]
 
 
 def _interval(_: Any, item: int) -> tuple[float, float]:

@@ -114,8 +114,41 @@ def test_dask_gives_the_records_and_trace_payloads_of_the_local_backend(
     assert lines[-1].startswith("[4/4] ")
 
 
+def _run_folders() -> list[str]:
+    """On a worker: the run scratch folders left in its local directory."""
+    from fibril_sim_core.execution.dask_session import worker_cache
+    return sorted(str(p) for p in Path(worker_cache()).glob("fibril_sim-run-*"))
+
+
+@pytest.mark.slow
+def test_a_long_trace_streams_back_in_chunks(cluster: Any, example: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace longer than CHUNK_BYTES stays on its worker's disk and is read back chunk by
+    chunk into --traces: the same payloads as locally, nothing left on the workers."""
+    from fibril_sim_core.experiments import dask_runner
+
+    monkeypatch.setattr(dask_runner, "CHUNK_BYTES", 4096)
+    path = _experiment(example, "chunked", steps=400, variants=2)
+    local = run_experiment(path, traces=example / "chunked-local.traces", environ={})
+    remote = run_experiment(path, traces=example / "chunked-dask.traces", environ={},
+                            scheduler=cluster.scheduler_address)
+    for a, b in zip(local["runs"], remote["runs"]):
+        assert b["status"] == "succeeded" and b["trace"] == str(example / "chunked-dask.traces"
+                                                                 / b["id"])
+        sizes = [f.stat().st_size for f in Path(b["trace"]).rglob("*") if f.is_file()]
+        assert sum(sizes) > 4096 and max(sizes) > 2 * 4096  # several chunks of one file
+        assert _messages(Path(b["trace"])) == _messages(Path(a["trace"]))
+    assert not [p.name for p in (example / "chunked-dask.traces").iterdir()
+                if p.name.startswith(".")]  # no staging folder left here
+    with distributed.Client(cluster.scheduler_address) as client:
+        deadline = time.monotonic() + 30
+        while any(client.run(_run_folders).values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(client.run(_run_folders).values())
+
+
 # ------------------------------------------------------------------ refused before any work
-class _OtherMujoco(distributed.WorkerPlugin):
+class _OtherMujoco(distributed.WorkerPlugin):  # type: ignore[name-defined,misc]  # Dask's, untyped
     """Makes a worker report another MuJoCo version (restored on teardown)."""
 
     name = "fibril-test-other-mujoco"

@@ -1,14 +1,19 @@
 """Calibration rollouts on a Dask cluster (the ``dask`` execution backend).
 
-The unit of work is one candidate × one episode when fewer candidates than worker threads are
-evaluated at once (one evaluation: its episodes in parallel), and one candidate × all its
-episodes otherwise (a finite-difference Jacobian's batch: one plan build per candidate, as
-locally). A task builds the candidate's plan on a worker (kept there for the candidate's next
-episodes) and returns unweighted residuals, exactly what the local backend computes. What every task needs is sent once per
-calibration and copied between the workers: the manifest's files by content (``Bundle``), the
-parameters and the episode schedules with their decoded recorded inputs and reference samples.
-Residuals are assembled on the client in declaration order, so the fit is bit for bit the
-local one. At most ``max_parallelism`` tasks are in flight when the request sets it.
+A task is a few whole candidates × all their episodes when at least as many candidates as task
+slots are evaluated at once (a finite-difference Jacobian's batch: one plan build per
+candidate, as locally, and a few tasks per slot so that round trips stay small against the
+rollouts), and one candidate × a group of its episodes otherwise (one evaluation: its episodes
+spread over the slots); see ``task_layout``. A task builds each candidate's plan on a worker
+(kept there for the candidate's next episodes, then handed back to the builder, which reuses
+its model) and returns unweighted residuals, exactly what the local backend computes.
+
+What every task needs is sent once per calibration and copied between the workers: the
+manifest's files by content (``Bundle``), the parameters and the episode schedules with their
+decoded recorded inputs and reference samples. Residuals are assembled on the client in
+declaration order, so the fit is bit for bit the local one. At most ``max_parallelism`` tasks
+are in flight when the request sets it below the cluster's threads (at or above, the threads
+bound them: every task is submitted, the scheduler queues them on the workers).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ class RolloutContext:
     schedules: dict[str, tuple[EpisodeSchedule, ...]]
     decoders: CalibrationDeviceOutputDecoderRegistry
     timestep_ns: int
+    #: Overlays held at fixed values in every candidate (the request's ``fixed_overlays``,
+    #: and an evaluated artifact's parameters that the request does not fit).
+    fixed_overlays: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,34 +69,44 @@ class DaskRollouts:
     """Candidate × episode rollouts as Dask tasks of an open ``DaskSession``."""
 
     @classmethod
-    def for_problem(cls, session: Any, problem: CalibrationProblem) -> DaskRollouts:
-        """The rollouts of ``problem`` (its request, decoded episodes and decoders)."""
+    def for_problem(cls, session: Any, problem: CalibrationProblem,
+                    fixed_overlays: Sequence[Any] | None = None) -> DaskRollouts:
+        """The rollouts of ``problem`` (its request, decoded episodes and decoders);
+        ``fixed_overlays`` defaults to the request's."""
         request = problem.request
+        fixed = request.fixed_overlays if fixed_overlays is None else fixed_overlays
         return cls(session, request.manifest.path, request.parameters,
                    problem.decoded_schedules(), problem.decoders,
-                   request.nominal_plan.timebase.timestep_ns, request.execution.task_limit)
+                   request.nominal_plan.timebase.timestep_ns, request.execution.task_limit,
+                   tuple(fixed))
 
     def __init__(self, session: Any, manifest: Path, parameters: Sequence[Any],
                  schedules: dict[str, tuple[EpisodeSchedule, ...]],
                  decoders: CalibrationDeviceOutputDecoderRegistry, timestep_ns: int,
-                 limit: int | None) -> None:
+                 limit: int | None, fixed_overlays: tuple[Any, ...] = ()) -> None:
         bundle = collect_bundle(manifest_files(manifest))
-        payload = pickle.dumps((bundle.digest, tuple(parameters), schedules), protocol=5)
+        payload = pickle.dumps((bundle.digest, tuple(parameters), schedules, fixed_overlays),
+                               protocol=5)
         self._session = session
         self._limit = limit
         self._context = session.scatter(RolloutContext(
             hashlib.sha256(payload).hexdigest(), bundle, bundle.relative(manifest),
-            tuple(parameters), schedules, decoders, timestep_ns))
+            tuple(parameters), schedules, decoders, timestep_ns, fixed_overlays))
 
     def rollouts(self, vectors: Sequence[np.ndarray], parameter_ids: Sequence[str],
                  scope: str, episodes: int) -> tuple[list[np.ndarray], RolloutStatistics]:
         """Unweighted residuals of each candidate's episodes (candidate-major, episodes in
         declaration order); the first failure in that order is raised, as locally."""
-        per_candidate = len(vectors) >= self._session.threads
-        groups = [tuple(range(episodes))] if per_candidate else [(i,) for i in range(episodes)]
-        items = [(scope, group, tuple(zip(parameter_ids, (float(v) for v in vector))))
-                 for vector in vectors for group in groups]
-        outcomes = self._session.map(_rollout_task, self._context, items, self._limit)
+        threads = max(1, int(self._session.threads))
+        # A limit at or above the cluster's threads binds nothing: every task is submitted and
+        # the scheduler queues the next one on each worker (no idle round trip between tasks).
+        limit = self._limit if self._limit is not None and self._limit < threads else None
+        slots = min(threads, limit or threads)
+        candidates = [tuple(zip(parameter_ids, (float(v) for v in vector)))
+                      for vector in vectors]
+        items = [(scope, tuple((candidates[c], indices) for c, indices in task))
+                 for task in task_layout(len(vectors), episodes, slots)]
+        outcomes = self._session.map(_rollout_task, self._context, items, limit)
         residuals: list[np.ndarray] = []
         builds = 0
         build_seconds = rollout_seconds = 0.0
@@ -109,6 +127,36 @@ class DaskRollouts:
         return residuals, statistics
 
 
+#: Tasks per slot when candidates are grouped: enough to even out the slots' loads, few
+#: enough that the round trip between a slot's tasks stays small against its rollouts.
+TASKS_PER_SLOT = 8
+
+#: One task's work: (candidate index, episode indices) pieces, candidate-major.
+TaskLayout = tuple[tuple[int, tuple[int, ...]], ...]
+
+
+def task_layout(candidates: int, episodes: int, slots: int) -> list[TaskLayout]:
+    """The tasks of ``candidates`` × ``episodes`` rollouts for ``slots`` tasks at once, in
+    candidate-major order (their concatenation is every rollout once, in residual order).
+
+    At least as many candidates as slots (a Jacobian's batch): whole candidates, grouped into
+    at most ``TASKS_PER_SLOT`` tasks per slot (one plan build per candidate, as locally, and
+    few round trips). Fewer candidates (one evaluation): each candidate's episodes split into
+    contiguous groups so that every slot has work."""
+    if candidates == 0 or episodes == 0:
+        return []
+    every = tuple(range(episodes))
+    if candidates >= slots:
+        count = min(candidates, TASKS_PER_SLOT * slots)
+        bounds = [candidates * k // count for k in range(count + 1)]
+        return [tuple((c, every) for c in range(bounds[k], bounds[k + 1]))
+                for k in range(count)]
+    groups = min(episodes, -(-slots // candidates))
+    cuts = [episodes * k // groups for k in range(groups + 1)]
+    return [((c, every[cuts[k]:cuts[k + 1]]),) for c in range(candidates)
+            for k in range(groups)]
+
+
 def _as_evaluation_error(error: BaseException) -> BaseException:
     """A failed rollout stays an EvaluationError; a task lost with its worker becomes one."""
     if isinstance(error, (EvaluationError, FibrilError)):
@@ -126,8 +174,8 @@ class _WorkerState:
         from ..recordings.time_offsets import candidate_builder
 
         self.root = root
-        self.builder = candidate_builder(CandidatePlanBuilder, root / context.manifest,
-                                         context.parameters)
+        self.builder = candidate_builder(CandidatePlanBuilder.holding(context.fixed_overlays),
+                                         root / context.manifest, context.parameters)
         self.lock = threading.Lock()
         self.plan: tuple[tuple[tuple[str, float], ...], Any] | None = None
 
@@ -149,32 +197,53 @@ def _state(context: RolloutContext) -> _WorkerState:
 
 
 def _rollout_task(context: RolloutContext,
-                  item: tuple[str, tuple[int, ...], tuple[tuple[str, float], ...]]
+                  item: tuple[str, tuple[tuple[tuple[tuple[str, float], ...], tuple[int, ...]],
+                                         ...]]
                   ) -> tuple[list[np.ndarray], int, float, float]:
-    """One candidate × some episodes: (their unweighted residuals in order, plans built,
-    build s, rollout s)."""
-    scope, indices, values = item
+    """Some candidates × some of their episodes: (their unweighted residuals in order, plans
+    built, build s, rollout s)."""
+    scope, pieces = item
     state = _state(context)
-    built, build_seconds = 0, 0.0
+    built, build_seconds, rollout_seconds = 0, 0.0, 0.0
+    residuals = []
+    for values, indices in pieces:
+        started = time.perf_counter()
+        plan, new = _plan_for(state, context, values)
+        built += new
+        build_seconds += time.perf_counter() - started if new else 0.0
+        started = time.perf_counter()
+        try:
+            for index in indices:
+                schedule = context.schedules[scope][index]
+                tracks = run_episode(plan, schedule, context.decoders)
+                residuals.append(episode_residuals(schedule, tracks)[0])
+        except EvaluationError as exc:  # names the submitter's files, not the worker's copy
+            raise EvaluationError(remap(str(exc), str(state.root),
+                                        context.bundle.root)) from None
+        finally:
+            rollout_seconds += time.perf_counter() - started
+        del plan
+    return residuals, built, build_seconds, rollout_seconds
+
+
+def _plan_for(state: _WorkerState, context: RolloutContext,
+              values: tuple[tuple[str, float], ...]) -> tuple[Any, int]:
+    """The candidate's plan (the worker's last one when it is the same candidate) and
+    whether it was built; the previous candidate's plan goes back to the builder first, which
+    then writes the new values into its model instead of copying one (as locally)."""
     with state.lock:
         cached = state.plan
         if cached is not None and cached[0] == values:
-            plan = cached[1]
-        else:
-            started = time.perf_counter()
-            plan = _candidate_plan(state, context, dict(values))
-            built, build_seconds = 1, time.perf_counter() - started
-            state.plan = (values, plan)
-    started = time.perf_counter()
-    residuals = []
-    try:
-        for index in indices:
-            schedule = context.schedules[scope][index]
-            tracks = run_episode(plan, schedule, context.decoders)
-            residuals.append(episode_residuals(schedule, tracks)[0])
-    except EvaluationError as exc:  # names the submitter's files, not the worker's copy
-        raise EvaluationError(remap(str(exc), str(state.root), context.bundle.root)) from None
-    return residuals, built, build_seconds, time.perf_counter() - started
+            return cached[1], 0
+        state.plan = None
+        if cached is not None:
+            previous = cached[1]
+            del cached
+            state.builder.release(previous)  # both standard builders take plans back
+            del previous
+        plan = _candidate_plan(state, context, dict(values))
+        state.plan = (values, plan)
+        return plan, 1
 
 
 def _candidate_plan(state: _WorkerState, context: RolloutContext,

@@ -3,12 +3,21 @@
 ``local:N`` starts a ``LocalCluster`` of N single-threaded worker processes on this machine;
 any other address connects to a running scheduler. Before any work is sent, every worker's
 library versions are compared with this process's: a mismatch is an error naming the worker.
+
+What every task of a run needs (a calibration's episodes, an experiment's files) is sent once
+per worker as a worker plugin (``DaskSession.scatter``) and kept there deserialized; tasks name
+it by key. Dask's own scattered data would not do: its memory manager drops the replicas no
+waiting task needs (ReduceReplicas, every 2 s), so each batch of tasks fetched and unpickled
+megabytes again on every other worker.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,8 +26,11 @@ from typing import Any
 
 from .backend import Backend, ExecutionError, public_address
 
+#: The ``distributed`` package (None when Dask is not installed). Dask ships no complete type
+#: information: it is handled as ``Any`` here, at the boundary, and nowhere else.
+distributed: Any
 try:
-    import distributed
+    distributed = importlib.import_module("distributed")
 except ImportError:  # pragma: no cover - depends on the installation
     distributed = None
 
@@ -39,6 +51,8 @@ class DaskSession:
     cluster: Any = None
     #: Threads of all workers when connected: how many tasks run at once.
     threads: int = 1
+    #: Names of the worker plugins that hold this session's shared values.
+    plugins: list[str] = field(default_factory=list)
 
     @property
     def dashboard(self) -> str | None:
@@ -48,15 +62,35 @@ class DaskSession:
         except Exception:  # noqa: BLE001 - the link is a convenience, never an error
             return None
 
-    def scatter(self, value: Any) -> Any:
-        """``value`` sent once and kept by every worker (see ``scatter_everywhere``)."""
-        return scatter_everywhere(self.client, value)
+    def scatter(self, value: Any) -> Shared:
+        """``value`` sent once to every worker, those that join later included, and kept
+        there (deserialized) until the session closes; tasks receive the handle."""
+        shared = Shared(uuid.uuid4().hex)
+        name = f"fibril_sim-shared-{shared.key}"
+        self.client.register_plugin(_Keep(shared.key, value), name=name)
+        self.plugins.append(name)
+        return shared
 
-    def map(self, function: Callable[..., Any], shared: Any, items: Sequence[Any],
+    def forget(self) -> None:
+        """Drop this session's shared values from the workers."""
+        while self.plugins:
+            name = self.plugins.pop()
+            try:
+                self.client.unregister_worker_plugin(name)
+            except Exception:  # noqa: BLE001 - a closing cluster forgets them anyway
+                pass
+
+    def submit(self, function: Callable[[Any, Any], Any], shared: Shared, item: Any,
+               key: str | None = None) -> Any:
+        """A future of ``function(value, item)`` on a worker, ``value`` its copy of
+        ``shared``."""
+        return self.client.submit(_call, function, shared, item, key=key, pure=False)
+
+    def map(self, function: Callable[[Any, Any], Any], shared: Shared, items: Sequence[Any],
             limit: int | None = None) -> list[tuple[bool, Any]]:
-        """``function(shared, item)`` for each item as one task each, at most ``limit`` in
-        flight (all at once when None); ``(True, result)`` or ``(False, exception)`` per item,
-        in ``items`` order. ``shared`` is a future (``scatter_everywhere``)."""
+        """``function(value, item)`` for each item as one task each, ``value`` the one
+        ``shared`` holds on the worker, at most ``limit`` in flight (all at once when None);
+        ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order."""
         futures: dict[Any, int] = {}
         outcomes: list[tuple[bool, Any] | None] = [None] * len(items)
         pending = iter(enumerate(items))
@@ -64,7 +98,7 @@ class DaskSession:
 
         def submit() -> None:
             for i, item in pending:
-                futures[self.client.submit(function, shared, item, pure=False)] = i
+                futures[self.submit(function, shared, item)] = i
                 if len(futures) >= ahead:
                     return
 
@@ -83,7 +117,11 @@ class DaskSession:
         finally:
             if futures:
                 self.client.cancel(list(futures), force=True)
-        return outcomes  # type: ignore[return-value]
+        finished: list[tuple[bool, Any]] = []
+        for outcome in outcomes:
+            assert outcome is not None  # as_completed ran out: every item has finished
+            finished.append(outcome)
+        return finished
 
     def describe(self) -> dict[str, Any]:
         """Backend, scheduler (no credentials), worker count and the workers' versions (the
@@ -151,6 +189,7 @@ def open_session(backend: Backend, progress: Callable[[str], None] | None = None
                      + (f", dashboard {link}" if link else ""))
         yield session
     finally:
+        session.forget()  # a long-lived scheduler would keep every run's values otherwise
         client.close()
         if cluster is not None:
             cluster.close()
@@ -167,12 +206,46 @@ def check_versions(client: dict[str, str], workers: dict[str, dict[str, str]]) -
                     f"must match (results would differ); no work was sent")
 
 
-def scatter_everywhere(client: Any, value: Any) -> Any:
-    """``value`` sent once from here and copied between the workers (scattered data cannot be
-    recomputed: with a copy on every worker, a killed worker loses nothing its siblings need)."""
-    future = client.scatter(value, hash=False)
-    client.replicate([future])
-    return future
+@dataclass(frozen=True)
+class Shared:
+    """A value ``DaskSession.scatter`` sent to the workers: tasks carry this key, never the
+    value (no transfer per task, nothing for Dask's memory manager to move)."""
+
+    key: str
+
+    def value(self) -> Any:
+        """The value, on a worker of the session that shared it."""
+        with _KEPT_LOCK:
+            try:
+                return _KEPT[self.key]
+            except KeyError:
+                raise ExecutionError(f"shared value {self.key} is not on this Dask worker "
+                                     f"(its session has closed)") from None
+
+
+_KEPT: dict[str, Any] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # a base class of type Any (Dask's)
+    """Puts a shared value into the worker process's ``_KEPT`` (and takes it out)."""
+
+    def __init__(self, key: str, value: Any) -> None:
+        self.key = key
+        self.held = value
+
+    def setup(self, worker: Any) -> None:
+        with _KEPT_LOCK:
+            _KEPT[self.key] = self.held
+
+    def teardown(self, worker: Any) -> None:
+        with _KEPT_LOCK:
+            _KEPT.pop(self.key, None)
+
+
+def _call(function: Callable[[Any, Any], Any], shared: Shared, item: Any) -> Any:
+    """A task: ``function`` on the worker's copy of ``shared``."""
+    return function(shared.value(), item)
 
 
 def _first_line(exc: BaseException) -> str:

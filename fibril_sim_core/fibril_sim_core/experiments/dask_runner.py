@@ -1,11 +1,16 @@
 """Runs an experiment on a Dask cluster: each run is one task.
 
 The files the runs are built from (experiment, manifest, MJCF with its includes and assets,
-overlays, scenario) travel as one content-addressed bundle, scattered once; a worker writes it
-into its own folder and builds from there, never from the submitter's paths. Each task returns
-its record and the files of its trace, which are written under ``--traces`` here. A run whose
-worker dies is recorded as a ``runtime_failure`` naming the worker; its siblings go on.
-Per-run timeouts are the runner's own (checked on the worker while it steps).
+overlays, scenario) travel as one content-addressed bundle, sent once to each worker; a worker
+writes it into its own folder and builds from there, never from the submitter's paths.
+
+Traces stream back: a run writes its trace on the worker's disk; a trace of at most
+``CHUNK_BYTES`` travels with the run's record, a longer one stays on that worker's disk and is
+read back chunk by chunk (tasks pinned to that worker, at most ``CHUNKS_AHEAD`` chunks in
+flight), so neither side ever holds a whole long trace in memory. The client writes it under
+``--traces`` (it appears complete or not at all). A run whose worker dies, before its record
+or before its trace came back, is recorded as a ``runtime_failure`` naming the worker; its
+siblings go on. Per-run timeouts are the runner's own (checked on the worker while it steps).
 """
 
 from __future__ import annotations
@@ -19,15 +24,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import distributed
-
 from ..execution.bundle import Bundle, collect_bundle, manifest_files
-from ..execution.dask_session import DaskSession, worker_cache
+from ..execution.dask_session import DaskSession, distributed, worker_cache
 from .experiment import Experiment
 from .run import RUNTIME_FAILURE, RunJob, execute_run, failed_record, progress_line
 
 #: Scheduler metadata under which each started run names its worker (see ``_claim``).
 METADATA_KEY = "fibril_sim"
+#: A trace up to this size comes back with its record; a longer one in chunks of this size.
+CHUNK_BYTES = 8 << 20
+#: Chunk reads in flight per trace (the next one is read while the last one is written).
+CHUNKS_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,27 @@ class _Task:
     experiment: str
     job: RunJob
     token: str
+    chunk_bytes: int
+
+
+@dataclass(frozen=True)
+class _TraceFile:
+    """One file of a run's trace: its content when it came with the record, else its size
+    (read back from the worker's ``_Outcome.folder``)."""
+
+    relative: str
+    size: int
+    content: bytes | None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a run task returns: the record, and where its trace is."""
+
+    record: dict[str, Any]
+    worker: str
+    folder: str | None  # on the worker, until read back; None: nothing left there
+    files: tuple[_TraceFile, ...]
 
 
 def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob],
@@ -47,15 +75,15 @@ def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob]
     token = uuid.uuid4().hex
     client = session.client
     shipped = session.scatter(bundle)
-    futures = {client.submit(_run_task, shipped,
-                             _Task(bundle.relative(job.experiment), job, token),
-                             key=f"fibril-run-{job.run_id}-{token}", pure=False): i
+    futures = {session.submit(_run_task, shipped,
+                              _Task(bundle.relative(job.experiment), job, token, CHUNK_BYTES),
+                              key=f"fibril-run-{job.run_id}-{token}"): i
                for i, job in enumerate(jobs)}
     results: dict[int, dict[str, Any]] = {}
     try:
         for future in distributed.as_completed(futures):
             i = futures[future]
-            results[i] = _collect(future, jobs[i])
+            results[i] = _collect(client, future, jobs[i])
             if progress is not None:
                 progress(progress_line(len(results), len(jobs), results[i]))
     finally:  # also on SIGINT / SIGTERM: nothing keeps running on the cluster
@@ -72,50 +100,126 @@ def experiment_files(experiment: Experiment) -> list[Path]:
     return files
 
 
-def _collect(future: Any, job: RunJob) -> dict[str, Any]:
+def _collect(client: Any, future: Any, job: RunJob) -> dict[str, Any]:
     """The run's record, its trace written here; a lost task is the run's runtime failure."""
     try:
-        record, trace = future.result()
+        outcome: _Outcome = future.result()
     except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost connection, ...
-        return failed_record(job, RUNTIME_FAILURE, f"Dask task failed: {type(exc).__name__}: "
-                                                   f"{str(exc).splitlines()[0] if str(exc) else ''}")
-    if trace:
-        _write_trace(job.trace, trace)
-    return record
+        return failed_record(job, RUNTIME_FAILURE, f"Dask task failed: {_first_line(exc)}")
+    if not outcome.files:
+        return outcome.record
+    try:
+        _write_trace(client, outcome, job.trace)
+    except _TraceLost as exc:
+        return failed_record(job, RUNTIME_FAILURE, str(exc))
+    finally:
+        if outcome.folder is not None:  # the worker's copy: read back or lost
+            distributed.fire_and_forget(client.submit(
+                _remove, outcome.folder, workers=[outcome.worker], allow_other_workers=False,
+                pure=False))
+    return outcome.record
 
 
-def _write_trace(folder: Path, files: dict[str, bytes]) -> None:
+class _TraceLost(Exception):
+    """A chunk of a trace could not be read back from its worker."""
+
+
+def _write_trace(client: Any, outcome: _Outcome, folder: Path) -> None:
     """The trace's files under ``folder``, which appears complete or not at all."""
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        for relative, content in files.items():
-            path = staging / relative
+        for file in outcome.files:
+            path = staging / file.relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
+            with path.open("wb") as stream:
+                if file.content is not None:
+                    stream.write(file.content)
+                else:
+                    _stream_file(client, outcome, file, stream)
         os.rename(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
-def _run_task(bundle: Bundle, task: _Task) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """On a worker: one run from the bundle; (record, trace files)."""
+def _stream_file(client: Any, outcome: _Outcome, file: _TraceFile, stream: Any) -> None:
+    """Read ``file`` back from its worker in chunks, a few in flight, written in order."""
+    assert outcome.folder is not None
+    offsets = iter(range(0, file.size, CHUNK_BYTES))
+    pending: list[Any] = []
+
+    def ahead() -> None:
+        for offset in offsets:
+            pending.append(client.submit(
+                _read_chunk, outcome.folder, file.relative, offset, CHUNK_BYTES,
+                workers=[outcome.worker], allow_other_workers=False, pure=False))
+            if len(pending) >= CHUNKS_AHEAD:
+                return
+
+    ahead()
+    try:
+        while pending:
+            try:
+                chunk: bytes = pending[0].result()
+            except Exception as exc:  # noqa: BLE001 - the worker died, its disk is gone
+                raise _TraceLost(f"Dask worker {outcome.worker} was lost before the run's "
+                                 f"trace came back ({_first_line(exc)})") from None
+            pending.pop(0)
+            stream.write(chunk)
+            del chunk
+            ahead()
+    finally:
+        if pending:
+            client.cancel(pending, force=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+def _run_task(bundle: Bundle, task: _Task) -> _Outcome:
+    """On a worker: one run from the bundle; its record and trace (inline when short, else
+    left in a folder of this worker for ``_read_chunk``)."""
+    worker = distributed.get_worker().address
     died = _claim(task.token, task.job.run_id)
     if died is not None:
-        return failed_record(task.job, RUNTIME_FAILURE,
-                             f"Dask worker {died} died while running it"), {}
+        return _Outcome(failed_record(task.job, RUNTIME_FAILURE,
+                                      f"Dask worker {died} died while running it"),
+                        worker, None, ())
     cache = Path(worker_cache())
     root = bundle.materialize(cache / "fibril_sim-bundles")
     scratch = Path(tempfile.mkdtemp(prefix="fibril_sim-run-", dir=cache))
+    keep = False
     try:
         trace = scratch / task.job.run_id
         job = replace(task.job, experiment=root / task.experiment, trace=trace,
                       shown=((str(trace), str(task.job.trace)), (str(root), bundle.root)))
         record = execute_run(job)
-        files = {str(p.relative_to(trace)): p.read_bytes() for p in _files(trace)}
-        return record, files
+        sizes = [(p, p.stat().st_size) for p in _files(trace)]
+        if sum(size for _, size in sizes) <= task.chunk_bytes:
+            files = tuple(_TraceFile(str(p.relative_to(trace)), size, p.read_bytes())
+                          for p, size in sizes)
+            return _Outcome(record, worker, None, files)
+        keep = True
+        return _Outcome(record, worker, str(trace),
+                        tuple(_TraceFile(str(p.relative_to(trace)), size, None)
+                              for p, size in sizes))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_chunk(folder: str, relative: str, offset: int, size: int) -> bytes:
+    """On the worker that ran the run: ``size`` bytes of a trace file from ``offset``."""
+    with open(os.path.join(folder, relative), "rb") as stream:
+        stream.seek(offset)
+        return stream.read(size)
+
+
+def _remove(folder: str) -> None:
+    """On that worker: the run's scratch folder, once its trace came back (or was lost)."""
+    shutil.rmtree(Path(folder).parent, ignore_errors=True)
 
 
 def _files(folder: Path) -> Iterable[Path]:

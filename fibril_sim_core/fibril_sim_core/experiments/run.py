@@ -231,9 +231,10 @@ def _metrics(experiment: Experiment, plan: Any, trace: Path,
             if metric.kind in ("signal", "event_reached"):
                 values[metric.id] = signal_metric(trace, metric)
             elif metric.kind in ("contact_duration", "max_contact_wrench"):
-                if metric.contact in contact_errors:
-                    raise MetricUnavailable(contact_errors[metric.contact])
-                observer = observers[metric.contact or ""]
+                contact = metric.contact or ""
+                if contact in contact_errors:
+                    raise MetricUnavailable(contact_errors[contact])
+                observer = observers[contact]
                 values[metric.id] = (observer.ticks_in_contact * dt
                                      if metric.kind == "contact_duration" else observer.max_force)
             else:  # rtf
@@ -252,8 +253,8 @@ def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict
     outcomes = []
     for assertion in experiment.assertions:
         actual = metrics.get(assertion.metric)
-        comparable = isinstance(actual, (int, float)) and not isinstance(actual, bool)
-        passed = comparable and COMPARE[assertion.op](float(actual), assertion.value)
+        passed = (isinstance(actual, (int, float)) and not isinstance(actual, bool)
+                  and COMPARE[assertion.op](float(actual), assertion.value))
         status = UNAVAILABLE_METRIC if actual is None else "passed" if passed else "failed"
         outcomes.append({"metric": assertion.metric, "op": assertion.op,
                          "value": assertion.value, "actual": actual, "passed": bool(passed),
