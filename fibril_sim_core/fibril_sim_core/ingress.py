@@ -120,9 +120,14 @@ class Ingress:
             commit_tick=-1, acceptance_sequence=0, reject_reason=reason,
             session_time_ns=session_ns))
 
+    def has_work(self) -> bool:
+        """Whether anything was accepted or rejected since the last ``take`` (a lock-free
+        peek: the stepping loop asks at every event)."""
+        return bool(self._pending or self._rejected)
+
     @property
     def waiting(self) -> bool:
-        """Whether anything was accepted or rejected since the last ``take`` (lock-free peek)."""
+        """``has_work()`` as a property."""
         return bool(self._pending or self._rejected)
 
     def start_episode(self, initial: Sequence[AcceptedInput]) -> None:
