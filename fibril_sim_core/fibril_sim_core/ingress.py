@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .components import ActuatorDescriptor, Command, Endpoint
 from .entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, EntityCommand
@@ -33,6 +34,15 @@ class AcceptedInput:
     endpoint: int  # index into the instance's endpoints; ENTITY for an entity state
     command: Command | EntityCommand
     commit_tick: int = -1
+
+    @property
+    def endpoint_command(self) -> Command:
+        """The command of an input to an endpoint (``endpoint`` is not ``ENTITY``)."""
+        command = self.command
+        if not isinstance(command, Command):
+            raise TypeError(f"input {self.acceptance_sequence} sets an entity's state: it has "
+                            f"no endpoint command")
+        return command
 
 
 #: ``AcceptedInput.endpoint`` of an entity-state input (no endpoint: see entities.py).
@@ -91,8 +101,8 @@ class Ingress:
         """Accept an input for the next tick boundary; return its acceptance sequence."""
         with self._lock:
             try:
-                if isinstance(item.source_sequence, bool) or not isinstance(
-                        item.source_sequence, int) or item.source_sequence < 0:
+                given: object = item.source_sequence  # (from a client: any JSON value)
+                if isinstance(given, bool) or not isinstance(given, int) or given < 0:
                     raise IngressError(f"source {item.source_id!r}: source_sequence must be a "
                                        f"non-negative integer, got {item.source_sequence!r}")
                 last = self._last_sequence.get(item.source_id)
@@ -182,7 +192,7 @@ def _int(value: object) -> int:
 
 
 def external_input(source_id: str, source_sequence: int, payload_type: str,
-                   payload: Mapping | str) -> ExternalInput:
+                   payload: Mapping[str, Any] | str) -> ExternalInput:
     """Build an ExternalInput from a payload object or its JSON text."""
     if isinstance(payload, str):
         try:

@@ -30,7 +30,8 @@ import numpy as np
 from .errors import IngressError, InstanceError
 from .entities import Entities, EntityCommand
 from .ingress import ENTITY, AcceptedInput, Ingress, external_input
-from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
+from .recorded_inputs import (ControlTrajectory, EndpointSignature, RecordedInputs,
+                              prepare_recorded_inputs)
 from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
                       IngressRecord, StateSnapshot)
 from .read_schedule import (DEFER_TICKS, NEVER, TRACE_HANDOFF, Deferral, Phase, ReadSchedule,
@@ -38,7 +39,7 @@ from .read_schedule import (DEFER_TICKS, NEVER, TRACE_HANDOFF, Deferral, Phase, 
 from .replay import (CAPTURE_FIELDS, MIN_ROLLOUT_TICKS, StateCapture, block_controls,
                      replay_controls, roll, state_offsets)
 from .sample_block import STATE_FIELDS, DeviceColumns, TraceBuffer
-from .sinks import Record, RecordWriter, SinkRecord, TraceHandoff, TraceSink
+from .sinks import Record, RecordWriter, TraceHandoff, TraceSink
 from .state_entries import inject_state
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class InstancePlan(Protocol):
     @property
     def scenario(self) -> ScenarioSpec: ...
     @property
-    def recorded_input_signature(self) -> tuple[Any, ...]: ...
+    def recorded_input_signature(self) -> EndpointSignature: ...
 
     def inspect(self) -> dict[str, Any]: ...
 
@@ -122,10 +123,10 @@ class SimulationInstance:
         self._seed = seed
         self._episode = 0
         self._session_offset = 0
-        self._subscribers: list[Callable[[SinkRecord], None]] = []
+        self._subscribers: list[Callable[[Record], None]] = []
         self._collect = collect
-        self._collected: list[SinkRecord] = []
-        self._sinks: list[Callable[[SinkRecord], None]] = []  # collection, then subscribers
+        self._collected: list[Record] = []
+        self._sinks: list[Callable[[Record], None]] = []  # collection, then subscribers
         self._interest: Interest | None = None  # of the subscribers (set_interest)
         self._heard: frozenset[int] = frozenset()  # devices whose samples someone takes
         self._hears_ingress = False  # someone takes ingress records
@@ -142,7 +143,7 @@ class SimulationInstance:
                           d.latency_ticks) for d in self._device_specs),
             tuple(view.size for view in self._snapshot_views))
         self._trace_columns: TraceBuffer | None = None
-        self._trace_write: Callable[[SinkRecord], None] | None = None
+        self._trace_write: Callable[[Record], None] | None = None
         if self._handoff is not None:
             self._trace_columns = self._handoff.columns
             self._trace_buffer = self._handoff.kept  # its length: how much is kept
@@ -159,7 +160,7 @@ class SimulationInstance:
                                     f"(a TraceWriter), got a {type(trace).__name__}")
         # The single list sink, or None (then _emit; a bound method kept here would make the
         # instance a reference cycle, freed only by the cyclic GC).
-        self._emit_one: Callable[[SinkRecord], None] | None = None
+        self._emit_one: Callable[[Record], None] | None = None
         self._update_sinks()
         if snapshot_every is None:
             snapshot_every = plan.manifest.trace.state_every_steps if trace is not None else 0
@@ -248,7 +249,7 @@ class SimulationInstance:
             return -1
         if self.scenario is self.plan.scenario:
             return self.plan.keyframe_id
-        key = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, name)
+        key = int(mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, name))
         if key < 0:
             raise InstanceError(f"scenario keyframe {name!r} is not in the model")
         return key
@@ -312,7 +313,7 @@ class SimulationInstance:
         return self._ingress.enqueue(item)
 
     def enqueue_recorded_trace_inputs(
-            self, records: RecordedInputs | Iterable[IngressRecord | Mapping]) -> int:
+            self, records: RecordedInputs | Iterable[IngressRecord | Mapping[str, Any]]) -> int:
         """Replay recorded inputs at their recorded commit ticks, in recorded acceptance order.
 
         ``records`` are IngressRecords (or mappings with their keys), or a RecordedInputs
@@ -407,7 +408,7 @@ class SimulationInstance:
         if not self._sinks:
             self._heard = frozenset()
             self._hears_ingress = self._hears_actuation = False
-        elif everything:
+        elif everything or interest is None:
             self._heard = frozenset(range(len(self._device_specs)))
             self._hears_ingress = self._hears_actuation = True
         else:
@@ -668,7 +669,7 @@ class SimulationInstance:
         if self._deliveries:
             end = min(end, self._deliveries[0][0])
         for release, _, item in self._releases:  # a few commands waiting out their latency
-            if self._endpoints[item.endpoint].control(item.command) is None:
+            if self._endpoints[item.endpoint].control(item.endpoint_command) is None:
                 end = min(end, release)
         return end
 
@@ -681,8 +682,9 @@ class SimulationInstance:
         waiting: list[tuple[int, int, float]] = []
         while self._releases and self._releases[0][0] < end:
             release_tick, _, item = heapq.heappop(self._releases)
-            index, value = self._endpoints[item.endpoint].control(item.command)
-            waiting.append((release_tick - t, index, value))
+            control = self._endpoints[item.endpoint].control(item.endpoint_command)
+            assert control is not None  # (_block_end ends the block at other releases)
+            waiting.append((release_tick - t, *control))
         replay = self._replay
         if self._recorded and replay is not None:  # (_block_end: recorded ones are replay's)
             records, controls = replay
@@ -862,7 +864,7 @@ class SimulationInstance:
     def _release(self, t: int, item: AcceptedInput) -> None:
         endpoint = self._endpoints[item.endpoint]
         descriptor = endpoint.descriptor
-        command = item.command
+        command = item.endpoint_command
         applied = endpoint.apply(self.data, command)
         if not self._hears_actuation:
             return
@@ -899,7 +901,7 @@ class SimulationInstance:
                 "accepted_inputs": self.accepted_count, "rejected_inputs": self.rejected_count}
 
 
-def _nobody(record: SinkRecord) -> None:
+def _nobody(record: Record) -> None:
     """The trace sink of an instance without a RecordSink: never called (no list keeps)."""
 
 

@@ -17,7 +17,7 @@ from mujoco import rollout
 
 from .errors import InstanceError
 from .read_schedule import NEVER
-from .recorded_inputs import ControlTrajectory, RecordedInputs
+from .recorded_inputs import BlockControls, ControlTrajectory, RecordedInputs
 
 __all__ = ["CAPTURE_FIELDS", "MIN_ROLLOUT_TICKS", "BlockControls", "StateCapture",
            "block_controls", "replay_controls", "roll", "state_offsets"]
@@ -25,9 +25,6 @@ __all__ = ["CAPTURE_FIELDS", "MIN_ROLLOUT_TICKS", "BlockControls", "StateCapture
 #: Shorter replay blocks step tick by tick.
 MIN_ROLLOUT_TICKS = 8
 CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
-#: A block's ctrl table, how many recorded inputs it commits and, of those, the ones released
-#: after it: (release tick, entry index).
-BlockControls = tuple[np.ndarray, int, tuple[tuple[int, int], ...]]
 
 
 class StateCapture:
@@ -53,7 +50,8 @@ class StateCapture:
 
     @property
     def complete(self) -> bool:
-        return self.next_state >= self.ticks.shape[0] and self.next_sensor >= self.ticks.shape[0]
+        rows = int(self.ticks.shape[0])
+        return self.next_state >= rows and self.next_sensor >= rows
 
     def next_event(self, t: int) -> int:
         """The next boundary after ``t`` at which this capture takes something."""

@@ -18,30 +18,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence, Sized
 from typing import Protocol, runtime_checkable
 
-from .records import ActuatorApplication, DeviceOutput, EpisodeStart, IngressRecord, StateSnapshot
+from .records import Record, TraceRecord
 from .sample_block import DeviceColumns, SampleBlock, TraceBuffer
 
-__all__ = ["BlockSink", "Record", "RecordSink", "RecordWriter", "SinkRecord", "TraceHandoff",
+__all__ = ["BlockSink", "Record", "RecordSink", "RecordWriter", "TraceHandoff",
            "TraceSink"]
 
-#: What an instance emits to its sinks and subscribers.
-Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
-#: What a sink may receive: the instance's records and the start of every episode.
-SinkRecord = Record | EpisodeStart
 
 
 @runtime_checkable
 class RecordWriter(Protocol):
     """A sink taking one record at a time."""
 
-    def write(self, record: SinkRecord, /) -> None: ...
+    def write(self, record: Record, /) -> None: ...
 
 
 @runtime_checkable
 class RecordSink(Protocol):
     """A sink taking records in lists, in order."""
 
-    def write_many(self, records: Sequence[SinkRecord], /) -> None: ...
+    def write_many(self, records: Sequence[TraceRecord], /) -> None: ...
 
 
 @runtime_checkable
@@ -67,10 +63,10 @@ class TraceHandoff:
                  devices: tuple[DeviceColumns, ...], state_sizes: tuple[int, ...]) -> None:
         self.sink = sink
         self.blocks = blocks
-        self.records: list[SinkRecord] = []
+        self.records: list[Record] = []
         self.columns = None if blocks is None else TraceBuffer(devices, state_sizes)
         self.kept: Sized
-        self.keep: Callable[[SinkRecord], None]
+        self.keep: Callable[[Record], None]
         if self.columns is not None:
             self.kept = self.columns.order
             self.keep = self.columns.other

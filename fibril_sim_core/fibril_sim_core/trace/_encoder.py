@@ -42,6 +42,9 @@ from ._topics import (
 
 __all__ = ["Encoder"]
 
+#: What fixes a record's message layout and channel: its type first, then strings and sizes.
+ShapeKey = tuple[Any, ...]
+
 
 @dataclass(slots=True)
 class _Shape:
@@ -65,18 +68,18 @@ class ShapeCache:
         self.limit = limit  # shapes kept at most
         self.budget = budget  # template bytes kept at most (a shape's row size)
         self.size = 0  # template bytes kept now
-        self._shapes: dict[tuple, _Shape] = {}
+        self._shapes: dict[ShapeKey, _Shape] = {}
 
     def __len__(self) -> int:
         return len(self._shapes)
 
-    def get(self, key: tuple) -> _Shape | None:
+    def get(self, key: ShapeKey) -> _Shape | None:
         shape = self._shapes.pop(key, None)
         if shape is not None:
             self._shapes[key] = shape  # the most recently used is last
         return shape
 
-    def add(self, key: tuple, shape: _Shape) -> None:
+    def add(self, key: ShapeKey, shape: _Shape) -> None:
         self._shapes[key] = shape
         self.size += shape.layout.size
         while len(self._shapes) > 1 and (len(self._shapes) > self.limit
@@ -155,7 +158,7 @@ def _episode_columns(recs: list[EpisodeStart]) -> dict[str, Any]:
     return {"log": [r.session_time_ns for r in recs], "data": [_episode_text(r) for r in recs]}
 
 
-def _shape_key(record: Any) -> tuple:
+def _shape_key(record: Any) -> ShapeKey:
     """What fixes a record's message layout (strings, array lengths) and channel."""
     kind = type(record)
     if kind is DeviceOutput:
@@ -182,7 +185,7 @@ def _new_layout() -> Layout:
     return layout.prefix_field("publish", "<u8", 23)
 
 
-def _make_shape(key: tuple) -> _Shape:
+def _make_shape(key: ShapeKey) -> _Shape:
     kind = key[0]
     if kind is EpisodeStart:  # std_msgs/String: no stamp
         layout = _new_layout().text("data", key[1])
@@ -253,7 +256,7 @@ def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
 
 
 def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
-             values: list[np.ndarray]) -> list[DeviceOutput]:
+             values: list[np.ndarray] | np.ndarray) -> list[DeviceOutput]:
     """A device's samples of one block as the DeviceOutputs the instance would have made."""
     dt = block.timestep_ns
     offset = block.session_offset_ns
@@ -323,7 +326,7 @@ def joined(steps: Iterable[Rows], failures: list[tuple[Any, Exception]],
 
 
 #: (shape key, columns, positions, records) of one group of messages of one shape.
-_Group = tuple[tuple | None, dict[str, Any] | None, Any, Callable[[], list[Any]] | None]
+_Group = tuple[ShapeKey | None, dict[str, Any] | None, Any, Callable[[], list[Any]] | None]
 
 
 class Encoder:
@@ -421,9 +424,9 @@ class Encoder:
         return self._steps(batch, groups, count, failures), failures
 
     def _groups(self, batch: list[Any], positions: Iterable[int],
-                failures: list[tuple[Any, Exception]]) -> dict[tuple, list[int] | np.ndarray]:
+                failures: list[tuple[Any, Exception]]) -> dict[ShapeKey, list[int]]:
         """Positions of the records of each shape, record by record (any mix of records)."""
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[ShapeKey, list[int]] = {}
         get = groups.get
         device = DeviceOutput
         ndarray = np.ndarray
@@ -444,7 +447,7 @@ class Encoder:
                 groups[key] = [i]
             else:
                 members.append(i)
-        return groups  # type: ignore[return-value]
+        return groups
 
     def _steps(self, batch: list[Any], groups: list[_Group], count: int,
                failures: list[tuple[Any, Exception]]) -> Iterator[Rows]:
@@ -467,6 +470,7 @@ class Encoder:
                 else:  # C speed: no Python per record
                     recs = list(operator.itemgetter(*positions)(batch))
                 key = _shape_key(recs[0])
+            assert key is not None  # (a group with columns has its key)
             shape = self.shapes.get(key)
             if shape is None:
                 shape = self._shape(key)
@@ -478,7 +482,8 @@ class Encoder:
                 rows = self._rows(shape, columns, len(positions), sequence)
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
                 if recs is None:
-                    recs = records()  # type: ignore[misc]
+                    assert records is not None  # (a group with columns can make its records)
+                    recs = records()
                 rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
                 if not rows.shape[0]:
                     continue
@@ -488,7 +493,7 @@ class Encoder:
                    rows[:, 15:23].copy().view("<u8").reshape(rows_count),
                    np.arange(0, rows_count * size, size, dtype=np.uint64))
 
-    def _shape(self, key: tuple) -> _Shape:
+    def _shape(self, key: ShapeKey) -> _Shape:
         shape = _make_shape(key)
         shape.channel = self.channel(shape.topic, shape.msgtype)
         shape.label = key[1] if key[0] is DeviceOutput else key[0].__name__
