@@ -55,7 +55,7 @@ from ..records import (
 )
 from ..sample_block import SampleBlock
 from . import _msgtypes
-from ._encoder import Encoded, Encoder, Rows, joined
+from ._encoder import Encoded, Encoder, Failures, Rows, joined
 from ._mcap import McapFile
 from ._topics import (
     ACTUATOR_TOPIC_PREFIX,
@@ -244,7 +244,7 @@ def _pause() -> None:
 
 
 def _take(shared: _Shared, encoder: Encoder, limit: int = _BATCH
-          ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]], bool]:
+          ) -> tuple[Iterator[Rows], Failures, bool]:
     """Take the queue's first item, not an _Encoded, to serialize (the caller holds the
     lock): its steps (see ``Encoder.encode_steps``), their failures, and whether the queue was
     a real-time trickle. Records queued one by one are encoded in batches of up to ``limit``;
@@ -291,7 +291,7 @@ class _Open:
     ``TraceWriter.serialize_until``); whoever takes it next runs the remaining steps."""
 
     steps: Iterator[Rows]
-    failures: list[tuple[Any, Exception]]
+    failures: Failures
     done: list[Rows] = field(default_factory=list)
     finished: bool = False
 
