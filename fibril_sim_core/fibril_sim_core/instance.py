@@ -173,7 +173,7 @@ class SimulationInstance:
         self.entities = Entities(plan.model)
         self._ingress = Ingress(plan.actuators, self._endpoints,
                                 lambda: _clock_of(this), self.entities)
-        # Where those go in a state row of the trace columns (see _advance_traced): the
+        # Where those go in a state row of the trace columns (see _advance): the
         # ones taken before the step, the ones after; empty arrays left out.
         ends = np.cumsum([view.size for view in self._snapshot_views]).tolist()
         copies = [(view.reshape(-1), end - view.size, end)
@@ -474,10 +474,14 @@ class SimulationInstance:
         handoff.hand_over(self._episode, self._session_offset, self._dt, settle=settle)
 
     def _advance(self, ticks: int) -> None:
+        """The stepping loop, for every kind of run. What a traced run does differently is
+        decided per advance(): when only the trace listens, a long enough advance() defers
+        the reads (``_read``: ``Deferral``) and, at boundaries without inputs to commit, state
+        snapshots go straight into the trace's state rows instead of StateSnapshot records."""
         model, data, step = self.model, self.data, mujoco.mj_step
-        buffer = self._trace_buffer
+        kept = self._trace_buffer
         target = self._tick + ticks
-        ingress = self._ingress
+        has_work = self._ingress.has_work
         every = self._snapshot_every
         capture = self._capture
         heard = self._heard
@@ -486,19 +490,19 @@ class SimulationInstance:
             self._follow_reads(heard)
         if reading.batched and len(heard) < len(self._devices):
             self._skip_unheard(target)
-        has_work = ingress.has_work
-        # Only the trace listening, devices deferred: the lean loop of _advance_traced until
-        # something else is to be done (inputs to commit) or the target is reached.
         self._deferring = reading.defer_phases is not None and ticks >= DEFER_TICKS
-        lean = (self._deferring and self._emit_one is self._trace_sink
-                and capture is None and self._silent_next == NEVER)
+        columns = self._trace_columns
+        # Only the trace listens (a callback that could subscribe meanwhile exists only while
+        # others listen) and reads are deferred: the state copied before the step goes into
+        # the trace's state row.
+        state_rows = (self._state_copies[0] if self._deferring and columns is not None
+                      and self._emit_one is self._trace_sink and capture is None
+                      and self._silent_next == NEVER else None)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
         while True:
-            if lean and not (self._recorded or self._releases or has_work()):
-                self._advance_traced(target)
             t = self._tick
-            if len(buffer) >= TRACE_HANDOFF:
+            if len(kept) >= TRACE_HANDOFF:
                 self._hand_over()
             if self._processed != t:
                 if t == self._next_read:
@@ -513,7 +517,8 @@ class SimulationInstance:
                 if capture is not None:
                     capture.take_sensordata(t, data)
                 self._processed = t
-            if self._recorded or self._releases or has_work():
+            committing = self._recorded or self._releases or has_work()
+            if committing:
                 self._commit(t)
             if capture is not None:
                 capture.take_state(t, data)
@@ -525,9 +530,15 @@ class SimulationInstance:
             if every:
                 if self._snapshot_pre is None and t % every == 0:
                     # Captured right before the step so ctrl is what produces the step's forces.
-                    qpos, qvel, act, ctrl = self._snapshot_views[:4]
-                    self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
-                                              ctrl.copy()))
+                    if state_rows is not None and columns is not None and not committing:
+                        row = columns.state_row()  # _snapshot fills the rest after the step
+                        for view, first, end in state_rows:
+                            row[first:end] = view
+                        self._snapshot_pre = (t, None)
+                    else:
+                        qpos, qvel, act, ctrl = self._snapshot_views[:4]
+                        self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
+                                                  ctrl.copy()))
                 snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
                 if snapshot < following:
                     following = snapshot
@@ -549,77 +560,6 @@ class SimulationInstance:
                     continue
             step(model, data, following - t)
             self._tick = following
-
-    def _advance_traced(self, target: int) -> None:
-        """``_advance``'s loop while only the trace listens and every read follows the
-        tabulated schedule with deferred devices (``_Deferral``): the same records in the same
-        order, with what a boundary needs kept in locals. It stops only where something is
-        read or a state snapshot is taken: a delayed sample due between two stops is kept at
-        the next, ahead of its reads (where it would have been in the order). Returns at
-        ``target`` (processed) or at a boundary with inputs to commit, which the general loop
-        handles."""
-        model, data, step = self.model, self.data, mujoco.mj_step
-        table, phases = self._reading.table, self._reading.defer_phases
-        columns = self._trace_columns
-        # (the caller checked: a lean loop runs with a table, deferred phases and columns)
-        assert table is not None and phases is not None and columns is not None
-        gaps = table[1]
-        cycle = len(gaps)
-        read_deferred = self._read_deferred
-        order = columns.order
-        handoff = TRACE_HANDOFF
-        deliveries = self._deliveries
-        # In place while this runs (the general loop replaces them, between two calls).
-        recorded, releases = self._recorded, self._releases
-        has_work = self._ingress.has_work
-        every = self._snapshot_every
-        next_snapshot = -(-self._tick // every) * every if every else NEVER
-        completing = self._snapshot_pre is not None  # a snapshot to finish at the boundary
-        before_step = self._state_copies[0]
-        t = self._tick
-        next_read = self._next_read
-        processed = self._processed
-        try:
-            while True:
-                if processed != t:
-                    if deliveries and deliveries[0][0] < t:  # due between two stops
-                        self._deliver(t - 1)
-                    if t == next_read:
-                        acquired = t - 1
-                        phase = acquired % cycle
-                        next_read = t + gaps[phase]
-                        read_deferred(t, phases[phase])
-                    if deliveries and deliveries[0][0] == t:
-                        self._deliver(t)
-                    if completing:
-                        self._snapshot(t)
-                        completing = False
-                    processed = t
-                    if len(order) >= handoff:
-                        self._hand_over()
-                if t >= target or recorded or releases or has_work():
-                    return
-                following = next_read
-                if t == next_snapshot:
-                    # As _advance does, into the trace's state row (_snapshot fills the
-                    # rest after the step).
-                    row = columns.state_row()
-                    for view, first, end in before_step:
-                        row[first:end] = view
-                    self._snapshot_pre = (t, None)
-                    completing = True
-                    next_snapshot = t + every
-                    following = t + 1
-                elif next_snapshot < following:
-                    following = next_snapshot
-                if following > target:
-                    following = target
-                step(model, data, following - t)
-                t = self._tick = following  # (read by other threads' rejections)
-        finally:
-            self._tick = t
-            self._next_read = next_read
-            self._processed = processed
 
     def _follow_reads(self, heard: frozenset[int]) -> None:
         """Follow the schedule of the devices read while ``heard`` are heard (the others
@@ -877,7 +817,7 @@ class SimulationInstance:
         """Complete the snapshot whose state was captured right before the step t-1 → t."""
         assert self._snapshot_pre is not None  # (called when one is pending)
         tick, before = self._snapshot_pre
-        if before is None:  # taken into the trace's state row (_advance_traced)
+        if before is None:  # taken into the trace's state row (see _advance)
             columns = self._trace_columns
             assert columns is not None  # (only a traced run takes a row)
             row = columns.state_row()

@@ -300,14 +300,14 @@ def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
     from fibril_sim_core import SimulationRuntime
 
     lean = 0
-    real = SimulationInstance._advance_traced
+    real = SimulationInstance._read_deferred
 
-    def counted(self, target):
+    def counted(self, t, phase):
         nonlocal lean
         lean += 1
-        return real(self, target)
+        return real(self, t, phase)
 
-    monkeypatch.setattr(SimulationInstance, "_advance_traced", counted)
+    monkeypatch.setattr(SimulationInstance, "_read_deferred", counted)
     plan = SimulationBuilder().build(DRIVETRAIN)
     live = TraceWriter(tmp_path / "live", provenance={}, layout={})
     runtime = SimulationRuntime(plan, seed=3, trace=live, server=None,
