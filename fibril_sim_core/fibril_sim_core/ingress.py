@@ -90,7 +90,9 @@ class Ingress:
                                f"{type(item.payload).__name__}")
         try:
             if index == ENTITY:
-                return index, self._entities.parse(item.payload)  # type: ignore[union-attr]
+                entities = self._entities
+                assert entities is not None  # (ENTITY is a known source only with entities)
+                return index, entities.parse(item.payload)
             command = self._endpoints[index].parse(item.payload)
         except ValueError as exc:
             raise IngressError(f"source {item.source_id!r} sequence {item.source_sequence}: "
