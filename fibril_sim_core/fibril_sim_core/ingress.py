@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .components import ActuatorDescriptor, Command, Endpoint
 from .entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, EntityCommand
@@ -33,6 +34,15 @@ class AcceptedInput:
     endpoint: int  # index into the instance's endpoints; ENTITY for an entity state
     command: Command | EntityCommand
     commit_tick: int = -1
+
+    @property
+    def endpoint_command(self) -> Command:
+        """The command of an input to an endpoint (``endpoint`` is not ``ENTITY``)."""
+        command = self.command
+        if not isinstance(command, Command):
+            raise TypeError(f"input {self.acceptance_sequence} sets an entity's state: it has "
+                            f"no endpoint command")
+        return command
 
 
 #: ``AcceptedInput.endpoint`` of an entity-state input (no endpoint: see entities.py).
@@ -80,7 +90,9 @@ class Ingress:
                                f"{type(item.payload).__name__}")
         try:
             if index == ENTITY:
-                return index, self._entities.parse(item.payload)  # type: ignore[union-attr]
+                entities = self._entities
+                assert entities is not None  # (ENTITY is a known source only with entities)
+                return index, entities.parse(item.payload)
             command = self._endpoints[index].parse(item.payload)
         except ValueError as exc:
             raise IngressError(f"source {item.source_id!r} sequence {item.source_sequence}: "
@@ -91,8 +103,8 @@ class Ingress:
         """Accept an input for the next tick boundary; return its acceptance sequence."""
         with self._lock:
             try:
-                if isinstance(item.source_sequence, bool) or not isinstance(
-                        item.source_sequence, int) or item.source_sequence < 0:
+                given: object = item.source_sequence  # (from a client: any JSON value)
+                if isinstance(given, bool) or not isinstance(given, int) or given < 0:
                     raise IngressError(f"source {item.source_id!r}: source_sequence must be a "
                                        f"non-negative integer, got {item.source_sequence!r}")
                 last = self._last_sequence.get(item.source_id)
@@ -120,9 +132,14 @@ class Ingress:
             commit_tick=-1, acceptance_sequence=0, reject_reason=reason,
             session_time_ns=session_ns))
 
+    def has_work(self) -> bool:
+        """Whether anything was accepted or rejected since the last ``take`` (a lock-free
+        peek: the stepping loop asks at every event)."""
+        return bool(self._pending or self._rejected)
+
     @property
     def waiting(self) -> bool:
-        """Whether anything was accepted or rejected since the last ``take`` (lock-free peek)."""
+        """``has_work()`` as a property."""
         return bool(self._pending or self._rejected)
 
     def start_episode(self, initial: Sequence[AcceptedInput]) -> None:
@@ -177,7 +194,7 @@ def _int(value: object) -> int:
 
 
 def external_input(source_id: str, source_sequence: int, payload_type: str,
-                   payload: Mapping | str) -> ExternalInput:
+                   payload: Mapping[str, Any] | str) -> ExternalInput:
     """Build an ExternalInput from a payload object or its JSON text."""
     if isinstance(payload, str):
         try:

@@ -16,306 +16,51 @@ Threads. ``enqueue`` may be called from any thread; everything else belongs to t
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import heapq
-import math
 import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import mujoco
 import numpy as np
 
-from mujoco import rollout
-
 from .errors import IngressError, InstanceError
-from .entities import Entities
+from .entities import Entities, EntityCommand
 from .ingress import ENTITY, AcceptedInput, Ingress, external_input
-from .recorded_inputs import ControlTrajectory, RecordedInputs, prepare_recorded_inputs
+from .recorded_inputs import (ControlTrajectory, EndpointSignature, RecordedInputs,
+                              prepare_recorded_inputs)
 from .records import (ActuatorApplication, DeviceOutput, EpisodeStart, ExternalInput,
                       IngressRecord, StateSnapshot)
+from .read_schedule import (DEFER_TICKS, NEVER, TRACE_HANDOFF, Deferral, Phase, ReadSchedule,
+                            read_schedule)
+from .replay import (CAPTURE_FIELDS, MIN_ROLLOUT_TICKS, StateCapture, block_controls,
+                     replay_controls, roll, state_offsets)
 from .sample_block import STATE_FIELDS, DeviceColumns, TraceBuffer
+from .sinks import Record, RecordWriter, TraceHandoff, TraceSink
+from .state_entries import inject_state
 
 if TYPE_CHECKING:
     from .components import ActuatorDescriptor, Device, DeviceDescriptor, Endpoint
     from .manifest import ScenarioSpec, SimulationManifest
     from .timebase import Timebase
 
-Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot
-_NEVER = 1 << 62
-_MIN_ROLLOUT_TICKS = 8  # shorter replay blocks step tick by tick
+#: What a read needs of a device, unpacked once: (acquire, id, sample type, component names,
+#: frame, latency).
+_Read = tuple[Callable[[mujoco.MjModel, mujoco.MjData], np.ndarray], str, str, tuple[str, ...],
+              str, int]
+
+__all__ = ["InstancePlan", "Interest", "Record", "SimulationInstance", "StateCapture",
+           "component_rng"]
+
 #: The record types an instance emits to its sinks (EpisodeStart goes to every subscriber).
 _MADE_HERE = (DeviceOutput, IngressRecord, ActuatorApplication, StateSnapshot)
-_CAPTURE_FIELDS = ("qpos", "qvel", "act", "sensordata")
-_TRACE_HANDOFF = 4096  # records kept for the trace writer before they are handed over
-# advance() calls this long or longer defer the reads of a traced run (computing a block at
-# hand-over costs ~50 us, what reading one by one costs in about 40 ticks)
-_DEFER_TICKS = 64
 
 #: What the subscribers want, by record type: the ids of the devices / endpoints / sources
 #: wanted (None: all of them); a type left out is wanted by nobody. None: everything.
 Interest = Mapping[type, "frozenset[str] | None"]
-
-
-class StateCapture:
-    """Values of qpos / qvel / act / sensordata at chosen ticks, filled as the instance runs.
-
-    Row ``i`` holds the state x(t) at ``ticks[i]`` and the sensordata computed from it (MuJoCo
-    computes that during the step t → t+1, so it is filled once that step is done).
-    """
-
-    def __init__(self, model: mujoco.MjModel, ticks: np.ndarray, fields: Sequence[str]) -> None:
-        unknown = sorted(set(fields) - set(_CAPTURE_FIELDS))
-        if unknown:
-            raise InstanceError(f"capture: unknown field(s) {', '.join(unknown)}; expected "
-                                f"{', '.join(_CAPTURE_FIELDS)}")
-        self.ticks = ticks
-        sizes = {"qpos": model.nq, "qvel": model.nv, "act": model.na,
-                 "sensordata": model.nsensordata}
-        self.values = {name: np.full((ticks.shape[0], sizes[name]), np.nan) for name in fields}
-        self._state = tuple(name for name in fields if name != "sensordata")
-        self._sensordata = "sensordata" in fields
-        self.next_state = 0  # index of the next row whose state is still to be taken
-        self.next_sensor = 0 if self._sensordata else ticks.shape[0]
-
-    @property
-    def complete(self) -> bool:
-        return self.next_state >= self.ticks.shape[0] and self.next_sensor >= self.ticks.shape[0]
-
-    def next_event(self, t: int) -> int:
-        """The next boundary after ``t`` at which this capture takes something."""
-        following = _NEVER
-        if self.next_state < self.ticks.shape[0]:
-            following = int(self.ticks[self.next_state])
-        if self.next_sensor < self.ticks.shape[0]:
-            following = min(following, int(self.ticks[self.next_sensor]) + 1)
-        return following if following > t else t + 1
-
-    def take_state(self, t: int, data: mujoco.MjData) -> None:
-        """At boundary ``t`` (MjData holds x(t)): take the state of a row due at ``t``."""
-        row = self.next_state
-        if row < self.ticks.shape[0] and self.ticks[row] == t:
-            for name in self._state:
-                self.values[name][row] = getattr(data, name)
-            self.next_state = row + 1
-
-    def take_sensordata(self, t: int, data: mujoco.MjData) -> None:
-        """At boundary ``t``: MjData's sensordata belongs to x(t-1)."""
-        row = self.next_sensor
-        if row < self.ticks.shape[0] and self.ticks[row] == t - 1:
-            self.values["sensordata"][row] = data.sensordata
-            self.next_sensor = row + 1
-
-    def take_rollout(self, start: int, states: np.ndarray, sensordata: np.ndarray,
-                     offsets: dict[str, tuple[int, int]]) -> None:
-        """From one rollout of ``k`` steps starting at ``start``: state row ``i`` is x(start+i+1)
-        and sensordata row ``i`` belongs to x(start+i)."""
-        ticks = self.ticks
-        # Rows before ``end`` are due before x(start+k), which the boundary after takes.
-        end = int(np.searchsorted(ticks, start + states.shape[0], side="left"))
-        rows = np.arange(self.next_state, end)
-        if rows.size:
-            at = ticks[rows] - start - 1
-            for name in self._state:
-                first, size = offsets[name]
-                self.values[name][rows] = states[at, first:first + size]
-            self.next_state = end
-        if self._sensordata:
-            rows = np.arange(self.next_sensor, end)
-            if rows.size:
-                self.values["sensordata"][rows] = sensordata[ticks[rows] - start]
-                self.next_sensor = end
-
-
-def _state_offsets(model: mujoco.MjModel) -> dict[str, tuple[int, int]]:
-    """Where qpos / qvel / act sit in a full-physics state vector: (offset, size)."""
-    size = mujoco.mj_stateSize
-    bits = mujoco.mjtState
-    time = size(model, bits.mjSTATE_TIME)
-    qpos = size(model, bits.mjSTATE_QPOS)
-    qvel = size(model, bits.mjSTATE_QVEL)
-    return {"qpos": (time, qpos), "qvel": (time + qpos, qvel),
-            "act": (time + qpos + qvel, size(model, bits.mjSTATE_ACT))}
-
-
-def _block_controls(ctrl: np.ndarray, t: int, end: int,
-                    waiting: Sequence[tuple[int, int, float]],
-                    records: RecordedInputs | None, controls: ControlTrajectory | None,
-                    first: int) -> tuple[np.ndarray, int, tuple[tuple[int, int], ...]]:
-    """The ctrl of every step ``t`` → ``end`` when the block starts from ``ctrl``, with the
-    ``waiting`` releases (row, index, value) and the recorded inputs from entry ``first`` on.
-
-    Returns the table, how many recorded inputs the block commits and, of those, the ones
-    released after it: (release tick, entry index)."""
-    k = end - t
-    nu = ctrl.shape[0]
-    table = np.empty((k, nu))
-    table[:] = ctrl
-    rows = np.array([w[0] for w in waiting], dtype=np.int64)
-    cols = np.array([w[1] for w in waiting], dtype=np.intp)
-    values = np.array([w[2] for w in waiting], dtype=np.float64)
-    consumed = 0
-    later: tuple[tuple[int, int], ...] = ()
-    distinct = True
-    if records is not None and controls is not None:
-        last = int(np.searchsorted(records.commit_ticks, end, side="left"))
-        release = controls.release_ticks[first:last]
-        inside = release < end
-        rows = np.concatenate((rows, release[inside] - t))
-        cols = np.concatenate((cols, controls.indices[first:last][inside]))
-        values = np.concatenate((values, controls.values[first:last][inside]))
-        consumed = last - first
-        later = tuple((int(release[n]), first + int(n)) for n in np.flatnonzero(~inside))
-        distinct = controls.distinct
-    if rows.size:
-        table[:] = np.nan
-        table[0] = ctrl
-        if waiting or not distinct:
-            # Later commands overwrite earlier ones on one tick and ctrl: keep the last.
-            _, keep = np.unique((rows * nu + cols)[::-1], return_index=True)
-            keep = rows.size - 1 - keep
-            rows, cols, values = rows[keep], cols[keep], values[keep]
-        table[rows, cols] = values
-        filled = np.where(np.isnan(table), 0, np.arange(k)[:, None])
-        np.maximum.accumulate(filled, axis=0, out=filled)
-        table = table[filled, np.arange(nu)]
-    table.setflags(write=False)
-    return table, consumed, later
-
-
-_MAX_CYCLE = 1 << 16
-
-
-@functools.lru_cache(maxsize=64)  # one per device-period set: many instances share it
-def _read_schedule(periods: tuple[int, ...], active: tuple[bool, ...] | None = None
-                   ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]] | None:
-    """Which devices read at each phase of their common cycle, and the gap to the next read.
-
-    Device ``i`` samples ticks 0, p_i, 2·p_i, ... (read at the boundary after), so the reads
-    repeat with the least common multiple of the periods. Phase ``u`` is the acquired tick
-    modulo that cycle: ``due[u]`` lists the devices sampling it (in device order) and
-    ``gaps[u]`` how many ticks later the next sampling is. ``active`` (default: all) leaves
-    the other devices out (indices stay those of ``periods``). None when no device is active
-    or the cycle is too long to tabulate.
-    """
-    used = [(i, p) for i, p in enumerate(periods) if active is None or active[i]]
-    if not used:
-        return None
-    cycle = math.lcm(*(p for _, p in used))
-    if cycle > _MAX_CYCLE:
-        return None
-    due = tuple(tuple(i for i, p in used if u % p == 0) for u in range(cycle))
-    gaps = [0] * cycle
-    gap = 1
-    for u in range(2 * cycle - 1, -1, -1):  # walking back: distance to the next due phase
-        if u < cycle:
-            gaps[u] = gap
-        gap = 1 if due[u % cycle] else gap + 1
-    return due, tuple(gaps)
-
-
-class _Deferral:
-    """Deferred reads of a traced run (only the trace listening): at a read, the MjData
-    arrays the deferred devices take their samples from are copied into a row; at hand-over
-    each device computes its samples of the block at once (``Device.acquire_block``) into
-    its trace columns. A device qualifies when it delivers at once and says what it reads
-    (``Device.block_inputs``); the samples are bit for bit those of reading one by one."""
-
-    __slots__ = ("devices", "copies", "rows", "row_views", "ticks", "used", "_phases")
-
-    def __init__(self, devices: tuple[tuple[int, np.ndarray | slice], ...],
-                 copies: tuple[tuple[np.ndarray, int, int], ...], width: int) -> None:
-        self.devices = devices  # (device index, its columns in a row)
-        self.copies = copies  # (MjData array, first column, end column) copied at a read
-        self.rows = np.empty((_TRACE_HANDOFF, width))
-        self.row_views = list(self.rows)  # fetched once: indexing makes a new view each time
-        self.ticks = np.empty(_TRACE_HANDOFF, dtype=np.int64)  # acquisition tick of a row
-        self.used = 0
-        self._phases: dict[int, tuple[Any, tuple]] = {}  # id(due) -> (due, phases)
-
-    @classmethod
-    def of(cls, devices: Sequence[Device], latency: Sequence[int], data: mujoco.MjData
-           ) -> _Deferral | None:
-        offsets: dict[str, int] = {}
-        copies: list[tuple[np.ndarray, int, int]] = []
-        deferred: list[tuple[int, np.ndarray | slice]] = []
-        width = 0
-        for i, device in enumerate(devices):
-            inputs = device.block_inputs() if latency[i] <= 1 else None
-            if inputs is None:
-                continue
-            columns: list[int] = []
-            for name, indices in inputs:
-                if name not in offsets:
-                    view = getattr(data, name)
-                    offsets[name] = width
-                    copies.append((view, width, width + view.shape[0]))
-                    width += view.shape[0]
-                columns.extend(offsets[name] + index for index in indices)
-            contiguous = columns == list(range(columns[0], columns[0] + len(columns)))
-            deferred.append((i, slice(columns[0], columns[0] + len(columns)) if contiguous
-                              else np.array(columns, dtype=np.intp)))
-        if not deferred:
-            return None
-        return cls(tuple(deferred), tuple(copies), width)
-
-    def phases(self, due: tuple[tuple[int, ...], ...], latency: Sequence[int]
-               ) -> tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...]:
-        """Per phase of the read schedule: the ``order`` entries of its samples delivered at
-        once, the devices to read now (not deferred) and whether to copy a row. Kept per
-        schedule (``_read_schedule`` shares them): an episode's first advance() asks again."""
-        known = self._phases.get(id(due))
-        if known is None:
-            deferred = {i for i, _ in self.devices}
-            known = self._phases[id(due)] = (due, tuple(
-                (tuple(i for i in indices if latency[i] <= 1),
-                 tuple(i for i in indices if i not in deferred),
-                 any(i in deferred for i in indices)) for indices in due))
-        return known[1]
-
-    def gather(self, acquired: int, model: mujoco.MjModel, devices: Sequence[Device],
-               columns: TraceBuffer) -> None:
-        """Copy the inputs of the reads at the boundary after tick ``acquired``."""
-        used = self.used
-        if used == self.ticks.shape[0]:
-            self.complete(model, devices, columns)
-            used = 0
-        row = self.row_views[used]
-        for view, first, end in self.copies:
-            row[first:end] = view
-        self.ticks[used] = acquired
-        self.used = used + 1
-
-    def complete(self, model: mujoco.MjModel, devices: Sequence[Device],
-                 columns: TraceBuffer) -> None:
-        """Compute the samples of the copied rows into ``columns`` (in acquisition order,
-        as their ``order`` entries were written) and start over."""
-        used = self.used
-        if not used:
-            return
-        acquired = self.ticks[:used]
-        rows = self.rows[:used]
-        done = []
-        for i, index in self.devices:
-            device = devices[i]
-            due = acquired % device.descriptor.period_ticks == 0
-            ticks = acquired[due]
-            if ticks.size:
-                values = device.acquire_block(model, rows[due][:, index])
-                done.append((i, ticks.tolist(), values))
-        self.used = 0
-        interrupted: BaseException | None = None
-        while done:  # all of it, even through Ctrl-C (raised afterwards)
-            try:
-                while done:
-                    columns.put(*done[-1])
-                    done.pop()
-            except KeyboardInterrupt as exc:
-                interrupted = exc
-        if interrupted is not None:
-            raise interrupted
 
 
 def component_rng(seed: int, component_id: str) -> np.random.Generator:
@@ -343,7 +88,7 @@ class InstancePlan(Protocol):
     @property
     def scenario(self) -> ScenarioSpec: ...
     @property
-    def recorded_input_signature(self) -> tuple[Any, ...]: ...
+    def recorded_input_signature(self) -> EndpointSignature: ...
 
     def inspect(self) -> dict[str, Any]: ...
 
@@ -352,10 +97,10 @@ class SimulationInstance:
     """One run: MuJoCo state, episode/session time, device queues, drivers, ingress, RNG."""
 
     def __init__(self, plan: InstancePlan, *, seed: int = 0,
-                 scenario: ScenarioSpec | None = None, trace: Any = None,
+                 scenario: ScenarioSpec | None = None, trace: TraceSink | None = None,
                  snapshot_every: int | None = None, collect: bool = True,
                  data: mujoco.MjData | None = None,
-                 rollout_context: AbstractContextManager[Any] | None = None,
+                 rollout_context: AbstractContextManager[object] | None = None,
                  devices: Collection[str] | None = None) -> None:
         self.plan = plan
         if devices is not None:
@@ -367,12 +112,6 @@ class SimulationInstance:
         # The devices this instance runs (all by default).
         self._device_specs = tuple(d for d in plan.devices if devices is None or d.id in devices)
         self._device_index = {d.id: i for i, d in enumerate(self._device_specs)}
-        self._schedule = _read_schedule(tuple(d.period_ticks for d in self._device_specs))
-        # The heard devices whose schedule _next_read follows, the devices it reads, and
-        # those of them read only to be skipped (set by _follow_reads).
-        self._read_mode: frozenset[int] | None = None
-        self._active: tuple[int, ...] = ()
-        self._unheard: frozenset[int] = frozenset()
         self.model = plan.model
         if data is not None and data.signature != plan.model.signature:
             raise InstanceError("create_instance: the MjData given was made for a model of "
@@ -392,32 +131,36 @@ class SimulationInstance:
         self._heard: frozenset[int] = frozenset()  # devices whose samples someone takes
         self._hears_ingress = False  # someone takes ingress records
         self._hears_actuation = False  # someone takes actuator application records
-        # A trace writer with write_block takes SampleBlocks: while the trace alone listens, a
-        # sample delivered at once is three list appends (its columns, see sample_block),
-        # other records are kept as objects. One with write_many takes the records in lists
-        # (the hot path appends to a list). Either is handed over at the end of every
-        # advance(), before a reset and every _TRACE_HANDOFF records (the writer's checks run
-        # then).
-        self._trace = trace if callable(getattr(trace, "write_many", None)) else None
+        # MjData's arrays, fetched once (each attribute access makes a new numpy view), in
+        # the order of STATE_FIELDS.
+        d = self.data
+        self._snapshot_views = (d.qpos, d.qvel, d.act, d.ctrl, d.actuator_force, d.sensordata,
+                                d.xpos, d.xquat)
+        # What is kept for the trace between hand-overs (see sinks): the records, or with a
+        # BlockSink the samples only the trace hears as columns (_trace_columns).
+        self._handoff = None if trace is None else TraceHandoff.of(trace, tuple(
+            DeviceColumns(d.id, d.sample_type, d.component_names, d.frame_id,
+                          d.latency_ticks) for d in self._device_specs),
+            tuple(view.size for view in self._snapshot_views))
         self._trace_columns: TraceBuffer | None = None
-        if self._trace is not None and callable(getattr(trace, "write_block", None)):
-            self._trace_columns = TraceBuffer(tuple(
-                DeviceColumns(d.id, d.sample_type, d.component_names, d.frame_id,
-                              d.latency_ticks) for d in self._device_specs),
-                tuple(getattr(self.data, name).size for name in STATE_FIELDS))
-            self._trace_buffer: list[Any] = self._trace_columns.order
-            self._trace_sink: Callable[[Record], None] = self._trace_columns.other
+        self._trace_write: Callable[[Record], None] | None = None
+        if self._handoff is not None:
+            self._trace_columns = self._handoff.columns
+            self._trace_buffer = self._handoff.kept  # its length: how much is kept
+            self._trace_sink = self._handoff.keep
+            self._subscribers.append(self._trace_sink)
         else:
-            self._trace_buffer = []
-            self._trace_sink = self._trace_buffer.append
+            self._trace_buffer = ()
+            self._trace_sink = _nobody
+            if isinstance(trace, RecordWriter):
+                self._trace_write = trace.write
+                self._subscribers.append(self._trace_write)
+            elif trace is not None:
+                raise InstanceError(f"create_instance: trace must have write_many or write "
+                                    f"(a TraceWriter), got a {type(trace).__name__}")
         # The single list sink, or None (then _emit; a bound method kept here would make the
         # instance a reference cycle, freed only by the cyclic GC).
         self._emit_one: Callable[[Record], None] | None = None
-        self._trace_write = None if trace is None or self._trace is not None else trace.write
-        if self._trace is not None:
-            self._subscribers.append(self._trace_sink)
-        elif trace is not None:
-            self._subscribers.append(self._trace_write)
         self._update_sinks()
         if snapshot_every is None:
             snapshot_every = plan.manifest.trace.state_every_steps if trace is not None else 0
@@ -429,21 +172,15 @@ class SimulationInstance:
         this = weakref.ref(self)
         self.entities = Entities(plan.model)
         self._ingress = Ingress(plan.actuators, self._endpoints,
-                                lambda: this()._clock(),  # type: ignore[union-attr]
-                                self.entities)
-        self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-        # MjData's arrays, fetched once (each attribute access makes a new numpy view).
-        d = self.data
-        self._snapshot_views = (d.qpos, d.qvel, d.act, d.ctrl, d.actuator_force, d.sensordata,
-                                d.xpos, d.xquat)
-        # Where those go in a state row of the trace columns (see _advance_traced): the
+                                lambda: _clock_of(this), self.entities)
+        # Where those go in a state row of the trace columns (see _advance): the
         # ones taken before the step, the ones after; empty arrays left out.
         ends = np.cumsum([view.size for view in self._snapshot_views]).tolist()
         copies = [(view.reshape(-1), end - view.size, end)
                   for view, end in zip(self._snapshot_views, ends, strict=True)]
         self._state_copies = (tuple(c for c in copies[:4] if c[0].size),
                               tuple(c for c in copies[4:] if c[0].size))
-        self._state_layout = _state_offsets(plan.model)
+        self._state_layout = state_offsets(plan.model)
         self._rollout_context = nullcontext() if rollout_context is None else rollout_context
         self._start_episode()
 
@@ -460,34 +197,28 @@ class SimulationInstance:
         self._processed = -1  # last boundary whose once-only work is done
         self._devices: list[Device] = [
             d.create(component_rng(self._seed, d.id)) for d in self._device_specs]
-        self._read_at = [1] * len(self._devices)
-        self._period = [d.period_ticks for d in self._device_specs]
+        periods = [d.period_ticks for d in self._device_specs]
         self._latency = [d.latency_ticks for d in self._device_specs]
         # What a read needs per device, unpacked once: (acquire, id, sample type, names, frame,
         # latency).
-        self._reads = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
+        self._reads: list[_Read] = [(device.acquire, spec.id, spec.sample_type, spec.component_names,
                         spec.frame_id, spec.latency_ticks)
                        for device, spec in zip(self._devices, self._device_specs, strict=True)]
         self._skips = [device.skip for device in self._devices]
         if self._episode == 0:  # what the devices read is the plan's: one for all episodes
-            self._deferral = (_Deferral.of(self._devices, self._latency, self.data)
+            self._deferral = (Deferral.of(self._devices, self._latency, self.data)
                               if self._trace_columns is not None else None)
-        self._defer_phases: tuple[tuple[tuple[int, ...], tuple[int, ...], bool], ...] | None
-        self._defer_phases = None  # set by _follow_reads
-        self._deferring = False  # this advance() defers (long enough: _DEFER_TICKS)
-        self._next_read = 1 if self._devices else _NEVER
+        self._deferring = False  # this advance() defers (long enough: DEFER_TICKS)
+        self._next_read = 1 if self._devices else NEVER
         # Silent stepping (nothing listens): a device delivering at once whose draws per
         # sample are known is not stopped for; its draws are taken per advance() and, when its
-        # state needs it, its last sample is skipped at its tick (_silent_at).
-        self._batched = tuple(
+        # state needs it, its last sample is skipped at its tick (ReadSchedule.silent_at).
+        self._reading = ReadSchedule(periods, self._latency, tuple(
             i for i, device in enumerate(self._devices)
-            if self._latency[i] <= 1 and device.silent_draws() is not None)
-        # Read schedules per set of heard devices (all while listening, none while silent):
-        # a batched device nobody hears is not read.
-        self._schedules: dict[frozenset[int], tuple[Any, tuple[int, ...]]] = {}
-        self._silent_at: dict[int, list[int]] = {}
-        self._silent_next = _NEVER
-        self._read_mode = None  # advance() picks the schedule
+            if self._latency[i] <= 1 and device.silent_draws() is not None))
+        self._read_at = self._reading.read_at  # (per device, without a tabulated schedule)
+        self._period = self._reading.periods
+        self._silent_next = NEVER
         self._deliveries: list[tuple[int, int, DeviceOutput]] = []
         self._releases: list[tuple[int, int, AcceptedInput]] = []
         self._recorded: list[tuple[int, int, AcceptedInput]] = []
@@ -495,7 +226,8 @@ class SimulationInstance:
         self._replay: tuple[RecordedInputs, ControlTrajectory] | None = None
         self._capture: StateCapture | None = None
         self._order = 0
-        self._snapshot_pre: tuple[int, tuple[np.ndarray, ...]] | None = None
+        # (tick, qpos/qvel/act/ctrl before the step; None: taken into the trace's state row)
+        self._snapshot_pre: tuple[int, tuple[np.ndarray, ...] | None] | None = None
         self._endpoints[:] = [a.create() for a in self.plan.actuators]
         # The scenario's initial inputs take acceptance 0..n-1 and commit first, at tick 0.
         initial = []
@@ -517,7 +249,7 @@ class SimulationInstance:
             return -1
         if self.scenario is self.plan.scenario:
             return self.plan.keyframe_id
-        key = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, name)
+        key = int(mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, name))
         if key < 0:
             raise InstanceError(f"scenario keyframe {name!r} is not in the model")
         return key
@@ -527,14 +259,12 @@ class SimulationInstance:
         on. ``seed`` replaces the episode seed (default: keep it, so episodes repeat exactly);
         ``keyframe`` overrides the scenario keyframe for this and later episodes."""
         if keyframe is not None:
-            import dataclasses
-
             if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, keyframe) < 0:
                 raise InstanceError(f"reset: no keyframe named {keyframe!r} in the model")
             self.scenario = dataclasses.replace(self.scenario, keyframe=keyframe)
         if seed is not None:
             self._seed = seed
-        if self._trace is not None:  # the kept samples belong to the episode ending here
+        if self._handoff is not None:  # the kept samples belong to the episode ending here
             self._hand_over()
         self._session_offset += self._tick * self._dt
         self._episode += 1
@@ -583,7 +313,7 @@ class SimulationInstance:
         return self._ingress.enqueue(item)
 
     def enqueue_recorded_trace_inputs(
-            self, records: RecordedInputs | Iterable[IngressRecord | Mapping]) -> int:
+            self, records: RecordedInputs | Iterable[IngressRecord | Mapping[str, Any]]) -> int:
         """Replay recorded inputs at their recorded commit ticks, in recorded acceptance order.
 
         ``records`` are IngressRecords (or mappings with their keys), or a RecordedInputs
@@ -625,7 +355,7 @@ class SimulationInstance:
         return len(entries)
 
     def capture(self, ticks: Sequence[int] | np.ndarray,
-                fields: Sequence[str] = _CAPTURE_FIELDS) -> StateCapture:
+                fields: Sequence[str] = CAPTURE_FIELDS) -> StateCapture:
         """Take qpos / qvel / act / sensordata at ``ticks`` (of this episode) as the instance
         runs, without a per-tick callback: a replayed block fills it straight from the
         rollout. One capture per episode; the ticks must not be in the past."""
@@ -678,7 +408,7 @@ class SimulationInstance:
         if not self._sinks:
             self._heard = frozenset()
             self._hears_ingress = self._hears_actuation = False
-        elif everything:
+        elif everything or interest is None:
             self._heard = frozenset(range(len(self._device_specs)))
             self._hears_ingress = self._hears_actuation = True
         else:
@@ -707,42 +437,7 @@ class SimulationInstance:
         """Set joint qpos/qvel, mocap pose or actuator activation, e.g. an episode's initial
         state. Entries: ``{type: joint, joint, qpos?, qvel?}``, ``{type: mocap, body, pos?,
         quat?}``, ``{type: actuator, actuator, act}``."""
-        model, data = self.model, self.data
-        for n, entry in enumerate(entries):
-            where = f"inject_state[{n}]"
-            kind = entry.get("type")
-            if kind == "joint":
-                jid = self._object(mujoco.mjtObj.mjOBJ_JOINT, entry.get("joint"), where, "joint")
-                jtype = int(model.jnt_type[jid])
-                nq, nv = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}[jtype]
-                qadr, vadr = int(model.jnt_qposadr[jid]), int(model.jnt_dofadr[jid])
-                _assign(data.qpos, qadr, nq, entry.get("qpos"), f"{where}.qpos")
-                _assign(data.qvel, vadr, nv, entry.get("qvel"), f"{where}.qvel")
-            elif kind == "mocap":
-                bid = self._object(mujoco.mjtObj.mjOBJ_BODY, entry.get("body"), where, "body")
-                mocap = int(model.body_mocapid[bid])
-                if mocap < 0:
-                    raise InstanceError(f"{where}.body: body {entry.get('body')!r} is not a "
-                                        f"mocap body")
-                _assign(data.mocap_pos[mocap], 0, 3, entry.get("pos"), f"{where}.pos")
-                _assign(data.mocap_quat[mocap], 0, 4, entry.get("quat"), f"{where}.quat")
-            elif kind == "actuator":
-                aid = self._object(mujoco.mjtObj.mjOBJ_ACTUATOR, entry.get("actuator"), where,
-                                   "actuator")
-                adr, num = int(model.actuator_actadr[aid]), int(model.actuator_actnum[aid])
-                if num == 0:
-                    raise InstanceError(f"{where}.actuator: actuator {entry.get('actuator')!r} "
-                                        f"has no activation state")
-                _assign(data.act, adr, num, entry.get("act"), f"{where}.act")
-            else:
-                raise InstanceError(f"{where}.type: expected joint, mocap or actuator, got "
-                                    f"{kind!r}")
-
-    def _object(self, objtype: mujoco.mjtObj, name: Any, where: str, kind: str) -> int:
-        index = mujoco.mj_name2id(self.model, objtype, name) if isinstance(name, str) else -1
-        if index < 0:
-            raise InstanceError(f"{where}.{kind}: no MuJoCo {kind} named {name!r}")
-        return index
+        inject_state(self.model, self.data, entries)
 
     # ----------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -758,7 +453,7 @@ class SimulationInstance:
         """
         if ticks < 0:
             raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
-        if self._trace is None:
+        if self._handoff is None:
             self._advance(ticks)
             return
         try:
@@ -770,49 +465,44 @@ class SimulationInstance:
 
     def _hand_over(self, *, settle: bool = False) -> None:
         """Give the records kept for the trace writer to it."""
-        buffer = self._trace_buffer
-        columns = self._trace_columns
-        if columns is not None:
-            if self._deferral is not None and self._deferral.used:
-                self._deferral.complete(self.model, self._devices, columns)
-            if settle:
-                columns.settle()
-            if buffer and columns.only_records:  # someone else listens: records, as a list
-                self._trace.write_many(columns.take_records())  # type: ignore[union-attr]
-            elif buffer:
-                self._trace.write_block(  # type: ignore[union-attr]
-                    columns.take(self._episode, self._session_offset, self._dt))
+        handoff = self._handoff
+        if handoff is None:
             return
-        if buffer:
-            records = buffer[:]
-            buffer.clear()  # in place: the sink is this list's append
-            self._trace.write_many(records)  # type: ignore[union-attr]
+        columns = self._trace_columns
+        if columns is not None and self._deferral is not None and self._deferral.used:
+            self._deferral.complete(self.model, self._devices, columns)
+        handoff.hand_over(self._episode, self._session_offset, self._dt, settle=settle)
 
     def _advance(self, ticks: int) -> None:
+        """The stepping loop, for every kind of run. What a traced run does differently is
+        decided per advance(): when only the trace listens, a long enough advance() defers
+        the reads (``_read``: ``Deferral``) and, at boundaries without inputs to commit, state
+        snapshots go straight into the trace's state rows instead of StateSnapshot records."""
         model, data, step = self.model, self.data, mujoco.mj_step
-        buffer = self._trace_buffer
+        kept = self._trace_buffer
         target = self._tick + ticks
-        ingress = self._ingress
+        has_work = self._ingress.has_work
         every = self._snapshot_every
         capture = self._capture
         heard = self._heard
-        if self._read_mode != heard:
+        reading = self._reading
+        if reading.heard != heard:
             self._follow_reads(heard)
-        if self._batched and len(heard) < len(self._devices):
+        if reading.batched and len(heard) < len(self._devices):
             self._skip_unheard(target)
-        # Only the trace listening, devices deferred: the lean loop of _advance_traced until
-        # something else is to be done (inputs to commit) or the target is reached.
-        self._deferring = self._defer_phases is not None and ticks >= _DEFER_TICKS
-        lean = (self._deferring and self._emit_one is self._trace_sink
-                and capture is None and self._silent_next == _NEVER)
+        self._deferring = reading.defer_phases is not None and ticks >= DEFER_TICKS
+        columns = self._trace_columns
+        # Only the trace listens (a callback that could subscribe meanwhile exists only while
+        # others listen) and reads are deferred: the state copied before the step goes into
+        # the trace's state row.
+        state_rows = (self._state_copies[0] if self._deferring and columns is not None
+                      and self._emit_one is self._trace_sink and capture is None
+                      and self._silent_next == NEVER else None)
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
         while True:
-            if lean and not (self._recorded or self._releases or ingress._pending
-                             or ingress._rejected):
-                self._advance_traced(target)
             t = self._tick
-            if len(buffer) >= _TRACE_HANDOFF:
+            if len(kept) >= TRACE_HANDOFF:
                 self._hand_over()
             if self._processed != t:
                 if t == self._next_read:
@@ -827,7 +517,8 @@ class SimulationInstance:
                 if capture is not None:
                     capture.take_sensordata(t, data)
                 self._processed = t
-            if self._recorded or self._releases or ingress._pending or ingress._rejected:
+            committing = self._recorded or self._releases or has_work()
+            if committing:
                 self._commit(t)
             if capture is not None:
                 capture.take_state(t, data)
@@ -839,9 +530,15 @@ class SimulationInstance:
             if every:
                 if self._snapshot_pre is None and t % every == 0:
                     # Captured right before the step so ctrl is what produces the step's forces.
-                    qpos, qvel, act, ctrl = self._snapshot_views[:4]
-                    self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
-                                              ctrl.copy()))
+                    if state_rows is not None and columns is not None and not committing:
+                        row = columns.state_row()  # _snapshot fills the rest after the step
+                        for view, first, end in state_rows:
+                            row[first:end] = view
+                        self._snapshot_pre = (t, None)
+                    else:
+                        qpos, qvel, act, ctrl = self._snapshot_views[:4]
+                        self._snapshot_pre = (t, (qpos.copy(), qvel.copy(), act.copy(),
+                                                  ctrl.copy()))
                 snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
                 if snapshot < following:
                     following = snapshot
@@ -858,145 +555,32 @@ class SimulationInstance:
             if following == t + 1 and ((self._recorded and self._replay is not None)
                                        or capture is not None):
                 end = self._block_end(t, target)
-                if end - t >= _MIN_ROLLOUT_TICKS:
+                if end - t >= MIN_ROLLOUT_TICKS:
                     self._block(t, end)
                     continue
             step(model, data, following - t)
             self._tick = following
-
-    def _advance_traced(self, target: int) -> None:
-        """``_advance``'s loop while only the trace listens and every read follows the
-        tabulated schedule with deferred devices (``_Deferral``): the same records in the same
-        order, with what a boundary needs kept in locals. It stops only where something is
-        read or a state snapshot is taken: a delayed sample due between two stops is kept at
-        the next, ahead of its reads (where it would have been in the order). Returns at
-        ``target`` (processed) or at a boundary with inputs to commit, which the general loop
-        handles."""
-        model, data, step = self.model, self.data, mujoco.mj_step
-        _, gaps = self._schedule  # type: ignore[misc]
-        cycle = len(gaps)
-        phases = self._defer_phases
-        read_deferred = self._read_deferred
-        order = self._trace_buffer
-        handoff = _TRACE_HANDOFF
-        deliveries = self._deliveries
-        # In place while this runs (the general loop replaces them, between two calls).
-        recorded, releases = self._recorded, self._releases
-        pending, rejected = self._ingress._pending, self._ingress._rejected
-        every = self._snapshot_every
-        next_snapshot = -(-self._tick // every) * every if every else _NEVER
-        completing = self._snapshot_pre is not None  # a snapshot to finish at the boundary
-        columns = self._trace_columns
-        before_step = self._state_copies[0]
-        t = self._tick
-        next_read = self._next_read
-        processed = self._processed
-        try:
-            while True:
-                if processed != t:
-                    if deliveries and deliveries[0][0] < t:  # due between two stops
-                        self._deliver(t - 1)
-                    if t == next_read:
-                        acquired = t - 1
-                        phase = acquired % cycle
-                        next_read = t + gaps[phase]
-                        read_deferred(t, phases[phase])  # type: ignore[index]
-                    if deliveries and deliveries[0][0] == t:
-                        self._deliver(t)
-                    if completing:
-                        self._snapshot(t)
-                        completing = False
-                    processed = t
-                    if len(order) >= handoff:
-                        self._hand_over()
-                if t >= target or recorded or releases or pending or rejected:
-                    return
-                following = next_read
-                if t == next_snapshot:
-                    # As _advance does, into the trace's state row (_snapshot fills the
-                    # rest after the step).
-                    row = columns.state_row()  # type: ignore[union-attr]
-                    for view, first, end in before_step:
-                        row[first:end] = view
-                    self._snapshot_pre = (t, None)
-                    completing = True
-                    next_snapshot = t + every
-                    following = t + 1
-                elif next_snapshot < following:
-                    following = next_snapshot
-                if following > target:
-                    following = target
-                step(model, data, following - t)
-                t = self._tick = following  # (read by other threads' rejections)
-        finally:
-            self._tick = t
-            self._next_read = next_read
-            self._processed = processed
 
     def _follow_reads(self, heard: frozenset[int]) -> None:
         """Follow the schedule of the devices read while ``heard`` are heard (the others
         that are batched are skipped in bulk, see ``_skip_unheard``) from the next
         unprocessed boundary on (subscribing is an owner-thread call between advance()
         calls, or from a callback, which only exists while listening)."""
-        self._read_mode = heard
-        known = self._schedules.get(heard)
-        if known is None:
-            batched = self._batched
-            active = tuple(i in heard or i not in batched for i in range(len(self._devices)))
-            known = self._schedules[heard] = (
-                _read_schedule(tuple(self._period), active),
-                tuple(i for i, on in enumerate(active) if on))
-        self._schedule, active_reads = known
-        self._active = active_reads
-        self._unheard = frozenset(active_reads) - heard  # read, but only to be skipped
-        deferral = self._deferral
-        self._defer_phases = None
-        if deferral is not None and self._schedule is not None and not self._unheard:
-            self._defer_phases = deferral.phases(self._schedule[0], self._latency)
         start = max(1, self._tick + (self._processed == self._tick))
-        if not active_reads:
-            self._next_read = _NEVER
-        elif self._schedule is not None:
-            self._next_read = start  # _read finds the devices due there (maybe none)
-        else:
-            read_at, period = self._read_at, self._period
-            for i in active_reads:  # the first boundary >= start reading an acquisition tick
-                read_at[i] = -(-(start - 1) // period[i]) * period[i] + 1
-            self._next_read = min(read_at[i] for i in active_reads)
+        self._next_read = self._reading.follow(heard, start, self._deferral)
 
     def _skip_unheard(self, target: int) -> None:
-        """Silent stepping to ``target``: the samples of the batched devices at the boundaries
-        up to ``target`` are skipped here, their draws at once (each device has its own
-        stream, so taking them now or at their ticks is the same); a device whose state needs
-        its last sample gets a stop there (``_skip_last``)."""
+        """Silent stepping to ``target``: the samples of the batched devices nobody hears up
+        to ``target`` are skipped at once (``ReadSchedule.skip_unheard``)."""
         start = max(1, self._tick + (self._processed == self._tick))
-        if start > target:
-            return
-        heard = self._read_mode
-        for i in self._batched:
-            if i in heard:
-                continue
-            period = self._period[i]
-            first = -(-(start - 1) // period)  # samples a·period read at boundary a·period+1
-            last = (target - 1) // period
-            count = last - first + 1
-            if count <= 0:
-                continue
-            device = self._devices[i]
-            normal, normal1 = device.silent_draws()  # type: ignore[misc]
-            if device.SILENT_STATE:
-                count -= 1
-                self._silent_at.setdefault(last * period + 1, []).append(i)
-            if count and (normal or normal1):
-                device.skip_draws(normal * count, normal1 * count)
-        if self._silent_at:
-            self._silent_next = min(self._silent_at)
+        if start <= target:
+            self._silent_next = self._reading.skip_unheard(start, target, self._devices)
 
     def _skip_last(self, t: int) -> None:
         model, data = self.model, self.data
-        for i in self._silent_at.pop(t):
+        indices, self._silent_next = self._reading.take_silent(t)
+        for i in indices:
             self._devices[i].skip(model, data)
-        self._silent_next = min(self._silent_at) if self._silent_at else _NEVER
 
     def _next_event(self, t: int, following: int) -> int:
         """The earliest of ``following`` (reads, deliveries, snapshots), command releases,
@@ -1025,7 +609,7 @@ class SimulationInstance:
         if self._deliveries:
             end = min(end, self._deliveries[0][0])
         for release, _, item in self._releases:  # a few commands waiting out their latency
-            if self._endpoints[item.endpoint].control(item.command) is None:
+            if self._endpoints[item.endpoint].control(item.endpoint_command) is None:
                 end = min(end, release)
         return end
 
@@ -1038,22 +622,15 @@ class SimulationInstance:
         waiting: list[tuple[int, int, float]] = []
         while self._releases and self._releases[0][0] < end:
             release_tick, _, item = heapq.heappop(self._releases)
-            index, value = self._endpoints[item.endpoint].control(item.command)
-            waiting.append((release_tick - t, index, value))
-        if self._recorded:
-            records, controls = self._replay  # type: ignore[misc]
+            control = self._endpoints[item.endpoint].control(item.endpoint_command)
+            assert control is not None  # (_block_end ends the block at other releases)
+            waiting.append((release_tick - t, *control))
+        replay = self._replay
+        if self._recorded and replay is not None:  # (_block_end: recorded ones are replay's)
+            records, controls = replay
             first = len(records.entries) - len(self._recorded)
-            if waiting:
-                block = _block_controls(data.ctrl, t, end, waiting, records, controls, first)
-            else:  # the same for every instance replaying these inputs from the same ctrl
-                key = (t, end, first, data.ctrl.tobytes())
-                block = controls.blocks.get(key)
-                if block is None:
-                    block = _block_controls(data.ctrl, t, end, waiting, records, controls,
-                                            first)
-                    if len(controls.blocks) < 16:
-                        controls.blocks[key] = block
-            table, consumed, later = block
+            table, consumed, later = replay_controls(data.ctrl, t, end, waiting, records,
+                                                     controls, first)
             for release_tick, n in later:  # released after the block: they wait
                 self._order += 1
                 heapq.heappush(self._releases, (release_tick, self._order, records.entries[n]))
@@ -1061,19 +638,11 @@ class SimulationInstance:
                 self._ingress.skip_past(int(records.acceptance_reached[first + consumed - 1]))
                 del self._recorded[len(self._recorded) - consumed:]
         elif waiting:
-            table = _block_controls(data.ctrl, t, end, waiting, None, None, 0)[0]
+            table = block_controls(data.ctrl, t, end, waiting, None, None, 0)[0]
         else:
             table = np.empty((end - t, model.nu))
             table[:] = data.ctrl
-        spec = self._state_spec
-        initial = np.empty(mujoco.mj_stateSize(model, spec))
-        mujoco.mj_getState(model, data, initial, spec)
-        warmstart = data.qacc_warmstart.copy()
-        with self._rollout_context:
-            states, sensordata = rollout.rollout(model, data, initial, table,
-                                                 initial_warmstart=warmstart)
-        if self._capture is not None:
-            self._capture.take_rollout(t, states[0], sensordata[0], self._state_layout)
+        roll(model, data, table, self._rollout_context, self._capture, t, self._state_layout)
         self._tick = end
 
     def _deliver(self, t: int) -> None:
@@ -1096,25 +665,23 @@ class SimulationInstance:
     def _read(self, t: int) -> None:
         """The devices due at boundary ``t`` sample tick t-1 (see the time model above)."""
         acquired = t - 1
-        schedule = self._schedule
+        reading = self._reading
+        schedule = reading.table
+        indices: Sequence[int]
         if schedule is not None:
             due, gaps = schedule
             phase = acquired % len(gaps)
             self._next_read = t + gaps[phase]
-            if self._deferring and self._emit_one is self._trace_sink:
-                self._read_deferred(t, self._defer_phases[phase])  # type: ignore[index]
+            phases = reading.defer_phases
+            if self._deferring and phases is not None and self._emit_one is self._trace_sink:
+                self._read_deferred(t, phases[phase])
                 return
             indices = due[phase]
         else:  # periods whose common cycle is too long for a table
-            read_at, period = self._read_at, self._period
-            active = self._active
-            indices = [i for i in active if read_at[i] == t]
-            for i in indices:
-                read_at[i] = t + period[i]
-            self._next_read = min(read_at[i] for i in active)
+            indices, self._next_read = reading.due_untabulated(t)
         model, data = self.model, self.data
         reads = self._reads
-        unheard = self._unheard
+        unheard = reading.unheard
         if unheard:
             if not self._sinks:  # silent: every device read is unheard (no filtering)
                 quiet, indices = indices, ()
@@ -1132,8 +699,9 @@ class SimulationInstance:
             if not indices:
                 return
         emit = self._emit_one or self._emit
-        if self._trace_columns is not None and emit is self._trace_sink:  # only the trace
-            self._read_columns(t, indices, self._trace_buffer)
+        columns = self._trace_columns
+        if columns is not None and emit is self._trace_sink:  # only the trace
+            self._read_columns(t, indices, columns.order)
             return
         dt = self._dt
         episode = self._episode
@@ -1152,18 +720,18 @@ class SimulationInstance:
                                         deliver_ns, offset + acquired_ns, offset + deliver_ns,
                                         values, names, frame_id)))
 
-    def _read_deferred(self, t: int, phase: tuple[tuple[int, ...], tuple[int, ...], bool]
-                       ) -> None:
+    def _read_deferred(self, t: int, phase: Phase) -> None:
         """The reads at boundary ``t`` while they are deferred (only the trace listens): the
-        deferred devices' inputs are copied (``_Deferral.gather``), their samples computed at
+        deferred devices' inputs are copied (``Deferral.gather``), their samples computed at
         hand-over; the others (``phase``'s second item) are read now."""
         entries, now, gather = phase
+        columns, deferral = self._trace_columns, self._deferral
+        assert columns is not None and deferral is not None  # (deferring: both exist)
         if now:
             self._read_columns(t, now)
         if gather:
-            self._deferral.gather(t - 1, self.model, self._devices,  # type: ignore[union-attr]
-                                  self._trace_columns)
-        self._trace_buffer.extend(entries)
+            deferral.gather(t - 1, self.model, self._devices, columns)
+        columns.order.extend(entries)
 
     def _read_columns(self, t: int, indices: Iterable[int],
                       order: list[int] | None = None) -> None:
@@ -1174,7 +742,8 @@ class SimulationInstance:
         model, data = self.model, self.data
         reads = self._reads
         columns = self._trace_columns
-        ticks, kept = columns.ticks, columns.values  # type: ignore[union-attr]
+        assert columns is not None  # (only the trace listens: as columns)
+        ticks, kept = columns.ticks, columns.values
         acquired = t - 1
         for i in indices:
             read = reads[i]
@@ -1187,7 +756,7 @@ class SimulationInstance:
                 if order is not None:
                     order.append(i)
 
-    def _delay(self, t: int, read: tuple, values: np.ndarray) -> None:
+    def _delay(self, t: int, read: _Read, values: np.ndarray) -> None:
         """Queue the output of a read at boundary ``t`` for its delivery tick."""
         _, device_id, sample_type, names, frame_id, latency = read
         acquired = t - 1
@@ -1223,7 +792,7 @@ class SimulationInstance:
                 source.payload_json, True, t, item.acceptance_sequence, "",
                 self._session_offset + t * self._dt))
         if item.endpoint == ENTITY:  # placed now: nothing between commit and the state
-            self.entities.apply(self.data, item.command)  # type: ignore[arg-type]
+            self.entities.apply(self.data, cast(EntityCommand, item.command))
             return
         latency = self.plan.actuators[item.endpoint].latency_ticks
         if latency == 0:
@@ -1235,7 +804,7 @@ class SimulationInstance:
     def _release(self, t: int, item: AcceptedInput) -> None:
         endpoint = self._endpoints[item.endpoint]
         descriptor = endpoint.descriptor
-        command = item.command
+        command = item.endpoint_command
         applied = endpoint.apply(self.data, command)
         if not self._hears_actuation:
             return
@@ -1246,13 +815,15 @@ class SimulationInstance:
 
     def _snapshot(self, t: int) -> None:
         """Complete the snapshot whose state was captured right before the step t-1 → t."""
-        tick, before = self._snapshot_pre  # type: ignore[misc]
-        if before is None:  # taken into the trace's state row (_advance_traced)
+        assert self._snapshot_pre is not None  # (called when one is pending)
+        tick, before = self._snapshot_pre
+        if before is None:  # taken into the trace's state row (see _advance)
             columns = self._trace_columns
-            row = columns.state_row()  # type: ignore[union-attr]
+            assert columns is not None  # (only a traced run takes a row)
+            row = columns.state_row()
             for view, first, end in self._state_copies[1]:
                 row[first:end] = view
-            columns.commit_state(tick)  # type: ignore[union-attr]
+            columns.commit_state(tick)
             self._snapshot_pre = None
             return
         qpos, qvel, act, ctrl = before
@@ -1270,12 +841,13 @@ class SimulationInstance:
                 "accepted_inputs": self.accepted_count, "rejected_inputs": self.rejected_count}
 
 
-def _assign(target: np.ndarray, start: int, width: int, values: Any, where: str) -> None:
-    if values is None:
-        return
-    array = np.asarray(values, dtype=np.float64).ravel()
-    if array.shape[0] != width:
-        raise InstanceError(f"{where}: expected {width} value(s), got {array.shape[0]}")
-    if not np.all(np.isfinite(array)):
-        raise InstanceError(f"{where}: values must be finite, got {array.tolist()}")
-    target[start:start + width] = array
+def _nobody(record: Record) -> None:
+    """The trace sink of an instance without a RecordSink: never called (no list keeps)."""
+
+
+def _clock_of(instance: weakref.ref[SimulationInstance]) -> tuple[int, int]:
+    """The clock of an instance still alive (the ingress only asks while it runs)."""
+    alive = instance()
+    if alive is None:
+        raise InstanceError("the instance of this ingress is gone")
+    return alive._clock()

@@ -20,14 +20,23 @@ import numpy as np
 
 from .errors import IngressError
 from .ingress import AcceptedInput, Ingress, external_input
-from .records import IngressRecord
+from .records import ExternalInput, IngressRecord
 
 if TYPE_CHECKING:
-    from .components import ActuatorDescriptor
+    from .components import ActuatorDescriptor, Endpoint
 
 
 _CONTROL_ENTRIES = 8  # control trajectories kept per recording (per actuator setup)
-_MISSING = object()
+
+#: What parsing depends on, per endpoint: (name, payload type, sorted (mode, ctrl index)).
+EndpointSignature = tuple[tuple[str, str, tuple[tuple[str, int], ...]], ...]
+#: A replay block's ctrl table, how many recorded inputs it commits and, of those, the ones
+#: released after it: (release tick, entry index). Made by ``replay.block_controls``.
+BlockControls = tuple[np.ndarray, int, tuple[tuple[int, int], ...]]
+#: Key of a replay block's table: (start, end, first entry, starting ctrl bytes).
+BlockKey = tuple[int, int, int, bytes]
+#: What a control trajectory depends on, per actuator: (endpoint, latency, config text).
+_ControlsKey = tuple[tuple[str, int, str], ...]
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class ControlTrajectory:
     distinct: bool = True
     # Control tables of replay blocks, keyed by (start, end, first entry, starting ctrl):
     # every instance replaying these inputs the same way steps the same table.
-    blocks: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    blocks: dict[BlockKey, BlockControls] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -49,8 +58,8 @@ class RecordedInputs:
     """Accepted recorded inputs in replay order, parsed for endpoints with ``signature``."""
 
     entries: tuple[AcceptedInput, ...]
-    signature: tuple[Any, ...]
-    _controls: dict[Any, ControlTrajectory | None] = field(
+    signature: EndpointSignature
+    _controls: dict[_ControlsKey, ControlTrajectory | None] = field(
         default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -74,36 +83,37 @@ class RecordedInputs:
                                 count=len(self.entries))
         return np.maximum.accumulate(sequences) if sequences.size else sequences
 
-    def controls(self, actuators: Sequence[ActuatorDescriptor], endpoints: Sequence[Any]
+    def controls(self, actuators: Sequence[ActuatorDescriptor], endpoints: Sequence[Endpoint]
                  ) -> ControlTrajectory | None:
         """The control trajectory for these endpoints (None if one cannot say its ctrl)."""
         key = tuple((a.endpoint, a.latency_ticks, repr(sorted(a.config.items())))
                     for a in actuators)
-        found = self._controls.get(key, _MISSING)
-        if found is _MISSING:
-            latencies: dict[int, set[int]] = {}
-            for actuator in actuators:
-                for index in actuator.modes.values():
-                    latencies.setdefault(index, set()).add(actuator.latency_ticks)
-            # Only when each ctrl has one latency is "later command wins" the commit order.
-            ordered = all(len(seen) == 1 for seen in latencies.values())
-            trajectory = (_control_trajectory(self.entries, actuators, endpoints)
-                          if ordered else None)
-            # Bounded: a calibration of an actuator's config (its latency, say) makes one key
-            # per candidate, each with its trajectory and up to 16 block tables.
-            # (Workers may race here: each computes the same trajectory; eviction tolerates
-            # another worker's.)
-            while len(self._controls) >= _CONTROL_ENTRIES:
-                try:
-                    self._controls.pop(next(iter(self._controls)), None)
-                except (RuntimeError, StopIteration):
-                    break
-            self._controls[key] = trajectory
-            return trajectory
-        return found  # type: ignore[return-value]
+        try:
+            return self._controls[key]
+        except KeyError:  # (not a get(): None is a value)
+            pass
+        latencies: dict[int, set[int]] = {}
+        for actuator in actuators:
+            for index in actuator.modes.values():
+                latencies.setdefault(index, set()).add(actuator.latency_ticks)
+        # Only when each ctrl has one latency is "later command wins" the commit order.
+        ordered = all(len(seen) == 1 for seen in latencies.values())
+        trajectory = (_control_trajectory(self.entries, actuators, endpoints)
+                      if ordered else None)
+        # Bounded: a calibration of an actuator's config (its latency, say) makes one key
+        # per candidate, each with its trajectory and up to 16 block tables.
+        # (Workers may race here: each computes the same trajectory; eviction tolerates
+        # another worker's.)
+        while len(self._controls) >= _CONTROL_ENTRIES:
+            try:
+                self._controls.pop(next(iter(self._controls)), None)
+            except (RuntimeError, StopIteration):
+                break
+        self._controls[key] = trajectory
+        return trajectory
 
 
-def endpoint_signature(actuators: Sequence[ActuatorDescriptor]) -> tuple[Any, ...]:
+def endpoint_signature(actuators: Sequence[ActuatorDescriptor]) -> EndpointSignature:
     """What parsing depends on: endpoint names, payload types and accepted modes."""
     return tuple((a.endpoint, a.payload_type, tuple(sorted(a.modes.items())))
                  for a in actuators)
@@ -117,7 +127,7 @@ def prepare_recorded_inputs(actuators: Sequence[ActuatorDescriptor],
     record that is invalid."""
     endpoints = [a.create() for a in actuators]
     ingress = Ingress(tuple(actuators), endpoints, lambda: (0, 0))
-    accepted: list[tuple[int, int, Any]] = []
+    accepted: list[tuple[int, int, ExternalInput]] = []
     for n, record in enumerate(records):
         record = as_record(record, n)
         if not record.accepted:
@@ -162,13 +172,13 @@ def as_record(record: IngressRecord | Mapping[str, Any], n: int) -> IngressRecor
 
 def _control_trajectory(entries: Sequence[AcceptedInput],
                         actuators: Sequence[ActuatorDescriptor],
-                        endpoints: Sequence[Any]) -> ControlTrajectory | None:
+                        endpoints: Sequence[Endpoint]) -> ControlTrajectory | None:
     count = len(entries)
     release = np.empty(count, dtype=np.int64)
     indices = np.empty(count, dtype=np.intp)
     values = np.empty(count, dtype=np.float64)
     for i, entry in enumerate(entries):
-        control = endpoints[entry.endpoint].control(entry.command)
+        control = endpoints[entry.endpoint].control(entry.endpoint_command)
         if control is None:
             return None
         release[i] = entry.commit_tick + actuators[entry.endpoint].latency_ticks

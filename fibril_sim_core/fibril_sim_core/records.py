@@ -8,7 +8,7 @@ name says ``session``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,7 +23,7 @@ class ExternalInput:
     source_id: str
     source_sequence: int
     payload_type: str
-    payload: dict
+    payload: dict[str, Any]  # the decoded JSON object (a document boundary)
     payload_json: str = ""
 
 
@@ -159,3 +159,10 @@ class StateObservation(NamedTuple):
     joint_effort: np.ndarray
     frame_position: np.ndarray
     frame_orientation: np.ndarray
+
+
+#: What a SimulationInstance emits to its subscribers and trace (EpisodeStart at the start of
+#: every episode, the others as they are made).
+Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot | EpisodeStart
+#: Every record a trace holds (a host adds its frame timings).
+TraceRecord = Record | FrameTiming

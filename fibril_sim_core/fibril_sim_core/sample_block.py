@@ -13,9 +13,9 @@ from the acquisition tick. A state snapshot is one row of its arrays back to bac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
+
+from .records import TraceRecord
 
 __all__ = ["OTHER", "STATE", "STATE_FIELDS", "DeviceColumns", "SampleBlock", "StateRows",
            "TraceBuffer"]
@@ -62,7 +62,7 @@ class SampleBlock:
     belong to ``episode``, whose EpisodeTime 0 is SessionTime ``session_offset_ns``."""
 
     order: list[int]
-    others: list[Any]
+    others: list[TraceRecord]
     devices: tuple[DeviceColumns, ...]
     ticks: list[list[int]]
     values: list[list[np.ndarray] | np.ndarray]
@@ -82,7 +82,7 @@ class SampleBlock:
                 and (self.states is None or other.states is None
                      or self.states.sizes == other.states.sizes))
 
-    def carrying(self, record: Any) -> SampleBlock:
+    def carrying(self, record: TraceRecord) -> SampleBlock:
         """A block of ``record`` alone (as an object) that ``joins`` this one: a record
         written one by one between two blocks goes into the same lay-out."""
         return SampleBlock([OTHER], [record], self.devices, [[] for _ in self.devices],
@@ -96,9 +96,9 @@ class SampleBlock:
         if len(blocks) == 1:
             return first
         order: list[int] = []
-        others: list[Any] = []
+        others: list[TraceRecord] = []
         ticks: list[list[int]] = [[] for _ in first.devices]
-        parts: list[list[Any]] = [[] for _ in first.devices]
+        parts: list[list[list[np.ndarray] | np.ndarray]] = [[] for _ in first.devices]
         states = [block.states for block in blocks if block.states is not None]
         for block in blocks:
             order += block.order
@@ -116,7 +116,8 @@ class SampleBlock:
                            first.session_offset_ns, first.timestep_ns, joined_states)
 
 
-def _joined_values(parts: list[Any]) -> list[np.ndarray] | np.ndarray:
+def _joined_values(parts: list[list[np.ndarray] | np.ndarray]
+                   ) -> list[np.ndarray] | np.ndarray:
     """One device's values of consecutive blocks: one 2-D array when they all are."""
     parts = [p for p in parts if len(p)]
     if parts and all(type(p) is np.ndarray for p in parts):
@@ -139,7 +140,7 @@ class TraceBuffer:
                  state_sizes: tuple[int, ...] = ()) -> None:
         self.devices = devices
         self.order: list[int] = []
-        self.others: list[Any] = []
+        self.others: list[TraceRecord] = []
         self.ticks: list[list[int]] = [[] for _ in devices]
         self.values: list[list[np.ndarray]] = [[] for _ in devices]
         self.arrays: list[list[np.ndarray]] = [[] for _ in devices]  # put() before values
@@ -148,7 +149,7 @@ class TraceBuffer:
         self.state_ticks = np.empty(256, dtype=np.int64)
         self.states_used = 0
 
-    def other(self, record: Any) -> None:
+    def other(self, record: TraceRecord) -> None:
         """Keep a record object (anything but an immediately delivered sample)."""
         self.order.append(OTHER)
         self.others.append(record)
@@ -170,7 +171,8 @@ class TraceBuffer:
             self.state_rows = np.concatenate((self.state_rows, np.empty_like(self.state_rows)))
             self.state_ticks = np.concatenate((self.state_ticks,
                                                np.empty_like(self.state_ticks)))
-        return self.state_rows[used]
+        row: np.ndarray = self.state_rows[used]
+        return row
 
     def commit_state(self, tick: int) -> None:
         """Keep the filled ``state_row`` as the snapshot of ``tick``."""
@@ -242,7 +244,7 @@ class TraceBuffer:
         columns)."""
         return len(self.others) == len(self.order)
 
-    def take_records(self) -> list[Any]:
+    def take_records(self) -> list[TraceRecord]:
         """The kept records (``only_records``) as a list; the buffer starts empty."""
         records = self.others[:]
         self._clear()

@@ -42,7 +42,7 @@ from fibril_sim_core import (
     SimulationPlan,
 )
 from fibril_sim_core.overlays import ComponentTarget, OverlayError
-from fibril_sim_core import instance as instance_module
+from fibril_sim_core import replay as replay_module
 from fibril_sim_core import provenance as prov
 from fibril_sim_core.manifest import load_manifest
 from fibril_sim_core.plan import trace_layout
@@ -621,13 +621,13 @@ def test_instances_share_the_memoized_block_tables(tmp_path: Path,
     plan = _hinge_plan(tmp_path)
     prepared = plan.prepare_recorded_inputs(records(300))
     computed: list[bool] = []
-    real = instance_module._block_controls
+    real = replay_module.block_controls
 
     def counting(*args: Any) -> Any:
         computed.append(bool(args[3]))  # waiting releases?
         return real(*args)
 
-    monkeypatch.setattr(instance_module, "_block_controls", counting)
+    monkeypatch.setattr(replay_module, "block_controls", counting)
     first = _replay(plan, prepared)
     memo = _trajectory(prepared).blocks
     assert len(memo) >= 1 and len(computed) == len(memo)
@@ -659,13 +659,13 @@ def test_latency_releases_waiting_across_blocks_match_tick_by_tick(
     assert plan.endpoints["push/command"].latency_ticks == 3
     prepared = plan.prepare_recorded_inputs(records(300))
     waited: list[bool] = []
-    real = instance_module._block_controls
+    real = replay_module.block_controls
 
     def counting(*args: Any) -> Any:
         waited.append(bool(args[3]))
         return real(*args)
 
-    monkeypatch.setattr(instance_module, "_block_controls", counting)
+    monkeypatch.setattr(replay_module, "block_controls", counting)
     blocked = _replay(plan, prepared)
     assert any(waited)  # some block started with releases committed before it
     again = _replay(plan, prepared)  # memoized tables where nothing waits
@@ -697,13 +697,13 @@ def test_rollout_context_wraps_every_block_rollout(tmp_path: Path,
     prepared = plan.prepare_recorded_inputs(records(300))
     context = CountingContext()
     depths: list[int] = []
-    real = instance_module.rollout.rollout
+    real = replay_module.rollout.rollout
 
     def spying(*args: Any, **kwargs: Any) -> Any:
         depths.append(context.depth)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(instance_module.rollout, "rollout", spying)
+    monkeypatch.setattr(replay_module.rollout, "rollout", spying)
     blocked = _replay(plan, prepared, context=context)
     assert len(depths) >= len(CHUNKS) - 1  # the first chunk (5 ticks) is stepped
     assert depths == [1] * len(depths)  # every rollout inside the context, entered once
@@ -725,7 +725,7 @@ def test_rollout_context_exits_when_the_rollout_fails(tmp_path: Path,
         assert context.depth == 1
         raise InstanceError("rollout broke")
 
-    monkeypatch.setattr(instance_module.rollout, "rollout", failing)
+    monkeypatch.setattr(replay_module.rollout, "rollout", failing)
     instance = plan.create_instance(collect=False, rollout_context=context)
     instance.enqueue_recorded_trace_inputs(plan.prepare_recorded_inputs(records(50)))
     with pytest.raises(InstanceError, match="rollout broke"):
@@ -774,14 +774,14 @@ def test_taking_turns_gives_the_same_residuals_and_frees_the_turn(
     for workers in (1, 2):
         with _problem(rig, tmp_path, workers) as problem:
             held: list[bool] = []
-            real = instance_module.rollout.rollout
+            real = replay_module.rollout.rollout
 
             def spying(*args: Any, problem: CalibrationProblem = problem,
                        held: list[bool] = held, real: Any = real, **kwargs: Any) -> Any:
                 held.append(problem._turn.locked())
                 return real(*args, **kwargs)
 
-            monkeypatch.setattr(instance_module.rollout, "rollout", spying)
+            monkeypatch.setattr(replay_module.rollout, "rollout", spying)
             outcomes.append(within(30, lambda: problem.evaluate_many(POINTS)))
             monkeypatch.undo()
             assert not problem._turn.locked()
@@ -811,14 +811,14 @@ def test_failed_evaluations_free_the_turn(rig: Path, tmp_path: Path,
         assert problem.statistics.failures == 1
 
         # A rollout that fails while the turn is given away.
-        real = instance_module.rollout.rollout
+        real = replay_module.rollout.rollout
 
         def failing(model: Any, *args: Any, **kwargs: Any) -> Any:
             if model.dof_damping[0] == pytest.approx(0.0777):
                 raise InstanceError("mujoco gave up")
             return real(model, *args, **kwargs)
 
-        monkeypatch.setattr(instance_module.rollout, "rollout", failing)
+        monkeypatch.setattr(replay_module.rollout, "rollout", failing)
         with pytest.raises(EvaluationError, match=r"episode 'ep0': rollout failed at tick "
                                                   r"\d+: mujoco gave up"):
             within(30, lambda: problem.evaluate_many([POINTS[2], np.array([0.0777])]))

@@ -132,25 +132,25 @@ def test_traced_drivetrain_defers_its_devices_and_reads_the_delayed_one(
 
 def test_short_advances_read_one_by_one(tmp_path: Path, monkeypatch) -> None:
     """Computing a block at hand-over has a fixed cost: an ``advance`` shorter than
-    ``_DEFER_TICKS`` (tick by tick, as an experiment with contact observers steps) reads
+    ``DEFER_TICKS`` (tick by tick, as an experiment with contact observers steps) reads
     every device at its tick, as before."""
-    from fibril_sim_core.instance import _DEFER_TICKS, _Deferral
+    from fibril_sim_core.read_schedule import DEFER_TICKS, Deferral
 
     plan = SimulationBuilder().build(DRIVETRAIN)
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as trace:
         instance = plan.create_instance(seed=1, trace=trace, collect=False)
         computed: list[int] = []
-        complete = _Deferral.complete
+        complete = Deferral.complete
 
         def counted(self, *args):
             computed.append(self.used)
             return complete(self, *args)
 
-        monkeypatch.setattr(_Deferral, "complete", counted)
+        monkeypatch.setattr(Deferral, "complete", counted)
         for _ in range(40):
-            instance.advance(_DEFER_TICKS - 1)
+            instance.advance(DEFER_TICKS - 1)
         assert not any(computed)  # nothing deferred
-        instance.advance(_DEFER_TICKS)
+        instance.advance(DEFER_TICKS)
         assert sum(computed) > 0
 
 
@@ -300,14 +300,14 @@ def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
     from fibril_sim_core import SimulationRuntime
 
     lean = 0
-    real = SimulationInstance._advance_traced
+    real = SimulationInstance._read_deferred
 
-    def counted(self, target):
+    def counted(self, t, phase):
         nonlocal lean
         lean += 1
-        return real(self, target)
+        return real(self, t, phase)
 
-    monkeypatch.setattr(SimulationInstance, "_advance_traced", counted)
+    monkeypatch.setattr(SimulationInstance, "_read_deferred", counted)
     plan = SimulationBuilder().build(DRIVETRAIN)
     live = TraceWriter(tmp_path / "live", provenance={}, layout={})
     runtime = SimulationRuntime(plan, seed=3, trace=live, server=None,

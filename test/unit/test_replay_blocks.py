@@ -118,7 +118,7 @@ def test_capture_without_commands_uses_blocks(tmp_path: Path) -> None:
 
 
 def test_blocks_really_run_and_listeners_disable_them(hinge, monkeypatch) -> None:
-    from fibril_sim_core import instance as module
+    from fibril_sim_core import replay as module
 
     calls: list[int] = []
     real = module.rollout.rollout
@@ -183,7 +183,7 @@ def test_recycled_mjdata_is_reset_and_checked(hinge) -> None:
 def test_selected_devices_run_alone_and_unchanged(monkeypatch) -> None:
     """devices=: the devices left out emit nothing and no longer cut blocks; the selected ones
     emit exactly what they emit when every device runs (one noise stream per device)."""
-    from fibril_sim_core import instance as module
+    from fibril_sim_core import replay as module
 
     plan = SimulationBuilder().build(DRIVETRAIN)
     records = dense_records({"motor/command": "duty"}, 300)

@@ -19,12 +19,9 @@ import mujoco
 import numpy as np
 import pytest
 from fibril_sim_core.errors import InstanceError
-from fibril_sim_core.instance import (
-    _MIN_ROLLOUT_TICKS,
-    _NEVER,
-    Record,
-    SimulationInstance,
-)
+from fibril_sim_core.instance import Record, SimulationInstance
+from fibril_sim_core.read_schedule import NEVER
+from fibril_sim_core.replay import MIN_ROLLOUT_TICKS
 from fibril_sim_core.records import (
     ActuatorApplication,
     DeviceOutput,
@@ -74,14 +71,14 @@ class ReferenceInstance(SimulationInstance):
                 following = target
             if following == t + 1 and (self._replay is not None or self._capture is not None):
                 end = self._block_end(t, target)
-                if end - t >= _MIN_ROLLOUT_TICKS:
+                if end - t >= MIN_ROLLOUT_TICKS:
                     self._block(t, end)
                     continue
             step(model, data, following - t)
             self._tick = following
 
     def _next_event(self, t: int) -> int:
-        following = min(self._read_at) if self._read_at else _NEVER
+        following = min(self._read_at) if self._read_at else NEVER
         if self._deliveries and self._deliveries[0][0] < following:
             following = self._deliveries[0][0]
         if self._releases and self._releases[0][0] < following:
@@ -108,7 +105,7 @@ class ReferenceInstance(SimulationInstance):
                 return t
         elif self._capture is None:
             return t
-        end = min(min(self._read_at) if self._read_at else _NEVER, target)
+        end = min(min(self._read_at) if self._read_at else NEVER, target)
         if self._deliveries:
             end = min(end, self._deliveries[0][0])
         for release, _, item in self._releases:  # a few commands waiting out their latency
@@ -255,7 +252,7 @@ def test_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
     assert np.lcm.reduce(periods) > 1 << 16
     a = odd.create_instance(seed=1, snapshot_every=25)
     b = ReferenceInstance(odd, seed=1, snapshot_every=25)
-    assert a._schedule is None
+    assert a._reading.table is None
     for instance in (a, b):
         instance.advance(6000)
         instance.enqueue(_command(1, 0.9))
@@ -392,7 +389,7 @@ def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Pat
     for ticks in (700, 1, 2600):
         for instance in (silent, heard):
             instance.advance(ticks)
-    assert silent._schedule is None and heard._schedule is None  # no phase table
+    assert silent._reading.table is None and heard._reading.table is None  # no phase table
     silent.subscribe(late.append)
     for instance in (silent, heard):
         instance.advance(3000)
@@ -465,5 +462,5 @@ def test_interest_of_nothing_steps_like_nobody_listening(plan) -> None:
     for instance in (listened, silent):
         instance.advance(3000)
     assert quiet == []  # (its EpisodeStart came before it subscribed)
-    assert listened._read_mode == frozenset() and not listened._sinks
+    assert listened._reading.heard == frozenset() and not listened._sinks
     np.testing.assert_array_equal(listened.data.qpos, silent.data.qpos)

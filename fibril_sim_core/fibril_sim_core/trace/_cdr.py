@@ -40,7 +40,7 @@ class Layout:
         self._offsets: list[int] = []
         self._times: list[str] = []
         self._dtype: np.dtype | None = None
-        self._template: np.ndarray | None = None
+        self._template = np.empty(0, dtype=np.uint8)  # (set with _dtype)
         self._plain: list[tuple[str, np.dtype]] = []  # (name, dtype) of the untimed fields
 
     # -- building -----------------------------------------------------------------------------
@@ -133,10 +133,13 @@ class Layout:
         nanoseconds). Raises ``OverflowError`` / ``ValueError`` when a value does not fit.
         """
         if self._dtype is None:
-            self._dtype = np.dtype({"names": self._names, "formats": self._formats,
-                                    "offsets": self._offsets, "itemsize": len(self._buffer)})
+            dtype = np.dtype({"names": self._names, "formats": self._formats,
+                              "offsets": self._offsets, "itemsize": len(self._buffer)})
+            fields = dtype.fields
+            assert fields is not None  # (a structured dtype)
+            self._dtype = dtype
             self._template = np.frombuffer(bytes(self._buffer), dtype=np.uint8)
-            self._plain = [(name, self._dtype.fields[name][0]) for name in self._names
+            self._plain = [(name, fields[name][0]) for name in self._names
                            if not name.endswith((".sec", ".nanosec"))]
         raw = np.empty((count, len(self._buffer)), dtype=np.uint8)
         raw[:] = self._template
@@ -152,31 +155,36 @@ class Layout:
 
 def _column(values: Any, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
-        if not isinstance(values, np.ndarray):
+        ints: np.ndarray
+        if isinstance(values, np.ndarray):
+            ints = values
+        else:
             # Python ints: numpy 2 raises OverflowError out of range, numpy 1 wraps them around
             # (a deprecation warning), so the range is checked here as for arrays. As int64
             # first (fast); only values beyond it (a uint64 above 2**63, or a misfit) are
             # compared as Python ints.
             try:
-                values = np.array(values, dtype=np.int64)
+                ints = np.array(values, dtype=np.int64)
             except OverflowError:
-                values = np.array(values, dtype=object)
-        if values.dtype == dtype:
-            return values  # fits by construction
+                ints = np.array(values, dtype=object)
+        if ints.dtype == dtype:
+            return ints  # fits by construction
         low, high = _limits(dtype)
-        if values.size:
-            smallest, largest = _bounds(values)
+        if ints.size:
+            smallest, largest = _bounds(ints)
             if smallest < low or largest > high:
                 msg = f"integer out of range for {dtype.name}"
                 raise OverflowError(msg)
-        return values
+        return ints
     if dtype.subdtype is not None:  # float64[n]: one row of n values per record
         try:
             block = np.asarray(values, dtype=np.float64)
         except ValueError:  # arrays of one size but different shapes
             block = np.array([np.ravel(v) for v in values], dtype=np.float64)
-        return block.reshape(len(block), -1)
-    return np.asarray(values, dtype=dtype)
+        rows: np.ndarray = block.reshape(len(block), -1)
+        return rows
+    column: np.ndarray = np.asarray(values, dtype=dtype)
+    return column
 
 
 def _bounds(values: np.ndarray) -> tuple[int, int]:

@@ -40,7 +40,16 @@ from ._topics import (
     device_topic,
 )
 
-__all__ = ["Encoder"]
+__all__ = ["Batch", "Columns", "Encoder", "Failures"]
+
+#: What fixes a record's message layout and channel: its type first, then strings and sizes.
+ShapeKey = tuple[Any, ...]
+#: A message layout's columns: field name -> one value per record (arrays or lists).
+Columns = dict[str, Any]
+#: Records to serialize, of any type (the encoder checks them: a misfit is a failure).
+Batch = list[Any]
+#: Records that did not fit their message type, with the error.
+Failures = list[tuple[object, Exception]]
 
 
 @dataclass(slots=True)
@@ -65,18 +74,18 @@ class ShapeCache:
         self.limit = limit  # shapes kept at most
         self.budget = budget  # template bytes kept at most (a shape's row size)
         self.size = 0  # template bytes kept now
-        self._shapes: dict[tuple, _Shape] = {}
+        self._shapes: dict[ShapeKey, _Shape] = {}
 
     def __len__(self) -> int:
         return len(self._shapes)
 
-    def get(self, key: tuple) -> _Shape | None:
+    def get(self, key: ShapeKey) -> _Shape | None:
         shape = self._shapes.pop(key, None)
         if shape is not None:
             self._shapes[key] = shape  # the most recently used is last
         return shape
 
-    def add(self, key: tuple, shape: _Shape) -> None:
+    def add(self, key: ShapeKey, shape: _Shape) -> None:
         self._shapes[key] = shape
         self.size += shape.layout.size
         while len(self._shapes) > 1 and (len(self._shapes) > self.limit
@@ -91,9 +100,9 @@ _DEVICE_FIELDS = {name: operator.itemgetter(index) for name, index in (
 _DEVICE_VALUES = operator.itemgetter(8)
 
 
-def _device_columns(recs: list[DeviceOutput]) -> dict[str, Any]:
+def _device_columns(recs: list[DeviceOutput]) -> Columns:
     count = len(recs)
-    cols: dict[str, Any] = {name: np.fromiter(map(get, recs), dtype=np.int64, count=count)
+    cols: Columns = {name: np.fromiter(map(get, recs), dtype=np.int64, count=count)
                             for name, get in _DEVICE_FIELDS.items()}
     cols["stamp"] = cols["log"]
     values = list(map(_DEVICE_VALUES, recs))
@@ -102,8 +111,8 @@ def _device_columns(recs: list[DeviceOutput]) -> dict[str, Any]:
     return cols
 
 
-def _state_columns(recs: list[StateSnapshot]) -> dict[str, Any]:
-    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+def _state_columns(recs: list[StateSnapshot]) -> Columns:
+    cols: Columns = {"log": [r.session_time_ns for r in recs]}
     cols["stamp"] = cols["log"]
     cols["episode"] = [r.episode for r in recs]
     cols["tick"] = [r.tick for r in recs]
@@ -113,8 +122,8 @@ def _state_columns(recs: list[StateSnapshot]) -> dict[str, Any]:
     return cols
 
 
-def _actuator_columns(recs: list[ActuatorApplication]) -> dict[str, Any]:
-    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+def _actuator_columns(recs: list[ActuatorApplication]) -> Columns:
+    cols: Columns = {"log": [r.session_time_ns for r in recs]}
     cols["stamp"] = cols["log"]
     cols["episode"] = [r.episode for r in recs]
     cols["tick"] = [r.tick for r in recs]
@@ -123,8 +132,8 @@ def _actuator_columns(recs: list[ActuatorApplication]) -> dict[str, Any]:
     return cols
 
 
-def _ingress_columns(recs: list[IngressRecord]) -> dict[str, Any]:
-    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+def _ingress_columns(recs: list[IngressRecord]) -> Columns:
+    cols: Columns = {"log": [r.session_time_ns for r in recs]}
     cols["stamp"] = cols["log"]
     for name in ("episode", "source_sequence", "commit_tick", "acceptance_sequence"):
         cols[name] = [getattr(r, name) for r in recs]
@@ -134,8 +143,8 @@ def _ingress_columns(recs: list[IngressRecord]) -> dict[str, Any]:
     return cols
 
 
-def _timing_columns(recs: list[FrameTiming]) -> dict[str, Any]:
-    cols: dict[str, Any] = {"log": [r.session_time_ns for r in recs]}
+def _timing_columns(recs: list[FrameTiming]) -> Columns:
+    cols: Columns = {"log": [r.session_time_ns for r in recs]}
     cols["stamp"] = cols["log"]
     for name in ("episode", "tick", "episode_time_ns", "session_time_ns"):
         cols[name] = [getattr(r, name) for r in recs]
@@ -151,11 +160,11 @@ def _episode_text(record: EpisodeStart) -> bytes:
                       sort_keys=True).encode()
 
 
-def _episode_columns(recs: list[EpisodeStart]) -> dict[str, Any]:
+def _episode_columns(recs: list[EpisodeStart]) -> Columns:
     return {"log": [r.session_time_ns for r in recs], "data": [_episode_text(r) for r in recs]}
 
 
-def _shape_key(record: Any) -> tuple:
+def _shape_key(record: Any) -> ShapeKey:
     """What fixes a record's message layout (strings, array lengths) and channel."""
     kind = type(record)
     if kind is DeviceOutput:
@@ -182,7 +191,7 @@ def _new_layout() -> Layout:
     return layout.prefix_field("publish", "<u8", 23)
 
 
-def _make_shape(key: tuple) -> _Shape:
+def _make_shape(key: ShapeKey) -> _Shape:
     kind = key[0]
     if kind is EpisodeStart:  # std_msgs/String: no stamp
         layout = _new_layout().text("data", key[1])
@@ -223,7 +232,7 @@ def _make_shape(key: tuple) -> _Shape:
 
 
 def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
-                    values: list[np.ndarray] | np.ndarray) -> dict[str, Any] | None:
+                    values: list[np.ndarray] | np.ndarray) -> Columns | None:
     """A device's samples of one block as the columns of its message layout; None unless
     the values are 1-D float arrays of one size (or a 2-D float array, a row each)."""
     if type(values) is np.ndarray:
@@ -253,7 +262,7 @@ def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
 
 
 def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
-             values: list[np.ndarray]) -> list[DeviceOutput]:
+             values: list[np.ndarray] | np.ndarray) -> list[DeviceOutput]:
     """A device's samples of one block as the DeviceOutputs the instance would have made."""
     dt = block.timestep_ns
     offset = block.session_offset_ns
@@ -264,14 +273,14 @@ def _samples(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
             for tick, value in zip(ticks, values, strict=True)]
 
 
-def _state_columns_of(block: SampleBlock) -> dict[str, Any]:
+def _state_columns_of(block: SampleBlock) -> Columns:
     """A block's state rows as the columns of the StateSnapshot layout."""
     states = block.states
     assert states is not None
     ticks = states.ticks
     time = ticks * block.timestep_ns
     log = time + block.session_offset_ns
-    columns: dict[str, Any] = {"log": log, "stamp": log, "tick": ticks, "episode_time_ns": time,
+    columns: Columns = {"log": log, "stamp": log, "tick": ticks, "episode_time_ns": time,
                                "episode": np.full(ticks.shape[0], block.episode, np.int64)}
     at = 0
     for name, size in zip(STATE_FIELDS, states.sizes, strict=True):
@@ -295,10 +304,10 @@ def _state_records(block: SampleBlock) -> list[StateSnapshot]:
 #: One shape's message records: (bytes, channel, log time and offset of each message).
 Rows = tuple[bytes, np.ndarray, np.ndarray, np.ndarray]
 #: Rows of a batch: (record blocks, channels, log times, offsets, failures).
-Encoded = tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, list[tuple[Any, Exception]]]
+Encoded = tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, Failures]
 
 
-def joined(steps: Iterable[Rows], failures: list[tuple[Any, Exception]],
+def joined(steps: Iterable[Rows], failures: Failures,
            pause: Callable[[], None] | None = None) -> Encoded:
     """The Rows of a batch's steps as one Encoded (offsets from the first block's start);
     ``pause()`` after each step."""
@@ -323,7 +332,7 @@ def joined(steps: Iterable[Rows], failures: list[tuple[Any, Exception]],
 
 
 #: (shape key, columns, positions, records) of one group of messages of one shape.
-_Group = tuple[tuple | None, dict[str, Any] | None, Any, Callable[[], list[Any]] | None]
+_Group = tuple[ShapeKey | None, Columns | None, Any, Callable[[], list[Any]] | None]
 
 
 class Encoder:
@@ -346,7 +355,7 @@ class Encoder:
             self.new_channels.append((channel, topic, msgtype))
         return channel
 
-    def encode(self, batch: list[Any]) -> Encoded:
+    def encode(self, batch: Batch) -> Encoded:
         """(record blocks, channel, log time and offset of each message, failures)
 
         Messages of one shape are laid out together (no per-record copying); each message's
@@ -357,11 +366,11 @@ class Encoder:
         steps, failures = self.encode_steps(batch)
         return joined(steps, failures)
 
-    def encode_steps(self, batch: list[Any]) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:
+    def encode_steps(self, batch: Batch) -> tuple[Iterator[Rows], Failures]:
         """What ``encode`` does, one shape per step (an iterator of Rows), and the list the
         failures are added to as the steps run. The batch's sequence numbers are taken at
         once: later batches may be encoded before this one's steps have all run."""
-        failures: list[tuple[Any, Exception]] = []
+        failures: Failures = []
         groups = self._groups(batch, range(len(batch)), failures)
         return self._steps(batch, [(None, None, positions, None)
                                    for positions in groups.values()], len(batch), failures), \
@@ -375,14 +384,14 @@ class Encoder:
         return joined(steps, failures)
 
     def encode_block_steps(self, block: SampleBlock
-                           ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]]]:
+                           ) -> tuple[Iterator[Rows], Failures]:
         """``encode_block`` one shape per step (see ``encode_steps``)."""
         count = len(block.order)
-        failures: list[tuple[Any, Exception]] = []
+        failures: Failures = []
         if not count:
             return iter(()), failures
         order = np.array(block.order, dtype=np.int64)
-        batch: list[Any] = []
+        batch: Batch = []
         groups: list[_Group] = []
         slow: list[int] = []  # positions of records laid out record by record
         if block.others:
@@ -420,10 +429,10 @@ class Encoder:
                           for positions in self._groups(batch, slow, failures).values())
         return self._steps(batch, groups, count, failures), failures
 
-    def _groups(self, batch: list[Any], positions: Iterable[int],
-                failures: list[tuple[Any, Exception]]) -> dict[tuple, list[int] | np.ndarray]:
+    def _groups(self, batch: Batch, positions: Iterable[int],
+                failures: Failures) -> dict[ShapeKey, list[int]]:
         """Positions of the records of each shape, record by record (any mix of records)."""
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[ShapeKey, list[int]] = {}
         get = groups.get
         device = DeviceOutput
         ndarray = np.ndarray
@@ -444,10 +453,10 @@ class Encoder:
                 groups[key] = [i]
             else:
                 members.append(i)
-        return groups  # type: ignore[return-value]
+        return groups
 
-    def _steps(self, batch: list[Any], groups: list[_Group], count: int,
-               failures: list[tuple[Any, Exception]]) -> Iterator[Rows]:
+    def _steps(self, batch: Batch, groups: list[_Group], count: int,
+               failures: Failures) -> Iterator[Rows]:
         """The message records of ``count`` records in groups of one shape each: (shape key,
         columns, positions, records) with the columns ready, or (None, None, positions, None)
         of records in ``batch``; a step per group. The sequence numbers are taken now."""
@@ -455,8 +464,8 @@ class Encoder:
         self.written += count
         return self._group_rows(batch, groups, first, failures)
 
-    def _group_rows(self, batch: list[Any], groups: list[_Group], first: int,
-                    failures: list[tuple[Any, Exception]]) -> Iterator[Rows]:
+    def _group_rows(self, batch: Batch, groups: list[_Group], first: int,
+                    failures: Failures) -> Iterator[Rows]:
         """A group of columns that does not fit is laid out again record by record
         (``records()`` makes them), so failures name records either way."""
         for key, columns, positions, records in groups:
@@ -467,6 +476,7 @@ class Encoder:
                 else:  # C speed: no Python per record
                     recs = list(operator.itemgetter(*positions)(batch))
                 key = _shape_key(recs[0])
+            assert key is not None  # (a group with columns has its key)
             shape = self.shapes.get(key)
             if shape is None:
                 shape = self._shape(key)
@@ -478,7 +488,8 @@ class Encoder:
                 rows = self._rows(shape, columns, len(positions), sequence)
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
                 if recs is None:
-                    recs = records()  # type: ignore[misc]
+                    assert records is not None  # (a group with columns can make its records)
+                    recs = records()
                 rows = self._rows_one_by_one(shape, recs, sequence, failures, exc)
                 if not rows.shape[0]:
                     continue
@@ -488,7 +499,7 @@ class Encoder:
                    rows[:, 15:23].copy().view("<u8").reshape(rows_count),
                    np.arange(0, rows_count * size, size, dtype=np.uint64))
 
-    def _shape(self, key: tuple) -> _Shape:
+    def _shape(self, key: ShapeKey) -> _Shape:
         shape = _make_shape(key)
         shape.channel = self.channel(shape.topic, shape.msgtype)
         shape.label = key[1] if key[0] is DeviceOutput else key[0].__name__
@@ -496,14 +507,14 @@ class Encoder:
         layout.patch(0, struct.pack("<BQH", 5, layout.size - 9, shape.channel))
         return shape
 
-    def _rows(self, shape: _Shape, columns: dict[str, Any], count: int,
+    def _rows(self, shape: _Shape, columns: Columns, count: int,
               sequence: np.ndarray) -> np.ndarray:
         columns["sequence"] = (sequence & 0xFFFFFFFF).astype(np.uint32)
         columns["publish"] = columns["log"]
         return shape.layout.encode(columns, count)
 
     def _rows_one_by_one(self, shape: _Shape, recs: list[Any], sequence: np.ndarray,
-                         failures: list[tuple[Any, Exception]], first: Exception) -> np.ndarray:
+                         failures: Failures, first: Exception) -> np.ndarray:
         good = []
         before = len(failures)
         for record, number in zip(recs, sequence, strict=True):

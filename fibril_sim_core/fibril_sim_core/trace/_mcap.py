@@ -18,7 +18,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import zstandard
@@ -260,7 +260,7 @@ class _Bytes:
         self.at += size
         return out
 
-    def unpack(self, fmt: struct.Struct) -> tuple:
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:  # binary fields (struct)
         return fmt.unpack(self.take(fmt.size))
 
     def string(self) -> str:
@@ -510,7 +510,8 @@ def chunk_messages(f: BinaryIO, chunk: ChunkInfo
             raise McapDamage(f"zstd data does not decompress ({exc})") from None
     elif compression == "lz4":
         try:
-            import lz4.frame  # optional: only bags other tools wrote use lz4
+            # optional, so imported here: only bags other tools wrote use lz4
+            import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
         except ImportError:
             raise McapDamage("lz4-compressed chunk, but the lz4 module is not installed "
                              "(pip install lz4, or apt install python3-lz4)") from None

@@ -135,7 +135,7 @@ _BASE_STORES = ("ROS2_LYRICAL", "ROS2_KILTED", "ROS2_JAZZY", "ROS2_HUMBLE")
 
 def _base_store() -> Stores:
     for name in _BASE_STORES:
-        store = getattr(Stores, name, None)
+        store = Stores.__members__.get(name)  # (an older rosbags lacks the newer ones)
         if store is not None:
             return store
     msg = f"installed rosbags has none of the typestores {', '.join(_BASE_STORES)}"

@@ -30,11 +30,17 @@ from .reader import TraceReader
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
+    from ..records import StateSnapshot
+
 __all__ = ["SELECTOR_KINDS", "QueryResult", "TraceQueryError", "query", "to_csv", "to_json"]
 
 
 class TraceQueryError(TraceError, ValueError):
     """A selector is malformed or names something the trace does not have."""
+
+
+#: One row of a query: time, episode and the selected values (plain Python numbers).
+Row = tuple[int | float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +49,7 @@ class QueryResult:
 
     selector: str
     columns: list[str]
-    rows: list[tuple]
+    rows: list[Row]
 
 
 # Kind → fields it accepts (empty: the selector has no ``.field`` part).
@@ -116,7 +122,7 @@ class _Selector:
 
 def _parse(selector: str) -> _Selector:
     grammar = "expected '<kind>:<name>' or '<kind>:<name>.<field>'"
-    if not isinstance(selector, str) or ":" not in selector:
+    if ":" not in selector:
         msg = f"malformed selector {selector!r}: {grammar}; kinds: {', '.join(SELECTOR_KINDS)}"
         raise TraceQueryError(msg)
     kind, rest = selector.split(":", 1)
@@ -157,7 +163,7 @@ def _unknown_name(selector: _Selector, what: str, valid: Iterable[str]) -> Trace
 
 def _query(reader: TraceReader, selector: str) -> QueryResult:
     parsed = _parse(selector)
-    handler: Callable[[TraceReader, _Selector], tuple[list[str], list[tuple]]] = {
+    handler: Callable[[TraceReader, _Selector], tuple[list[str], list[Row]]] = {
         "body": _body,
         "joint": _joint,
         "sensor": _sensor,
@@ -176,11 +182,12 @@ def _layout_list(reader: TraceReader, key: str) -> list[Any]:
     return value
 
 
-def _snapshot_rows(reader: TraceReader, pick: Callable[[Any], Sequence[float]]) -> list[tuple]:
+def _snapshot_rows(reader: TraceReader, pick: Callable[[StateSnapshot], Sequence[float]]
+                   ) -> list[Row]:
     return [(s.time_ns, s.episode, *pick(s)) for s in reader.snapshots()]
 
 
-def _body(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
+def _body(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
     bodies = _layout_list(reader, "bodies")
     if sel.name not in bodies:
         raise _unknown_name(sel, "body", bodies)
@@ -190,7 +197,7 @@ def _body(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
     return ["w", "x", "y", "z"], _snapshot_rows(reader, lambda s: s.xquat[index].tolist())
 
 
-def _joint(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
+def _joint(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
     joints = {j["name"]: j for j in _layout_list(reader, "joints")}
     joint = joints.get(sel.name)
     if joint is None:
@@ -208,7 +215,7 @@ def _joint(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]
     return list(columns), _snapshot_rows(reader, lambda s: s.qvel[start:stop].tolist())
 
 
-def _sensor(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
+def _sensor(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
     sensors = {s["name"]: s for s in _layout_list(reader, "sensors")}
     sensor = sensors.get(sel.name)
     if sensor is None:
@@ -219,12 +226,13 @@ def _sensor(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]
     return columns, _snapshot_rows(reader, lambda s: s.sensordata[start:stop].tolist())
 
 
-def _actuator(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
+def _actuator(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
     endpoints = reader.layout.get("endpoints", {})
     if sel.name not in endpoints:
         raise _unknown_name(sel, "actuator endpoint", endpoints)
     if sel.field == "applied":
-        rows = [(a.time_ns, a.episode, a.applied) for a in reader.actuator_applications(sel.name)]
+        rows: list[Row] = [(a.time_ns, a.episode, a.applied)
+                           for a in reader.actuator_applications(sel.name)]
         return ["applied"], rows
     actuators = _layout_list(reader, "actuators")
     actuator = endpoints[sel.name]
@@ -235,12 +243,12 @@ def _actuator(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tupl
     return ["force"], _snapshot_rows(reader, lambda s: (float(s.actuator_force[index]),))
 
 
-def _device(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[tuple]]:
+def _device(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
     devices = reader.layout.get("devices", {})
     if sel.name not in devices:
         raise _unknown_name(sel, "device", devices)
     names = list(devices[sel.name].get("component_names", []))
-    rows = []
+    rows: list[Row] = []
     for out in reader.device_outputs(sel.name):
         if not names:
             names = list(out.component_names)

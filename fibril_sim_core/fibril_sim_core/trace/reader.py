@@ -61,8 +61,8 @@ class TraceWarning(UserWarning):
     """Part of a trace was missing or damaged and was skipped (``salvage=True``)."""
 
 
-def _ns(stamp: Any) -> int:
-    return stamp.sec * _NS_PER_S + stamp.nanosec
+def _ns(stamp: Any) -> int:  # a decoded builtin_interfaces/Time message
+    return int(stamp.sec) * _NS_PER_S + int(stamp.nanosec)
 
 
 def _seconds(ns: int) -> str:
@@ -93,10 +93,10 @@ class TraceReader:
             msg = f"{path}: trace does not exist"
             raise TraceError(msg)
         metadata_path = path / "metadata.yaml"
-        information: dict | None = None
+        information: dict[str, Any] | None = None
         if path.is_dir() and metadata_path.is_file():
-            information = self._read_metadata(metadata_path)
-            mcap_path = self._mcap_path(information)
+            information = _read_metadata(metadata_path)
+            mcap_path = _mcap_path(path, information)
         else:
             mcaps = sorted(path.glob("*.mcap")) if path.is_dir() else []
             if len(mcaps) != 1:
@@ -113,19 +113,19 @@ class TraceReader:
             msg = f"{mcap_path}: cannot read trace: {exc.strerror or exc}"
             raise TraceError(msg) from None
         if information is None:  # metadata.yaml lost: the MCAP's copy of it
-            information = self._embedded_metadata(path)
+            information = _embedded_metadata(path, mcap_path, self._index)
         custom = information.get("custom_data") or {}
         if not isinstance(custom, dict):
             custom = {}
-        self.provenance: dict = self._json_entry(custom, PROVENANCE_KEY)
-        self.layout: dict = self._json_entry(custom, LAYOUT_KEY)
+        self.provenance: dict[str, Any] = _json_entry(path, custom, PROVENANCE_KEY)
+        self.layout: dict[str, Any] = _json_entry(path, custom, LAYOUT_KEY)
         timestep = self.layout.get("timestep_ns")
         if not isinstance(timestep, int) or isinstance(timestep, bool) or timestep <= 0:
             msg = f"{path}: trace layout has no positive integer 'timestep_ns' (got {timestep!r})"
             raise TraceError(msg)
         self.timestep_ns: int = timestep
         self._typestore = _msgtypes.typestore()
-        self._digests = self._topic_digests(information)
+        self._digests = _topic_digests(information)
         self._check_types()
         self._check_complete()
         self._file = mcap_path.open("rb")
@@ -280,82 +280,6 @@ class TraceReader:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _read_metadata(self, metadata_path: Path) -> dict:
-        """``rosbag2_bagfile_information`` of metadata.yaml; any defect is one line."""
-        try:
-            raw = metadata_path.read_bytes()
-        except OSError as exc:
-            msg = f"{metadata_path}: cannot read: {exc.strerror or exc}"
-            raise TraceError(msg) from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            msg = f"{metadata_path}: not UTF-8 text (byte {exc.start}); the trace metadata is damaged"
-            raise TraceError(msg) from None
-        try:  # the project's loader: YAML 1.2, bounded, duplicate keys refused
-            document = _schema.load_yaml_text(text, str(metadata_path), TraceError)
-        except TraceError as exc:
-            raise TraceError(f"{exc}; the trace metadata is damaged") from None
-        information = document.get("rosbag2_bagfile_information") if isinstance(
-            document, dict) else None
-        if not isinstance(information, dict):
-            msg = (f"{metadata_path}: not rosbag2 metadata (no 'rosbag2_bagfile_information' "
-                   "mapping)")
-            raise TraceError(msg)
-        return information
-
-    def _mcap_path(self, information: dict) -> Path:
-        files = information.get("relative_file_paths")
-        if not isinstance(files, list) or len(files) != 1 or not isinstance(files[0], str):
-            msg = (f"{self.path / 'metadata.yaml'}: relative_file_paths must name one .mcap "
-                   f"file, got {files!r}")
-            raise TraceError(msg)
-        mcap = self.path / files[0]
-        if not mcap.is_file():
-            msg = f"{mcap}: the trace's MCAP file is missing"
-            raise TraceError(msg)
-        return mcap
-
-    def _embedded_metadata(self, path: Path) -> dict:
-        serialized = self._index.metadata.get("rosbag2", {}).get("serialized_metadata")
-        if serialized is None:
-            msg = (f"{path}: not a trace (no metadata.yaml, and {self.mcap_path.name} has no "
-                   "rosbag2 metadata record)")
-            raise TraceError(msg)
-        try:
-            information = _schema.load_yaml_text(serialized, str(self.mcap_path), TraceError) \
-                if isinstance(serialized, str) else None
-        except TraceError:
-            information = None
-        if not isinstance(information, dict):
-            msg = f"{self.mcap_path}: the embedded rosbag2 metadata is not a YAML mapping"
-            raise TraceError(msg)
-        return information
-
-    def _json_entry(self, custom: dict, key: str) -> dict:
-        text = custom.get(key)
-        if text is None:
-            msg = f"{self.path}: not a fibril_sim trace (bag metadata has no {key!r} custom data)"
-            raise TraceError(msg)
-        try:
-            value = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            msg = f"{self.path}: custom data {key!r} is not valid JSON: {exc}"
-            raise TraceError(msg) from None
-        if not isinstance(value, dict):
-            msg = f"{self.path}: custom data {key!r} is not a JSON object"
-            raise TraceError(msg)
-        return value
-
-    @staticmethod
-    def _topic_digests(information: dict) -> dict[str, str]:
-        digests = {}
-        for entry in information.get("topics_with_message_count") or []:
-            topic = entry.get("topic_metadata") if isinstance(entry, dict) else None
-            if isinstance(topic, dict) and isinstance(topic.get("type_description_hash"), str):
-                digests[str(topic.get("name"))] = topic["type_description_hash"]
-        return digests
-
     def _check_types(self) -> None:
         """Refuse traces whose fibril_msgs definitions differ from the ones we decode with."""
         for channel in self._index.channels.values():
@@ -475,3 +399,89 @@ class TraceReader:
                 self._problem(f"{self.mcap_path}: topic {wanted[cid].topic} has {count} "
                               f"readable messages, the summary counts {expected}",
                               f"{expected - count} message(s) missing")
+
+
+# -- bag metadata (YAML and JSON documents) ---------------------------------------------------
+
+def _read_metadata(metadata_path: Path) -> dict[str, Any]:
+    """``rosbag2_bagfile_information`` of metadata.yaml; any defect is one line."""
+    try:
+        raw = metadata_path.read_bytes()
+    except OSError as exc:
+        msg = f"{metadata_path}: cannot read: {exc.strerror or exc}"
+        raise TraceError(msg) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{metadata_path}: not UTF-8 text (byte {exc.start}); the trace metadata is damaged"
+        raise TraceError(msg) from None
+    try:  # the project's loader: YAML 1.2, bounded, duplicate keys refused
+        document = _schema.load_yaml_text(text, str(metadata_path), TraceError)
+    except TraceError as exc:
+        raise TraceError(f"{exc}; the trace metadata is damaged") from None
+    information = document.get("rosbag2_bagfile_information") if isinstance(
+        document, dict) else None
+    if not isinstance(information, dict):
+        msg = (f"{metadata_path}: not rosbag2 metadata (no 'rosbag2_bagfile_information' "
+               "mapping)")
+        raise TraceError(msg)
+    return information
+
+
+def _mcap_path(path: Path, information: dict[str, Any]) -> Path:
+    """The bag's one MCAP file, as metadata.yaml names it."""
+    files = information.get("relative_file_paths")
+    if not isinstance(files, list) or len(files) != 1 or not isinstance(files[0], str):
+        msg = (f"{path / 'metadata.yaml'}: relative_file_paths must name one .mcap "
+               f"file, got {files!r}")
+        raise TraceError(msg)
+    mcap = path / files[0]
+    if not mcap.is_file():
+        msg = f"{mcap}: the trace's MCAP file is missing"
+        raise TraceError(msg)
+    return mcap
+
+
+def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[str, Any]:
+    """The copy of metadata.yaml the writer keeps in the MCAP (when metadata.yaml is lost)."""
+    serialized = index.metadata.get("rosbag2", {}).get("serialized_metadata")
+    if serialized is None:
+        msg = (f"{path}: not a trace (no metadata.yaml, and {mcap_path.name} has no "
+               "rosbag2 metadata record)")
+        raise TraceError(msg)
+    information: object = None
+    try:
+        information = _schema.load_yaml_text(serialized, str(mcap_path), TraceError)
+    except TraceError:
+        pass
+    if not isinstance(information, dict):
+        msg = f"{mcap_path}: the embedded rosbag2 metadata is not a YAML mapping"
+        raise TraceError(msg)
+    return information
+
+
+def _json_entry(path: Path, custom: dict[str, Any], key: str) -> dict[str, Any]:
+    """A JSON object kept as custom data of the bag (provenance, layout)."""
+    text = custom.get(key)
+    if text is None:
+        msg = f"{path}: not a fibril_sim trace (bag metadata has no {key!r} custom data)"
+        raise TraceError(msg)
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        msg = f"{path}: custom data {key!r} is not valid JSON: {exc}"
+        raise TraceError(msg) from None
+    if not isinstance(value, dict):
+        msg = f"{path}: custom data {key!r} is not a JSON object"
+        raise TraceError(msg)
+    return value
+
+
+def _topic_digests(information: dict[str, Any]) -> dict[str, str]:
+    """Per topic: the type description hash the bag's metadata gives for it."""
+    digests = {}
+    for entry in information.get("topics_with_message_count") or []:
+        topic = entry.get("topic_metadata") if isinstance(entry, dict) else None
+        if isinstance(topic, dict) and isinstance(topic.get("type_description_hash"), str):
+            digests[str(topic.get("name"))] = topic["type_description_hash"]
+    return digests

@@ -55,7 +55,7 @@ from ..records import (
 )
 from ..sample_block import SampleBlock
 from . import _msgtypes
-from ._encoder import Encoder, Rows, joined
+from ._encoder import Encoded, Encoder, Failures, Rows, joined
 from ._mcap import McapFile
 from ._topics import (
     ACTUATOR_TOPIC_PREFIX,
@@ -72,8 +72,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
-    TraceRecord = (IngressRecord | DeviceOutput | ActuatorApplication | StateSnapshot
-                   | FrameTiming | EpisodeStart)
+    from ..records import TraceRecord
 
 __all__ = [
     "ACTUATOR_TOPIC_PREFIX",
@@ -136,10 +135,11 @@ def _library() -> str:
 class _Shared:
     """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
 
-    pending: deque = field(default_factory=deque)  # records, SampleBlocks and _Encoded
+    # Records, SampleBlocks and _Encoded (each use tells them apart by type()).
+    pending: deque[Any] = field(default_factory=deque)
     # Batches the producer serializes in its idle time (``TraceWriter.serialize_until``),
     # _Open, taken from the front of ``pending``: they go before everything in it.
-    ready: deque = field(default_factory=deque)
+    ready: deque[_Open] = field(default_factory=deque)
     helped: float = -math.inf  # time.monotonic() of the producer's last idle-time offer
     # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
     # (no GIL ping-pong with the worker, see TraceWriter.write_block), the rest by the
@@ -163,7 +163,7 @@ class _Shared:
 class _Encoded:
     """A SampleBlock already laid out (``Encoder.encode_block``'s result)."""
 
-    result: tuple
+    result: Encoded
     records: int
 
 
@@ -182,7 +182,7 @@ class _Bag:
 
 
 def _metadata(bag: _Bag, encoder: Encoder | None, counts: dict[int, int],
-              start: int | None, end: int | None) -> dict:
+              start: int | None, end: int | None) -> dict[str, Any]:
     """rosbag2 metadata (version 8), as ``ros2 bag`` and rosbags write it."""
     start = start or 0
     duration = max(0, (end or 0) - start)
@@ -218,7 +218,7 @@ def _metadata(bag: _Bag, encoder: Encoder | None, counts: dict[int, int],
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 10x faster
 
 
-def _dump_metadata(information: dict) -> str:
+def _dump_metadata(information: dict[str, Any]) -> str:
     """The rosbag2 metadata as YAML (block style, sorted keys, like ros2 bag's)."""
     return yaml.dump(information, Dumper=_DUMPER, default_flow_style=False, sort_keys=True)
 
@@ -244,7 +244,7 @@ def _pause() -> None:
 
 
 def _take(shared: _Shared, encoder: Encoder, limit: int = _BATCH
-          ) -> tuple[Iterator[Rows], list[tuple[Any, Exception]], bool]:
+          ) -> tuple[Iterator[Rows], Failures, bool]:
     """Take the queue's first item, not an _Encoded, to serialize (the caller holds the
     lock): its steps (see ``Encoder.encode_steps``), their failures, and whether the queue was
     a real-time trickle. Records queued one by one are encoded in batches of up to ``limit``;
@@ -291,7 +291,7 @@ class _Open:
     ``TraceWriter.serialize_until``); whoever takes it next runs the remaining steps."""
 
     steps: Iterator[Rows]
-    failures: list[tuple[Any, Exception]]
+    failures: Failures
     done: list[Rows] = field(default_factory=list)
     finished: bool = False
 
@@ -442,7 +442,8 @@ class TraceWriter:
     ``TraceError`` naming it.
     """
 
-    def __init__(self, path: Path | str, *, provenance: dict, layout: dict) -> None:
+    def __init__(self, path: Path | str, *, provenance: dict[str, Any],
+                 layout: dict[str, Any]) -> None:
         self.path = Path(path)
         custom_data = {PROVENANCE_KEY: self._json("provenance", provenance),
                        LAYOUT_KEY: self._json("layout", layout)}
@@ -706,8 +707,8 @@ class TraceWriter:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _json(self, what: str, value: dict) -> str:
-        if not isinstance(value, dict):
+    def _json(self, what: str, value: object) -> str:
+        if not isinstance(value, dict):  # (from callers without types: checked)
             msg = f"{self.path}: trace {what} must be a dict, got {type(value).__name__}"
             raise TraceError(msg)
         try:
