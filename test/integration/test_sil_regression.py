@@ -1,10 +1,11 @@
-"""Regression test of the example robot's wheel-speed controller (the README's example).
+"""Regression test of the example robot's wheel-speed controller (the regression-suite
+tutorial's example).
 
 The drivetrain simulation and the example PI controller run as processes; the test asserts on
 what the wheel did: the setpoint is reached within a bound of sim time, without overshooting it
-by more than a bound, and held. Once paced by the wall clock (at half real time on a quiet
-machine, slower on a busy one so that the controller process keeps up: the test is about the
-controller, not the machine), once in sync mode (deterministic lockstep).
+by more than a bound, and held. Once paced by the wall clock (at a quarter of real time on a
+quiet machine, slower on a busy one so that the controller process keeps up: the test is about
+the controller, not the machine), once in sync mode (deterministic lockstep).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def wheel_speed(samples: list[JointState], window: int = 25) -> list[tuple[float
 @pytest.mark.parametrize('sync', [False, True], ids=['real-time', 'sync'])
 def test_wheel_reaches_setpoint_without_overshoot(fibril_sim, sync: bool) -> None:
     lockstep = dict(sync_topics=['/motor/command'], control_period=0.002)
-    paced = dict(start_paused=False, real_time_factor=0.5 / speed_factor())
+    paced = dict(start_paused=False, real_time_factor=0.25 / speed_factor())
     sim = fibril_sim(MANIFEST, seed=0,
                      controller=example_controller_command(setpoint=SETPOINT),
                      subscriptions={'/wheel_encoder': JointState},  # from sim time 0 on

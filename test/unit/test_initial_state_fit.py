@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import _recording_rig as rig
 import numpy as np
@@ -288,10 +289,10 @@ def test_a_failing_sensitivity_rollout_counts_and_names_the_perturbed_state(
     request = load_calibration_request(crig.write_request(tmp_path, doc, "fail.yaml"))
     rollout = CalibrationProblem._rollout
 
-    def failing(self: CalibrationProblem, task: tuple) -> np.ndarray:
-        if task[1].episode.initial_state[0]["qvel"] != [3.0]:
+    def failing(self: CalibrationProblem, plan: object, schedule: Any) -> np.ndarray:
+        if schedule.episode.initial_state[0]["qvel"] != [3.0]:
             raise EvaluationError("rollout diverged")
-        return rollout(self, task)
+        return rollout(self, plan, schedule)
 
     monkeypatch.setattr(CalibrationProblem, "_rollout", failing)
     with CalibrationProblem(request) as problem:

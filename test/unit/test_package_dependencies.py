@@ -41,8 +41,9 @@ EXTRAS = {"distributed": ("fibril_sim_core", "dask", "dask[distributed]")}
 #: lz4-compressed MCAP chunks of bags other tools wrote (Fibril writes zstd; rosbags brings lz4);
 #: pytest is imported by fibril_sim_ros.testing_pytest, a plugin only pytest itself loads.
 #: matplotlib draws the optional reports (--report): declared as the ``report`` extra of setup.py
-#: and in package.xml (``optional_dependencies_are_declared`` below), imported lazily.
-OPTIONAL = {"lz4", "pytest", "matplotlib"}
+#: and in package.xml (``optional_dependencies_are_declared`` below), imported lazily; PIL
+#: (Pillow, a dependency of matplotlib) quantizes the reports' PNGs, imported with it.
+OPTIONAL = {"lz4", "pytest", "matplotlib", "PIL"}
 #: ROS packages whose Python module has the package's name (rosdep key = name), from ROS only.
 ROS_MODULES = {
     "rclpy", "fibril_msgs", "std_msgs", "sensor_msgs", "geometry_msgs", "nav_msgs",

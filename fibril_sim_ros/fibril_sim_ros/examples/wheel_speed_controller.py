@@ -176,7 +176,7 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            from rclpy.experimental.events_executor import EventsExecutor
+            from rclpy.experimental import EventsExecutor
         except ImportError:
             pass
         else:
