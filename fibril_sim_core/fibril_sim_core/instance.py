@@ -498,6 +498,15 @@ class SimulationInstance:
         state_rows = (self._state_copies[0] if self._deferring and columns is not None
                       and self._emit_one is self._trace_sink and capture is None
                       and self._silent_next == NEVER else None)
+        # Only the trace listens to outputs and reads are deferred: a delayed sample due
+        # between two stops is delivered at the next, ahead of its reads (where it is in the
+        # order anyway), instead of MuJoCo stopping for it.
+        lean = self._deferring and self._emit_one is self._trace_sink and capture is None
+        # Then every read is deferred (``_read``'s first case), taken here without the call.
+        table, phases = reading.table, reading.defer_phases
+        deferred = phases if lean and table is not None and phases is not None else None
+        gaps = table[1] if table is not None else ()
+        read_deferred = self._read_deferred
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
         while True:
@@ -505,8 +514,16 @@ class SimulationInstance:
             if len(kept) >= TRACE_HANDOFF:
                 self._hand_over()
             if self._processed != t:
+                deliveries = self._deliveries
+                if lean and deliveries and deliveries[0][0] < t:
+                    self._deliver(t - 1)
                 if t == self._next_read:
-                    self._read(t)
+                    if deferred is not None:
+                        phase = (t - 1) % len(gaps)
+                        self._next_read = t + gaps[phase]
+                        read_deferred(t, deferred[phase])
+                    else:
+                        self._read(t)
                 if t == self._silent_next:
                     self._skip_last(t)
                 deliveries = self._deliveries
@@ -543,7 +560,7 @@ class SimulationInstance:
                 if snapshot < following:
                     following = snapshot
             deliveries = self._deliveries
-            if deliveries and deliveries[0][0] < following:
+            if deliveries and deliveries[0][0] < following and not lean:
                 following = deliveries[0][0]
             if self._releases or self._recorded or capture is not None:
                 following = self._next_event(t, following)
