@@ -13,9 +13,10 @@ from fibril_sim_core.errors import FibrilError
 from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec
 from ..recordings.traces import Recordings
-from .episode_specs import (EpisodeSpec, EpisodeTraces, episode_hash, open_recording,
-                            parse_recorded_inputs, parse_signal, recording_episode,
-                            recording_inputs, run_inputs_file, signal_entries)
+from .episode_specs import (EpisodeSpec, EpisodeTraces, episode_basics, episode_hash,
+                            open_recording, parse_recorded_inputs, parse_signal,
+                            recording_episode, recording_inputs, run_inputs_file,
+                            signal_entries)
 from .initial_states import initial_state_fit, parse_initial_state
 
 if TYPE_CHECKING:
@@ -86,16 +87,9 @@ def _episode(value: Any, where: s.Where, scope: str,
            optional=("episode_seed", "weight", "horizon_steps", "initial_state",
                      "initial_state_fit", "recorded_inputs", "recorded_inputs_file", "recording",
                      "recording_episode", "description"))
-    episode_id = s.string(body["id"], where.key("id"))
-    if episode_id in RESERVED_EPISODE_IDS:
-        raise where.key("id").fail(f"the episode id {episode_id!r} is reserved")
-    if "description" in body:
-        s.string(body["description"], where.key("description"))
-    seed = s.integer(body.get("episode_seed", 0), where.key("episode_seed"), minimum=0)
-    weight = s.number(body.get("weight", 1.0), where.key("weight"), positive=True)
-    horizon = None
-    if "horizon_steps" in body:
-        horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
+    if s.string(body["id"], where.key("id")) in RESERVED_EPISODE_IDS:
+        raise where.key("id").fail(f"the episode id {body['id']!r} is reserved")
+    episode_id, seed, weight, horizon = episode_basics(body, where)
     initial_state = parse_initial_state(body.get("initial_state", []), where.key("initial_state"),
                                    plan)
     state_fit = initial_state_fit(body, where, initial_state, plan)

@@ -106,6 +106,21 @@ class EpisodeTraces:
     episode_where: s.Where
 
 
+def episode_basics(body: Mapping[str, Any], where: s.Where
+                   ) -> tuple[str, int, float, int | None]:
+    """An episode entry's id, episode_seed, weight and horizon_steps (checked; description
+    too): every form of episode reads them alike."""
+    episode_id = s.string(body["id"], where.key("id"))
+    if "description" in body:
+        s.string(body["description"], where.key("description"))
+    seed = s.integer(body.get("episode_seed", 0), where.key("episode_seed"), minimum=0)
+    weight = s.number(body.get("weight", 1.0), where.key("weight"), positive=True)
+    horizon = None
+    if "horizon_steps" in body:
+        horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
+    return episode_id, seed, weight, horizon
+
+
 def open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
                     plan: SimulationPlan) -> Recording:
     """The trace named by ``value`` (relative to the request's folder), checked to share the

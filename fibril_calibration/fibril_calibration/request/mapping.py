@@ -52,7 +52,8 @@ from fibril_sim_core import _schema as s
 
 from ..recordings.formats import open_source
 from ..recordings.sources import Source, SourceError
-from .episode_specs import EpisodeSpec, episode_hash, parse_signal, signal_entries
+from .episode_specs import (EpisodeSpec, episode_basics, episode_hash, parse_signal,
+                             signal_entries)
 from .initial_states import initial_state_fit, parse_initial_state
 from .input_timing import InputTiming
 from .recorded_commands import COMMIT_POLICIES, CommandInput, parse_inputs, window_inputs
@@ -253,15 +254,7 @@ def _entry(body: Mapping[str, Any], where: s.Where) -> _Entry:
         if key in body:
             raise where.key(key).fail("an episode with a 'source' takes its inputs from "
                                       "'inputs'")
-    episode_id = s.string(body["id"], where.key("id"))
-    if "description" in body:
-        s.string(body["description"], where.key("description"))
-    seed = s.integer(body.get("episode_seed", 0), where.key("episode_seed"), minimum=0)
-    weight = s.number(body.get("weight", 1.0), where.key("weight"), positive=True)
-    horizon = None
-    if "horizon_steps" in body:
-        horizon = s.integer(body["horizon_steps"], where.key("horizon_steps"), minimum=1)
-    return _Entry(episode_id, seed, weight, horizon, "windows" in body)
+    return _Entry(*episode_basics(body, where), "windows" in body)
 
 
 def _open_entry(body: Mapping[str, Any], where: s.Where, sources: SourceSet) -> EntrySource:

@@ -176,7 +176,9 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            from rclpy.experimental import EventsExecutor
+            # Through the package (an rclpy without it fails here), which re-exports it
+            # without __all__.
+            from rclpy.experimental import EventsExecutor  # type: ignore[attr-defined]
         except ImportError:
             pass
         else:
