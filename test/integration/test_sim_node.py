@@ -302,7 +302,9 @@ def test_get_state_and_real_time_factor_parameter(live) -> None:
     time.sleep(2.0)
     state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
     assert state.target_real_time_factor == 0.5
-    assert 0.4 < state.real_time_factor < 0.7, state.real_time_factor
+    # Paced at the new factor: never faster than asked (a busy machine may make it slower:
+    # the measured pace is a figure for bench/, not an outcome to assert).
+    assert 0 < state.real_time_factor < 0.7, state.real_time_factor
 
 
 def test_qos_mismatches_are_logged_not_silent(live) -> None:
