@@ -506,6 +506,7 @@ class SimulationInstance:
         table, phases = reading.table, reading.defer_phases
         deferred = phases if lean and table is not None and phases is not None else None
         gaps = table[1] if table is not None else ()
+        cycle = len(gaps)
         read_deferred = self._read_deferred
         # The loop inlines _boundary and _next_event: it runs once per event, and at kHz device
         # rates that is nearly every tick.
@@ -519,7 +520,7 @@ class SimulationInstance:
                     self._deliver(t - 1)
                 if t == self._next_read:
                     if deferred is not None:
-                        phase = (t - 1) % len(gaps)
+                        phase = (t - 1) % cycle
                         self._next_read = t + gaps[phase]
                         read_deferred(t, deferred[phase])
                     else:

@@ -65,8 +65,8 @@ class Publishing:
     ``on_clock`` every new /clock period (sync mode counts them).
     """
 
-    def __init__(self, node: Node, plan: SimulationPlan, bridge: Bridge, connection: SimulationConnection,
-                 log: Log, on_frame: Callable[[FrameTiming], None] | None = None,
+    def __init__(self, node: Node, plan: SimulationPlan, bridge: Bridge,
+                 connection: SimulationConnection, log: Log, on_frame: Callable[[FrameTiming], None] | None = None,
                  on_clock: Callable[[], None] | None = None,
                  after_frame: Callable[[FrameTiming], None] | None = None) -> None:
         self._node = node
