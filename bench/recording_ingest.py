@@ -27,7 +27,9 @@
    < 5 s (sqlite3). The bags are deleted after.
 5. Multi-file episodes (issue 24): 10 episodes, each from a command CSV and a state CSV of
    ``--multi-rows`` rows (19-digit ns stamps), request load time (target <= 1 s) against
-   ``numpy.loadtxt`` of the same 20 files.
+   ``numpy.loadtxt`` of the same 20 files, wall and CPU time, with pyarrow's CSV reader (the
+   fast-csv extra, when installed) and with the numpy path (``csv_arrow.ENABLED`` off),
+   interleaved.
 
 The machine it runs on is shared and noisy: figures are rough.
 """
@@ -365,23 +367,32 @@ def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
                "sources": sources, "training": entries}
     path = root / "request.yaml"
     path.write_text(yaml.safe_dump(request, sort_keys=False))
+    from fibril_calibration.recordings import csv_arrow
     from fibril_calibration.request.document import load_calibration_request
 
     load_calibration_request(path)  # imports and first plan build out of the timing
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        loaded = load_calibration_request(path)
-        times.append(time.perf_counter() - started)
-    started = time.perf_counter()
+    readers = ["pyarrow", "numpy"] if csv_arrow.arrow() is not None else ["numpy"]
+    timed: dict[str, list[tuple[float, float]]] = {r: [] for r in readers}
+    for _ in range(runs):  # the readers interleaved: a loaded machine's drift hits both
+        for reader in readers:
+            csv_arrow.ENABLED = reader == "pyarrow"
+            wall, cpu = time.perf_counter(), time.process_time()
+            loaded = load_calibration_request(path)
+            timed[reader].append((time.perf_counter() - wall, time.process_time() - cpu))
+    csv_arrow.ENABLED = True
+    wall, cpu = time.perf_counter(), time.process_time()
     for file in files:
         np.loadtxt(file, delimiter=",", skiprows=1)
-    baseline = time.perf_counter() - started
-    ours = statistics.median(times)
+    baseline = (time.perf_counter() - wall, time.process_time() - cpu)
     print(f"multi-file load: {episodes} episodes x 2 CSV files x {rows:,} rows "
-          f"({len(loaded.training)} episodes loaded): {ours:.2f} s median of {runs} (target "
-          f"<= 1 s); numpy.loadtxt of the same {len(files)} files: {baseline:.2f} s; ratio "
-          f"{baseline / ours:.1f}x")
+          f"({len(loaded.training)} episodes loaded), median of {runs}, wall / CPU "
+          f"(process_time, all threads; target <= 1 s wall):")
+    for reader in readers:
+        ours = (statistics.median(w for w, _ in timed[reader]),
+                statistics.median(c for _, c in timed[reader]))
+        print(f"  ours, {reader} reader: {ours[0]:.2f} s / {ours[1]:.2f} s CPU; numpy.loadtxt "
+              f"of the same {len(files)} files: {baseline[0]:.2f} s / {baseline[1]:.2f} s CPU; "
+              f"ratio {baseline[0] / ours[0]:.1f}x wall, {baseline[1] / ours[1]:.1f}x CPU")
     shutil.rmtree(root)
 
 
