@@ -16,7 +16,8 @@
 3. A large CSV log (``--csv-rows``, default 10^7; ``--csv-rows 0`` skips it): t_s and 8
    value columns written by the bench into its temporary folder (~1.1 GB at 10^7 rows),
    three mapped (time + 2 values). Each reader runs in a child process, 3 times, and reports
-   its wall time and peak RSS (``ru_maxrss`` of the child): ``open_source`` + ``stream`` (ours),
+   its wall time and peak RSS (``ru_maxrss`` of the child): ``open_source`` + ``stream`` (ours:
+   pyarrow's reader when installed, and ``ours-numpy`` with pyarrow hidden),
    ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
    imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
    Target: peak memory above the interpreter's baseline <= 3x the mapped data.
@@ -37,6 +38,7 @@ The machine it runs on is shared and noisy: figures are rough.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import statistics
@@ -272,13 +274,15 @@ def csv_child(method: str, path: Path) -> None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     columns = [CSV_COLUMNS.index(c) for c in CSV_MAPPED]
+    if method == "ours-numpy":
+        sys.modules["pyarrow"] = None  # type: ignore[assignment]  # hidden: the numpy path
     if method == "pandas":
         import pandas  # type: ignore[import-untyped]  # optional (bench/requirements.txt), no stubs
-    if method == "ours":
+    if method.startswith("ours"):
         from fibril_calibration.recordings.formats import open_source
     baseline = peak()
     started = time.perf_counter()
-    if method == "ours":
+    if method.startswith("ours"):
         # as a request opens it: the time column and the mapped columns in one pass
         source = open_source(path, time_column="t_s", columns=CSV_MAPPED[1:])
         stream = source.stream(columns=list(CSV_MAPPED[1:]))
@@ -299,6 +303,10 @@ def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
           f"(written in {time.perf_counter() - started:.0f} s); mapped: "
           f"{', '.join(CSV_MAPPED)} = {rows * 8 * len(CSV_MAPPED) / 1e6:.0f} MB as float64")
     methods = ["ours", "numpy"]
+    if importlib.util.find_spec("pyarrow") is not None:
+        methods.insert(1, "ours-numpy")  # "ours" is then pyarrow's reader; this hides it
+    else:
+        print("ours: the numpy reader (pyarrow, the fast-csv extra, is not installed)")
     try:
         import pandas  # noqa: F401  # type: ignore[import-untyped]  # optional, no stubs
         methods.append("pandas")

@@ -3,7 +3,8 @@
 Its values are compared with Python's ``float`` (``int`` for ns stamps) on the suite's example
 logs and on random decimal strings (exponents, many digits, subnormals, -0.0, inf, nan); a
 seeded fuzz of damaged logs gets the same values or the same error message from both readers
-(every refusal of Arrow's goes to the numpy path, which names line and column); and without
+(every refusal of Arrow's goes to the numpy path, which names line and column), whatever
+the delimiter, header row or BOM; and without
 pyarrow (hidden) the numpy path reads every log alone.
 """
 
@@ -13,14 +14,16 @@ import csv
 import math
 import random
 import struct
+from contextlib import suppress
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from _csv_readers import csv_reader, hide_pyarrow  # noqa: F401 (a fixture)
 from fibril_calibration.recordings import csv_arrow
-from fibril_calibration.recordings.csv_columns import read_columns, read_layout
+from fibril_calibration.recordings.csv_columns import CsvProblem, read_columns, read_layout
 from fibril_calibration.recordings.sources import CsvSource, SourceError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,8 +144,10 @@ def _never(*args: object, **kwargs: object) -> None:
 
 # --------------------------------------------------------------------------- damaged logs
 
-def _damaged(r: random.Random) -> bytes:
-    """A small log with zero to two of the defects robots' exports and hand edits have."""
+def _damaged(r: random.Random) -> tuple[bytes, dict[str, Any]]:
+    """A small log with zero to two of the defects robots' exports and hand edits have, as
+    exported (``,`` ``;`` or tab, a header row or none, a BOM or none), and the source's
+    options that read it."""
     names = ["time_ns", "a", "b", "note"]
     lines = [",".join(names)]
     for n in range(30):
@@ -172,17 +177,20 @@ def _damaged(r: random.Random) -> bytes:
     for _ in range(r.choice([0, 1, 1, 2])):
         k = r.randrange(1, len(lines))
         lines[k] = r.choice(defects)(k)
-    data = "\n".join(lines) + r.choice(["\n", "", "\n\n"])
-    raw = data.encode()
+    headerless = r.random() < 0.2
+    data = "\n".join(lines[headerless:]) + r.choice(["\n", "", "\n\n"])
+    raw = data.replace(",", r.choice([",", ",", ";", "\t"])).encode()
     if r.random() < 0.05:
-        at = r.randrange(len(names[0]) + 1, len(raw))
+        at = r.randrange(len(lines[0]) + 1, len(raw))
         raw = raw[:at] + b"\xff" + raw[at + 1:]  # not UTF-8
-    return raw
+    raw = (b"\xef\xbb\xbf" if r.random() < 0.2 else b"") + raw
+    return raw, {"header": False, "columns": names} if headerless else {}
 
 
-def _outcome(path: Path, columns: list[str]) -> tuple[str, list[np.ndarray]]:
+def _outcome(path: Path, columns: list[str], options: dict[str, Any]
+             ) -> tuple[str, list[np.ndarray]]:
     try:
-        source = CsvSource(path, "time_ns", None)
+        source = CsvSource(path, "time_ns", None, **options)
         stream = source.stream(columns=columns)
         return "", [stream.times_ns, _bits(stream.values)]
     except SourceError as exc:
@@ -196,13 +204,15 @@ def test_damaged_logs_get_the_same_values_or_error_from_both_readers(
     used = 0
     for case in range(150):
         path = tmp_path / f"log{case}.csv"
-        path.write_bytes(_damaged(r))
+        raw, options = _damaged(r)
+        path.write_bytes(raw)
         columns = r.choice([["a"], ["a", "b"], ["b"]])
-        fast = _outcome(path, columns)
-        used += read_layout(path, "x").simple
+        fast = _outcome(path, columns, options)
+        with suppress(CsvProblem):
+            used += read_layout(path, "x", **options).simple
         with monkeypatch.context() as hidden:
             hide_pyarrow(hidden)
-            slow = _outcome(path, columns)
+            slow = _outcome(path, columns, options)
         assert fast[0] == slow[0], (case, path.read_bytes()[:400])
         for ours, theirs in zip(fast[1], slow[1]):
             np.testing.assert_array_equal(ours, theirs)
