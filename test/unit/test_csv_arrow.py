@@ -95,8 +95,13 @@ def test_example_logs_read_bit_for_bit(path: Path) -> None:
             np.testing.assert_array_equal(_bits(typed[name]), _bits([float(c) for c in cells]))
 
 
-def test_random_decimal_strings_read_as_float_reads_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "streamed"])
+def test_random_decimal_strings_read_as_float_reads_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
     pytest.importorskip("pyarrow.csv")
+    if not whole:
+        monkeypatch.setattr(csv_arrow, "WHOLE_BYTES", 0)
+        monkeypatch.setattr(csv_arrow, "BLOCK_BYTES", 64 << 10)
     r = random.Random(24)
     cells = SPECIAL + [_random_decimal(r) for _ in range(40_000)]
     stamps = [str(1_700_000_000_000_000_000 + r.randrange(10 ** 17)) for _ in cells]
@@ -197,9 +202,14 @@ def _outcome(path: Path, columns: list[str], options: dict[str, Any]
         return str(exc), []
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "streamed"])
 def test_damaged_logs_get_the_same_values_or_error_from_both_readers(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> None:
+    """Parsed whole, and streamed in batches of a few rows (a large file's way)."""
     pytest.importorskip("pyarrow.csv")
+    if not whole:
+        monkeypatch.setattr(csv_arrow, "WHOLE_BYTES", 0)
+        monkeypatch.setattr(csv_arrow, "BLOCK_BYTES", 512)
     r = random.Random(2024)
     used = 0
     for case in range(150):

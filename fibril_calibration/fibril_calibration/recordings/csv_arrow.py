@@ -33,6 +33,9 @@ __all__ = ["ENABLED", "arrow", "read_typed"]
 
 ENABLED = True  # False: always the numpy path (a benchmark's comparison)
 BLOCK_BYTES = 1 << 20  # Arrow's unit of parallel parsing (its default)
+# Up to this much text is parsed whole (all cores, the columns held twice for a moment);
+# more is streamed batch by batch into the arrays (memory: the arrays and a few blocks).
+WHOLE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -75,34 +78,41 @@ def read_typed(path: Path, start: int, width: int, delimiter: str, wanted: Mappi
     convert = pcsv.ConvertOptions(column_types=types, include_columns=list(types),
                                   null_values=[], true_values=[], false_values=[],
                                   strings_can_be_null=False, quoted_strings_can_be_null=False)
+    out = {name: np.empty(rows, dtype=np.int64 if name == exact_ns else np.float64)
+           for name in wanted}
+    done = 0
     try:
         with pa.OSFile(str(path)) as handle:  # read, not mapped: RSS holds no file pages
             handle.seek(start)
-            table = pcsv.read_csv(handle, read_options=read, parse_options=parse,
-                                  convert_options=convert)
+            if path.stat().st_size - start <= WHOLE_BYTES:  # parsed at once on all cores
+                table = pcsv.read_csv(handle, read_options=read, parse_options=parse,
+                                      convert_options=convert)
+                if table.num_rows != rows:
+                    return None
+                batches = table.to_batches()
+            else:  # batch by batch into the arrays: no second copy of the columns is held
+                batches = pcsv.open_csv(handle, read_options=read, parse_options=parse,
+                                        convert_options=convert)
+            for batch in batches:
+                n = batch.num_rows
+                if done + n > rows:
+                    return None
+                for name, i in wanted.items():
+                    if not _fill(out[name], done, batch.column(fields[i])):
+                        return None
+                done += n
     except (pa.ArrowException, ValueError, OSError):
         return None
-    if table.num_rows != rows:
-        return None
-    columns = {name: table.column(fields[i]) for name, i in wanted.items()}
-    del table  # each column's buffers go as soon as it is copied
-    out: dict[str, np.ndarray] = {}
-    for name in wanted:
-        column = columns.pop(name)
-        if column.null_count:
-            return None
-        out[name] = _copy(column, rows, np.dtype(np.int64 if name == exact_ns else np.float64))
-    return out
+    return out if done == rows else None
 
 
-def _copy(column: Any, rows: int, dtype: np.dtype[Any]) -> np.ndarray:
-    """A numpy copy of an Arrow column without nulls, from its chunks' value buffers (not
-    ``to_numpy``: that imports pandas when it is installed, ~0.5 s of CPU per process)."""
-    values = np.empty(rows, dtype=dtype)
-    at = 0
-    for chunk in column.chunks:
-        n = len(chunk)
-        values[at:at + n] = np.frombuffer(chunk.buffers()[1], dtype=dtype, count=n,
-                                          offset=chunk.offset * dtype.itemsize)
-        at += n
-    return values
+def _fill(values: np.ndarray, at: int, column: Any) -> bool:
+    """Copy an Arrow array into ``values[at:]`` from its value buffer (not ``to_numpy``:
+    that imports pandas when it is installed, ~0.5 s of CPU per process); False: it has
+    nulls."""
+    if column.null_count:
+        return False
+    n = len(column)
+    values[at:at + n] = np.frombuffer(column.buffers()[1], dtype=values.dtype, count=n,
+                                      offset=column.offset * values.itemsize)
+    return True
