@@ -10,6 +10,8 @@ It is used only where it gives exactly what the numpy path gives, and otherwise 
   with no null values; Arrow's float64 parser is correctly rounded and accepts a subset of what
   Python's ``float`` accepts (``nan``, ``inf``, exponents, surrounding blanks; not ``1_0``, not
   ``+5`` as an integer), so that every value it gives is ``float(text)`` bit for bit;
+* a file of up to ``WHOLE_BYTES`` is parsed whole on all cores, a larger one streamed batch by
+  batch into the arrays (its columns are never held twice);
 * every refusal (a bad cell, a row with another field count, a blank line, an overflow) and
   every I/O error returns None: the numpy path then reads the file and names the line and the
   column at fault, with the messages it has always had. Arrow's own errors give no line.

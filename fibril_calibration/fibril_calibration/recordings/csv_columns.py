@@ -11,8 +11,8 @@ are ever held). Otherwise, or when the parser refuses a value, the chunks are pa
 one into preallocated arrays, a chunk numpy refuses with ``csv`` and ``float``, which name the
 line and column at fault. Every value is ``float(text)`` (``int(text)`` for a time in ns) bit
 for bit, whichever parser read it. Memory is the wanted columns plus one chunk (Arrow: plus
-a copy of the wanted columns), however many columns and rows the file has. A UTF-8 byte
-order mark before the header is skipped.
+a few blocks, and a second copy of the columns of a file under 64 MiB), however many columns
+and rows the file has. A UTF-8 byte order mark before the header is skipped.
 """
 
 from __future__ import annotations
