@@ -1,10 +1,11 @@
 """CSV logs are read with a typed parser, keeping only the mapped columns.
 
 Every test runs twice: with pyarrow's reader (when installed) and with numpy's (pyarrow hidden,
-as on a machine without the fast-csv extra). Chunks are made tiny here so that every row layout crosses chunk boundaries; the values must
-equal what ``csv`` + ``float`` give, every malformed row must be named by line (and column),
-and a child process reading a few 10^5-row log must stay within 3x the mapped data (plus one
-chunk's working set) above its baseline.
+as on a machine without the fast-csv extra). Chunks are made tiny here so that every row
+layout crosses chunk boundaries; the values must equal what ``csv`` + ``float`` give, every
+malformed row must be named by line (and column), and a child process reading a few
+10^5-row log must stay within 3x the mapped data (plus one chunk's working set) above its
+baseline.
 """
 
 from __future__ import annotations
