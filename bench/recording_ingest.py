@@ -16,7 +16,8 @@
 3. A large CSV log (``--csv-rows``, default 10^7; ``--csv-rows 0`` skips it): t_s and 8
    value columns written by the bench into its temporary folder (~1.1 GB at 10^7 rows),
    three mapped (time + 2 values). Each reader runs in a child process, 3 times, and reports
-   its wall time and peak RSS (``ru_maxrss`` of the child): ``open_source`` + ``stream`` (ours),
+   its wall time and peak RSS (``ru_maxrss`` of the child): ``open_source`` + ``stream`` (ours:
+   pyarrow's reader when installed, and ``ours-numpy`` with pyarrow hidden),
    ``numpy.loadtxt`` of the same three columns, and ``pandas.read_csv`` of them when pandas
    imports (``pip install -r bench/requirements.txt``). Medians, and ours / theirs ratios.
    Target: peak memory above the interpreter's baseline <= 3x the mapped data.
@@ -27,7 +28,9 @@
    < 5 s (sqlite3). The bags are deleted after.
 5. Multi-file episodes (issue 24): 10 episodes, each from a command CSV and a state CSV of
    ``--multi-rows`` rows (19-digit ns stamps), request load time (target <= 1 s) against
-   ``numpy.loadtxt`` of the same 20 files.
+   ``numpy.loadtxt`` of the same 20 files, wall and CPU time, with pyarrow's CSV reader (the
+   fast-csv extra, when installed) and with the numpy path (``csv_arrow.ENABLED`` off),
+   interleaved.
 
 The machine it runs on is shared and noisy: figures are rough.
 """
@@ -35,6 +38,7 @@ The machine it runs on is shared and noisy: figures are rough.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import statistics
@@ -270,13 +274,15 @@ def csv_child(method: str, path: Path) -> None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     columns = [CSV_COLUMNS.index(c) for c in CSV_MAPPED]
+    if method == "ours-numpy":
+        sys.modules["pyarrow"] = None  # type: ignore[assignment]  # hidden: the numpy path
     if method == "pandas":
         import pandas  # type: ignore[import-untyped]  # optional (bench/requirements.txt), no stubs
-    if method == "ours":
+    if method.startswith("ours"):
         from fibril_calibration.recordings.formats import open_source
     baseline = peak()
     started = time.perf_counter()
-    if method == "ours":
+    if method.startswith("ours"):
         # as a request opens it: the time column and the mapped columns in one pass
         source = open_source(path, time_column="t_s", columns=CSV_MAPPED[1:])
         stream = source.stream(columns=list(CSV_MAPPED[1:]))
@@ -297,6 +303,10 @@ def csv_bench(folder: Path, rows: int, runs: int = 3) -> None:
           f"(written in {time.perf_counter() - started:.0f} s); mapped: "
           f"{', '.join(CSV_MAPPED)} = {rows * 8 * len(CSV_MAPPED) / 1e6:.0f} MB as float64")
     methods = ["ours", "numpy"]
+    if importlib.util.find_spec("pyarrow") is not None:
+        methods.insert(1, "ours-numpy")  # "ours" is then pyarrow's reader; this hides it
+    else:
+        print("ours: the numpy reader (pyarrow, the fast-csv extra, is not installed)")
     try:
         import pandas  # noqa: F401  # type: ignore[import-untyped]  # optional, no stubs
         methods.append("pandas")
@@ -365,23 +375,32 @@ def multi_file_bench(folder: Path, episodes: int = 10, rows: int = 100_000,
                "sources": sources, "training": entries}
     path = root / "request.yaml"
     path.write_text(yaml.safe_dump(request, sort_keys=False))
+    from fibril_calibration.recordings import csv_arrow
     from fibril_calibration.request.document import load_calibration_request
 
     load_calibration_request(path)  # imports and first plan build out of the timing
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        loaded = load_calibration_request(path)
-        times.append(time.perf_counter() - started)
-    started = time.perf_counter()
+    readers = ["pyarrow", "numpy"] if csv_arrow.arrow() is not None else ["numpy"]
+    timed: dict[str, list[tuple[float, float]]] = {r: [] for r in readers}
+    for _ in range(runs):  # the readers interleaved: a loaded machine's drift hits both
+        for reader in readers:
+            csv_arrow.ENABLED = reader == "pyarrow"
+            wall, cpu = time.perf_counter(), time.process_time()
+            loaded = load_calibration_request(path)
+            timed[reader].append((time.perf_counter() - wall, time.process_time() - cpu))
+    csv_arrow.ENABLED = True
+    wall, cpu = time.perf_counter(), time.process_time()
     for file in files:
         np.loadtxt(file, delimiter=",", skiprows=1)
-    baseline = time.perf_counter() - started
-    ours = statistics.median(times)
+    baseline = (time.perf_counter() - wall, time.process_time() - cpu)
     print(f"multi-file load: {episodes} episodes x 2 CSV files x {rows:,} rows "
-          f"({len(loaded.training)} episodes loaded): {ours:.2f} s median of {runs} (target "
-          f"<= 1 s); numpy.loadtxt of the same {len(files)} files: {baseline:.2f} s; ratio "
-          f"{baseline / ours:.1f}x")
+          f"({len(loaded.training)} episodes loaded), median of {runs}, wall / CPU "
+          f"(process_time, all threads; target <= 1 s wall):")
+    for reader in readers:
+        ours = (statistics.median(w for w, _ in timed[reader]),
+                statistics.median(c for _, c in timed[reader]))
+        print(f"  ours, {reader} reader: {ours[0]:.2f} s / {ours[1]:.2f} s CPU; numpy.loadtxt "
+              f"of the same {len(files)} files: {baseline[0]:.2f} s / {baseline[1]:.2f} s CPU; "
+              f"ratio {baseline[0] / ours[0]:.1f}x wall, {baseline[1] / ours[1]:.1f}x CPU")
     shutil.rmtree(root)
 
 

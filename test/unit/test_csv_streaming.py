@@ -1,9 +1,11 @@
-"""CSV logs are read in chunks with numpy's typed parser, keeping only the mapped columns.
+"""CSV logs are read with a typed parser, keeping only the mapped columns.
 
-Chunks are made tiny here so that every row layout crosses chunk boundaries; the values must
-equal what ``csv`` + ``float`` give, every malformed row must be named by line (and column),
-and a child process reading a few 10^5-row log must stay within 3x the mapped data (plus one
-chunk's working set) above its baseline.
+Every test runs twice: with pyarrow's reader (when installed) and with numpy's (pyarrow hidden,
+as on a machine without the fast-csv extra). Chunks are made tiny here so that every row
+layout crosses chunk boundaries; the values must equal what ``csv`` + ``float`` give, every
+malformed row must be named by line (and column), and a child process reading a few
+10^5-row log must stay within 3x the mapped data (plus one chunk's working set) above its
+baseline.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _csv_readers import csv_reader  # noqa: F401 (a fixture: both readers)
 from fibril_calibration.recordings import csv_columns
 from fibril_calibration.recordings.sources import CsvSource, SourceError
 
@@ -30,6 +33,11 @@ def _write(path: Path, rows: int, *, seed: int = 3, end: str = "\n", last_newlin
     lines = [header] + [",".join(repr(v) for v in row) for row in data.tolist()]
     path.write_bytes((end.join(lines) + (end if last_newline else "")).encode())
     return data
+
+
+@pytest.fixture(autouse=True)
+def both_readers(csv_reader: str) -> str:  # noqa: F811 (the fixture above)
+    return csv_reader
 
 
 @pytest.fixture()
@@ -113,6 +121,8 @@ def test_not_utf8_is_named_by_line(tmp_path: Path, small_chunks: None) -> None:
 
 MEMORY_CHILD = textwrap.dedent("""
     import resource, sys
+    if sys.argv[2] == "numpy":
+        sys.modules["pyarrow"] = None  # hidden: the numpy path
     from pathlib import Path
     import numpy as np
     from fibril_calibration.recordings.sources import CsvSource
@@ -126,7 +136,8 @@ MEMORY_CHILD = textwrap.dedent("""
 """)
 
 
-def test_memory_stays_within_three_times_the_mapped_data(tmp_path: Path) -> None:
+def test_memory_stays_within_three_times_the_mapped_data(tmp_path: Path, both_readers: str
+                                                        ) -> None:
     """400 000 rows x 9 columns (~70 MB of text), two columns and the time mapped."""
     path = tmp_path / "big.csv"
     rows = 400_000
@@ -137,7 +148,7 @@ def test_memory_stays_within_three_times_the_mapped_data(tmp_path: Path) -> None
             block = rng.normal(size=(50_000, 9))
             block[:, 0] = (np.arange(50_000) + start) * 1e-3
             np.savetxt(out, block, delimiter=",", fmt="%.17g")
-    result = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path)],
+    result = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(path), both_readers],
                             capture_output=True, text=True, timeout=600, cwd=REPO)
     assert result.returncode == 0, result.stderr
     growth, mapped, count = (int(v) for v in result.stdout.split())
@@ -160,11 +171,11 @@ def test_a_long_and_a_short_row_that_balance_are_found(tmp_path: Path) -> None:
         CsvSource(path, "t_s", None).column("a")
 
 
-def test_a_text_column_beside_the_numbers(tmp_path: Path) -> None:
+def test_a_text_column_beside_the_numbers(tmp_path: Path, both_readers: str) -> None:
     path = tmp_path / "log.csv"
     path.write_text("t_s,a,note\n" + "".join(f"{n * 0.001},{n},step {n}\n" for n in range(50)))
     source = CsvSource(path, "t_s", None)
-    assert source._layout.plain
+    assert source._layout.simple if both_readers == "pyarrow" else source._layout.plain
     np.testing.assert_array_equal(source.column("a"), np.arange(50.0))
     with pytest.raises(SourceError, match=r"column 'note' line 2: 'step 0' is not a number"):
         source.column("note")

@@ -1,14 +1,18 @@
-"""The columns of a CSV log, read in chunks with numpy's typed parser.
+"""The columns of a CSV log, read with a typed parser: pyarrow's when installed, else numpy's.
 
 A robot log can hold tens of millions of rows; a calibration maps a few of its columns. The
-file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that every row is
-plain (the header's number of fields, counted per line from the comma positions, no quote,
-no blank line); a plain file's wanted columns are then parsed by numpy's C reader over the
-whole file (``usecols``: only those columns are ever held). Otherwise, or when numpy refuses a
-value, the chunks are parsed one by one into preallocated arrays, a chunk numpy refuses with
-``csv`` and ``float``, which name the line and column at fault. Memory is the wanted columns
-plus one chunk, however many columns and rows the file has. A UTF-8 byte order mark before
-the header is skipped.
+file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that they are plain
+enough for a typed parser to read whole: with pyarrow installed (``csv_arrow``, optional) the
+data rows must be *simple* (ASCII, no quote, no CR but in CRLF: Arrow checks each row's field
+count itself); without it *plain* (the header's number of fields, counted per line from the
+comma positions, no quote, no blank line). A simple file's wanted columns are parsed by
+Arrow, a plain one's by numpy's C reader over the whole file (``usecols``: only those columns
+are ever held). Otherwise, or when the parser refuses a value, the chunks are parsed one by
+one into preallocated arrays, a chunk numpy refuses with ``csv`` and ``float``, which name the
+line and column at fault. Every value is ``float(text)`` (``int(text)`` for a time in ns) bit
+for bit, whichever parser read it. Memory is the wanted columns plus one chunk (Arrow: plus
+a few blocks, and a second copy of the columns of a file under 64 MiB), however many columns
+and rows the file has. A UTF-8 byte order mark before the header is skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import csv_arrow
 from .csv_layout import DELIMITERS, looks_like_data
 
 __all__ = ["CHUNK_BYTES", "CsvLayout", "CsvProblem", "read_cell", "read_columns", "read_layout"]
@@ -38,7 +43,9 @@ class CsvProblem(ValueError):
 @dataclass(frozen=True)
 class CsvLayout:
     """Header names, where the data rows start, how many there are, and whether every row
-    is plain (the header's field count, no quotes, no blank line): numpy may read it whole."""
+    is plain (the header's field count, no quotes, no blank line: numpy may read it whole) or
+    simple (ASCII, no quote, no lone CR: pyarrow may read it whole). With pyarrow installed
+    only ``simple`` is found (``plain`` stays False), without it only ``plain``."""
 
     path: Path
     label: str  # "recording 'x.csv'"
@@ -48,6 +55,7 @@ class CsvLayout:
     plain: bool = False
     delimiter: str = ","
     first_line: int = 2  # the file's line number of the first data row (1: no header row)
+    simple: bool = False
 
 
 def read_layout(path: Path, label: str, *, header: bool | None = None,
@@ -92,12 +100,15 @@ def read_layout(path: Path, label: str, *, header: bool | None = None,
                              f"{{0: time_ns, 1: q1}})")
         names = tuple(name.strip() for name in row)
     rows = 0
-    plain = True
+    fast = csv_arrow.arrow() is not None
+    plain = not fast
+    simple = fast
     for _, chunk, count in _chunks(path, start):
         rows += count
         plain = plain and _plain(chunk, count, len(names), delimiter)
+        simple = simple and _simple(chunk)
     return CsvLayout(path, label, names, start, rows, plain, delimiter,
-                     2 if header is not False else 1)
+                     2 if header is not False else 1, simple)
 
 
 def _headerless_names(label: str, width: int,
@@ -138,9 +149,14 @@ def _chunks(path: Path, start: int) -> Iterator[tuple[int, bytes, int]]:
                 continue
             rest = block[cut + 1:]
             chunk = block[:cut + 1]
-            count = chunk.count(b"\n")
+            count = _lines(chunk)
             yield row, chunk, count
             row += count
+
+
+def _lines(chunk: bytes) -> int:
+    """The LFs in ``chunk`` (numpy's vectorised compare: 2-3x faster than ``bytes.count``)."""
+    return int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
 
 
 def _plain(chunk: bytes, count: int, width: int, delimiter: str = ",") -> bool:
@@ -154,6 +170,15 @@ def _plain(chunk: bytes, count: int, width: int, delimiter: str = ",") -> bool:
     return chunk.count(delimiter.encode()) == count * (width - 1)
 
 
+def _simple(chunk: bytes) -> bool:
+    """ASCII (so UTF-8), no quote, and a CR only before a LF: what pyarrow, reading with
+    quoting off, splits into the same rows and fields as ``csv`` does. Blank lines and field
+    counts are left to the parse (a conversion or field count error: the chunks then)."""
+    if not chunk.isascii() or b'"' in chunk:
+        return False
+    return b"\r" not in chunk or chunk.count(b"\r") == chunk.count(b"\r\n")
+
+
 def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | None = None
                  ) -> dict[str, np.ndarray]:
     """The ``wanted`` columns (header names) as float64 arrays of every data row;
@@ -161,6 +186,12 @@ def read_columns(layout: CsvLayout, wanted: Sequence[str], *, exact_ns: str | No
     index = {name: i for i, name in enumerate(layout.header)}
     names = list(dict.fromkeys(wanted))
     columns = [index[name] for name in names]
+    if layout.simple:
+        typed = csv_arrow.read_typed(layout.path, layout.data_start, len(layout.header),
+                                     layout.delimiter, dict(zip(names, columns)), exact_ns,
+                                     layout.rows)
+        if typed is not None:
+            return typed
     out: dict[str, np.ndarray] = {}
     if layout.plain and _whole(layout, names, columns, out, exact_ns):
         return out
