@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
-import numpy.typing as npt
 
 from .._document import JsonValue
 

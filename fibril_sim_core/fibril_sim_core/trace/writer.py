@@ -35,6 +35,7 @@ import json
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -129,8 +130,8 @@ class TraceWriter:
     ``TraceError`` naming it.
     """
 
-    def __init__(self, path: Path | str, *, provenance: dict[str, object],
-                 layout: dict[str, object]) -> None:
+    def __init__(self, path: Path | str, *, provenance: Mapping[str, object],
+                 layout: Mapping[str, object]) -> None:
         self.path = Path(path)
         custom_data = {PROVENANCE_KEY: self._json("provenance", provenance),
                        LAYOUT_KEY: self._json("layout", layout)}
@@ -395,11 +396,11 @@ class TraceWriter:
     # -- internals ----------------------------------------------------------------------------
 
     def _json(self, what: str, value: object) -> str:
-        if not isinstance(value, dict):  # (from callers without types: checked)
-            msg = f"{self.path}: trace {what} must be a dict, got {type(value).__name__}"
+        if not isinstance(value, Mapping):  # (from callers without types: checked)
+            msg = f"{self.path}: trace {what} must be a mapping, got {type(value).__name__}"
             raise TraceError(msg)
         try:
-            return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             msg = f"{self.path}: trace {what} is not JSON-serializable: {exc}"
             raise TraceError(msg) from exc
