@@ -137,13 +137,13 @@ def _checked(method: _Construct, what: str) -> _Construct:
 
 
 _SAFE = yaml.constructor.SafeConstructor.yaml_constructors
-for _tag, (_method, _what) in {
+# What add_constructor does (a copy of the inherited table, then the new entries), written out:
+# PyYAML's stubs take constructors of its own loader classes only, and ours is a mixin.
+_Constructor.yaml_constructors = {**_SAFE, **{
+    f"tag:yaml.org,2002:{tag}": _checked(method, what) for tag, (method, what) in {
         "int": (_construct_int, "integer"), "float": (_SAFE["tag:yaml.org,2002:float"], "number"),
         "timestamp": (_SAFE["tag:yaml.org,2002:timestamp"], "timestamp"),
-        "binary": (_SAFE["tag:yaml.org,2002:binary"], "binary value")}.items():
-    # (PyYAML's stubs take constructors of its own loader classes only; ours is a mixin)
-    _Constructor.add_constructor(  # type: ignore[type-var]
-        f"tag:yaml.org,2002:{_tag}", _checked(_method, _what))
+        "binary": (_SAFE["tag:yaml.org,2002:binary"], "binary value")}.items()}}
 
 
 class _TooDeep(Exception):
