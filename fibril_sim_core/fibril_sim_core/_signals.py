@@ -19,10 +19,13 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TypeAlias
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: A signal's disposition, as ``signal.getsignal`` gives it back.
+_Handler: TypeAlias = "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
 DUPLICATE_S = 1.0
 
 
@@ -59,7 +62,7 @@ class ShutdownSignals:
         self.raise_interrupt = raise_interrupt
         self.received: int | None = None
         self.event = threading.Event()
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, _Handler] = {}
         self._first_at = 0.0
 
     @property

@@ -15,13 +15,21 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ._signals import Interrupted, ShutdownSignals
 from .errors import FibrilError
+
+if TYPE_CHECKING:
+    from ._document import JsonValue
+    from .plan import SimulationPlan
+    from .records import IngressRecord
+
+    #: ``fibril_sim``'s subcommands, which plugins add theirs to.
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 # The commands import what they need when they run (the imports inside the handlers): a
 # command line must start without MuJoCo, NumPy and the trace stack (``fibril_sim --help``,
@@ -195,7 +203,7 @@ def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
                              "execution.backend, or FIBRIL_DASK_SCHEDULER when set")
 
 
-def _register_plugins(commands: Any) -> None:
+def _register_plugins(commands: Commands) -> None:
     """Commands other installed packages declare in the ``fibril_sim.commands`` entry-point
     group (``fibril_sim calibrate`` from fibril_calibration); a package that fails to load is
     reported on stderr and left out, the other commands still work."""
@@ -265,7 +273,7 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, list):
@@ -314,7 +322,7 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _overlay_parameters(plan: Any) -> list[dict[str, Any]]:
+def _overlay_parameters(plan: SimulationPlan) -> list[dict[str, JsonValue]]:
     """The loaded overlays' parameters: id, value, unit, typed targets and the overlay file
     that supplies each (a later file replaces an earlier one's parameter with the same id)."""
     from .overlays import load_overlay_artifact
@@ -323,7 +331,7 @@ def _overlay_parameters(plan: Any) -> list[dict[str, Any]]:
     for path in plan.manifest.parameter_overlays:
         for parameter in load_overlay_artifact(path).parameters:
             source[parameter.id] = str(path)
-    out = []
+    out: list[dict[str, JsonValue]] = []
     for item in plan.provenance["parameters"]:
         targets = item["targets"] if "targets" in item else [item["target"]]
         out.append({"id": item["id"], "value": item["value"], "unit": item.get("unit"),
@@ -332,7 +340,7 @@ def _overlay_parameters(plan: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _target_key(target: dict[str, Any]) -> str:
+def _target_key(target: Mapping[str, JsonValue]) -> str:
     if target["type"] == "component_config":
         return f"component_config:{target['component']}:{target['config_path']}"
     tail = target.get("attribute", target.get("component_index"))
@@ -346,7 +354,7 @@ def _run(args: argparse.Namespace) -> int:
         return _run_until_signal(args, signals)
 
 
-def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
+def _run_until_signal(args: argparse.Namespace, signals: ShutdownSignals) -> int:
     from .inputs_file import load_inputs
     from .plan import SimulationBuilder
     from .records import ActuatorApplication, DeviceOutput, FrameTiming, IngressRecord
@@ -356,7 +364,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     timebase = plan.timebase
     if args.inputs is not None and args.inputs_from_trace is not None:
         raise FibrilError("give --inputs or --inputs-from-trace, not both")
-    traced: list[Any] = []
+    traced: list[IngressRecord] = []
     traced_ticks = 0
     if args.inputs_from_trace is not None:
         traced, traced_ticks = _trace_inputs(args.inputs_from_trace, plan)
@@ -440,7 +448,7 @@ def _run_until_signal(args: argparse.Namespace, signals: Any) -> int:
     return 0
 
 
-def sample_counts(plan: Any, ticks: int) -> dict[str, int]:
+def sample_counts(plan: SimulationPlan, ticks: int) -> dict[str, int]:
     """The samples each device delivers in the first ``ticks`` ticks of an episode: one
     acquired every period from tick 0, delivered ``max(1, latency)`` ticks later (the
     instance's time model), so an untraced run need not make them to count them."""
@@ -450,6 +458,14 @@ def sample_counts(plan: Any, ticks: int) -> dict[str, int]:
         if ticks >= first:
             counts[device.id] = (ticks - first) // device.period_ticks + 1
     return counts
+
+
+class _RuntimeChanges(TypedDict, total=False):
+    """What ``serve``'s options change in the manifest's runtime options."""
+
+    mode: str
+    real_time_factor: float
+    start_paused: bool
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -470,7 +486,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.tcp is not None and token is None:
         raise FibrilError("--tcp needs --token-file: TCP clients must prove a shared token")
     plan = SimulationBuilder().build(args.manifest)
-    changes: dict[str, Any] = {}
+    changes: _RuntimeChanges = {}
     if args.rtf is not None:
         changes["real_time_factor"] = args.rtf
     if args.mode is not None:
@@ -513,7 +529,7 @@ def _read_token(path: Path) -> bytes:
     return token
 
 
-def _trace_inputs(path: Path, plan: Any) -> tuple[list[Any], int]:
+def _trace_inputs(path: Path, plan: SimulationPlan) -> tuple[list[IngressRecord], int]:
     """The accepted inputs of episode 0 of a trace, without the scenario's initial inputs
     (the new instance commits those itself), and the episode's length in ticks."""
     from .ingress import external_input

@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
+from ._document import Node
 from ._schema import short
 
 ENTITY_SOURCE = "fibril_sim/entity_state"
@@ -121,7 +122,7 @@ class Entities:
         return out
 
     # ------------------------------------------------------------------ setting
-    def parse(self, payload: Mapping[str, Any]) -> EntityCommand:
+    def parse(self, payload: Mapping[str, Node]) -> EntityCommand:
         """Check an entity-state payload; raise ValueError naming the bad key or value."""
         extra = sorted(str(k)[:60] for k in set(payload) - set(_KEYS))
         if extra:
@@ -179,7 +180,7 @@ class Entities:
                 command.angular_velocity)
 
 
-def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
+def _vector(key: str, value: Node, width: int) -> tuple[float, ...]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Collection) \
             or len(value) != width:
         raise ValueError(f"payload {key!r} must be a list of {width} numbers, got {short(value)}")
@@ -192,9 +193,9 @@ def _vector(key: str, value: Any, width: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _triple(values: Any) -> tuple[float, float, float]:
+def _triple(values: npt.NDArray[np.float64]) -> tuple[float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]))
 
 
-def _quad(values: Any) -> tuple[float, float, float, float]:
+def _quad(values: npt.NDArray[np.float64]) -> tuple[float, float, float, float]:
     return (float(values[0]), float(values[1]), float(values[2]), float(values[3]))

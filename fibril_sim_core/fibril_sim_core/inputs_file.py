@@ -19,11 +19,11 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import _schema as s
 from .errors import ManifestError
-from .manifest import parse_input_spec
+from .manifest import InputSpec, parse_input_spec
 from .records import IngressRecord
 from .timebase import Timebase
 
@@ -84,7 +84,7 @@ def load_inputs(path: str | Path, timebase: Timebase,
     return records
 
 
-def _check_endpoint(spec: Any, at: s.Where, endpoints: Mapping[str, ActuatorDescriptor]
+def _check_endpoint(spec: InputSpec, at: s.Where, endpoints: Mapping[str, ActuatorDescriptor]
                     ) -> None:
     endpoint = endpoints.get(spec.source_id)
     if endpoint is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _schema as s
+from ._document import Node, NodeMap
 from .errors import ManifestError
 
 SCHEMA_MAJOR = 3
@@ -80,7 +81,7 @@ class InputSpec:
     source_id: str
     source_sequence: int
     payload_type: str
-    payload: Mapping[str, Any]
+    payload: NodeMap
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ class SimulationManifest:
     runtime: RuntimeOptions
     parameter_overlays: tuple[Path, ...]
     scenario: ScenarioSpec
-    document: Mapping[str, Any] = field(repr=False)
+    document: NodeMap = field(repr=False)
 
     @property
     def canonical_json(self) -> str:
@@ -149,7 +150,7 @@ def load_manifest(path: str | Path) -> SimulationManifest:
     return parse_manifest(document, file)
 
 
-def parse_manifest(document: Any, file: Path) -> SimulationManifest:
+def parse_manifest(document: Node, file: Path) -> SimulationManifest:
     """Validate a parsed manifest document; relative paths resolve against ``file``'s folder."""
     root = s.Where(str(file), "", ManifestError)
     doc = s.mapping(document, root)
@@ -193,7 +194,7 @@ def parse_manifest(document: Any, file: Path) -> SimulationManifest:
     )
 
 
-def _profiles(value: Any, where: s.Where) -> dict[str, ProfileSpec]:
+def _profiles(value: Node, where: s.Where) -> dict[str, ProfileSpec]:
     profiles: dict[str, ProfileSpec] = {}
     for name, item in s.mapping(value, where).items():
         at = where.key(str(name))
@@ -207,7 +208,7 @@ def _profiles(value: Any, where: s.Where) -> dict[str, ProfileSpec]:
     return profiles
 
 
-def _components(value: Any, where: s.Where,
+def _components(value: Node, where: s.Where,
                 profiles: Mapping[str, ProfileSpec]) -> tuple[ComponentSpec, ...]:
     components: list[ComponentSpec] = []
     seen: dict[str, str] = {}
@@ -247,7 +248,7 @@ def _components(value: Any, where: s.Where,
     return tuple(components)
 
 
-def _trace(value: Any, where: s.Where) -> TraceOptions:
+def _trace(value: Node, where: s.Where) -> TraceOptions:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("state_every_steps", "frame_timing"))
     return TraceOptions(
@@ -257,7 +258,7 @@ def _trace(value: Any, where: s.Where) -> TraceOptions:
     )
 
 
-def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
+def _runtime(value: Node, where: s.Where) -> RuntimeOptions:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("mode", "real_time_factor", "frame_duration", "start_paused"))
     mode = s.string(body.get("mode", "realtime"), where.key("mode"))
@@ -276,7 +277,7 @@ def _runtime(value: Any, where: s.Where) -> RuntimeOptions:
     )
 
 
-def _scenario(value: Any, where: s.Where) -> ScenarioSpec:
+def _scenario(value: Node, where: s.Where) -> ScenarioSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("keyframe", "initial_inputs", "seed"))
     seed = s.integer(body.get("seed", 0), where.key("seed"), minimum=0)
@@ -290,7 +291,7 @@ def _scenario(value: Any, where: s.Where) -> ScenarioSpec:
     return ScenarioSpec(keyframe=keyframe, initial_inputs=tuple(inputs), seed=seed)
 
 
-def parse_input_spec(value: Any, where: s.Where) -> InputSpec:
+def parse_input_spec(value: Node, where: s.Where) -> InputSpec:
     """An input written as ``{source_id, source_sequence, payload_type, payload|payload_json}``."""
     body = s.mapping(value, where)
     s.keys(body, where, required=("source_id", "source_sequence", "payload_type"),
@@ -301,8 +302,8 @@ def parse_input_spec(value: Any, where: s.Where) -> InputSpec:
         payload = dict(s.mapping(body["payload"], where.key("payload")))
     else:
         text = s.string(body["payload_json"], where.key("payload_json"))
-        payload = s.load_json_text(text, where.key("payload_json"))
-        payload = dict(s.mapping(payload, where.key("payload_json")))
+        parsed = s.load_json_text(text, where.key("payload_json"))
+        payload = dict(s.mapping(parsed, where.key("payload_json")))
     return InputSpec(
         source_id=s.string(body["source_id"], where.key("source_id")),
         source_sequence=s.integer(body["source_sequence"], where.key("source_sequence"),

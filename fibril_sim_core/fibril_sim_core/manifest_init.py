@@ -128,7 +128,8 @@ def _validate(text: str, path: Path, model: Path) -> None:
     model at ``model``: ``path``'s folder may not exist yet): a model init accepted but the
     loader refuses is a bug of init, reported as such."""
     document = s.load_yaml_text(text, str(path), InitError)
-    document["model"] = str(model)
+    if isinstance(document, dict):  # (init's own text: always a mapping)
+        document["model"] = str(model)
     try:
         SimulationBuilder().build(parse_manifest(document, path.resolve()))
     except FibrilError as exc:

@@ -17,7 +17,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import mujoco
 import numpy as np
@@ -27,6 +27,11 @@ from .errors import FibrilError
 from .manifest import SimulationManifest, load_manifest
 from .overlays import OverlayParameter, ParameterOverlays
 from .plan import SimulationBuilder
+
+#: An element of a MuJoCo spec whose numbers the export rewrites (a body, joint, geom, ...).
+SpecElement: TypeAlias = ("mujoco.MjsBody | mujoco.MjsJoint | mujoco.MjsGeom | mujoco.MjsSite"
+                          " | mujoco.MjsActuator | mujoco.MjsSensor | mujoco.MjsTendon"
+                          " | mujoco.MjsElement")
 
 __all__ = ["MjcfExportError", "export_mjcf", "mjcf_text"]
 
@@ -104,7 +109,8 @@ def _exact_numbers(spec: mujoco.MjSpec, root: ET.Element) -> None:
         _rewrite(option, spec.option, None)
 
 
-def _match(spec: mujoco.MjSpec, elements: Sequence[ET.Element], items: Sequence[Any]) -> None:
+def _match(spec: mujoco.MjSpec, elements: Sequence[ET.Element], items: Sequence[SpecElement]
+           ) -> None:
     if len(elements) != len(items):
         return  # not the same order: leave MuJoCo's text (the hash check decides)
     for element, item in zip(elements, items):
@@ -114,7 +120,8 @@ def _match(spec: mujoco.MjSpec, elements: Sequence[ET.Element], items: Sequence[
         _rewrite(element, item, spec)
 
 
-def _rewrite(element: ET.Element, item: Any, spec: mujoco.MjSpec | None) -> None:
+def _rewrite(element: ET.Element, item: SpecElement | mujoco.MjOption,
+             spec: mujoco.MjSpec | None) -> None:
     for key, text in list(element.attrib.items()):
         try:
             written = np.array([float(x) for x in text.split()], dtype=float)
@@ -139,8 +146,9 @@ def _rewrite(element: ET.Element, item: Any, spec: mujoco.MjSpec | None) -> None
             element.set(key, " ".join(repr(float(v)) for v in exact))
 
 
-def _orientation(spec: mujoco.MjSpec, item: Any) -> Any:
-    """The quaternion the compiler makes of an element's orientation (Euler, axis-angle ...)."""
+def _orientation(spec: mujoco.MjSpec, item: SpecElement) -> object:
+    """The quaternion the compiler makes of an element's orientation (Euler, axis-angle ...),
+    as MuJoCo gives it (an array, or None when it cannot be resolved)."""
     alt = item.alt
     if alt.type == mujoco.mjtOrientation.mjORIENTATION_QUAT:
         return item.quat

@@ -33,8 +33,11 @@ from .instance import SimulationInstance
 from .manifest import ScenarioSpec, SimulationManifest, load_manifest
 from .overlays import MujocoTarget, OverlayParameter, ParameterOverlays
 from .overlays import compiled as compiled_overlays
-from .overlays.mujoco_targets import apply_mujoco_overlays
-from .recorded_inputs import RecordedInputs, endpoint_signature, prepare_recorded_inputs
+from .overlays.mujoco_targets import Inertial, InertialKey, apply_mujoco_overlays
+from ._document import JsonValue, Node
+from .records import IngressRecord
+from .recorded_inputs import (EndpointSignature, RecordedInputs, endpoint_signature,
+                              prepare_recorded_inputs)
 from .timebase import Timebase
 
 if TYPE_CHECKING:
@@ -57,18 +60,19 @@ class SimulationPlan:
     keyframe_id: int
     scenario: ScenarioSpec
     provenance: Mapping[str, Any]
-    layout: Mapping[str, Any]
+    layout: Mapping[str, JsonValue]
 
     @property
     def endpoints(self) -> Mapping[str, ActuatorDescriptor]:
         return MappingProxyType({a.endpoint: a for a in self.actuators})
 
     @property
-    def recorded_input_signature(self) -> tuple[Any, ...]:
+    def recorded_input_signature(self) -> EndpointSignature:
         """What parsing recorded inputs depends on (see ``prepare_recorded_inputs``)."""
         return endpoint_signature(self.actuators)
 
-    def prepare_recorded_inputs(self, records: Iterable[Any]) -> RecordedInputs:
+    def prepare_recorded_inputs(self, records: Iterable[IngressRecord | Mapping[str, Node]]
+                                ) -> RecordedInputs:
         """Validate and parse recorded inputs once, to replay them into many instances (of
         this plan or of any plan with the same endpoints, e.g. calibration candidates)."""
         return prepare_recorded_inputs(self.actuators, records)
@@ -110,7 +114,7 @@ class SimulationPlan:
         ``scenario.seed``, default 0); recorded in the provenance as ``episode_seed``."""
         return int(self.scenario.seed)
 
-    def run_provenance(self, seed: int | None = None, **extra: Any) -> dict[str, Any]:
+    def run_provenance(self, seed: int | None = None, **extra: JsonValue) -> dict[str, Any]:
         """The provenance of one run of this plan (a trace's, a result's): the plan's with
         the episode seed the run actually starts from (``seed`` kept for older readers)."""
         chosen = self.episode_seed if seed is None else int(seed)
@@ -119,7 +123,7 @@ class SimulationPlan:
     def create_instance(self, seed: int | None = None, *, scenario: ScenarioSpec | None = None,
                         trace: Any = None, snapshot_every: int | None = None,
                         collect: bool = True, data: mujoco.MjData | None = None,
-                        rollout_context: AbstractContextManager[Any] | None = None,
+                        rollout_context: AbstractContextManager[object] | None = None,
                         devices: Collection[str] | None = None) -> SimulationInstance:
         """A fresh, independent run: keyframe restored and scenario inputs queued at tick 0.
 
@@ -141,10 +145,10 @@ class SimulationPlan:
                                   snapshot_every=snapshot_every, collect=collect, data=data,
                                   rollout_context=rollout_context, devices=devices)
 
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> dict[str, Any]:  # (JSON; cli's printer reads it by its keys)
         """A JSON-able document describing the plan (``fibril_sim inspect``)."""
         tb = self.timebase
-        components: list[dict[str, Any]] = []
+        components: list[JsonValue] = []
         for actuator in self.actuators:
             components.append({
                 "id": actuator.id, "type": actuator.type, "role": "actuator",
@@ -255,7 +259,7 @@ class SimulationBuilder:
         # Parsed models and geom-inferred inertials, keyed by the model files' identity (a
         # few each: a builder that sees its model files change keeps only the latest ones).
         self._models: dict[ModelKey, ParsedModel] = {}
-        self._inertials: _Bounded[ModelKey, Any] = _Bounded(MODEL_CACHE_ENTRIES)
+        self._inertials: _Bounded[InertialKey, list[Inertial]] = _Bounded(MODEL_CACHE_ENTRIES)
         # The components resolved last: (manifest, registry, component overlays, components).
         # (manifest, registry, component overlay key, the components resolved for them)
         self._resolved: tuple[SimulationManifest, ComponentRegistry, tuple[object, ...],
@@ -472,7 +476,7 @@ class SimulationBuilder:
 
 def trace_layout(model: mujoco.MjModel, timebase: Timebase,
                  devices: Sequence[DeviceDescriptor],
-                 actuators: Sequence[ActuatorDescriptor]) -> dict[str, Any]:
+                 actuators: Sequence[ActuatorDescriptor]) -> dict[str, JsonValue]:
     """Names a trace needs to answer semantic queries without the model."""
     joint_types = {0: "free", 1: "ball", 2: "slide", 3: "hinge"}
     obj = mujoco.mjtObj
@@ -495,7 +499,7 @@ def trace_layout(model: mujoco.MjModel, timebase: Timebase,
     }
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JsonValue:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -503,5 +507,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, np.generic):  # a NumPy scalar
-        return value.item()
+        item: JsonValue = value.item()
+        return item
     return str(value)

@@ -14,13 +14,15 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import mujoco
 import numpy as np
 
+_V = TypeVar("_V")
 
-class DeferredMapping(Mapping[str, Any]):
+
+class DeferredMapping(Mapping[str, _V]):
     """A read-only mapping whose values are computed on first access, all at once.
 
     A plan's provenance and trace layout are pure functions of immutable inputs (the compiled
@@ -28,12 +30,12 @@ class DeferredMapping(Mapping[str, Any]):
     builds one plan per candidate and reads them only for the fitted one.
     """
 
-    def __init__(self, compute: Callable[[], Mapping[str, Any]]) -> None:
-        self._compute: Callable[[], Mapping[str, Any]] | None = compute
-        self._values: Mapping[str, Any] | None = None
+    def __init__(self, compute: Callable[[], Mapping[str, _V]]) -> None:
+        self._compute: Callable[[], Mapping[str, _V]] | None = compute
+        self._values: Mapping[str, _V] | None = None
         self._lock = threading.Lock()
 
-    def _resolved(self) -> Mapping[str, Any]:
+    def _resolved(self) -> Mapping[str, _V]:
         values = self._values
         if values is None:
             with self._lock:
@@ -44,7 +46,7 @@ class DeferredMapping(Mapping[str, Any]):
                 values = self._values
         return values
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> _V:
         return self._resolved()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -56,7 +58,7 @@ class DeferredMapping(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"DeferredMapping({dict(self._resolved())!r})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[dict[str, _V]], tuple[dict[str, _V]]]:
         # Pickled or deep-copied as the plain mapping it stands for (the computation is not).
         return (dict, (dict(self._resolved()),))
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._document import Node
 from .errors import IngressError
 from .ingress import AcceptedInput, Ingress, external_input
 from .records import ExternalInput, IngressRecord
@@ -120,7 +121,7 @@ def endpoint_signature(actuators: Sequence[ActuatorDescriptor]) -> EndpointSigna
 
 
 def prepare_recorded_inputs(actuators: Sequence[ActuatorDescriptor],
-                            records: Iterable[IngressRecord | Mapping[str, Any]]
+                            records: Iterable[IngressRecord | Mapping[str, Node]]
                             ) -> RecordedInputs:
     """Validate and parse recorded inputs for ``actuators``; rejected records are skipped
     (they never reached physics in the recording either). Raises IngressError naming the
@@ -148,7 +149,7 @@ def prepare_recorded_inputs(actuators: Sequence[ActuatorDescriptor],
     return RecordedInputs(tuple(entries), endpoint_signature(actuators))
 
 
-def as_record(record: IngressRecord | Mapping[str, Any], n: int) -> IngressRecord:
+def as_record(record: IngressRecord | Mapping[str, Node], n: int) -> IngressRecord:
     """An IngressRecord from a record or a mapping with the same keys (checked)."""
     if isinstance(record, IngressRecord):
         return record
@@ -159,15 +160,17 @@ def as_record(record: IngressRecord | Mapping[str, Any], n: int) -> IngressRecor
                                "commit_tick", "acceptance_sequence") if key not in record]
     if missing:
         raise IngressError(f"recorded input {n}: missing {', '.join(missing)}")
+    counts: dict[str, int] = {}
     for key in ("source_sequence", "commit_tick", "acceptance_sequence"):
         value = record[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise IngressError(f"recorded input {n}: {key} must be a non-negative integer, "
                                f"got {value!r}")
-    return IngressRecord(0, str(record["source_id"]), record["source_sequence"],
+        counts[key] = value
+    return IngressRecord(0, str(record["source_id"]), counts["source_sequence"],
                          str(record["payload_type"]), str(record["payload_json"]),
-                         bool(record.get("accepted", True)), record["commit_tick"],
-                         record["acceptance_sequence"], "", 0)
+                         bool(record.get("accepted", True)), counts["commit_tick"],
+                         counts["acceptance_sequence"], "", 0)
 
 
 def _control_trajectory(entries: Sequence[AcceptedInput],

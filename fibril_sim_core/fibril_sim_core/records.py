@@ -8,9 +8,11 @@ name says ``session``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
+
+from ._document import Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +25,7 @@ class ExternalInput:
     source_id: str
     source_sequence: int
     payload_type: str
-    payload: dict[str, Any]  # the decoded JSON object (a document boundary)
+    payload: dict[str, Node]  # the decoded JSON object (a document boundary)
     payload_json: str = ""
 
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -182,11 +182,11 @@ def write_png(canvas: AggCanvas, path: Path) -> None:
         path, format="png", compress_level=2)
 
 
-def escape(value: Any) -> str:
+def escape(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def number(value: Any, digits: int = 4) -> str:
+def number(value: object, digits: int = 4) -> str:
     """A number for a table cell (``n/a`` for None or non-finite)."""
     if value is None:
         return "n/a"
@@ -201,7 +201,7 @@ def number(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
           classes: Sequence[str] | None = None) -> str:
     """An HTML table; cells are escaped unless given as ``Raw``."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)

@@ -8,6 +8,8 @@ from typing import Any
 
 import mujoco
 
+from .._document import Node
+
 
 @dataclass(frozen=True)
 class Command:
@@ -75,7 +77,7 @@ class Endpoint:
     def __init__(self, descriptor: ActuatorDescriptor) -> None:
         self.descriptor = descriptor
 
-    def parse(self, payload: Mapping[str, Any]) -> Command:
+    def parse(self, payload: Mapping[str, Node]) -> Command:
         """Validate a payload; raise ValueError with a message naming the bad field."""
         raise NotImplementedError
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 import mujoco
 
+from .._document import Node
 from .._schema import short
 
 from .base import BuildContext, ComponentType, Field, ResolvedComponent
@@ -195,13 +195,13 @@ class Motor(Endpoint):
         self._supply = config["supply_voltage"]
         self._config = config
 
-    def parse(self, payload: Mapping[str, Any]) -> Command:
+    def parse(self, payload: Mapping[str, Node]) -> Command:
         extra = sorted(str(k)[:60] for k in set(payload) - {"mode", "value"})
         if extra:
             raise ValueError(f"unknown payload key(s) {', '.join(extra[:5])}; expected mode, "
                              f"value")
         mode = payload.get("mode")
-        if mode not in MODES:
+        if not isinstance(mode, str) or mode not in MODES:  # (a tuple: == for any value)
             raise ValueError(f"payload 'mode' must be one of {', '.join(MODES)}, got {short(mode)}")
         if mode not in self.descriptor.modes:
             raise ValueError(self.descriptor.refusal(mode))

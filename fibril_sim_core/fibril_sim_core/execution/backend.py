@@ -8,11 +8,11 @@ environment (either selects the ``dask`` backend), then the document's ``executi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .._document import JsonValue, Node
 from .._schema import Where
 from ..errors import FibrilError
 
@@ -39,13 +39,13 @@ class Backend:
     def is_dask(self) -> bool:
         return self.kind == "dask"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JsonValue]:
         """Provenance: the backend and the scheduler address without credentials."""
         return {"backend": self.kind,
                 "scheduler": public_address(self.scheduler) if self.scheduler else None}
 
 
-def parse_backend(body: Mapping[str, Any], where: Where) -> Backend:
+def parse_backend(body: Mapping[str, Node], where: Where) -> Backend:
     """``backend`` and ``scheduler`` of an ``execution`` section (both optional)."""
     kind = body.get("backend", "local")
     if kind not in BACKENDS:
@@ -74,7 +74,7 @@ def resolve_backend(document: Backend, cli_scheduler: str | None,
     return document
 
 
-def check_address(value: Any, fail: Any) -> str:
+def check_address(value: Node, fail: Callable[[str], Exception]) -> str:
     """``local:N`` (N >= 1) or ``[SCHEME://]HOST:PORT``; ``fail(message)`` makes the error."""
     if not isinstance(value, str) or not value.strip():
         raise fail(f"expected a scheduler address (tcp://HOST:8786 or local:N), got {value!r}")
@@ -109,5 +109,5 @@ def public_address(address: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def _flag_error(name: str) -> Any:
+def _flag_error(name: str) -> Callable[[str], Exception]:
     return lambda message: ExecutionError(f"{name}: {message}")

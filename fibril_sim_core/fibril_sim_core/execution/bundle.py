@@ -15,13 +15,15 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
 import mujoco
 
 from ..manifest import load_manifest
 from ..provenance import asset_files, included_files
 from .backend import ExecutionError
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,20 @@ def manifest_files(manifest: Path) -> list[Path]:
             *asset_files(mujoco.MjSpec.from_file(str(loaded.model)), loaded.model)]
 
 
-def remap(value: Any, old: str, new: str) -> Any:
+def remap(value: _T, old: str, new: str) -> _T:
     """``value`` (JSON-like) with every occurrence of the folder ``old`` in its strings and keys
-    replaced by ``new``: a worker's copy of the bundle reported as the submitter's files."""
+    replaced by ``new``: a worker's copy of the bundle reported as the submitter's files (of
+    the same shape: a record stays a record)."""
+    return cast("_T", _remap(value, old, new))
+
+
+def _remap(value: object, old: str, new: str) -> object:
     if isinstance(value, str):
         return value.replace(old, new)
     if isinstance(value, Mapping):
-        return {remap(k, old, new): remap(v, old, new) for k, v in value.items()}
+        return {_remap(k, old, new): _remap(v, old, new) for k, v in value.items()}
     if isinstance(value, list):
-        return [remap(v, old, new) for v in value]
+        return [_remap(v, old, new) for v in value]
     if isinstance(value, tuple):
-        return tuple(remap(v, old, new) for v in value)
+        return tuple(_remap(v, old, new) for v in value)
     return value

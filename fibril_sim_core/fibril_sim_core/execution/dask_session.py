@@ -22,13 +22,27 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
+from .._document import JsonValue
 from .backend import Backend, ExecutionError, public_address
 
 #: The ``distributed`` package (None when Dask is not installed). Dask ships no complete type
 #: information: it is handled as ``Any`` here, at the boundary, and nowhere else.
 distributed: Any
+#: Dask's own objects (a ``distributed.Client``, a ``LocalCluster``, a ``Future``, a ``Worker``),
+#: untyped for the same reason.
+DaskClient: TypeAlias = Any
+DaskCluster: TypeAlias = Any
+DaskFuture: TypeAlias = Any
+DaskWorker: TypeAlias = Any
+#: A task's outcome, as ``DaskSession.map`` hands it over: ``(True, result)`` or
+#: ``(False, exception)``; the result is whatever the task returned (pickled by Dask).
+TaskOutcome: TypeAlias = tuple[bool, Any]
+
+_V = TypeVar("_V")  # a shared value
+_I = TypeVar("_I")  # a task's item
+_R = TypeVar("_R")  # a task's result
 try:
     distributed = importlib.import_module("distributed")
 except ImportError:  # pragma: no cover - depends on the installation
@@ -45,10 +59,10 @@ class DaskSession:
     """An open client; ``describe()`` is the provenance a result records."""
 
     backend: Backend
-    client: Any
+    client: DaskClient
     versions: dict[str, str]
     workers: dict[str, dict[str, str]] = field(default_factory=dict)
-    cluster: Any = None
+    cluster: DaskCluster = None
     #: Threads of all workers when connected: how many tasks run at once.
     threads: int = 1
     #: Names of the worker plugins that hold this session's shared values.
@@ -62,10 +76,10 @@ class DaskSession:
         except Exception:  # noqa: BLE001 - the link is a convenience, never an error
             return None
 
-    def scatter(self, value: Any) -> Shared:
+    def scatter(self, value: _V) -> Shared[_V]:
         """``value`` sent once to every worker, those that join later included, and kept
         there (deserialized) until the session closes; tasks receive the handle."""
-        shared = Shared(uuid.uuid4().hex)
+        shared: Shared[_V] = Shared(uuid.uuid4().hex)
         name = f"fibril_sim-shared-{shared.key}"
         self.client.register_plugin(_Keep(shared.key, value), name=name)
         self.plugins.append(name)
@@ -80,19 +94,19 @@ class DaskSession:
             except Exception:  # noqa: BLE001 - a closing cluster forgets them anyway
                 pass
 
-    def submit(self, function: Callable[[Any, Any], Any], shared: Shared, item: Any,
-               key: str | None = None) -> Any:
+    def submit(self, function: Callable[[_V, _I], _R], shared: Shared[_V], item: _I,
+               key: str | None = None) -> DaskFuture:
         """A future of ``function(value, item)`` on a worker, ``value`` its copy of
         ``shared``."""
         return self.client.submit(_call, function, shared, item, key=key, pure=False)
 
-    def map(self, function: Callable[[Any, Any], Any], shared: Shared, items: Sequence[Any],
-            limit: int | None = None) -> list[tuple[bool, Any]]:
+    def map(self, function: Callable[[_V, _I], _R], shared: Shared[_V], items: Sequence[_I],
+            limit: int | None = None) -> list[TaskOutcome]:
         """``function(value, item)`` for each item as one task each, ``value`` the one
         ``shared`` holds on the worker, at most ``limit`` in flight (all at once when None);
         ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order."""
-        futures: dict[Any, int] = {}
-        outcomes: list[tuple[bool, Any] | None] = [None] * len(items)
+        futures: dict[DaskFuture, int] = {}
+        outcomes: list[TaskOutcome | None] = [None] * len(items)
         pending = iter(enumerate(items))
         ahead = len(items) if limit is None else max(1, limit)
 
@@ -117,13 +131,13 @@ class DaskSession:
         finally:
             if futures:
                 self.client.cancel(list(futures), force=True)
-        finished: list[tuple[bool, Any]] = []
+        finished: list[TaskOutcome] = []
         for outcome in outcomes:
             assert outcome is not None  # as_completed ran out: every item has finished
             finished.append(outcome)
         return finished
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JsonValue]:
         """Backend, scheduler (no credentials), worker count and the workers' versions (the
         same as this process's: ``check_versions`` refused any other)."""
         return {**self.backend.describe(), "workers": len(self.workers),
@@ -207,43 +221,43 @@ def check_versions(client: dict[str, str], workers: dict[str, dict[str, str]]) -
 
 
 @dataclass(frozen=True)
-class Shared:
+class Shared(Generic[_V]):
     """A value ``DaskSession.scatter`` sent to the workers: tasks carry this key, never the
     value (no transfer per task, nothing for Dask's memory manager to move)."""
 
     key: str
 
-    def value(self) -> Any:
+    def value(self) -> _V:
         """The value, on a worker of the session that shared it."""
         with _KEPT_LOCK:
             try:
-                return _KEPT[self.key]
+                return cast("_V", _KEPT[self.key])  # (kept by scatter for this handle)
             except KeyError:
                 raise ExecutionError(f"shared value {self.key} is not on this Dask worker "
                                      f"(its session has closed)") from None
 
 
-_KEPT: dict[str, Any] = {}
+_KEPT: dict[str, object] = {}
 _KEPT_LOCK = threading.Lock()
 
 
 class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # a base class of type Any (Dask's)
     """Puts a shared value into the worker process's ``_KEPT`` (and takes it out)."""
 
-    def __init__(self, key: str, value: Any) -> None:
+    def __init__(self, key: str, value: object) -> None:
         self.key = key
         self.held = value
 
-    def setup(self, worker: Any) -> None:
+    def setup(self, worker: DaskWorker) -> None:
         with _KEPT_LOCK:
             _KEPT[self.key] = self.held
 
-    def teardown(self, worker: Any) -> None:
+    def teardown(self, worker: DaskWorker) -> None:
         with _KEPT_LOCK:
             _KEPT.pop(self.key, None)
 
 
-def _call(function: Callable[[Any, Any], Any], shared: Shared, item: Any) -> Any:
+def _call(function: Callable[[_V, _I], _R], shared: Shared[_V], item: _I) -> _R:
     """A task: ``function`` on the worker's copy of ``shared``."""
     return function(shared.value(), item)
 

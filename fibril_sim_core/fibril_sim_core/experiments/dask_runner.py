@@ -22,12 +22,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from ..execution.bundle import Bundle, collect_bundle, manifest_files
-from ..execution.dask_session import DaskSession, distributed, worker_cache
+from ..execution.dask_session import (DaskClient, DaskFuture, DaskSession, distributed,
+                                      worker_cache)
 from .experiment import Experiment
-from .run import RUNTIME_FAILURE, RunJob, execute_run, failed_record, progress_line
+from .run import RUNTIME_FAILURE, RunJob, RunRecord, execute_run, failed_record, progress_line
 
 #: Scheduler metadata under which each started run names its worker (see ``_claim``).
 METADATA_KEY = "fibril_sim"
@@ -62,14 +63,14 @@ class _TraceFile:
 class _Outcome:
     """What a run task returns: the record, and where its trace is."""
 
-    record: dict[str, Any]
+    record: RunRecord
     worker: str
     folder: str | None  # on the worker, until read back; None: nothing left there
     files: tuple[_TraceFile, ...]
 
 
 def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob],
-                progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+                progress: Callable[[str], None] | None) -> list[RunRecord]:
     """The runs' records, in ``jobs`` order."""
     bundle = collect_bundle(experiment_files(experiment))
     token = uuid.uuid4().hex
@@ -79,7 +80,7 @@ def run_on_dask(session: DaskSession, experiment: Experiment, jobs: list[RunJob]
                               _Task(bundle.relative(job.experiment), job, token, CHUNK_BYTES),
                               key=f"fibril-run-{job.run_id}-{token}"): i
                for i, job in enumerate(jobs)}
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, RunRecord] = {}
     try:
         for future in distributed.as_completed(futures):
             i = futures[future]
@@ -100,7 +101,7 @@ def experiment_files(experiment: Experiment) -> list[Path]:
     return files
 
 
-def _collect(client: Any, future: Any, job: RunJob) -> dict[str, Any]:
+def _collect(client: DaskClient, future: DaskFuture, job: RunJob) -> RunRecord:
     """The run's record, its trace written here; a lost task is the run's runtime failure."""
     try:
         outcome: _Outcome = future.result()
@@ -124,7 +125,7 @@ class _TraceLost(Exception):
     """A chunk of a trace could not be read back from its worker."""
 
 
-def _write_trace(client: Any, outcome: _Outcome, folder: Path) -> None:
+def _write_trace(client: DaskClient, outcome: _Outcome, folder: Path) -> None:
     """The trace's files under ``folder``, which appears complete or not at all."""
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
@@ -142,11 +143,12 @@ def _write_trace(client: Any, outcome: _Outcome, folder: Path) -> None:
         raise
 
 
-def _stream_file(client: Any, outcome: _Outcome, file: _TraceFile, stream: Any) -> None:
+def _stream_file(client: DaskClient, outcome: _Outcome, file: _TraceFile,
+                 stream: BinaryIO) -> None:
     """Read ``file`` back from its worker in chunks, a few in flight, written in order."""
     assert outcome.folder is not None
     offsets = iter(range(0, file.size, CHUNK_BYTES))
-    pending: list[Any] = []
+    pending: list[DaskFuture] = []
 
     def ahead() -> None:
         for offset in offsets:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import _schema as s
+from .._document import Node
 from .._schema import Where
 from ..errors import FibrilError
 from ..execution.backend import Backend, parse_backend
@@ -34,7 +34,7 @@ class ExperimentError(FibrilError):
 @dataclass(frozen=True)
 class Variant:
     id: str
-    parameter_values: dict[str, Any]
+    parameter_values: dict[str, Node]
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,11 @@ def load_experiment(path: str | Path) -> Experiment:
         execution=_execution(doc["execution"], where.key("execution")))
 
 
-def _file(base: Path, raw: Any, where: Where) -> Path:
+def _file(base: Path, raw: Node, where: Where) -> Path:
     return s.existing_file(base, raw, where)
 
 
-def _variants(raw: Any, where: Where) -> tuple[Variant, ...]:
+def _variants(raw: Node, where: Where) -> tuple[Variant, ...]:
     variants: list[Variant] = []
     seen = {BASELINE_ID}
     for i, item in enumerate(s.sequence(raw, where)):
@@ -139,7 +139,7 @@ def _variants(raw: Any, where: Where) -> tuple[Variant, ...]:
     return tuple(variants)
 
 
-def _metrics(raw: Any, where: Where) -> tuple[Metric, ...]:
+def _metrics(raw: Node, where: Where) -> tuple[Metric, ...]:
     metrics: list[Metric] = []
     seen: set[str] = set()
     for i, item in enumerate(s.sequence(raw, where)):
@@ -187,7 +187,7 @@ def _metrics(raw: Any, where: Where) -> tuple[Metric, ...]:
     return tuple(metrics)
 
 
-def _selector(raw: Any, where: Where) -> str:
+def _selector(raw: Node, where: Where) -> str:
     text = s.string(raw, where)
     kind, _, rest = text.partition(":")
     name, _, field = rest.rpartition(".") if kind in SELECTOR_KINDS and SELECTOR_KINDS[kind] \
@@ -202,13 +202,13 @@ def _selector(raw: Any, where: Where) -> str:
     return text
 
 
-def _operator(raw: Any, where: Where) -> str:
+def _operator(raw: Node, where: Where) -> str:
     if raw not in OPERATORS:
         raise where.fail(f"expected one of {', '.join(OPERATORS)}, got {s.describe(raw)}")
     return str(raw)
 
 
-def _assertions(raw: Any, where: Where, metric_ids: set[str]) -> tuple[Assertion, ...]:
+def _assertions(raw: Node, where: Where, metric_ids: set[str]) -> tuple[Assertion, ...]:
     assertions: list[Assertion] = []
     for i, item in enumerate(s.sequence(raw, where)):
         at = where.key(i)
@@ -223,7 +223,7 @@ def _assertions(raw: Any, where: Where, metric_ids: set[str]) -> tuple[Assertion
     return tuple(assertions)
 
 
-def _execution(raw: Any, where: Where) -> Execution:
+def _execution(raw: Node, where: Where) -> Execution:
     body = s.mapping(raw, where)
     # mujoco_internal_threads is required: schema 1.0 makes the thread ownership explicit.
     s.keys(body, where, required=("steps", "timeout_seconds", "mujoco_internal_threads"),

@@ -11,14 +11,19 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from .experiment import Metric
 from ..errors import TraceError
 from ..trace.query import query
+
+#: A metric's value: a number, a vector (``final`` of a multi-column signal), or none (an
+#: event that never happened, a metric that could not be computed).
+MetricValue: TypeAlias = float | list[float] | None
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
@@ -62,7 +67,7 @@ class ContactObserver:
         self.max_force = max(self.max_force, float(np.linalg.norm(total)))
 
 
-def signal_metric(trace: Path, metric: Metric) -> Any:
+def signal_metric(trace: Path, metric: Metric) -> MetricValue:
     """Reduce one selector's time series from ``trace``."""
     try:
         result = query(trace, metric.signal or "")
@@ -79,7 +84,8 @@ def signal_metric(trace: Path, metric: Metric) -> Any:
     return reduce(metric.reduce or "final", times, values, metric.threshold)
 
 
-def reduce(name: str, times: np.ndarray, values: np.ndarray, threshold: float | None) -> Any:
+def reduce(name: str, times: npt.NDArray[np.float64], values: npt.NDArray[np.float64],
+           threshold: float | None) -> MetricValue:
     norms = np.linalg.norm(values, axis=1)
     if name == "final":
         last = values[-1]
@@ -97,7 +103,8 @@ def reduce(name: str, times: np.ndarray, values: np.ndarray, threshold: float | 
     raise MetricUnavailable(f"unknown reducer {name!r}")
 
 
-def event_time(times: np.ndarray, values: np.ndarray, op: str, value: float) -> float | None:
+def event_time(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], op: str,
+               value: float) -> float | None:
     """EpisodeTime (s) of the first sample whose value (or norm) satisfies ``op value``."""
     level = values[:, 0] if values.shape[1] == 1 else np.linalg.norm(values, axis=1)
     compare = COMPARE[op]

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
+
+from .._document import JsonValue
 
 from ..reporting import (Raw, ReportFolder, axes_title, escape, few_ticks, figure, image, note,
                          number, page, require_matplotlib, table)
@@ -24,6 +26,8 @@ if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, not at start
     from matplotlib.figure import Figure
 
     from .experiment import Experiment
+    from .run import RunRecord
+    from .runner import ExperimentResult
 
 __all__ = ["default_signals", "write_experiment_report"]
 
@@ -36,7 +40,7 @@ def default_signals(experiment: Experiment) -> list[str]:
                               if m.kind in ("signal", "event_reached") and m.signal))
 
 
-def write_experiment_report(document: Mapping[str, Any], folder: Path,
+def write_experiment_report(document: ExperimentResult, folder: Path,
                             signals: Sequence[str] = ()) -> Path:
     """Draw the experiment result ``document`` into ``folder``; returns its index.html."""
     require_matplotlib()
@@ -50,16 +54,16 @@ def write_experiment_report(document: Mapping[str, Any], folder: Path,
         return staged.commit(page(f"Experiment report: {experiment}", sections))
 
 
-def _summary(document: Mapping[str, Any]) -> str:
-    summary = document.get("summary") or {}
-    rows: list[tuple[str, Any]] = [
-            ("experiment", f"{(document.get('experiment') or {}).get('path')}  sha256 "
-                           f"{(document.get('experiment') or {}).get('sha256')}"),
+def _summary(document: ExperimentResult) -> str:
+    summary = document["summary"]
+    rows: list[tuple[str, object]] = [
+            ("experiment", f"{document['experiment'].get('path')}  sha256 "
+                           f"{document['experiment'].get('sha256')}"),
             ("runs", f"{summary.get('succeeded')}/{summary.get('runs')} succeeded ("
                      + ", ".join(f"{n} {s}" for s, n in sorted(
                          (summary.get("by_status") or {}).items())) + ")")]
     for key, source in (document.get("sources") or {}).items():
-        if key != "experiment":
+        if key != "experiment" and isinstance(source, Mapping):  # (no scenario: null)
             rows.append((key, f"{source.get('path')}  sha256 {source.get('sha256')}"))
     rows += [("MuJoCo", document.get("mujoco_version")),
              ("execution", ", ".join(f"{k} {v}" for k, v in
@@ -68,7 +72,7 @@ def _summary(document: Mapping[str, Any]) -> str:
     return table(["item", "value"], rows)
 
 
-def _runs(document: Mapping[str, Any]) -> str:
+def _runs(document: ExperimentResult) -> str:
     rows, classes = [], []
     for run in document.get("runs") or []:
         failed = [a for a in run.get("assertions") or [] if a.get("status") != "passed"]
@@ -82,7 +86,7 @@ def _runs(document: Mapping[str, Any]) -> str:
                  classes=classes)
 
 
-def _thresholds(document: Mapping[str, Any]) -> dict[str, list[str]]:
+def _thresholds(document: ExperimentResult) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for run in document.get("runs") or []:
         for a in run.get("assertions") or []:
@@ -92,7 +96,7 @@ def _thresholds(document: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
-def _metrics(document: Mapping[str, Any], folder: ReportFolder) -> str:
+def _metrics(document: ExperimentResult, folder: ReportFolder) -> str:
     runs = document.get("runs") or []
     baseline = next((r for r in runs if r.get("role") == "baseline"), None)
     if not runs:
@@ -107,7 +111,7 @@ def _metrics(document: Mapping[str, Any], folder: ReportFolder) -> str:
     rows = []
     for name in names:
         base = (baseline or {}).get("metrics", {}).get(name)
-        cells: list[Any] = [name, " and ".join(thresholds.get(name, [])) or ""]
+        cells: list[object] = [name, " and ".join(thresholds.get(name, [])) or ""]
         for run in runs:
             value = (run.get("metrics") or {}).get(name)
             text = escape(_value(value))
@@ -128,18 +132,23 @@ def _metrics(document: Mapping[str, Any], folder: ReportFolder) -> str:
     return "\n".join(parts)
 
 
-def _value(value: Any) -> str:
+def _entries(value: JsonValue) -> list[Mapping[str, JsonValue]]:
+    """The objects of a JSON list (the baseline overlay's parameter descriptions)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _value(value: JsonValue) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(number(v) for v in value) + "]"
     return number(value)
 
 
-def _numeric(value: Any) -> TypeGuard[int | float]:
+def _numeric(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and \
         math.isfinite(value)
 
 
-def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
+def _metric_figure(names: Sequence[str], runs: Sequence[RunRecord],
                    thresholds: Mapping[str, list[str]]) -> Figure:
     columns = min(4, len(names))
     rows = math.ceil(len(names) / columns)
@@ -171,7 +180,7 @@ def _metric_figure(names: Sequence[str], runs: Sequence[Mapping[str, Any]],
     return fig
 
 
-def _parameters(document: Mapping[str, Any]) -> str:
+def _parameters(document: ExperimentResult) -> str:
     rows = []
     for run in document.get("runs") or []:
         if run.get("role") == "baseline":
@@ -179,7 +188,7 @@ def _parameters(document: Mapping[str, Any]) -> str:
         for pid, diff in (run.get("parameter_diff") or {}).items():
             rows.append((run["id"], pid, _value(diff.get("baseline")),
                          _value(diff.get("value")), _value(diff.get("delta"))))
-    baseline = (document.get("baseline_overlay") or {}).get("parameters") or []
+    baseline = _entries((document.get("baseline_overlay") or {}).get("parameters"))
     parts = [table(["parameter", "baseline value", "unit", "provenance"],
                    [(p["id"], _value(p.get("value")), p.get("unit") or "",
                      p.get("provenance") or "") for p in baseline])] if baseline else []
@@ -190,7 +199,7 @@ def _parameters(document: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _signals(document: Mapping[str, Any], signals: Sequence[str],
+def _signals(document: ExperimentResult, signals: Sequence[str],
              folder: ReportFolder) -> str:
     if not signals:
         return note("No signal chosen: the experiment has no signal metric.")
@@ -204,7 +213,7 @@ def _signals(document: Mapping[str, Any], signals: Sequence[str],
         missing = []
         for run in runs:
             try:
-                result = query(Path(run["trace"]), selector)
+                result = query(Path(run.get("trace") or ""), selector)  # (one it has)
             except (FibrilError, ValueError, OSError) as exc:
                 missing.append(f"{run['id']}: {str(exc).splitlines()[0]}")
                 continue

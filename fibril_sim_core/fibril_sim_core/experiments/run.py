@@ -15,20 +15,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import mujoco
+import numpy as np
+import numpy.typing as npt
 
+from .._document import JsonValue, Node
 from .._schema import Where
 from .._signals import Interrupted, terminating
 from ..errors import FibrilError
 from ..execution.bundle import remap
 from ..manifest import load_scenario
+from ..manifest import ScenarioSpec
 from ..overlays import OverlayArtifact, OverlayError, load_overlay_artifact, parse_value
-from ..plan import SimulationBuilder
+from ..overlays.artifact import OverlayParameter, Value
+from ..plan import SimulationBuilder, SimulationPlan
 from ..trace import TraceWriter
-from .experiment import Experiment, load_experiment
-from .metrics import COMPARE, ContactObserver, MetricUnavailable, signal_metric
+from .experiment import Execution, Experiment, load_experiment
+from .metrics import COMPARE, ContactObserver, MetricUnavailable, MetricValue, signal_metric
 
 # Result classes, in the order a run can fail.
 INVALID_PARAMETER = "invalid_parameter"
@@ -44,6 +49,46 @@ _NUMERICAL_WARNINGS = ("mjWARN_BADQPOS", "mjWARN_BADQVEL", "mjWARN_BADQACC", "mj
                        "mjWARN_CONTACTFULL", "mjWARN_CNSTRFULL", "mjWARN_INERTIA")
 
 
+class ParameterChange(TypedDict, total=False):
+    """A run's value of a parameter that differs from the baseline overlay's."""
+
+    baseline: JsonValue
+    value: JsonValue
+    delta: float  # (both floats)
+
+
+class AssertionOutcome(TypedDict):
+    metric: str
+    op: str
+    value: float
+    actual: MetricValue
+    passed: bool
+    status: str  # passed, failed or unavailable_metric
+
+
+class RunRecord(TypedDict, total=False):
+    """A run's record (JSON): filled in as the run goes, every key present once finished
+    (``_finish``); the experiment report's ``runs`` entries."""
+
+    id: str
+    role: str
+    started_at: str | None
+    episode_seed: int
+    parameters: dict[str, JsonValue]
+    parameter_diff: dict[str, ParameterChange]
+    parameter_set_hash: JsonValue  # null when the run failed before its plan was built
+    targets: list[JsonValue] | None
+    plan: dict[str, JsonValue] | None  # SimulationPlan.inspect()
+    trace: str | None
+    metrics: dict[str, MetricValue]
+    assertions: list[AssertionOutcome]
+    status: str
+    success: bool
+    error_reason: str | None
+    finished_at: str
+    wall_seconds: float
+
+
 @dataclass(frozen=True)
 class RunJob:
     """What a worker needs for one run (picklable)."""
@@ -51,21 +96,21 @@ class RunJob:
     experiment: Path
     run_id: str
     role: str
-    values: Mapping[str, Any]
+    values: Mapping[str, Node]
     trace: Path
     #: (path here, path to report) pairs: a Dask worker builds from its copy of the
     #: submitter's files and reports the submitter's paths.
     shown: tuple[tuple[str, str], ...] = ()
 
 
-def progress_line(done: int, total: int, record: Mapping[str, Any]) -> str:
+def progress_line(done: int, total: int, record: RunRecord) -> str:
     """``[done/total] id status (wall s): reason``, one per finished run, on every backend."""
     reason = f": {record['error_reason']}" if record["error_reason"] else ""
     return (f"[{done}/{total}] {record['id']} {record['status']} "
             f"({record['wall_seconds']:.2f} s){reason}")
 
 
-def execute_run(job: RunJob) -> dict[str, Any]:
+def execute_run(job: RunJob) -> RunRecord:
     """One run, start to finish; every failure becomes a result class, never an exception.
 
     SIGINT / SIGTERM stop it (its trace closes); a pool worker then exits at once, so the
@@ -85,10 +130,10 @@ def execute_run(job: RunJob) -> dict[str, Any]:
         raise
 
 
-def _execute_run(job: RunJob) -> dict[str, Any]:
+def _execute_run(job: RunJob) -> RunRecord:
     started = _now()
     clock = time.perf_counter()
-    record: dict[str, Any] = {"id": job.run_id, "role": job.role, "started_at": started}
+    record: RunRecord = {"id": job.run_id, "role": job.role, "started_at": started}
     experiment = load_experiment(job.experiment)
     record["episode_seed"] = experiment.execution.seed
     baseline = load_overlay_artifact(experiment.baseline_overlay)
@@ -100,8 +145,9 @@ def _execute_run(job: RunJob) -> dict[str, Any]:
         record["parameters"] = given
         record["parameter_diff"] = _diff(declared, given)
         return _finish(record, clock, job, INVALID_PARAMETER, str(exc))
-    record["parameters"] = {p.id: _plain(p.value) for p in parameters}
-    record["parameter_diff"] = _diff(declared, record["parameters"])
+    chosen: dict[str, JsonValue] = {p.id: _plain(p.value) for p in parameters}
+    record["parameters"] = chosen
+    record["parameter_diff"] = _diff(declared, chosen)
     try:
         plan = SimulationBuilder().build(experiment.manifest, parameters)
     except FibrilError as exc:  # PlanError, OverlayError, ManifestError, ComponentError
@@ -151,8 +197,8 @@ def _where(experiment: Experiment, job: RunJob) -> Where:
     return Where(str(experiment.baseline_overlay), "parameters", OverlayError)
 
 
-def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any], where: Where
-                ) -> list[Any]:
+def _parameters(baseline: OverlayArtifact, values: Mapping[str, Node], where: Where
+                ) -> list[OverlayParameter]:
     declared = {p.id: p for p in baseline.parameters}
     unknown = sorted(set(values) - set(declared))
     if unknown:
@@ -166,13 +212,14 @@ def _parameters(baseline: OverlayArtifact, values: Mapping[str, Any], where: Whe
     return out
 
 
-def _simulate(plan: Any, scenario: Any, execution: Any, job: RunJob,
+def _simulate(plan: SimulationPlan, scenario: ScenarioSpec | None, execution: Execution,
+              job: RunJob,
               observers: Mapping[str, ContactObserver]) -> tuple[str, str | None, float]:
     """Step the run; returns (status, reason, wall seconds spent stepping)."""
     warnings = [getattr(mujoco.mjtWarning, name) for name in _NUMERICAL_WARNINGS]
     trace = None
     wall = 0.0
-    provenance: Any = plan.run_provenance(execution.seed)
+    provenance = plan.run_provenance(execution.seed)
     for here, shown in job.shown:
         provenance = remap(provenance, here, shown)
     try:
@@ -215,15 +262,15 @@ def _simulate(plan: Any, scenario: Any, execution: Any, job: RunJob,
     return SUCCEEDED, None, wall
 
 
-def _finite(array: Any) -> bool:
+def _finite(array: npt.NDArray[np.float64]) -> bool:
     return bool(all(math.isfinite(v) for v in array))
 
 
-def _metrics(experiment: Experiment, plan: Any, trace: Path,
+def _metrics(experiment: Experiment, plan: SimulationPlan, trace: Path,
              observers: Mapping[str, ContactObserver], contact_errors: Mapping[str, str],
-             sim_wall: float) -> tuple[dict[str, Any], dict[str, str]]:
+             sim_wall: float) -> tuple[dict[str, MetricValue], dict[str, str]]:
     """Metric values, and the reason of each metric that could not be computed."""
-    values: dict[str, Any] = {}
+    values: dict[str, MetricValue] = {}
     unavailable: dict[str, str] = {}
     dt = plan.timebase.timestep_s
     for metric in experiment.metrics:
@@ -249,8 +296,9 @@ def _metrics(experiment: Experiment, plan: Any, trace: Path,
     return values, unavailable
 
 
-def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    outcomes = []
+def _assertions(experiment: Experiment, metrics: Mapping[str, MetricValue]
+                ) -> list[AssertionOutcome]:
+    outcomes: list[AssertionOutcome] = []
     for assertion in experiment.assertions:
         actual = metrics.get(assertion.metric)
         passed = (isinstance(actual, (int, float)) and not isinstance(actual, bool)
@@ -262,8 +310,8 @@ def _assertions(experiment: Experiment, metrics: Mapping[str, Any]) -> list[dict
     return outcomes
 
 
-def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
-            reason: str | None) -> dict[str, Any]:
+def _finish(record: RunRecord, clock: float, job: RunJob, status: str,
+            reason: str | None) -> RunRecord:
     record.setdefault("parameters", {k: _as_given(v) for k, v in job.values.items()})
     record.setdefault("parameter_diff", {})
     # Keys of the built plan: null when the run failed before its plan was built.
@@ -281,31 +329,30 @@ def _finish(record: dict[str, Any], clock: float, job: RunJob, status: str,
     return record
 
 
-def failed_record(job: RunJob, status: str, reason: str) -> dict[str, Any]:
+def failed_record(job: RunJob, status: str, reason: str) -> RunRecord:
     """The record of a run that never reported back (its worker died)."""
     return _finish({"id": job.run_id, "role": job.role, "started_at": None},
                    time.perf_counter(), job, status, reason)
 
 
-def _diff(baseline: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    diff = {}
+def _diff(baseline: Mapping[str, JsonValue], values: Mapping[str, JsonValue]
+          ) -> dict[str, ParameterChange]:
+    diff: dict[str, ParameterChange] = {}
     for pid, value in values.items():
         before = baseline.get(pid)
         if before != value or type(before) is not type(value):
-            entry: dict[str, Any] = {"baseline": before, "value": value}
+            entry: ParameterChange = {"baseline": before, "value": value}
             if type(value) is float and type(before) is float:
                 entry["delta"] = value - before
             diff[pid] = entry
     return diff
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (tuple, list)):
-        return [float(v) for v in value]
-    return float(value) if isinstance(value, (int, float)) else value
+def _plain(value: Value) -> float | list[float]:
+    return [float(v) for v in value] if isinstance(value, (tuple, list)) else float(value)
 
 
-def _as_given(value: Any) -> Any:
+def _as_given(value: Node) -> JsonValue:
     """A requested value as the user wrote it, but always strict-JSON safe."""
     if isinstance(value, (list, tuple)):
         return [_as_given(v) for v in value]

@@ -20,14 +20,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import mujoco
 
+from .._document import JsonValue
 from .._signals import raise_on_termination
 from ..errors import FibrilError
 from ..execution.backend import resolve_backend
@@ -40,16 +41,72 @@ from .experiment import BASELINE_ID, Experiment, ExperimentError, load_experimen
 from .run import (ASSERTION_FAILURE, COMPILE_FAILURE, INVALID_PARAMETER,  # noqa: F401
                   RUNTIME_FAILURE, SUCCEEDED, TIMEOUT, UNAVAILABLE_METRIC, RunJob, execute_run,
                   failed_record, progress_line)
+from .metrics import MetricValue
+from .run import ParameterChange, RunRecord
 
 RESULT_FORMAT = "fibril_sim/experiment_result"
 # 1.1: execution.backend (backend, scheduler, worker count and versions).
 RESULT_VERSION = {"major": 1, "minor": 1}
 
 
+class MetricChange(TypedDict, total=False):
+    baseline: MetricValue
+    variant: MetricValue
+    delta: float  # (both floats)
+
+
+class VariantComparison(TypedDict):
+    id: str
+    success: bool
+    status: str
+    parameter_diff: dict[str, ParameterChange]
+    metric_diff: dict[str, MetricChange]
+    trace: str | None
+
+
+class BaselineSummary(TypedDict):
+    id: str
+    success: bool
+    status: str
+    metrics: dict[str, MetricValue]
+    trace: str | None
+
+
+class Comparison(TypedDict):
+    baseline: BaselineSummary
+    variants: list[VariantComparison]
+
+
+class Summary(TypedDict):
+    runs: int
+    succeeded: int
+    by_status: dict[str, int]
+
+
+class ExperimentResult(TypedDict):
+    """The versioned result document ``run_experiment`` returns (``fibril_sim experiment``
+    writes it as JSON, ``report`` draws it)."""
+
+    format: str
+    schema_version: dict[str, int]
+    experiment: dict[str, str]
+    sources: dict[str, JsonValue]
+    sources_sha256: str
+    manifest: str
+    scenario: str | None
+    baseline_overlay: dict[str, JsonValue]
+    mujoco_version: str
+    execution: dict[str, JsonValue]
+    traces: str
+    summary: Summary
+    runs: list[RunRecord]
+    comparison: Comparison
+
+
 def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                    progress: Callable[[str], None] | None = None,
                    overwrite: bool = False, scheduler: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+                   environ: Mapping[str, str] | None = None) -> ExperimentResult:
     """Run every run of ``experiment``; return the versioned result document.
 
     ``scheduler`` (``--scheduler``) or ``FIBRIL_DASK_SCHEDULER`` in ``environ`` (default: this
@@ -127,13 +184,13 @@ def _check_start(experiment: Experiment) -> None:
 
 
 def _run_all(jobs: list[RunJob], workers: int,
-             progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
-    def report(done: int, record: dict[str, Any]) -> None:
+             progress: Callable[[str], None] | None) -> list[RunRecord]:
+    def report(done: int, record: RunRecord) -> None:
         if progress is not None:
             progress(progress_line(done, len(jobs), record))
 
     if workers == 1 or len(jobs) == 1:
-        records = []
+        records: list[RunRecord] = []
         for job in jobs:
             records.append(execute_run(job))
             report(len(records), records[-1])
@@ -142,7 +199,7 @@ def _run_all(jobs: list[RunJob], workers: int,
     # milliseconds and never inherit the parent's threads (trace writers, user code).
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, RunRecord] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
                              initializer=raise_on_termination) as pool:
         try:
@@ -189,10 +246,10 @@ def _signal(pid: int, signum: int) -> bool:
 
 
 def _document(experiment: Experiment, baseline: OverlayArtifact,
-              records: list[dict[str, Any]], traces: Path,
-              backend: Mapping[str, Any]) -> dict[str, Any]:
+              records: list[RunRecord], traces: Path,
+              backend: Mapping[str, JsonValue]) -> ExperimentResult:
     manifest = load_manifest(experiment.manifest)
-    sources = {
+    sources: dict[str, JsonValue] = {
         "experiment": {"path": str(experiment.path), "sha256": experiment.sha256},
         "manifest": {"path": str(experiment.manifest), "sha256": manifest.sha256,
                      "file_sha256": sha256_file(experiment.manifest)},
@@ -205,14 +262,14 @@ def _document(experiment: Experiment, baseline: OverlayArtifact,
     }
     by_id = {r["id"]: r for r in records}
     base = by_id[BASELINE_ID]
-    comparison = []
+    comparison: list[VariantComparison] = []
     for record in records:
         if record["role"] != "variant":
             continue
-        metric_diff = {}
+        metric_diff: dict[str, MetricChange] = {}
         for mid, value in record["metrics"].items():
             before = base["metrics"].get(mid)
-            entry: dict[str, Any] = {"baseline": before, "variant": value}
+            entry: MetricChange = {"baseline": before, "variant": value}
             if isinstance(value, float) and isinstance(before, float):
                 entry["delta"] = value - before
             metric_diff[mid] = entry
@@ -250,14 +307,14 @@ def _document(experiment: Experiment, baseline: OverlayArtifact,
     }
 
 
-def _count(statuses: Any) -> dict[str, int]:
+def _count(statuses: Iterable[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for status in statuses:
         counts[status] = counts.get(status, 0) + 1
     return counts
 
 
-def write_json_atomically(path: Path, document: Mapping[str, Any]) -> None:
+def write_json_atomically(path: Path, document: Mapping[str, object]) -> None:
     """Write ``document`` so that ``path`` is either complete or absent, never half-written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

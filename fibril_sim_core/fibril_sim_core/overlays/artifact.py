@@ -15,9 +15,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import TypeGuard, Union
 
 from .. import _schema as s
+from .._document import JsonValue, Node
 from .._schema import Where
 from ..errors import PlanError
 from .mujoco_targets import KINDS, MujocoKind
@@ -48,8 +49,8 @@ class MujocoTarget:
         tail = self.attribute if self.kind == "plugin_attribute" else str(self.component_index)
         return f"mujoco:{self.kind}:{self.object}:{tail}"
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "mujoco", "kind": self.kind, "object": self.object}
+    def describe(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {"type": "mujoco", "kind": self.kind, "object": self.object}
         if self.kind == "plugin_attribute":
             out["attribute"] = self.attribute
         else:
@@ -68,7 +69,7 @@ class ComponentTarget:
     def key(self) -> str:
         return f"component_config:{self.component}:{self.config_path}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JsonValue]:
         return {"type": "component_config", "component": self.component,
                 "config_path": self.config_path}
 
@@ -94,8 +95,8 @@ class OverlayParameter:
         return OverlayParameter(self.id, value, self.targets, self.unit, self.provenance,
                                 self.source)
 
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "value": _plain(self.value)}
+    def describe(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {"id": self.id, "value": _plain(self.value)}
         if self.unit is not None:
             out["unit"] = self.unit
         if self.provenance is not None:
@@ -128,7 +129,7 @@ class OverlayArtifact:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_target(raw: Any, where: Where, *, minor: int = SCHEMA_MINORS[-1]) -> OverlayTarget:
+def parse_target(raw: Node, where: Where, *, minor: int = SCHEMA_MINORS[-1]) -> OverlayTarget:
     """A typed target from its mapping form or its ``mujoco:<kind>:<object>[:<index>]`` form."""
     if isinstance(raw, str):
         return _parse_target_string(raw, where, minor)
@@ -175,7 +176,7 @@ def _parse_target_string(text: str, where: Where, minor: int) -> OverlayTarget:
     return target
 
 
-def _kind(name: Any, where: Where, minor: int) -> MujocoKind:
+def _kind(name: Node, where: Where, minor: int) -> MujocoKind:
     kind = KINDS.get(name) if isinstance(name, str) else None
     if kind is None:
         raise where.fail(f"unknown MuJoCo target kind {s.describe(name)}; known: "
@@ -195,7 +196,7 @@ def _check_index(kind: MujocoKind, target: MujocoTarget, where: Where) -> None:
                          f"component_index {target.component_index} is out of range")
 
 
-def parse_value(raw: Any, targets: Sequence[OverlayTarget], where: Where,
+def parse_value(raw: Node, targets: Sequence[OverlayTarget], where: Where,
                 parameter_id: str) -> Value:
     """Check a value against its targets: count, finiteness, sign, range order."""
     ranged = {isinstance(t, MujocoTarget) and KINDS[t.kind].range for t in targets}
@@ -256,7 +257,7 @@ def validate_parameter(parameter: OverlayParameter) -> OverlayParameter:
     return parameter if value == parameter.value else parameter.with_value(value)
 
 
-def _is_number(raw: Any) -> bool:
+def _is_number(raw: Node) -> TypeGuard[int | float]:
     return isinstance(raw, (int, float)) and not isinstance(raw, bool)
 
 
@@ -307,7 +308,7 @@ def load_overlay_artifact(path: str | Path) -> OverlayArtifact:
                            sha256=hashlib.sha256(raw_bytes).hexdigest())
 
 
-def _targets(item: Mapping[str, Any], where: Where, minor: int) -> tuple[OverlayTarget, ...]:
+def _targets(item: Mapping[str, Node], where: Where, minor: int) -> tuple[OverlayTarget, ...]:
     if ("target" in item) == ("targets" in item):
         raise where.fail("give exactly one of 'target' (one) or 'targets' (a list)")
     if "target" in item:
@@ -380,8 +381,8 @@ class ParameterOverlays:
         object.__setattr__(self, "components", components)
 
     @property
-    def identity(self) -> list[list[Any]]:
-        out: list[list[Any]] = []
+    def identity(self) -> list[list[JsonValue]]:
+        out: list[list[JsonValue]] = []
         for p, t in self.mujoco:
             detail = t.attribute if t.kind == "plugin_attribute" else t.component_index
             out.append(["mujoco", p.id, t.kind, t.object, detail, _plain(p.value)])
@@ -395,11 +396,11 @@ class ParameterOverlays:
         text = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[dict[str, JsonValue]]:
         """Resolved typed target provenance, in canonical order."""
         return [p.describe() for p in sorted(self.parameters, key=lambda p: p.id)]
 
-    def with_values(self, values: Mapping[str, Any]) -> ParameterOverlays:
+    def with_values(self, values: Mapping[str, Node]) -> ParameterOverlays:
         """The same bindings with new values for some parameters. Each value is checked
         against its targets like any other; the targets and conflicts were checked when this
         set was made, so a calibration candidate does not pay for that again."""
@@ -428,11 +429,11 @@ class ParameterOverlays:
 
 
 def overlay_document(parameters: Sequence[OverlayParameter], *, id: str | None = None,
-                     source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     source: Mapping[str, JsonValue] | None = None) -> dict[str, JsonValue]:
     """The portable, versioned overlay artifact (loads unchanged as a manifest overlay)."""
     minor = 1 if any(isinstance(t, MujocoTarget) and KINDS[t.kind].minor > 0
                      for p in parameters for t in p.targets) else 0
-    doc: dict[str, Any] = {"format": ARTIFACT_FORMAT,
+    doc: dict[str, JsonValue] = {"format": ARTIFACT_FORMAT,
                            "schema_version": {"major": SCHEMA_MAJOR, "minor": minor}}
     if id is not None:
         doc["id"] = id
@@ -442,5 +443,5 @@ def overlay_document(parameters: Sequence[OverlayParameter], *, id: str | None =
     return doc
 
 
-def _plain(value: Value) -> Any:
+def _plain(value: Value) -> float | list[float]:
     return [float(v) for v in value] if isinstance(value, tuple) else float(value)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
@@ -84,7 +84,7 @@ def writable(spec: mujoco.MjSpec,
     return True
 
 
-def _dampratio(actuator: Any) -> bool:
+def _dampratio(actuator: mujoco.MjsActuator) -> bool:
     """A position servo whose kv the compiler derives from a damping ratio (stored as a
     positive third bias parameter) and the reflected inertia."""
     return (actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE

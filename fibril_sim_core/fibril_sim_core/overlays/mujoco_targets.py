@@ -14,12 +14,13 @@ inductance, integral gain or slew limit switch a state on or off.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 
 
@@ -37,11 +38,23 @@ class MujocoTargetLike(Protocol):
     def attribute(self) -> str | None: ...
 
 
+#: A parameter's value: a number, or a [min, max] pair for range targets (``artifact.Value``).
+TargetValue: TypeAlias = "float | tuple[float, float]"
+#: A MuJoCo spec element a target names (``KINDS[kind].objtype``).
+SpecObject: TypeAlias = ("mujoco.MjsBody | mujoco.MjsJoint | mujoco.MjsGeom | mujoco.MjsActuator"
+                         " | mujoco.MjsTendon | mujoco.MjsEquality | mujoco.MjsPlugin")
+#: A body's compiled inertial: mass, diagonal inertia, position and orientation of its frame.
+Inertial: TypeAlias = tuple[float, npt.NDArray[np.float64], npt.NDArray[np.float64],
+                            npt.NDArray[np.float64]]
+#: The inertials of some bodies of one parsed model: (the model's key, body names).
+InertialKey: TypeAlias = tuple[Hashable, tuple[str, ...]]
+
+
 class BoundParameter(Protocol):
     """What the appliers read of an ``artifact.OverlayParameter``: its value."""
 
     @property
-    def value(self) -> Any: ...
+    def value(self) -> TargetValue: ...
 
 
 P = TypeVar("P", bound=BoundParameter)
@@ -112,8 +125,8 @@ class TargetProblem(Exception):
 def apply_mujoco_overlays(spec: mujoco.MjSpec,
                           bindings: Sequence[tuple[P, T]],
                           fail: Callable[[P, T, str], Exception],
-                          *, inertials: dict[Any, Any] | None = None,
-                          model_key: Any = None) -> None:
+                          *, inertials: dict[InertialKey, list[Inertial]] | None = None,
+                          model_key: Hashable | None = None) -> None:
     """Write every binding into ``spec`` (parsed, not yet compiled). ``inertials`` caches
     the materialized inertials of bodies per ``model_key`` (the parsed files' identity)."""
     objects = [(p, t, _find(spec, t, fail, p)) for p, t in bindings]
@@ -135,11 +148,11 @@ def apply_mujoco_overlays(spec: mujoco.MjSpec,
         except TargetProblem as exc:
             raise fail(parameter, target, str(exc)) from None
     for name, items in dcmotors.items():
-        _apply_dcmotor(spec.actuator(name), {t.kind: float(p.value) for p, t in items})
+        _apply_dcmotor(spec.actuator(name), {t.kind: _number(p.value) for p, t in items})
 
 
 def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTargetLike
-                   ) -> Any:
+                   ) -> float | tuple[float, ...] | None:
     """The value the compiled model holds for ``target`` (None when not observable)."""
     if target.kind == "plugin_attribute":
         return None
@@ -187,7 +200,7 @@ def compiled_value(model: mujoco.MjModel, spec: mujoco.MjSpec, target: MujocoTar
 
 
 def _find(spec: mujoco.MjSpec, target: T, fail: Callable[[P, T, str], Exception],
-          parameter: P) -> Any:
+          parameter: P) -> SpecObject:
     objtype = KINDS[target.kind].objtype
     if objtype == "plugin":
         for plugin in spec.plugins:
@@ -216,14 +229,14 @@ def _find(spec: mujoco.MjSpec, target: T, fail: Callable[[P, T, str], Exception]
     return obj
 
 
-def _is_position(actuator: Any) -> bool:
+def _is_position(actuator: mujoco.MjsActuator) -> bool:
     return bool(actuator.gaintype == mujoco.mjtGain.mjGAIN_FIXED
                 and actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
                 and actuator.biasprm[1] == -actuator.gainprm[0])
 
 
 
-def _keep_limited(spec: mujoco.MjSpec, obj: Any) -> None:
+def _keep_limited(spec: mujoco.MjSpec, obj: mujoco.MjsJoint | mujoco.MjsTendon) -> None:
     """A range overlay never changes whether a joint or tendon is limited. With autolimits,
     limited="auto" means "limited iff a range is authored", so setting a range would silently
     turn limiting on: write the state the object compiles to as authored (a range other than
@@ -234,14 +247,21 @@ def _keep_limited(spec: mujoco.MjSpec, obj: Any) -> None:
                        else mujoco.mjtLimited.mjLIMITED_FALSE)
 
 
-def _set_element(obj: Any, name: str, index: int, value: float) -> None:
+def _set_element(obj: SpecObject, name: str, index: int, value: float) -> None:
     array = np.array(getattr(obj, name), dtype=float)
     array[index] = value
     setattr(obj, name, array)
 
 
-def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTargetLike, value: Any) -> None:
+def _assign(spec: mujoco.MjSpec, obj: SpecObject, target: MujocoTargetLike,
+            value: TargetValue) -> None:
     kind, i = target.kind, target.component_index
+    if isinstance(value, tuple):  # [min, max]: what parse_value gives a range kind, only it
+        if kind not in ("joint_range", "tendon_range"):  # pragma: no cover
+            raise AssertionError(kind)
+        _keep_limited(spec, obj)
+        obj.range = list(value)
+        return
     if kind == "body_mass":
         obj.mass = value
     elif kind == "body_inertia":
@@ -262,9 +282,6 @@ def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTargetLike, value: Any)
         _set_element(obj, "gainprm", 0, value)
     elif kind == "actuator_delay":
         obj.delay = value
-    elif kind in ("joint_range", "tendon_range"):
-        _keep_limited(spec, obj)
-        obj.range = list(value)
     elif kind == "equality_weld_torquescale":
         _set_element(obj, "data", 10, value)
     elif kind == "plugin_attribute":
@@ -279,8 +296,16 @@ def _assign(spec: mujoco.MjSpec, obj: Any, target: MujocoTargetLike, value: Any)
         raise AssertionError(kind)
 
 
-def _materialize_inertia(spec: mujoco.MjSpec, bodies: Sequence[Any],
-                         cache: dict[Any, Any] | None, model_key: Any) -> None:
+def _number(value: TargetValue) -> float:
+    """A scalar target's value (parse_value gives ranges to range kinds only)."""
+    if isinstance(value, tuple):  # pragma: no cover
+        raise AssertionError(value)
+    return float(value)
+
+
+def _materialize_inertia(spec: mujoco.MjSpec, bodies: Sequence[mujoco.MjsBody],
+                         cache: dict[InertialKey, list[Inertial]] | None,
+                         model_key: Hashable | None) -> None:
     """Make geom-inferred inertia explicit so mass/inertia overlays are not recomputed.
 
     The inertials come from compiling the model as authored (before any overlay), so they
@@ -309,7 +334,7 @@ def _materialize_inertia(spec: mujoco.MjSpec, bodies: Sequence[Any],
         body.fullinertia = np.array([math.nan, 0, 0, 0, 0, 0], dtype=float)
 
 
-def _apply_dcmotor(actuator: Any, values: dict[str, float]) -> None:
+def _apply_dcmotor(actuator: mujoco.MjsActuator, values: dict[str, float]) -> None:
     gain = np.array(actuator.gainprm, dtype=float)
     dyn = np.array(actuator.dynprm, dtype=float)
     before = _dc_states(gain, dyn)

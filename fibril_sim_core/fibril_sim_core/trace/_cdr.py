@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeAlias, cast
 
 import numpy as np
+import numpy.typing as npt
+
+#: A field's numpy format: a type string (``<f8``, ``S12``) or a sub-array (type, shape).
+FieldFormat: TypeAlias = str | tuple[str, tuple[int, ...]]
 
 __all__ = ["Layout", "split_ns"]
 
@@ -36,7 +40,7 @@ class Layout:
         self._buffer = bytearray(prefix) + _ENCAPSULATION
         self._origin = prefix + len(_ENCAPSULATION)  # CDR alignment is relative to this
         self._names: list[str] = []
-        self._formats: list[Any] = []
+        self._formats: list[FieldFormat] = []
         self._offsets: list[int] = []
         self._times: list[str] = []
         self._dtype: np.dtype | None = None
@@ -48,7 +52,7 @@ class Layout:
     def _align(self, size: int) -> None:
         self._buffer += b"\x00" * (-(len(self._buffer) - self._origin) % size)
 
-    def _field(self, name: str, fmt: Any, size: int, align: int) -> None:
+    def _field(self, name: str, fmt: FieldFormat, size: int, align: int) -> None:
         self._align(align)
         self._names.append(name)
         self._formats.append(fmt)
@@ -126,7 +130,7 @@ class Layout:
         """Where the CDR data (encapsulation header first) starts in a row."""
         return self._origin - len(_ENCAPSULATION)
 
-    def encode(self, columns: Mapping[str, Any], count: int) -> np.ndarray:
+    def encode(self, columns: Mapping[str, npt.ArrayLike], count: int) -> np.ndarray:
         """``count`` records as a (count, size) uint8 array.
 
         ``columns`` maps every field name to a sequence of ``count`` values (times as integer
@@ -153,7 +157,7 @@ class Layout:
         return raw
 
 
-def _column(values: Any, dtype: np.dtype) -> np.ndarray:
+def _column(values: npt.ArrayLike, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         ints: np.ndarray
         if isinstance(values, np.ndarray):
@@ -180,7 +184,8 @@ def _column(values: Any, dtype: np.dtype) -> np.ndarray:
         try:
             block = np.asarray(values, dtype=np.float64)
         except ValueError:  # arrays of one size but different shapes
-            block = np.array([np.ravel(v) for v in values], dtype=np.float64)
+            rows_of = cast("Iterable[npt.ArrayLike]", values)  # (a sequence of arrays)
+            block = np.array([np.ravel(v) for v in rows_of], dtype=np.float64)
         rows: np.ndarray = block.reshape(len(block), -1)
         return rows
     column: np.ndarray = np.asarray(values, dtype=dtype)
@@ -202,7 +207,7 @@ def _limits(dtype: np.dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def split_ns(values: Any) -> tuple[np.ndarray, np.ndarray]:
+def split_ns(values: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Integer nanoseconds → (sec, nanosec) as ``builtin_interfaces/Time`` holds them."""
     ns = np.array(values, dtype=np.int64) if not isinstance(values, np.ndarray) else values
     if ns.size:

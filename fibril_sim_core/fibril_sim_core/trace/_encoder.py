@@ -13,11 +13,12 @@ import functools
 import json
 import operator
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..records import (
     ActuatorApplication,
@@ -45,7 +46,7 @@ __all__ = ["Batch", "Columns", "Encoder", "Failures"]
 #: What fixes a record's message layout and channel: its type first, then strings and sizes.
 ShapeKey = tuple[Any, ...]
 #: A message layout's columns: field name -> one value per record (arrays or lists).
-Columns = dict[str, Any]
+Columns = dict[str, npt.ArrayLike]
 #: Records to serialize, of any type (the encoder checks them: a misfit is a failure).
 Batch = list[Any]
 #: Records that did not fit their message type, with the error.
@@ -59,7 +60,7 @@ class _Shape:
     layout: Layout
     topic: str
     msgtype: str
-    fill: Any  # (records) -> columns
+    fill: Callable[[Batch], Columns]  # (records of the shape) -> columns
     channel: int = 0
     label: str = ""  # what its records are counted as: the device id, else the record type
 
@@ -291,7 +292,7 @@ def _state_columns_of(block: SampleBlock) -> Columns:
 
 def _state_records(block: SampleBlock) -> list[StateSnapshot]:
     """A block's state rows as the StateSnapshots the instance would have made."""
-    columns = _state_columns_of(block)
+    columns = cast("dict[str, np.ndarray]", _state_columns_of(block))  # (all arrays)
     shapes = {"xpos": (-1, 3), "xquat": (-1, 4)}  # as the instance makes them
     return [StateSnapshot(block.episode, tick, time, log,
                           *(columns[name][n].reshape(shapes.get(name, -1))
@@ -332,7 +333,8 @@ def joined(steps: Iterable[Rows], failures: Failures,
 
 
 #: (shape key, columns, positions, records) of one group of messages of one shape.
-_Group = tuple[ShapeKey | None, Columns | None, Any, Callable[[], list[Any]] | None]
+_Group = tuple[ShapeKey | None, Columns | None, Sequence[int] | npt.NDArray[np.intp],
+               Callable[[], Batch] | None]
 
 
 class Encoder:
@@ -469,7 +471,7 @@ class Encoder:
         """A group of columns that does not fit is laid out again record by record
         (``records()`` makes them), so failures name records either way."""
         for key, columns, positions, records in groups:
-            recs: list[Any] | None = None
+            recs: Batch | None = None
             if columns is None:
                 if len(positions) == 1:
                     recs = [batch[positions[0]]]
@@ -484,6 +486,7 @@ class Encoder:
             sequence = np.asarray(positions, dtype=np.int64) + first
             try:
                 if columns is None:
+                    assert recs is not None  # (made above for a group without columns)
                     columns = shape.fill(recs)
                 rows = self._rows(shape, columns, len(positions), sequence)
             except (OverflowError, ValueError, TypeError, AttributeError) as exc:
@@ -513,7 +516,7 @@ class Encoder:
         columns["publish"] = columns["log"]
         return shape.layout.encode(columns, count)
 
-    def _rows_one_by_one(self, shape: _Shape, recs: list[Any], sequence: np.ndarray,
+    def _rows_one_by_one(self, shape: _Shape, recs: Batch, sequence: np.ndarray,
                          failures: Failures, first: Exception) -> np.ndarray:
         good = []
         before = len(failures)

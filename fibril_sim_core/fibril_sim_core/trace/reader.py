@@ -18,12 +18,13 @@ import heapq
 import json
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 from rosbags.serde import SerdeError
 
 from .. import _schema
+from .._document import Node
 from ..records import (
     ActuatorApplication,
     DeviceOutput,
@@ -61,7 +62,18 @@ class TraceWarning(UserWarning):
     """Part of a trace was missing or damaged and was skipped (``salvage=True``)."""
 
 
-def _ns(stamp: Any) -> int:  # a decoded builtin_interfaces/Time message
+#: A message rosbags decoded (a class it generates per message type; rosbags is untyped here).
+DecodedMessage: TypeAlias = Any
+
+
+class _Stamp(Protocol):
+    """A decoded builtin_interfaces/Time message."""
+
+    sec: int
+    nanosec: int
+
+
+def _ns(stamp: _Stamp) -> int:
     return int(stamp.sec) * _NS_PER_S + int(stamp.nanosec)
 
 
@@ -93,7 +105,7 @@ class TraceReader:
             msg = f"{path}: trace does not exist"
             raise TraceError(msg)
         metadata_path = path / "metadata.yaml"
-        information: dict[str, Any] | None = None
+        information: dict[str, Node] | None = None
         if path.is_dir() and metadata_path.is_file():
             information = _read_metadata(metadata_path)
             mcap_path = _mcap_path(path, information)
@@ -117,6 +129,8 @@ class TraceReader:
         custom = information.get("custom_data") or {}
         if not isinstance(custom, dict):
             custom = {}
+        # The JSON objects the writer was given; ``query`` reads the layout by the keys
+        # ``plan.trace_layout`` writes (a damaged one fails there as a TraceError or TypeError).
         self.provenance: dict[str, Any] = _json_entry(path, custom, PROVENANCE_KEY)
         self.layout: dict[str, Any] = _json_entry(path, custom, LAYOUT_KEY)
         timestep = self.layout.get("timestep_ns")
@@ -346,7 +360,7 @@ class TraceReader:
     def _connections_under(self, prefix: str) -> list[ChannelInfo]:
         return [c for c in self._index.channels.values() if c.topic.startswith(prefix)]
 
-    def _messages(self, connections: list[ChannelInfo]) -> Iterator[tuple[Any, int]]:
+    def _messages(self, connections: list[ChannelInfo]) -> Iterator[tuple[DecodedMessage, int]]:
         """Decoded messages of these channels in log-time order (write order among ties)."""
         if not connections:
             return
@@ -403,7 +417,7 @@ class TraceReader:
 
 # -- bag metadata (YAML and JSON documents) ---------------------------------------------------
 
-def _read_metadata(metadata_path: Path) -> dict[str, Any]:
+def _read_metadata(metadata_path: Path) -> dict[str, Node]:
     """``rosbag2_bagfile_information`` of metadata.yaml; any defect is one line."""
     try:
         raw = metadata_path.read_bytes()
@@ -428,7 +442,7 @@ def _read_metadata(metadata_path: Path) -> dict[str, Any]:
     return information
 
 
-def _mcap_path(path: Path, information: dict[str, Any]) -> Path:
+def _mcap_path(path: Path, information: dict[str, Node]) -> Path:
     """The bag's one MCAP file, as metadata.yaml names it."""
     files = information.get("relative_file_paths")
     if not isinstance(files, list) or len(files) != 1 or not isinstance(files[0], str):
@@ -442,7 +456,7 @@ def _mcap_path(path: Path, information: dict[str, Any]) -> Path:
     return mcap
 
 
-def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[str, Any]:
+def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[str, Node]:
     """The copy of metadata.yaml the writer keeps in the MCAP (when metadata.yaml is lost)."""
     serialized = index.metadata.get("rosbag2", {}).get("serialized_metadata")
     if serialized is None:
@@ -460,13 +474,16 @@ def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[st
     return information
 
 
-def _json_entry(path: Path, custom: dict[str, Any], key: str) -> dict[str, Any]:
+def _json_entry(path: Path, custom: dict[str, Node], key: str) -> dict[str, Any]:
     """A JSON object kept as custom data of the bag (provenance, layout)."""
     text = custom.get(key)
     if text is None:
         msg = f"{path}: not a fibril_sim trace (bag metadata has no {key!r} custom data)"
         raise TraceError(msg)
     try:
+        if not isinstance(text, (str, bytes, bytearray)):  # (json.loads's own words)
+            raise TypeError(f"the JSON object must be str, bytes or bytearray, not "
+                            f"{type(text).__name__}")
         value = json.loads(text)
     except (TypeError, ValueError) as exc:
         msg = f"{path}: custom data {key!r} is not valid JSON: {exc}"
@@ -477,10 +494,11 @@ def _json_entry(path: Path, custom: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _topic_digests(information: dict[str, Any]) -> dict[str, str]:
+def _topic_digests(information: dict[str, Node]) -> dict[str, str]:
     """Per topic: the type description hash the bag's metadata gives for it."""
     digests = {}
-    for entry in information.get("topics_with_message_count") or []:
+    entries = information.get("topics_with_message_count")
+    for entry in entries if isinstance(entries, list) else []:
         topic = entry.get("topic_metadata") if isinstance(entry, dict) else None
         if isinstance(topic, dict) and isinstance(topic.get("type_description_hash"), str):
             digests[str(topic.get("name"))] = topic["type_description_hash"]

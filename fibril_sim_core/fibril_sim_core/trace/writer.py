@@ -21,28 +21,23 @@ alone touches the files, is never torn in the middle of a record. ``metadata.yam
 provenance and layout) is written when the trace is created; a record reaches the disk in a
 complete chunk within ``FLUSH_INTERVAL`` + ``_POLL`` seconds (0.75 s; up to ``_HELP_WINDOW``
 more when a real-time host stops offering its idle time), so a SIGKILLed run
-leaves a trace readable up to its last chunk (``TraceReader(..., salvage=True)``). ``close`` drains the queue, writes the MCAP
-summary and the final ``metadata.yaml``, and keeps waiting for that even if interrupted again.
-A writer that is never closed is closed at interpreter exit.
+leaves a trace readable up to its last chunk (``TraceReader(..., salvage=True)``). ``close``
+drains the queue, writes the MCAP summary and the final ``metadata.yaml``, and keeps waiting
+for that even if interrupted again. A writer that is never closed is closed at interpreter exit.
+
+Modules: this one is the producer's side (``TraceWriter``); ``_worker`` the worker thread and
+the queue it shares with it; ``_bag`` the bag's metadata and schemas.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
-import os
 import threading
 import time
 import weakref
-from collections import deque
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
-
-import numpy as np
-import yaml
+from typing import TYPE_CHECKING, Final
 
 from ..errors import TraceError
 from ..records import (
@@ -55,7 +50,7 @@ from ..records import (
 )
 from ..sample_block import SampleBlock
 from . import _msgtypes
-from ._encoder import Encoded, Encoder, Failures, Rows, joined
+from ._bag import Bag, dump_metadata, library, metadata, write_metadata_yaml
 from ._mcap import McapFile
 from ._topics import (
     ACTUATOR_TOPIC_PREFIX,
@@ -67,17 +62,29 @@ from ._topics import (
     actuator_topic,
     device_topic,
 )
+from ._worker import (
+    BATCH,
+    CHUNK_BYTES,
+    FLUSH_INTERVAL,
+    EncodedBlock,
+    OpenBatch,
+    Shared,
+    run_worker,
+    stop_worker,
+    take,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from types import TracebackType
 
     from ..records import TraceRecord
 
 __all__ = [
     "ACTUATOR_TOPIC_PREFIX",
+    "CHUNK_BYTES",
     "DEVICE_TOPIC_PREFIX",
     "EPISODES_TOPIC",
+    "FLUSH_INTERVAL",
     "FRAME_TIMING_TOPIC",
     "INPUTS_TOPIC",
     "LAYOUT_KEY",
@@ -94,19 +101,6 @@ __all__ = [
 PROVENANCE_KEY: Final = "fibril_sim.provenance"
 LAYOUT_KEY: Final = "fibril_sim.layout"
 
-#: rosbag2 metadata version 8 is the newest that Jazzy's ``ros2 bag`` reads.
-BAG_VERSION: Final = 8
-
-#: Uncompressed bytes after which a chunk is written out.
-CHUNK_BYTES: Final = 1 << 20
-#: Age in seconds after which a started chunk is written out anyway (checked every ``_POLL``
-#: seconds: a SIGKILL loses at most the last 0.75 s of records).
-FLUSH_INTERVAL: Final = 0.5
-
-_POLL: Final = 0.25  # seconds between the worker's looks at the queue (bigger batches: cheaper)
-_BATCH: Final = 32768  # records serialized at once
-_TRICKLE: Final = 4096  # queued records below which the worker lets the GIL go (see _pause)
-_YIELD: Final = 50e-6  # seconds the worker sleeps between groups in a trickle (see _pause)
 # A producer that offered its idle time this recently serializes the trickle itself (see
 # TraceWriter.serialize_until); the worker then only compresses and writes.
 _HELP_WINDOW: Final = 0.2
@@ -119,312 +113,6 @@ _CHECK_EVERY: Final = 1024  # write() looks at failures and backlog every this m
 _KINDS: Final = (IngressRecord, DeviceOutput, ActuatorApplication, StateSnapshot, FrameTiming,
                  EpisodeStart)
 _KIND_SET: Final = frozenset(_KINDS)
-
-
-def _library() -> str:
-    try:
-        return f"fibril_sim_core-{version('fibril_sim_core')}"
-    except PackageNotFoundError:
-        return "fibril_sim_core"
-
-
-# -- the worker -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Shared:
-    """What the producer and the worker share; kept apart from the writer so it can be GC'd."""
-
-    # Records, SampleBlocks and _Encoded (each use tells them apart by type()).
-    pending: deque[Any] = field(default_factory=deque)
-    # Batches the producer serializes in its idle time (``TraceWriter.serialize_until``),
-    # _Open, taken from the front of ``pending``: they go before everything in it.
-    ready: deque[_Open] = field(default_factory=deque)
-    helped: float = -math.inf  # time.monotonic() of the producer's last idle-time offer
-    # The encoder, shared: SampleBlocks are laid out by the producer when nothing raw waits
-    # (no GIL ping-pong with the worker, see TraceWriter.write_block), the rest by the
-    # worker; ``lock`` guards it and the taking of queued items.
-    encoder: Encoder = field(default_factory=Encoder)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    queued_raw: int = 0  # records and SampleBlocks queued unencoded (only the producer adds)
-    taken_raw: int = 0  # of those, encoded by the worker (only the worker adds)
-    blocked: int = 0  # records queued in SampleBlocks (only the producer adds)
-    unblocked: int = 0  # of those, taken by the worker (only the worker adds)
-    wake: threading.Event = field(default_factory=threading.Event)
-    closing: bool = False
-    failure: BaseException | None = None  # the worker stopped: sticky
-    rejected: TraceError | None = None  # records left out (did not fit): reported once
-    flushed: int = 0  # flush requests served
-    flush_requests: int = 0
-    flush_done: threading.Condition = field(default_factory=threading.Condition)
-
-
-@dataclass(slots=True)
-class _Encoded:
-    """A SampleBlock already laid out (``Encoder.encode_block``'s result)."""
-
-    result: Encoded
-    records: int
-
-
-_QUEUED_BLOCKS: Final = (SampleBlock, _Encoded)  # queue items that are not single records
-
-
-@dataclass(slots=True)
-class _Bag:
-    """Files and metadata of the bag being written."""
-
-    path: Path
-    mcap: McapFile
-    custom_data: dict[str, str]
-    typestore: Any
-    schemas: dict[str, int] = field(default_factory=dict)  # message type -> schema id
-
-
-def _metadata(bag: _Bag, encoder: Encoder | None, counts: dict[int, int],
-              start: int | None, end: int | None) -> dict[str, Any]:
-    """rosbag2 metadata (version 8), as ``ros2 bag`` and rosbags write it."""
-    start = start or 0
-    duration = max(0, (end or 0) - start)
-    total = sum(counts.values())
-    name = bag.mcap.path.name
-    topics = []
-    if encoder is not None:
-        for topic, channel in encoder.channels.items():
-            msgtype = encoder.msgtypes[channel]
-            topics.append({
-                "topic_metadata": {
-                    "name": topic, "type": msgtype, "serialization_format": "cdr",
-                    "offered_qos_profiles": "",
-                    "type_description_hash": bag.typestore.hash_rihs01(msgtype)},
-                "message_count": counts.get(channel, 0)})
-    return {
-        "version": BAG_VERSION,
-        "storage_identifier": "mcap",
-        "relative_file_paths": [name],
-        "duration": {"nanoseconds": duration},
-        "starting_time": {"nanoseconds_since_epoch": start},
-        "message_count": total,
-        "topics_with_message_count": topics,
-        "compression_format": "",
-        "compression_mode": "",
-        "files": [{"path": name, "starting_time": {"nanoseconds_since_epoch": start},
-                   "duration": {"nanoseconds": duration}, "message_count": total}],
-        "custom_data": bag.custom_data,
-        "ros_distro": "rosbags",
-    }
-
-
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when available: 10x faster
-
-
-def _dump_metadata(information: dict[str, Any]) -> str:
-    """The rosbag2 metadata as YAML (block style, sorted keys, like ros2 bag's)."""
-    return yaml.dump(information, Dumper=_DUMPER, default_flow_style=False, sort_keys=True)
-
-
-def _write_metadata_yaml(path: Path, serialized: str) -> None:
-    """Replace ``metadata.yaml`` atomically (a reader never sees half a file)."""
-    body = "".join("  " + line if line.strip() else line
-                   for line in serialized.splitlines(keepends=True))
-    tmp = path / "metadata.yaml.tmp"
-    tmp.write_text("rosbag2_bagfile_information:\n" + body, encoding="utf-8")
-    os.replace(tmp, path / "metadata.yaml")
-
-
-def _pause() -> None:
-    """Let the stepping thread in between two groups of records being encoded.
-
-    The worker's Python holds the GIL; a thread that wants it back (the stepping thread after
-    each ``mj_step``) waits until it is let go or for the switch interval (5 ms). Encoding a
-    quarter second of a real-time session's records at once held it up to 8 ms: that was the
-    node's publish jitter. A short sleep lets a waiting thread in (``sleep(0)`` does not
-    reliably: the worker takes the GIL back before the waiter wakes)."""
-    time.sleep(_YIELD)
-
-
-def _take(shared: _Shared, encoder: Encoder, limit: int = _BATCH
-          ) -> tuple[Iterator[Rows], Failures, bool]:
-    """Take the queue's first item, not an _Encoded, to serialize (the caller holds the
-    lock): its steps (see ``Encoder.encode_steps``), their failures, and whether the queue was
-    a real-time trickle. Records queued one by one are encoded in batches of up to ``limit``;
-    a SampleBlock (the instance's columns) is joined with the blocks and records that follow
-    it."""
-    pending = shared.pending
-    item = pending.popleft()
-    if type(item) is SampleBlock:
-        # Small ones (a runtime hands one over per frame, its FrameTiming written one by one
-        # between them) are joined with the records between them: one lay-out per batch, not
-        # one per frame.
-        joined = [item]
-        size = in_blocks = len(item)
-        while pending and size < limit:
-            following = pending[0]
-            if type(following) is SampleBlock:
-                if not item.joins(following):
-                    break
-                in_blocks += len(following)
-            elif type(following) is _Encoded:
-                break
-            else:
-                following = item.carrying(following)
-            pending.popleft()
-            joined.append(following)
-            size += len(following)
-        steps, failures = encoder.encode_block_steps(SampleBlock.join(joined))
-        shared.taken_raw += len(joined)
-        shared.unblocked += in_blocks
-        return steps, failures, size < _TRICKLE
-    # A short queue is a real-time session's trickle; a long one is a fast run's.
-    trickle = len(pending) < _TRICKLE
-    batch = [item]
-    while pending and len(batch) < limit and type(pending[0]) not in _QUEUED_BLOCKS:
-        batch.append(pending.popleft())
-    steps, failures = encoder.encode_steps(batch)
-    shared.taken_raw += len(batch)
-    return steps, failures, trickle
-
-
-@dataclass(slots=True)
-class _Open:
-    """A batch the producer serializes step by step in its idle time (see
-    ``TraceWriter.serialize_until``); whoever takes it next runs the remaining steps."""
-
-    steps: Iterator[Rows]
-    failures: Failures
-    done: list[Rows] = field(default_factory=list)
-    finished: bool = False
-
-    def step(self) -> bool:
-        """Lay out the next shape; False when there was none left."""
-        rows = next(self.steps, None)
-        if rows is None:
-            self.finished = True
-            return False
-        self.done.append(rows)
-        return True
-
-
-def _run_worker(bag: _Bag, shared: _Shared) -> None:
-    """Own the bag: serialize queued records in batches, write chunks, finish on close."""
-    encoder = shared.encoder
-    pending = shared.pending
-    ready = shared.ready
-    lock = shared.lock
-    parts: list[bytes] = []
-    chunk_channels: list[np.ndarray] = []
-    chunk_times: list[np.ndarray] = []
-    chunk_offsets: list[np.ndarray] = []
-    chunk_size = 0
-    chunk_started = 0.0
-    mcap = bag.mcap
-
-    def write_chunk() -> None:
-        nonlocal chunk_size
-        with lock:
-            announced = encoder.new_channels[:]
-            encoder.new_channels.clear()
-        for channel, topic, msgtype in announced:
-            mcap.add_channel(channel, _schema_id(bag, msgtype), topic, "cdr",
-                             {"offered_qos_profiles": ""})
-        mcap.write_chunk(b"".join(parts), np.concatenate(chunk_channels),
-                         np.concatenate(chunk_times), np.concatenate(chunk_offsets))
-        parts.clear()
-        chunk_channels.clear()
-        chunk_times.clear()
-        chunk_offsets.clear()
-        chunk_size = 0
-
-    try:
-        while True:
-            shared.wake.wait(_POLL)
-            shared.wake.clear()
-            closing = shared.closing
-            requests = shared.flush_requests
-            while pending or ready:
-                with lock:
-                    if ready:
-                        open_batch = ready.popleft()
-                        encoded = joined(itertools.chain(open_batch.done, open_batch.steps),
-                                         open_batch.failures)
-                    elif type(pending[0]) is _Encoded:  # laid out by the producer
-                        item = pending.popleft()
-                        shared.unblocked += item.records
-                        encoded = item.result
-                    elif (not closing
-                          and requests == shared.flushed and len(pending) < _TRICKLE
-                          and time.monotonic() - shared.helped < _HELP_WINDOW):
-                        break  # the producer serializes them in its idle time
-                    else:
-                        steps, failures, trickle = _take(shared, encoder)
-                        # in a trickle, the GIL is let go between shapes (see _pause)
-                        encoded = joined(steps, failures, _pause if trickle else None)
-                blocks, channels, times, offsets, failures = encoded
-                if failures and shared.rejected is None:
-                    record, exc = failures[0]
-                    msg = (f"{bag.path}: cannot encode {type(record).__name__} as a message: "
-                           f"{exc}; {len(failures)} record(s) left out of the trace")
-                    shared.rejected = TraceError(msg)
-                if not blocks:
-                    continue
-                if not chunk_size:
-                    chunk_started = time.monotonic()
-                parts.extend(blocks)
-                chunk_channels.append(channels)
-                chunk_times.append(times)
-                chunk_offsets.append(offsets + chunk_size)
-                chunk_size += sum(len(b) for b in blocks)
-                if chunk_size >= CHUNK_BYTES:
-                    write_chunk()
-            if chunk_size and (closing or requests != shared.flushed
-                               or time.monotonic() - chunk_started >= FLUSH_INTERVAL):
-                write_chunk()
-            if requests != shared.flushed:
-                with shared.flush_done:
-                    shared.flushed = requests
-                    shared.flush_done.notify_all()
-            if closing and not pending and not ready:
-                break
-        information = _metadata(bag, encoder, mcap.channel_counts, mcap.start_time,
-                                mcap.end_time)
-        serialized = _dump_metadata(information)
-        mcap.finish({"rosbag2": {"serialized_metadata": serialized.strip()}})
-        _write_metadata_yaml(bag.path, serialized)
-    except BaseException as exc:  # reported to the caller by write() and close()
-        shared.failure = exc
-        pending.clear()  # nothing will take them any more
-        ready.clear()
-        try:
-            mcap.abandon()
-        except OSError:
-            pass
-    finally:
-        with shared.flush_done:
-            shared.flushed = shared.flush_requests = -1
-            shared.flush_done.notify_all()
-
-
-def _schema_id(bag: _Bag, msgtype: str) -> int:
-    schema = bag.schemas.get(msgtype)
-    if schema is None:
-        schema = bag.schemas[msgtype] = len(bag.schemas) + 1
-        text, _ = bag.typestore.generate_msgdef(msgtype, ros_version=2)
-        bag.mcap.add_schema(schema, msgtype, "ros2msg", text.encode())
-    return schema
-
-
-def _stop_worker(shared: _Shared, thread: threading.Thread) -> None:
-    """Ask the worker to finish the bag and wait for it, even through further Ctrl-C."""
-    shared.closing = True
-    shared.wake.set()
-    interrupted: BaseException | None = None
-    while thread.is_alive():
-        try:
-            thread.join()
-        except KeyboardInterrupt as exc:
-            interrupted = exc
-    if interrupted is not None:
-        raise interrupted
 
 
 class TraceWriter:
@@ -442,15 +130,15 @@ class TraceWriter:
     ``TraceError`` naming it.
     """
 
-    def __init__(self, path: Path | str, *, provenance: dict[str, Any],
-                 layout: dict[str, Any]) -> None:
+    def __init__(self, path: Path | str, *, provenance: Mapping[str, object],
+                 layout: Mapping[str, object]) -> None:
         self.path = Path(path)
         custom_data = {PROVENANCE_KEY: self._json("provenance", provenance),
                        LAYOUT_KEY: self._json("layout", layout)}
         self._prepare_directory()
         mcap_path = self.path / f"{self.path.name}.mcap"
         try:
-            mcap = McapFile(mcap_path, profile="ros2", library=_library())
+            mcap = McapFile(mcap_path, profile="ros2", library=library())
         except BaseException as exc:
             if not isinstance(exc, FileExistsError) and mcap_path.exists():  # made here
                 mcap_path.unlink()
@@ -459,9 +147,9 @@ class TraceWriter:
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         try:
-            bag = _Bag(self.path, mcap, custom_data, _msgtypes.trace_typestore())
+            bag = Bag(self.path, mcap, custom_data, _msgtypes.trace_typestore())
             # early, so a reader finds provenance and layout even after a SIGKILL
-            _write_metadata_yaml(self.path, _dump_metadata(_metadata(bag, None, {}, None, None)))
+            write_metadata_yaml(self.path, dump_metadata(metadata(bag, None, {}, None, None)))
         except BaseException as exc:
             # Not a trace yet (a signal while it is being created, a disk error): nothing is
             # left that would look like a started one.
@@ -480,15 +168,15 @@ class TraceWriter:
         self._step_cost = 0.3e-3  # seconds a step of serialize_until takes (running mean)
         self._stepped = time.perf_counter()  # when serialize_until last made a step
         self._closed = False
-        self._shared = _Shared()
+        self._shared = Shared(help_window=_HELP_WINDOW)
         self._pending = self._shared.pending
         # Daemon, so a forgotten writer never blocks interpreter exit; the finalizer below
         # (also run at exit) still finishes the bag properly before daemon threads stop.
         self._thread = threading.Thread(
-            target=_run_worker, args=(bag, self._shared),
+            target=run_worker, args=(bag, self._shared),
             name=f"fibril-trace-writer:{self.path.name}", daemon=True)
         self._thread.start()
-        self._finalizer = weakref.finalize(self, _stop_worker, self._shared, self._thread)
+        self._finalizer = weakref.finalize(self, stop_worker, self._shared, self._thread)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -599,9 +287,9 @@ class TraceWriter:
         pending = self._pending
         encoder = shared.encoder
         before = encoder.written
-        encoded: _Encoded | None = None
+        encoded: EncodedBlock | None = None
         try:
-            encoded = _Encoded(encoder.encode_block(block), len(block))
+            encoded = EncodedBlock(encoder.encode_block(block), len(block))
             pending.append(encoded)
         except BaseException:
             if encoded is None or not pending or pending[-1] is not encoded:
@@ -640,10 +328,10 @@ class TraceWriter:
             while True:
                 if ready and not ready[-1].finished:
                     open_batch = ready[-1]
-                elif pending and type(pending[0]) is not _Encoded and (
+                elif pending and type(pending[0]) is not EncodedBlock and (
                         raw >= _IDLE_RECORDS or now - self._served >= _IDLE_AGE):
-                    steps, failures, _ = _take(shared, shared.encoder, _IDLE_RECORDS)
-                    open_batch = _Open(steps, failures)
+                    steps, failures, _ = take(shared, shared.encoder, _IDLE_RECORDS)
+                    open_batch = OpenBatch(steps, failures)
                     ready.append(open_batch)
                     self._served = now
                     raw = shared.queued_raw - shared.taken_raw
@@ -708,11 +396,11 @@ class TraceWriter:
     # -- internals ----------------------------------------------------------------------------
 
     def _json(self, what: str, value: object) -> str:
-        if not isinstance(value, dict):  # (from callers without types: checked)
-            msg = f"{self.path}: trace {what} must be a dict, got {type(value).__name__}"
+        if not isinstance(value, Mapping):  # (from callers without types: checked)
+            msg = f"{self.path}: trace {what} must be a mapping, got {type(value).__name__}"
             raise TraceError(msg)
         try:
-            return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             msg = f"{self.path}: trace {what} is not JSON-serializable: {exc}"
             raise TraceError(msg) from exc
@@ -741,7 +429,7 @@ class TraceWriter:
             self._shared.wake.set()
             while len(self._pending) > _MAX_BACKLOG // 2 and self._thread.is_alive():
                 time.sleep(0.001)
-        elif len(self._pending) >= _BATCH:
+        elif len(self._pending) >= BATCH:
             self._shared.wake.set()
 
     def _raise_failure(self) -> None:
