@@ -38,7 +38,7 @@ from fibril_sim_core.plan import SimulationBuilder
 from ._atomic import write_atomic
 from .errors import CalibrationError
 from .parameters import CalibrationParameter
-from .result import strict, to_json
+from .result import strict_object, to_json
 
 __all__ = ["main", "sysid_document"]
 
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   best_score=source.get("best_score"),
                                   args={"argv": list(argv if argv is not None
                                                      else sys.argv[1:])})
-        write_atomic(args.output, to_json(strict(document)))
+        write_atomic(args.output, to_json(strict_object(document)))
     except (FibrilError, OSError, ValueError) as exc:
         print(f"sysid_export: {exc}", file=sys.stderr)
         return 2
