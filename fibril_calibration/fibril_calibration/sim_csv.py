@@ -94,8 +94,9 @@ class SimReplay:
     sidecar: JsonObject
 
 
-def replay_episode(plan: SimulationPlan, episode: EpisodeSpec, *, joints: Sequence[str] | None = None,
-                   ee: str | None = None, parameter_set: str = "",
+def replay_episode(plan: SimulationPlan, episode: EpisodeSpec, *,
+                   joints: Sequence[str] | None = None, ee: str | None = None,
+                   parameter_set: str = "",
                    values: Mapping[str, float] | None = None,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
@@ -270,7 +271,8 @@ def _real_column(real: FrankaSource, name: str, rows: npt.NDArray[np.intp],
     return default if default is not None else np.full(rows.shape[0], np.nan)
 
 
-def _sidecar(plan: SimulationPlan, episode: EpisodeSpec, real: FrankaSource, rows: Array, columns: Sequence[str],
+def _sidecar(plan: SimulationPlan, episode: EpisodeSpec, real: FrankaSource, rows: Array,
+             columns: Sequence[str],
              joint_ids: list[int], ee_kind: int, ee_id: int, parameter_set: str,
              values: Mapping[str, float] | None, request_path: Path | None,
              last_tick: int) -> JsonObject:
@@ -387,7 +389,8 @@ def set_plan(request: CalibrationRequest, name: str) -> tuple[SimulationPlan, di
         raise CalibrationError(f"--write-sim-csv: parameter set {name!r}: {exc}") from None
 
 
-def replays(request: CalibrationRequest, plan: SimulationPlan, name: str, values: Mapping[str, float], *,
+def replays(request: CalibrationRequest, plan: SimulationPlan, name: str,
+            values: Mapping[str, float], *,
             ee: str | None = None) -> list[SimReplay]:
     """The sim CSV of every episode ``sim_episodes`` names, on ``plan``."""
     joints = arm_joints(request) or None
