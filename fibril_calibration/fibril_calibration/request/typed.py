@@ -142,7 +142,8 @@ class Signal(_Part):
     stream: Mapping[str, JsonValue] | None = None
 
     @classmethod
-    def from_arrays(cls, times: npt.ArrayLike, values: npt.ArrayLike, *, residual_scale: float | None = None,
+    def from_arrays(cls, times: npt.ArrayLike, values: npt.ArrayLike, *,
+                    residual_scale: float | None = None,
                     alignment: str = "exact", scale_semantics: str | None = None) -> Signal:
         """Samples from arrays: ``times`` in seconds (n,), ``values`` (n,) or (n, dimension)."""
         return cls(alignment=alignment, residual_scale=residual_scale,
@@ -418,8 +419,9 @@ class CalibrationRequest(_Part):
                                                                 root.key("observations")))),
             training=episodes("training"), validation=episodes("validation"),
             # sections as the document gives them: checked when the request is resolved
-            **{k: cast("Mapping[str, JsonValue]", _frozen(doc[k])) for k in ("sources", "optimizer", "objective", "execution",
-                                            "analysis", "fit", "context") if k in doc},
+            **{k: cast("Mapping[str, JsonValue]", _frozen(doc[k]))
+               for k in ("sources", "optimizer", "objective", "execution", "analysis", "fit",
+                         "context") if k in doc},
             base=folder,
             # as the document gives it: checked when the request is resolved
             schema_version=cast("tuple[int, int]", (version.get("major"), version.get("minor"))))
