@@ -452,5 +452,5 @@ def summary_text(document: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _g(value: Any) -> str:
+def _g(value: object) -> str:
     return "n/a" if value is None else f"{value:.4g}"

@@ -19,11 +19,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, SupportsFloat, SupportsIndex, Union
 
 import numpy as np
 
 from .errors import CalibrationRequestError
+
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayTarget
+
+    from .recordings.time_offsets import TimeOffsetTarget
+
+#: what a parameter binds: an overlay target (a model or component field) or a time offset
+ParameterTarget = Union["OverlayTarget", "TimeOffsetTarget"]
 
 Parameterization = Literal["linear", "normalized_linear", "log_positive"]
 PARAMETERIZATIONS: tuple[str, ...] = ("linear", "normalized_linear", "log_positive")
@@ -51,10 +59,12 @@ class CalibrationParameter:
     parameterization: Parameterization = "linear"
     coordinate_scale: float | None = None
     prior: Prior | None = None
-    targets: tuple[Any, ...] = ()
+    targets: tuple[ParameterTarget, ...] = ()
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> bool:
+    if not isinstance(value, (SupportsFloat, SupportsIndex, str, bytes)):
+        return False  # float() would raise TypeError
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):

@@ -68,7 +68,7 @@ class Coordinate:
         return f"{self.joint}.{self.part}"
 
 
-def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
+def parse(value: object, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
           model: Any) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""

@@ -77,7 +77,7 @@ def _open_rosbags(path: Path) -> Any:
 _VECTOR = {"x", "y", "z"}
 
 
-def _walk(defs: dict[str, Any], msgtype: str, prefix: str, value: Any,
+def _walk(defs: dict[str, Any], msgtype: str, prefix: str, value: object,
           lines: list[FieldLine], depth: int) -> None:
     if depth > 20:
         return

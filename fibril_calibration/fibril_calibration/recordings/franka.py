@@ -56,7 +56,7 @@ _TARGET_COLUMNS = ("target_idx", "head", "seq_effective", "x_des_x", "x_des_y", 
                    "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w")
 
 
-def _frame(value: Any, where: str) -> int:
+def _frame(value: object, where: str) -> int:
     """A sidecar frame number: an integer (or an integral, finite float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and not (np.isfinite(value) and value == round(value))):

@@ -178,7 +178,7 @@ def gains(sidecar: Mapping[str, Any], path: Path) -> dict[str, float]:
     return out
 
 
-def _numbers(value: Any, count: int) -> bool:
+def _numbers(value: object, count: int) -> bool:
     return (isinstance(value, (list, tuple)) and len(value) == count
             and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                     and math.isfinite(v) for v in value))

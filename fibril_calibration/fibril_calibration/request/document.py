@@ -206,7 +206,7 @@ def parse_calibration_request(
 
 # --------------------------------------------------------------------------- observations
 
-def _observations(value: Any, where: s.Where, plan: SimulationPlan,
+def _observations(value: object, where: s.Where, plan: SimulationPlan,
                   decoders: CalibrationDeviceOutputDecoderRegistry
                   ) -> tuple[ObservationSpec, ...]:
     items = s.sequence(value, where)

@@ -79,7 +79,7 @@ def split_windows(training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSp
     return kept, validation + moved
 
 
-def _episode(value: Any, where: s.Where, scope: str,
+def _episode(value: object, where: s.Where, scope: str,
              observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
              base: Path, recordings: Recordings) -> EpisodeSpec:
     body = s.mapping(value, where)

@@ -121,7 +121,7 @@ def episode_basics(body: Mapping[str, Any], where: s.Where
     return episode_id, seed, weight, horizon
 
 
-def open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
+def open_recording(value: object, where: s.Where, recordings: Recordings, base: Path,
                     plan: SimulationPlan) -> Recording:
     """The trace named by ``value`` (relative to the request's folder), checked to share the
     plan's physics timestep (commit ticks and snapshot ticks count steps of it)."""
@@ -211,7 +211,7 @@ def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[s
     return raw_signals
 
 
-def parse_recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
+def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *,
                      acceptance_per_tick: bool = False) -> tuple[IngressRecord, ...]:
     """Validate recorded inputs. An acceptance_sequence is unique in the whole list, or, with
     ``acceptance_per_tick`` (a trace: the ingress restarts numbering for the scenario inputs
@@ -285,7 +285,7 @@ def parse_recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
     return tuple(r[2] for r in records)
 
 
-def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
+def parse_signal(value: object, where: s.Where, observation: ObservationSpec, timestep: int,
             horizon: int | None, base: Path, traces: EpisodeTraces | None, *,
             loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
     """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
@@ -371,7 +371,7 @@ def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, times
                       selector)
 
 
-def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
+def _trace_samples(value: object, where: s.Where, observation: ObservationSpec,
                    traces: EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
     """``samples_from: {selector, recording?, columns?}``: the selector's rows of the episode.
 

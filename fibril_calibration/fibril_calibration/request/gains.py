@@ -28,7 +28,7 @@ from ..recordings.franka_sidecar import (ORIENTATION_ACTUATORS, POSITION_ACTUATO
 __all__ = ["sidecar_gains"]
 
 
-def sidecar_gains(value: Any, where: s.Where, base: Path,
+def sidecar_gains(value: object, where: s.Where, base: Path,
                   sources: Mapping[str, Any]) -> tuple[Any, ...]:
     """The fixed overlay parameters of a request's ``sidecar_gains`` (none: ``()``)."""
     if value is None:

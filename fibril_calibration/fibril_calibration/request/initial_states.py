@@ -29,7 +29,7 @@ def initial_state_fit(body: Mapping[str, Any], where: s.Where,
                      plan.model)
 
 
-def parse_initial_state(value: Any, where: s.Where,
+def parse_initial_state(value: object, where: s.Where,
                    plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
     model = plan.model
     out: list[dict[str, Any]] = []
@@ -102,5 +102,5 @@ def parse_initial_state(value: Any, where: s.Where,
     return tuple(out)
 
 
-def _numbers(value: Any, where: s.Where) -> list[float]:
+def _numbers(value: object, where: s.Where) -> list[float]:
     return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]

@@ -12,7 +12,7 @@ from ..model.observations import ObservationSpec
 from ..recordings.sources import MAX_VALUE
 
 
-def inline_samples(value: Any, where: s.Where,
+def inline_samples(value: object, where: s.Where,
                     observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
     items = s.sequence(value, where)
     if not items:

@@ -159,7 +159,7 @@ class _MappedSignal:
     mapped: MappedStream
 
 
-def source_episodes(value: Any, where: s.Where, scope: str,
+def source_episodes(value: object, where: s.Where, scope: str,
                     observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
                     sources: SourceSet) -> list[EpisodeSpec]:
     """The episodes of one ``source:`` entry: one per window (scope: the entry's, or

@@ -98,7 +98,7 @@ class FitSpec:
     near_bound_fraction: float | None = None
 
 
-def parse_optimizer(value: Any, where: s.Where) -> OptimizerSpec:
+def parse_optimizer(value: object, where: s.Where) -> OptimizerSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("type", "max_iterations", "function_tolerance",
                                   "parameter_tolerance", "gradient_tolerance",
@@ -134,7 +134,7 @@ def parse_optimizer(value: Any, where: s.Where) -> OptimizerSpec:
                                                 where.key("interior_start")))
 
 
-def _interior_start(value: Any, where: s.Where) -> float | None:
+def _interior_start(value: object, where: s.Where) -> float | None:
     """``interior_start: {fraction: f}`` with 0 < f < 0.5 (absent or null: no interior start)."""
     if value is None:
         return None
@@ -147,7 +147,7 @@ def _interior_start(value: Any, where: s.Where) -> float | None:
     return fraction
 
 
-def parse_objective(value: Any, where: s.Where) -> ObjectiveSpec:
+def parse_objective(value: object, where: s.Where) -> ObjectiveSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("standardized_gaussian_residuals", "loss"))
     standardized = s.boolean(body.get("standardized_gaussian_residuals", False),
@@ -166,7 +166,7 @@ def parse_objective(value: Any, where: s.Where) -> ObjectiveSpec:
     return ObjectiveSpec(standardized, loss)
 
 
-def parse_execution(value: Any, where: s.Where) -> ExecutionSpec:
+def parse_execution(value: object, where: s.Where) -> ExecutionSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("max_parallelism", "cache_entries", "backend", "scheduler"))
     parallelism = s.integer(body.get("max_parallelism", 1), where.key("max_parallelism"),
@@ -179,7 +179,7 @@ def parse_execution(value: Any, where: s.Where) -> ExecutionSpec:
         task_limit=parallelism if "max_parallelism" in body else None)
 
 
-def parse_analysis(value: Any, where: s.Where) -> AnalysisSpec:
+def parse_analysis(value: object, where: s.Where) -> AnalysisSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("profile_likelihood", "information_matrix"))
     profile = ProfileLikelihoodSpec()
@@ -196,7 +196,7 @@ def parse_analysis(value: Any, where: s.Where) -> AnalysisSpec:
                                            where.key("information_matrix")))
 
 
-def parse_fit(value: Any, where: s.Where) -> FitSpec:
+def parse_fit(value: object, where: s.Where) -> FitSpec:
     if value is None:
         return FitSpec()
     body = s.mapping(value, where)
@@ -231,7 +231,7 @@ def parse_fit(value: Any, where: s.Where) -> FitSpec:
     return fit
 
 
-def parse_context(value: Any, where: s.Where) -> dict[str, Any]:
+def parse_context(value: object, where: s.Where) -> dict[str, Any]:
     """Free-form provenance keys with scalar values (``seed`` must be an integer)."""
     body = cast("Mapping[object, Any]", s.mapping(value, where))  # YAML: keys of any type
     out: dict[str, Any] = {}
