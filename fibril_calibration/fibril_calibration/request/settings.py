@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.execution.backend import Backend, parse_backend
 
+from .._json import JsonObject
 from ..losses import LOSS_TYPES, LossSpec
 
 __all__ = ["OBJECTIVE_VERSION", "OPTIMIZER_TYPES", "RESERVED_CONTEXT_KEYS", "AnalysisSpec",
@@ -43,7 +44,7 @@ class OptimizerSpec:
     # fraction of their range inside (see ``starting_point``); None: start at ``initial``.
     interior_start_fraction: float | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {key: value for key, value in self.__dict__.items() if value is not None}
 
 
@@ -52,7 +53,7 @@ class ObjectiveSpec:
     standardized_gaussian_residuals: bool = False
     loss: LossSpec | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {"version": OBJECTIVE_VERSION,
                 "standardized_gaussian_residuals": self.standardized_gaussian_residuals,
                 "loss": None if self.loss is None else {"type": self.loss.type,
@@ -231,10 +232,14 @@ def parse_fit(value: object, where: s.Where) -> FitSpec:
     return fit
 
 
-def parse_context(value: object, where: s.Where) -> dict[str, Any]:
+#: a context value: scalars only
+ContextValue = str | int | float | bool
+
+
+def parse_context(value: object, where: s.Where) -> dict[str, ContextValue]:
     """Free-form provenance keys with scalar values (``seed`` must be an integer)."""
-    body = cast("Mapping[object, Any]", s.mapping(value, where))  # YAML: keys of any type
-    out: dict[str, Any] = {}
+    body = cast("Mapping[object, object]", s.mapping(value, where))  # YAML: keys of any type
+    out: dict[str, ContextValue] = {}
     for key, item in body.items():
         at = where.key(str(key))
         if not isinstance(key, str) or not key:
