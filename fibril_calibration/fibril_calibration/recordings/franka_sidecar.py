@@ -164,7 +164,8 @@ def anchor_relative(positions: npt.ArrayLike, sidecar: Mapping[str, object],
     rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
                          [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
                          [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-    relative: npt.NDArray[np.float64] = (np.asarray(positions, dtype=np.float64) - origin) @ rotation
+    relative: npt.NDArray[np.float64] = (
+        (np.asarray(positions, dtype=np.float64) - origin) @ rotation)
     return relative
 
 
