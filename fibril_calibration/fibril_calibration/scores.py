@@ -243,8 +243,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
             chosen, fixed = overlay_values(request, Path(name))
 
         builder = offset_aware(
-            lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
-                m, p, fixed_overlays=f),
+            CandidatePlanBuilder.holding((*request.fixed_overlays, *fixed)),
             request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:

@@ -380,8 +380,7 @@ def set_plan(request: CalibrationRequest, name: str) -> tuple[SimulationPlan, di
         chosen, fixed = overlay_values(request, Path(name))
     values = dict(chosen[1])
     builder = candidate_builder(
-        lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
-            m, p, fixed_overlays=f),
+        CandidatePlanBuilder.holding((*request.fixed_overlays, *fixed)),
         request.manifest, request.parameters)
     try:
         return builder.build(values), values

@@ -75,7 +75,7 @@ class CandidatePlanBuilder:
 
     @classmethod
     def holding(cls, fixed: Sequence[OverlayParameter]
-                ) -> Callable[[SimulationManifest, Sequence[CalibrationParameter]],
+                ) -> Callable[[SimulationManifest | str | Path, Sequence[CalibrationParameter]],
                               CandidatePlanBuilder]:
         """A ``(manifest, parameters) -> builder`` factory whose builders hold ``fixed``
         overlays in every candidate (a request's ``fixed_overlays``); the class itself when

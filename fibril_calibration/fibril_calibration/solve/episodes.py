@@ -197,7 +197,7 @@ def _largest_values(episode: EpisodeSpec) -> str:
 
 def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                 decoders: CalibrationDeviceOutputDecoderRegistry, *,
-                rollout_context: AbstractContextManager[Any] | None = None) -> list[Track]:
+                rollout_context: AbstractContextManager[object] | None = None) -> list[Track]:
     """Roll the episode out on ``plan``; the simulated samples of each signal, in order.
     ``rollout_context`` is entered around each GIL-free MuJoCo rollout (see
     ``SimulationPlan.create_instance``)."""
