@@ -49,7 +49,7 @@ from .errors import CalibrationError, EvaluationError
 from .metrics_json import unique_names
 from .model.candidate_plan import CandidatePlanBuilder
 from .recordings.franka import episode_recording
-from .recordings.sources import SourceError
+from .recordings.sources import SourceError, SourceSummary
 from .recordings.time_offsets import candidate_builder
 from .result import strict, strict_object, to_json
 from .scores import nominal_set, overlay_values
@@ -101,7 +101,7 @@ def replay_episode(plan: SimulationPlan, episode: EpisodeSpec, *,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
     label = f"--write-sim-csv: episode {episode.id!r}"
-    info = dict(episode.source or {})
+    info: SourceSummary = episode.source or {}
     if info.get("format") != "franka_sysid" or not info.get("path"):
         raise CalibrationError(f"{label}: not from a franka_sysid recording (the lab's sim "
                                f"CSV is the replay of one); its source: "

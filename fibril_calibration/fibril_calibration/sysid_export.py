@@ -42,6 +42,7 @@ from .parameters import CalibrationParameter
 from .result import strict, strict_object, to_json
 
 if TYPE_CHECKING:
+    from .recordings.sources import SourceSummary
     from .request.document import CalibrationRequest
 
 __all__ = ["main", "sysid_document"]
@@ -167,7 +168,7 @@ def trajectories(request: CalibrationRequest) -> list[JsonObject]:
     """The training episodes as the lab's ``source.trajectories`` entries."""
     out: list[JsonObject] = []
     for episode in request.training:
-        info = dict(episode.source or {})
+        info: SourceSummary = episode.source or {}
         gains = None
         sidecar = info.get("sidecar") or (str(Path(info["path"]).with_suffix(".json"))
                                           if info.get("format") == "franka_sysid" else None)

@@ -31,12 +31,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, SupportsInt, TypedDict
 
 import numpy as np
 
+from .._json import JsonObject
+
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
 from .csv_layout import TIME_NAMES, guess_time_column
+
+if TYPE_CHECKING:
+    from ..request.input_timing import InputTiming
 
 __all__ = [
     "MAX_VALUE",
@@ -46,6 +51,7 @@ __all__ = [
     "Source",
     "SourceError",
     "SourceInfo",
+    "SourceSummary",
     "Stream",
 ]
 
@@ -129,8 +135,32 @@ class SourceInfo:
     warnings: tuple[str, ...] = ()  # what the storage could not vouch for
     sidecar: bool = False  # sidecar values (``sidecar_value``): a franka_sysid run
     controller: str | None = None  # franka: the sidecar's controller kind
-    ring_log: Mapping[str, Any] | None = None
-    ring_targets: Mapping[str, Any] | None = None
+    ring_log: JsonObject | None = None
+    ring_targets: JsonObject | None = None
+
+
+class SourceSummary(TypedDict, total=False):
+    """The ``source`` summary of an episode read from a recording source (result JSON,
+    ``EpisodeSpec.source``): the file and format, the declaring entry, the window, the files
+    used and how the input samples were moved onto ticks, and what the reader reported."""
+
+    path: str
+    format: str
+    entry: str
+    sources: list[JsonObject]
+    recording_use: list[JsonObject]
+    input_sources: list[str]
+    reader: str | None
+    window_s: list[float]
+    origin_ns: int
+    start_ns: int
+    sidecar: str | None
+    input_timing: InputTiming
+    warnings: list[str]
+    reader_fallback: str
+    ring_targets: JsonObject
+    controller: str
+    ring_log: JsonObject
 
 
 class Source:
@@ -330,7 +360,7 @@ def _add(seen: set[str], name: str) -> bool:
 
 # --------------------------------------------------------------------------- checks
 
-def when(time_ns: Any, origin_ns: int | None) -> str:
+def when(time_ns: SupportsInt, origin_ns: int | None) -> str:
     """A time in an error: seconds into the recording, the absolute stamp in parentheses
     (``2.5 s into the recording (stamp 1700000002.500000000 s)``)."""
     t = int(time_ns)

@@ -20,7 +20,7 @@ from fibril_sim_core.records import IngressRecord
 from ..alignment import ALIGNMENTS
 from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec
-from ..recordings.sources import MAX_VALUE
+from ..recordings.sources import MAX_VALUE, SourceSummary
 from ..recordings.traces import (Recording, RecordingError, Recordings, TraceError,
                                  TraceQueryError, without_scenario_inputs)
 from .canonical import canonical_json
@@ -78,7 +78,7 @@ class EpisodeSpec:
     recording_episode: int | None = None  # its episode number
     # An episode from a recording source (bag / CSV, see ``mapping``): path, format, declaring
     # entry, window and how the input samples were moved onto ticks.
-    source: Mapping[str, Any] | None = field(default=None, compare=False)
+    source: SourceSummary | None = field(default=None, compare=False)
     # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
     # endpoints, replayed into every candidate whose endpoints parse the same way.
     prepared_inputs: Any = field(default=None, compare=False, repr=False)

@@ -51,7 +51,8 @@ from fibril_sim_core.records import IngressRecord
 from fibril_sim_core import _schema as s
 
 from ..recordings.formats import open_source
-from ..recordings.sources import Source, SourceError
+from .._json import JsonObject
+from ..recordings.sources import Source, SourceError, SourceSummary
 from .episode_specs import (EpisodeSpec, episode_basics, episode_hash, parse_signal,
                              signal_entries)
 from .initial_states import initial_state_fit, parse_initial_state
@@ -306,13 +307,13 @@ def _signals(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, Ob
 
 
 def _source_info(source: Source, spec: SourceSpec, where: s.Where,
-                 used: Sequence[MappedStream], use: list[dict[str, Any]], window: Window,
+                 used: Sequence[MappedStream], use: list[JsonObject], window: Window,
                  origin: int, start: int, timing: InputTiming,
-                 input_sources: list[str]) -> dict[str, Any]:
+                 input_sources: list[str]) -> SourceSummary:
     """The episode's ``source`` summary (result JSON): the file, the entry, the window, how
     the inputs were moved onto ticks and what the reader reported (``Source.describe``)."""
     described = source.describe()
-    info: dict[str, Any] = {
+    info: SourceSummary = {
         "path": str(spec.path), "format": source.format, "entry": where.path,
         "sources": _used_sources(used, spec), "recording_use": use,
         # the named sources its recorded inputs come from (a fitted offset is refused)
@@ -340,7 +341,7 @@ def _input_sources(inputs: Sequence[CommandInput], spec: SourceSpec) -> list[str
 
 
 def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequence[Window],
-                   origin: int) -> list[dict[str, Any]]:
+                   origin: int) -> list[JsonObject]:
     """How much of each file the entry's windows cover: its span (s after the origin) and the
     seconds and fraction of it inside some window."""
     spans: dict[str, list[int]] = {}
@@ -350,7 +351,7 @@ def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequ
         span = spans.setdefault(path, [int(times[0]), int(times[-1])])
         span[0], span[1] = min(span[0], int(times[0])), max(span[1], int(times[-1]))
     cuts = sorted((origin + w.start_ns, origin + w.end_ns) for w in windows)
-    out = []
+    out: list[JsonObject] = []
     for path, (first, last) in spans.items():
         covered, reach = 0, first
         for start, end in cuts:
@@ -364,9 +365,9 @@ def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequ
     return out
 
 
-def _used_sources(used: Sequence[MappedStream], spec: SourceSpec) -> list[dict[str, Any]]:
+def _used_sources(used: Sequence[MappedStream], spec: SourceSpec) -> list[JsonObject]:
     """Every file the entry's streams came from, with its offset (s)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for mapped in [None, *used]:
         found = spec if mapped is None else (mapped.spec or spec)
         if isinstance(found, SourceSpec):
