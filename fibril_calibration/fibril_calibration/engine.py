@@ -318,7 +318,7 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
                       evaluations=replace(outcome.evaluations, **counts),
                       wall_time_s=time.perf_counter() - started)
     estimates = problem.initial_state_estimates(outcome.fitted)
-    removed = {scope: sum(e["rank"] for e in estimates.values() if e["scope"] == scope)
+    removed = {scope: sum(_rank(e["rank"]) for e in estimates.values() if e["scope"] == scope)
                for scope in ("training", "validation")}
     return outcome, {
         "role": "nuisance: estimated per episode, not part of the fitted parameter set",
@@ -333,6 +333,13 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
                         "initial_objective": float(outcome_initial)},
         "degrees_of_freedom_removed": removed,
         "episodes": estimates}
+
+
+def _rank(value: JsonValue) -> int:
+    """An estimate's rank (``model.initial_state_fit.describe``: an int)."""
+    if not isinstance(value, int):
+        raise TypeError(f"rank: expected an integer, got {type(value).__name__}")
+    return value
 
 
 def _builder_parts(argument: CandidateBuilderArgument

@@ -29,12 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mujoco
 import numpy as np
 
 from fibril_sim_core import _schema as s
+
+from .._json import JsonObject
+
+if TYPE_CHECKING:  # the request layer, above this one
+    from ..request.episode_specs import EpisodeSpec
 
 PARTS = ("qpos", "qvel")
 # Forward-difference steps: ``BASE_STEPS[part] * max(1, |x0|)`` (rad or m, rad/s or m/s):
@@ -69,7 +74,7 @@ class Coordinate:
 
 
 def parse(value: object, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
-          model: Any) -> tuple[str, ...]:
+          model: mujoco.MjModel) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""
     parts = s.sequence(value, where)
@@ -106,7 +111,7 @@ def coordinates(initial_state: Sequence[Mapping[str, Any]],
                  for part in PARTS if part in parts and part in entry)
 
 
-def perturbed(episode: Any, coordinate: Coordinate, step: float) -> Any:
+def perturbed(episode: EpisodeSpec, coordinate: Coordinate, step: float) -> EpisodeSpec:
     """The episode with one initial-state coordinate moved by ``step``."""
     state = [dict(entry) for entry in episode.initial_state]
     entry = state[coordinate.entry]
@@ -171,11 +176,12 @@ class InitialStateProjection:
         return float(s[0] / s[-1]) if s[-1] > 0.0 else float("inf")
 
 
-def describe(episode: Any, projection: InitialStateProjection, raw: np.ndarray) -> dict[str, Any]:
+def describe(episode: EpisodeSpec, projection: InitialStateProjection, raw: np.ndarray
+             ) -> JsonObject:
     """The nuisance estimates of one episode (result document)."""
     delta = projection.offsets(raw)
     identified = projection.identified
-    estimates = {}
+    estimates: JsonObject = {}
     steps = projection.steps or (None,) * len(projection.coordinates)
     for coordinate, d, ok, h in zip(projection.coordinates, delta.tolist(), identified.tolist(),
                                     steps):
