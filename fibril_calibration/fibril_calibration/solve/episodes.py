@@ -305,8 +305,9 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         for index, reader in captured.items():
             values = capture.values[reader.array]
             rows = _capture_rows(schedule, index, capture.ticks)
-            buffers[index] = (values[:, reader.index] if rows is None
-                              else values[rows][:, reader.index])
+            columns = reader.index
+            assert not isinstance(columns, tuple)  # qpos / qvel / sensordata: one row per tick
+            buffers[index] = (values[:, columns] if rows is None else values[rows][:, columns])
     for warning in _WARNINGS:
         if data.warning[warning].number > 0:
             raise EvaluationError(
