@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._atomic import write_atomic
 from .errors import CalibrationError, CalibrationRequestError

@@ -12,7 +12,6 @@ one entry cuts at most ``MAX_WINDOWS`` windows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fibril_sim_core import _schema as s
 
