@@ -40,6 +40,7 @@ from .._json import JsonObject
 
 if TYPE_CHECKING:  # the request layer, above this one
     from ..request.episode_specs import EpisodeSpec
+    from ..request.initial_states import InitialStateEntry
 
 PARTS = ("qpos", "qvel")
 # Forward-difference steps: ``BASE_STEPS[part] * max(1, |x0|)`` (rad or m, rad/s or m/s):
@@ -73,7 +74,7 @@ class Coordinate:
         return f"{self.joint}.{self.part}"
 
 
-def parse(value: object, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
+def parse(value: object, where: s.Where, initial_state: Sequence[InitialStateEntry],
           model: mujoco.MjModel) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""
@@ -104,7 +105,7 @@ def parse(value: object, where: s.Where, initial_state: Sequence[Mapping[str, An
     return tuple(out)
 
 
-def coordinates(initial_state: Sequence[Mapping[str, Any]],
+def coordinates(initial_state: Sequence[InitialStateEntry],
                 parts: Sequence[str]) -> tuple[Coordinate, ...]:
     return tuple(Coordinate(i, entry["joint"], part)
                  for i, entry in enumerate(initial_state) if entry.get("type") == "joint"
@@ -113,10 +114,20 @@ def coordinates(initial_state: Sequence[Mapping[str, Any]],
 
 def perturbed(episode: EpisodeSpec, coordinate: Coordinate, step: float) -> EpisodeSpec:
     """The episode with one initial-state coordinate moved by ``step``."""
-    state = [dict(entry) for entry in episode.initial_state]
-    entry = state[coordinate.entry]
-    entry[coordinate.part] = [float(entry[coordinate.part][0]) + step]
+    state = list(episode.initial_state)
+    entry = state[coordinate.entry].copy()
+    moved = [float(part_values(entry, coordinate.part)[0]) + step]
+    if coordinate.part == "qpos":
+        entry["qpos"] = moved
+    else:
+        entry["qvel"] = moved
+    state[coordinate.entry] = entry
     return replace(episode, initial_state=tuple(state))
+
+
+def part_values(entry: InitialStateEntry, part: str) -> list[float]:
+    """A joint entry's ``qpos`` or ``qvel`` (``PARTS``)."""
+    return entry["qpos"] if part == "qpos" else entry["qvel"]
 
 
 @dataclass(frozen=True)
@@ -185,7 +196,8 @@ def describe(episode: EpisodeSpec, projection: InitialStateProjection, raw: np.n
     steps = projection.steps or (None,) * len(projection.coordinates)
     for coordinate, d, ok, h in zip(projection.coordinates, delta.tolist(), identified.tolist(),
                                     steps):
-        logged = float(episode.initial_state[coordinate.entry][coordinate.part][0])
+        logged = float(part_values(episode.initial_state[coordinate.entry],
+                                   coordinate.part)[0])
         estimates[coordinate.label] = {"logged": logged, "offset": d, "estimate": logged + d,
                                        "identified": bool(ok), "step": h}
     condition = projection.condition_number

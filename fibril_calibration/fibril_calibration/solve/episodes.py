@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import mujoco
 import numpy as np
@@ -185,7 +185,8 @@ def _largest_values(episode: EpisodeSpec) -> str:
         parts.append(f"largest {best[1]}")
     top: tuple[float, str] | None = None
     for entry in episode.initial_state:
-        for key in ("qpos", "qvel", "pos", "quat"):
+        keys: tuple[Literal["qpos", "qvel", "pos", "quat"], ...] = ("qpos", "qvel", "pos", "quat")
+        for key in keys:
             for value in entry.get(key) or ():
                 if top is None or abs(float(value)) > top[0]:
                     what = entry.get("joint") or entry.get("body") or entry.get("type")

@@ -15,7 +15,7 @@ from fibril_sim_core.plan import SimulationPlan
 from .._json import JsonObject
 from ..errors import EvaluationError
 from ..model.initial_state_fit import (Coordinate, InitialStateProjection,
-                                       coordinates, perturbed, step)
+                                       coordinates, part_values, perturbed, step)
 from .episodes import EpisodeSchedule
 
 __all__ = ["InitialStateSensitivities", "Projections"]
@@ -76,7 +76,7 @@ class InitialStateSensitivities:
             if not parts:
                 continue
             coords = coordinates(schedule.episode.initial_state, parts)
-            steps = [step(c.part, schedule.episode.initial_state[c.entry][c.part][0])
+            steps = [step(c.part, part_values(schedule.episode.initial_state[c.entry], c.part)[0])
                      for c in coords]
             layout.append((index, coords, len(tasks), steps))
             tasks.append((schedule, None))
