@@ -27,9 +27,9 @@ evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
