@@ -43,7 +43,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from fibril_sim_core.records import IngressRecord
@@ -155,7 +155,7 @@ class _MappedSignal:
     """One signal of the entry: its observation, its comparison settings and its stream."""
 
     observation: ObservationSpec
-    settings: Mapping[str, Any]
+    settings: Mapping[str, object]
     where: s.Where
     mapped: MappedStream
 
@@ -248,7 +248,7 @@ def source_episodes(value: object, where: s.Where, scope: str,
     return out
 
 
-def _entry(body: Mapping[str, Any], where: s.Where) -> _Entry:
+def _entry(body: Mapping[str, object], where: s.Where) -> _Entry:
     """The entry's own keys: id, seed, weight, horizon (and no trace or inline inputs)."""
     s.keys(body, where, required=("id", "source", "signals"), optional=_EPISODE_KEYS)
     for key in ("recorded_inputs", "recorded_inputs_file", "recording"):
@@ -258,7 +258,7 @@ def _entry(body: Mapping[str, Any], where: s.Where) -> _Entry:
     return _Entry(*episode_basics(body, where), "windows" in body)
 
 
-def _open_entry(body: Mapping[str, Any], where: s.Where, sources: SourceSet) -> EntrySource:
+def _open_entry(body: Mapping[str, object], where: s.Where, sources: SourceSet) -> EntrySource:
     """The entry's source, opened, with every topic / column the entry names read in one
     pass."""
     spec = sources.spec(body["source"], where.key("source"))
@@ -272,7 +272,7 @@ def _open_entry(body: Mapping[str, Any], where: s.Where, sources: SourceSet) -> 
     return EntrySource(source, spec, sources)
 
 
-def _signals(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, ObservationSpec],
+def _signals(body: Mapping[str, object], sw: s.Where, observations: Mapping[str, ObservationSpec],
              plan: SimulationPlan, entry: EntrySource) -> list[_MappedSignal]:
     """The entry's signals in observation declaration order, each stream checked: as many
     values per sample as the observation, strictly increasing times."""
