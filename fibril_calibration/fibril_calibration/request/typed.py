@@ -28,7 +28,9 @@ from ..errors import CalibrationRequestError
 from .document import SCHEMA_MAJOR, SCHEMA_MINORS, parse_calibration_request
 
 if TYPE_CHECKING:
+    from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
     from .document import CalibrationRequest as ResolvedRequest
+    from .document import CandidateFactory
 
 MOTOR_COMMAND = "fibril_sim/motor_command/v1"
 _NS = 1_000_000_000
@@ -361,11 +363,12 @@ class CalibrationRequest(_Part):
                 doc[key] = _plain(value)
         return doc
 
-    def resolve(self, **options: Any) -> ResolvedRequest:
+    def resolve(self, *, decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+                candidate_builder: CandidateFactory | None = None) -> ResolvedRequest:
         """Validate and resolve as the YAML loader does (``parse_calibration_request``);
         errors name ``<folder>/<python request>`` and the key path."""
         return parse_calibration_request(self.to_document(), self.folder / "<python request>",
-                                         **options)
+                                         decoders=decoders, candidate_builder=candidate_builder)
 
     def to_yaml(self, path: str | Path) -> Path:
         """Write the request as a YAML file (relative paths rewritten for the file's folder);
