@@ -19,19 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, SupportsFloat, SupportsIndex, Union
+from typing import Any, Literal, SupportsFloat, SupportsIndex
 
 import numpy as np
 
 from .errors import CalibrationRequestError
-
-if TYPE_CHECKING:
-    from fibril_sim_core.overlays import OverlayTarget
-
-    from .recordings.time_offsets import TimeOffsetTarget
-
-#: what a parameter binds: an overlay target (a model or component field) or a time offset
-ParameterTarget = Union["OverlayTarget", "TimeOffsetTarget"]
 
 Parameterization = Literal["linear", "normalized_linear", "log_positive"]
 PARAMETERIZATIONS: tuple[str, ...] = ("linear", "normalized_linear", "log_positive")
@@ -59,7 +51,7 @@ class CalibrationParameter:
     parameterization: Parameterization = "linear"
     coordinate_scale: float | None = None
     prior: Prior | None = None
-    targets: tuple[ParameterTarget, ...] = ()
+    targets: tuple[Any, ...] = ()  # overlay targets, or recordings' TimeOffsetTarget
 
 
 def _finite(value: object) -> bool:

@@ -49,7 +49,8 @@ from .errors import CalibrationError, EvaluationError
 from .metrics_json import unique_names
 from .model.candidate_plan import CandidatePlanBuilder
 from .recordings.franka import episode_recording
-from .recordings.sources import SourceError, SourceSummary
+from .recordings.sources import SourceError
+from .request.input_timing import SourceSummary
 from .recordings.time_offsets import candidate_builder
 from .result import strict, strict_object, to_json
 from .scores import nominal_set, overlay_values

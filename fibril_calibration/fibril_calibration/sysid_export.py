@@ -42,7 +42,7 @@ from .parameters import CalibrationParameter
 from .result import strict, strict_object, to_json
 
 if TYPE_CHECKING:
-    from .recordings.sources import SourceSummary
+    from .request.input_timing import SourceSummary
     from .request.document import CalibrationRequest
 
 __all__ = ["main", "sysid_document"]

@@ -28,8 +28,8 @@ evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol, TypedDict
 
 import mujoco
 import numpy as np
@@ -37,10 +37,6 @@ import numpy as np
 from fibril_sim_core import _schema as s
 
 from .._json import JsonObject
-
-if TYPE_CHECKING:  # the request layer, above this one
-    from ..request.episode_specs import EpisodeSpec
-    from ..request.initial_states import InitialStateEntry
 
 PARTS = ("qpos", "qvel")
 # Forward-difference steps: ``BASE_STEPS[part] * max(1, |x0|)`` (rad or m, rad/s or m/s):
@@ -59,6 +55,28 @@ NULL_LOADING_TOLERANCE = 1e-6
 def step(part: str, value: float) -> float:
     """The forward-difference step of one coordinate at its value ``value``."""
     return BASE_STEPS[part] * max(1.0, abs(float(value)))
+
+
+class InitialStateEntry(TypedDict, total=False):
+    """One checked ``initial_state`` entry: a joint's qpos / qvel, a mocap body's pos / quat,
+    or an actuator's activation (``type`` says which)."""
+
+    type: str
+    joint: str
+    body: str
+    actuator: str
+    qpos: list[float]
+    qvel: list[float]
+    pos: list[float]
+    quat: list[float]
+    act: list[float]
+
+
+class _Episode(Protocol):
+    """An episode as read here (the request's ``EpisodeSpec``, a layer above)."""
+
+    @property
+    def initial_state(self) -> tuple[InitialStateEntry, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -112,9 +130,10 @@ def coordinates(initial_state: Sequence[InitialStateEntry],
                  for part in PARTS if part in parts and part in entry)
 
 
-def perturbed(episode: EpisodeSpec, coordinate: Coordinate, step: float) -> EpisodeSpec:
-    """The episode with one initial-state coordinate moved by ``step``."""
-    state = list(episode.initial_state)
+def perturbed(initial_state: Sequence[InitialStateEntry], coordinate: Coordinate,
+              step: float) -> tuple[InitialStateEntry, ...]:
+    """The initial state with one coordinate moved by ``step``."""
+    state = list(initial_state)
     entry = state[coordinate.entry].copy()
     moved = [float(part_values(entry, coordinate.part)[0]) + step]
     if coordinate.part == "qpos":
@@ -122,7 +141,7 @@ def perturbed(episode: EpisodeSpec, coordinate: Coordinate, step: float) -> Epis
     else:
         entry["qvel"] = moved
     state[coordinate.entry] = entry
-    return replace(episode, initial_state=tuple(state))
+    return tuple(state)
 
 
 def part_values(entry: InitialStateEntry, part: str) -> list[float]:
@@ -187,7 +206,7 @@ class InitialStateProjection:
         return float(s[0] / s[-1]) if s[-1] > 0.0 else float("inf")
 
 
-def describe(episode: EpisodeSpec, projection: InitialStateProjection, raw: np.ndarray
+def describe(episode: _Episode, projection: InitialStateProjection, raw: np.ndarray
              ) -> JsonObject:
     """The nuisance estimates of one episode (result document)."""
     delta = projection.offsets(raw)

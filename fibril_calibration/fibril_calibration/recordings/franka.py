@@ -43,7 +43,7 @@ from .._json import JsonObject, JsonValue, json_list, json_object
 
 from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
                              anchor_relative, check_schema, parse_abort, ring_log_issues)
-from .sources import CsvSource, SourceError, SourceInfo, SourceSummary, Stream, check_times
+from .sources import CsvSource, SourceError, SourceInfo, Stream, check_times
 
 __all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets", "episode_recording"]
 
@@ -359,12 +359,12 @@ class FrankaSource(CsvSource):
                               message_type=message_type, check_values=check_values)
 
 
-def episode_recording(info: SourceSummary) -> FrankaSource:
+def episode_recording(info: Mapping[str, object]) -> FrankaSource:
     """The franka_sysid run of an episode's source info, opened again as the request read it
     (its sidecar, the ring-log problems it accepted, an abort it truncated at)."""
-    report = info.get("ring_log") or {}
+    report = json_object(info.get("ring_log") or {}, "ring_log")
     sidecar = info.get("sidecar")
-    return FrankaSource(Path(info["path"]), Path(sidecar) if sidecar else None,
+    return FrankaSource(Path(str(info["path"])), Path(str(sidecar)) if sidecar else None,
                         accept=tuple(str(a) for a in json_list(report.get("accepted") or ())),
                         abort="truncate" if report.get("abort") else "refuse")
 

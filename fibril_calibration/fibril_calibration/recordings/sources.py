@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, SupportsInt, TypedDict
+from typing import SupportsInt
 
 import numpy as np
 
@@ -39,9 +39,6 @@ from .._json import JsonObject
 
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
 from .csv_layout import TIME_NAMES, guess_time_column
-
-if TYPE_CHECKING:
-    from ..request.input_timing import InputTiming
 
 __all__ = [
     "MAX_VALUE",
@@ -51,7 +48,6 @@ __all__ = [
     "Source",
     "SourceError",
     "SourceInfo",
-    "SourceSummary",
     "Stream",
 ]
 
@@ -138,29 +134,6 @@ class SourceInfo:
     ring_log: JsonObject | None = None
     ring_targets: JsonObject | None = None
 
-
-class SourceSummary(TypedDict, total=False):
-    """The ``source`` summary of an episode read from a recording source (result JSON,
-    ``EpisodeSpec.source``): the file and format, the declaring entry, the window, the files
-    used and how the input samples were moved onto ticks, and what the reader reported."""
-
-    path: str
-    format: str
-    entry: str
-    sources: list[JsonObject]
-    recording_use: list[JsonObject]
-    input_sources: list[str]
-    reader: str | None
-    window_s: list[float]
-    origin_ns: int
-    start_ns: int
-    sidecar: str | None
-    input_timing: InputTiming
-    warnings: list[str]
-    reader_fallback: str
-    ring_targets: JsonObject
-    controller: str
-    ring_log: JsonObject
 
 
 class Source:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -48,10 +48,22 @@ if TYPE_CHECKING:
     from fibril_sim_core.overlays import OverlayParameter
     from fibril_sim_core.plan import SimulationPlan
 
-    from ..model.candidate_plan import CandidatePlanBuilderProtocol
-
 __all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_builder",
            "is_time_offset", "offset_ticks", "offsets_of", "shifted_linear"]
+
+
+class PlanBuilder(Protocol):
+    """A candidate builder as wrapped here (``model.candidate_plan``'s protocol, which this
+    layer does not import): physical values → plan."""
+
+    def build(self, values: Mapping[str, float]) -> SimulationPlan: ...
+
+
+@runtime_checkable
+class _Overlaying(Protocol):
+    """A builder that says which overlays its values make (``OverlayingBuilder``)."""
+
+    def overlay_parameters(self, values: Mapping[str, float]) -> Sequence[OverlayParameter]: ...
 
 
 class Targeted(Protocol):
@@ -122,7 +134,7 @@ class OffsetPlan:
 class OffsetAwareBuilder:
     """Wraps a candidate builder made from the overlay parameters only."""
 
-    def __init__(self, inner: CandidatePlanBuilderProtocol,
+    def __init__(self, inner: PlanBuilder,
                  parameters: Sequence[Targeted]) -> None:
         self.inner = inner
         self.offset_parameters = tuple(p for p in parameters if is_time_offset(p))
@@ -133,9 +145,7 @@ class OffsetAwareBuilder:
                                                  offsets_of(self.offset_parameters, values)))
 
     def overlay_parameters(self, values: Mapping[str, float]) -> Sequence[OverlayParameter]:
-        from ..model.candidate_plan import OverlayingBuilder  # loads the plan builder: on use
-
-        if not isinstance(self.inner, OverlayingBuilder):
+        if not isinstance(self.inner, _Overlaying):
             raise AttributeError(f"{type(self.inner).__name__} makes no overlay parameters")
         return self.inner.overlay_parameters(values)
 
@@ -149,7 +159,7 @@ class OffsetAwareBuilder:
 
 _T = TypeVar("_T", bound=Targeted)
 _M = TypeVar("_M")  # the manifest as the factory takes it (loaded, or its path)
-_B = TypeVar("_B", bound="CandidatePlanBuilderProtocol")
+_B = TypeVar("_B", bound=PlanBuilder)
 
 
 def candidate_builder(factory: Callable[[_M, Sequence[_T]], _B], manifest: _M,

@@ -21,18 +21,19 @@ from .._json import JsonObject
 from ..alignment import ALIGNMENTS
 from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec
-from ..recordings.sources import MAX_VALUE, SourceSummary
+from ..recordings.sources import MAX_VALUE
 from ..recordings.traces import (Recording, RecordingError, Recordings, TraceError,
                                  TraceQueryError, without_scenario_inputs)
 from .canonical import canonical_json
 from .csv_samples import _csv_samples
 from .inline_samples import inline_samples
+from .input_timing import SourceSummary
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
     from fibril_sim_core.recorded_inputs import RecordedInputs
 
-    from .initial_states import InitialStateEntry
+    from ..model.initial_state_fit import InitialStateEntry
 
 SCALE_SEMANTICS = ("measurement_standard_deviation", "characteristic_scale", "user_scale")
 

@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal
 
 import mujoco
 
 from fibril_sim_core import _schema as s
 
 from ..model import initial_state_fit as fit
+from ..model.initial_state_fit import InitialStateEntry
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
-
-
-class InitialStateEntry(TypedDict, total=False):
-    """One checked ``initial_state`` entry: a joint's qpos / qvel, a mocap body's pos / quat,
-    or an actuator's activation (``type`` says which)."""
-
-    type: str
-    joint: str
-    body: str
-    actuator: str
-    qpos: list[float]
-    qvel: list[float]
-    pos: list[float]
-    quat: list[float]
-    act: list[float]
 
 
 def initial_state_fit(body: Mapping[str, object], where: s.Where,

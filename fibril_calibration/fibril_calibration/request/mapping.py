@@ -52,11 +52,11 @@ from fibril_sim_core import _schema as s
 
 from ..recordings.formats import open_source
 from .._json import JsonObject
-from ..recordings.sources import Source, SourceError, SourceSummary
+from ..recordings.sources import Source, SourceError
 from .episode_specs import (EpisodeSpec, episode_basics, episode_hash, parse_signal,
                              signal_entries)
 from .initial_states import initial_state_fit, parse_initial_state
-from .input_timing import InputTiming
+from .input_timing import InputTiming, SourceSummary
 from .recorded_commands import COMMIT_POLICIES, CommandInput, parse_inputs, window_inputs
 from .source_specs import SourceSpec, parse_source_spec, reader_columns
 from .source_states import state_entries, state_values

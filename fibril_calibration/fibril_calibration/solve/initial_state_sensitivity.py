@@ -81,7 +81,8 @@ class InitialStateSensitivities:
             layout.append((index, coords, len(tasks), steps))
             tasks.append((schedule, None))
             for c, h in zip(coords, steps):
-                moved = perturbed(schedule.episode, c, h)
+                moved = replace(schedule.episode,
+                                initial_state=perturbed(schedule.episode.initial_state, c, h))
                 tasks.append((replace(schedule, episode=moved), f"{c.label} + {h:g}"))
         if not tasks:
             return tuple(None for _ in schedules)
