@@ -23,13 +23,23 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._atomic import write_atomic
 from .errors import CalibrationError, CalibrationRequestError
+
+if TYPE_CHECKING:  # the calibration modules load on use (see below)
+    from fibril_sim_core.plan import SimulationPlan
+
+    from ._json import JsonObject, JsonValue
+    from .engine import CalibrationResult
+    from .metrics_json import MetricsDocuments
+    from .request.document import CalibrationRequest
+    from .sim_csv import SimReplay
+    from .solve.problem import Progress
 
 # ``register`` runs for every ``fibril_sim`` command (``--help`` included): the calibration
 # modules (numpy, mujoco, the request and solver) are imported inside the handlers that use
@@ -54,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     return parser
 
 
-def _register_report(subparsers: Any) -> None:
+def _register_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+                     ) -> None:
     """``fibril_sim report RESULT.json --output DIR``: the report of an existing result."""
     parser = subparsers.add_parser(
         "report", help="draw a calibration result as an HTML + PNG report",
@@ -150,7 +161,7 @@ class CalibrateOptions:
     scheduler: str | None = None
     command_name: str = "fibril_sim calibrate"
     #: every option as given (``--output-sysid-params`` records the command line)
-    given: tuple[tuple[str, Any], ...] = ()
+    given: tuple[tuple[str, object], ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CalibrateOptions:
@@ -265,7 +276,7 @@ def _set_folder(name: str) -> str:
     return safe_name(Path(name).stem or name)
 
 
-def _write_metrics(options: CalibrateOptions, documents: dict[str, Any], *,
+def _write_metrics(options: CalibrateOptions, documents: Mapping[str, MetricsDocuments], *,
                    single: bool) -> list[Path]:
     """metrics.json files of each parameter set (one set: straight under --metrics)."""
     from .metrics_json import write_metrics
@@ -280,7 +291,7 @@ def _write_metrics(options: CalibrateOptions, documents: dict[str, Any], *,
     return written
 
 
-def _sysid_params(options: CalibrateOptions, result: Any) -> dict[str, Any] | None:
+def _sysid_params(options: CalibrateOptions, result: CalibrationResult) -> JsonObject | None:
     """``--output-sysid-params``: the fitted plan's values in the lab's shape."""
     from .sysid_export import fitted_joints, sysid_document, trajectories
 
@@ -297,8 +308,9 @@ def _sysid_params(options: CalibrateOptions, result: Any) -> dict[str, Any] | No
                           trajectories=trajectories(result.request))
 
 
-def _sim_replays(options: CalibrateOptions, request: Any,
-                 plans: dict[str, Any]) -> dict[str, list[Any]]:
+def _sim_replays(options: CalibrateOptions, request: CalibrationRequest,
+                 plans: Mapping[str, tuple[SimulationPlan | None, Mapping[str, float] | None]]
+                 ) -> dict[str, list[SimReplay]]:
     """``--write-sim-csv``: each parameter set's replays (a plan of None: the set is built
     here from its ``--evaluate`` name)."""
     from .sim_csv import replays, set_plan
@@ -307,23 +319,24 @@ def _sim_replays(options: CalibrateOptions, request: Any,
         return {}
     made = {}
     for name, (plan, values) in plans.items():
-        if plan is None:
+        if plan is None or values is None:
             plan, values = set_plan(request, name)
         made[name] = replays(request, plan, name, values, ee=options.sim_csv_ee)
     return made
 
 
-def _write_lab_files(options: CalibrateOptions, sysid: dict[str, Any] | None,
-                     made: dict[str, list[Any]], documents: dict[str, Any], *,
+def _write_lab_files(options: CalibrateOptions, sysid: JsonObject | None,
+                     made: Mapping[str, list[SimReplay]],
+                     documents: Mapping[str, MetricsDocuments], *,
                      single: bool) -> list[Path]:
     """Write sysid_best_params.json and the sim CSVs + sidecars; the metrics.json documents
     then name them (``sysid_params``, ``sim_csv`` / ``sim_sidecar``). The sim CSVs written."""
     from .metrics_json import name_sim_files, name_sysid_params
-    from .result import strict, to_json
+    from .result import strict_object, to_json
     from .sim_csv import write_sim_csvs
 
     if sysid is not None and options.output_sysid_params is not None:
-        write_atomic(options.output_sysid_params, to_json(strict(sysid)))
+        write_atomic(options.output_sysid_params, to_json(strict_object(sysid)))
         name_sysid_params(documents.get("fitted", {}), options.output_sysid_params)
     written: list[Path] = []
     folder = options.write_sim_csv
@@ -337,12 +350,14 @@ def _write_lab_files(options: CalibrateOptions, sysid: dict[str, Any] | None,
     return written
 
 
-def _evaluate(options: CalibrateOptions, progress: Any, scheduler: str | None = None) -> int:
+def _evaluate(options: CalibrateOptions, progress: Progress | None,
+              scheduler: str | None = None) -> int:
     """``--evaluate``: score nominal / overlay parameter sets, no fit (no overlay written);
     on Dask when ``scheduler`` (or the environment / request) says so."""
     from .engine import open_backend
     from .report import error_summary, floor_scores
     from .request.document import load_calibration_request
+    from ._json import json_object
     from .result import strict, to_json
     from .scores import evaluate_parameter_sets, scores_text, signal_units
 
@@ -352,14 +367,15 @@ def _evaluate(options: CalibrateOptions, progress: Any, scheduler: str | None = 
         raise CalibrationError("--export-mjcf writes a fitted model; --evaluate does not fit")
     if options.output_sysid_params is not None:
         raise CalibrationError("--output-sysid-params writes a fit; --evaluate does not fit")
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, MetricsDocuments] = {}
     with open_backend(scheduler, os.environ, progress) as backend:
         if progress is not None:
             progress(f"loading {options.request}")
         request = load_calibration_request(options.request)
         document = evaluate_parameter_sets(request, options.evaluate, progress=progress,
                                            metrics=metrics, session=backend.session(request))
-    document["error_summary"] = strict(error_summary(document["scores"],
+    scores = json_object(document["scores"], "scores")
+    document["error_summary"] = strict(error_summary(scores,
                                                      floor_scores(request,
                                                                   signal_units(request))))
     name = options.command_name
@@ -376,10 +392,11 @@ def _evaluate(options: CalibrateOptions, progress: Any, scheduler: str | None = 
         sys.stdout.write(text)
     else:
         lines = [f"evaluation   {request.path}  (no fit)"]
-        for name, entry in document["scores"].items():
-            values = ", ".join(f"{k}={v:.6g}" for k, v in entry["values"].items())
+        for name, entry in scores.items():
+            values = ", ".join(f"{k}={v:.6g}" for k, v in json_object(
+                json_object(entry, name)["values"], "values").items())
             lines.append(f"{name}: {values}")
-        lines.extend(scores_text(document["scores"]))
+        lines.extend(scores_text(scores))
         if options.output is not None:
             lines.append(f"result       {options.output}")
         if options.report is not None:
@@ -407,10 +424,12 @@ def _mujoco_warnings_kept() -> Iterator[None]:
         mujoco.set_mju_user_warning(previous)
 
 
-def _warn(name: str, warnings: Any) -> None:
+def _warn(name: str, warnings: JsonValue) -> None:
     """Recording warnings go to stderr even with --quiet (they qualify the result); only
     after a run succeeds, so that an error stays the one line on stderr."""
-    for warning in warnings or ():
+    from ._json import json_list, json_object
+
+    for warning in map(json_object, json_list(warnings or ())):
         if warning.get("code") in ("recording_unchecked", "gravity_compensated_torque_inputs"):
             print(f"{name.split()[0]}: warning: {warning['message']}", file=sys.stderr,
                   flush=True)
@@ -435,8 +454,9 @@ def _check_report_options(options: CalibrateOptions) -> None:
         check_writable(options.export_mjcf, "--export-mjcf")
 
 
-def _report_outputs(options: CalibrateOptions, document: Any, request: Any,
-                    progress: Any, result_path: Path | None = None) -> None:
+def _report_outputs(options: CalibrateOptions, document: Mapping[str, JsonValue],
+                    request: CalibrationRequest, progress: Progress | None,
+                    result_path: Path | None = None) -> None:
     from .report import export_fitted_mjcf, report_result
 
     result_path = result_path or options.output
@@ -452,14 +472,16 @@ def _report_outputs(options: CalibrateOptions, document: Any, request: Any,
             progress(f"report: {index}")
 
 
-def _error_lines(name: str, document: Any, quiet: bool) -> None:
+def _error_lines(name: str, document: Mapping[str, JsonValue], quiet: bool) -> None:
     """The physical-unit error per signal and pooled (nominal, fitted, hold-last) on stderr:
     the numbers of the result's ``error_summary``."""
+    from ._json import json_object
     from .report import error_lines
 
     if quiet:
         return
-    for line in error_lines(document.get("error_summary")):
+    summary = document.get("error_summary")
+    for line in error_lines(None if summary is None else json_object(summary, "error_summary")):
         print(f"{name}: {line}", file=sys.stderr, flush=True)
 
 

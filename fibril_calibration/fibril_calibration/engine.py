@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from fibril_sim_core.overlays import OverlayParameter
 from fibril_sim_core.plan import SimulationPlan
 
 from ._atomic import write_atomic
+from ._json import JsonObject, JsonValue, json_object
 from .analysis.verdict import FitCriteria
 from .fitted import FittedParameter, fitted_parameters
 from .model.candidate_plan import (CandidatePlanBuilder, CandidatePlanBuilderProtocol,
@@ -42,10 +43,14 @@ from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate
 
-CandidateBuilderArgument = (CandidatePlanBuilderProtocol
-                            | Callable[[SimulationManifest, Sequence[CalibrationParameter]],
-                                       CandidatePlanBuilderProtocol]
-                            | None)
+if TYPE_CHECKING:
+    from fibril_sim_core.execution.dask_session import DaskSession
+
+    from .metrics_json import MetricsDocuments
+
+BuilderFactory = Callable[[SimulationManifest, Sequence[CalibrationParameter]],
+                          CandidatePlanBuilderProtocol]
+CandidateBuilderArgument = CandidatePlanBuilderProtocol | BuilderFactory | None
 
 
 @dataclass(frozen=True)
@@ -55,19 +60,18 @@ class CalibrationResult:
     request: CalibrationRequest = field(repr=False)
     outcome: CalibrationOutcome = field(repr=False)
     fitted_plan: SimulationPlan = field(repr=False)
-    document: dict[str, Any] = field(repr=False)
+    document: JsonObject = field(repr=False)
     # ``{"nominal" | "fitted": {episode: metrics.json document}}`` (``--metrics``)
-    metrics: dict[str, Any] = field(default_factory=dict, repr=False)
+    metrics: dict[str, MetricsDocuments] = field(default_factory=dict, repr=False)
 
     @property
     def fitted_values(self) -> dict[str, float]:
         return self.outcome.fitted_values
 
     @property
-    def parameter_overlay(self) -> dict[str, Any]:
+    def parameter_overlay(self) -> Mapping[str, JsonValue]:
         """The portable overlay artifact of the fitted values (``--output-overlay``)."""
-        result: dict[str, Any] = self.document["parameter_overlay"]
-        return result
+        return json_object(self.document["parameter_overlay"], "parameter_overlay")
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return to_json(self.document, indent=indent)
@@ -83,14 +87,15 @@ class CalibrationResult:
     @property
     def verdict(self) -> str | None:
         """The fit verdict (``plausible_fit``, ...); None when the request sets no criteria."""
-        return (self.document.get("fit") or {}).get("verdict")
+        verdict = json_object(self.document.get("fit") or {}, "fit").get("verdict")
+        return None if verdict is None else str(verdict)
 
     @property
-    def scores(self) -> dict[str, Any]:
+    def scores(self) -> Mapping[str, JsonValue]:
         """The nominal and fitted parameter sets scored on every episode (``scores``)."""
-        return self.document.get("scores") or {}
+        return json_object(self.document.get("scores") or {}, "scores")
 
-    def to_overlay(self, path: str | Path | None = None) -> dict[str, Any]:
+    def to_overlay(self, path: str | Path | None = None) -> Mapping[str, JsonValue]:
         """The fitted values as a parameter overlay artifact; written to ``path`` if given
         (a manifest's ``parameter_overlays`` then loads it)."""
         if path is not None:
@@ -130,7 +135,7 @@ def solver_options(request: CalibrationRequest,
             max_local_condition_number=fit.max_local_condition_number,
             max_episode_rms_ratio=fit.max_episode_rms_ratio,
             reject_parameter_near_bound=fit.reject_parameter_near_bound, **extra)
-    options: dict[str, Any] = dict(
+    return SolverOptions(
         max_iterations=optimizer.max_iterations,
         loss=request.objective.loss,
         standardized_gaussian_residuals=request.objective.standardized_gaussian_residuals,
@@ -140,10 +145,8 @@ def solver_options(request: CalibrationRequest,
         fit_criteria=criteria, progress=progress, tolerances=tolerances,
         cache_entries=request.execution.cache_entries,
         optimizer_differences=optimizer.jacobian,
-        interior_start_fraction=optimizer.interior_start_fraction)
-    if optimizer.finite_difference_relative_step is not None:
-        options["relative_step"] = optimizer.finite_difference_relative_step
-    return SolverOptions(**options)
+        interior_start_fraction=optimizer.interior_start_fraction,
+        relative_step=optimizer.finite_difference_relative_step)
 
 
 def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
@@ -210,7 +213,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
 
             problem.set_remote(DaskRollouts.for_problem(session, problem))
             described = session.describe()
-        state_fit: dict[str, Any] | None = None
+        state_fit: JsonObject | None = None
         if problem.fits_initial_states:
             outcome, state_fit = _fit_with_initial_states(problem, request, progress)
         else:
@@ -222,7 +225,7 @@ def run_calibration(request_or_path: CalibrationRequest | str | Path, *,
         # The nominal (initial) set beside the fitted one, in physical units (``scores``).
         # A set or scope that cannot be evaluated is recorded as {"error": ...}: the finished
         # fit is never lost to its scores.
-        documents: dict[str, Any] | None = {} if metrics else None
+        documents: dict[str, MetricsDocuments] | None = {} if metrics else None
         scores = score_sets(problem, [nominal_set(request),
                                       ("fitted", values, {"from": "this calibration"})],
                             documents)
@@ -248,13 +251,13 @@ class CommandBackend:
     at once (before the request's episodes are decoded), else the request's
     ``execution.backend`` decides once the request is loaded (``session``)."""
 
-    def __init__(self, stack: contextlib.ExitStack, session: Any,
+    def __init__(self, stack: contextlib.ExitStack, session: DaskSession | None,
                  progress: Progress | None) -> None:
         self._stack = stack
         self._session = session
         self._progress = progress
 
-    def session(self, request: CalibrationRequest) -> Any:
+    def session(self, request: CalibrationRequest) -> DaskSession | None:
         """The open DaskSession (None: the local backend)."""
         if self._session is None:
             backend = resolve_backend(request.execution.backend, None, {},
@@ -272,8 +275,9 @@ def open_backend(scheduler: str | None, environ: Mapping[str, str],
         yield CommandBackend(stack, _dask_session(stack, backend, None, progress), progress)
 
 
-def _dask_session(stack: contextlib.ExitStack, backend: Backend, candidate_builder: Any,
-                  progress: Progress | None) -> Any:
+def _dask_session(stack: contextlib.ExitStack, backend: Backend,
+                  candidate_builder: CandidateBuilderArgument,
+                  progress: Progress | None) -> DaskSession | None:
     """An open DaskSession for a dask ``backend`` (closed with ``stack``), else None."""
     if not backend.is_dask:
         return None
@@ -287,7 +291,7 @@ def _dask_session(stack: contextlib.ExitStack, backend: Backend, candidate_build
 
 
 def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRequest,
-                             progress: Progress | None) -> tuple[Any, dict[str, Any]]:
+                             progress: Progress | None) -> tuple[CalibrationOutcome, JsonObject]:
     """Two passes (``initial_state_fit``): the initial-state sensitivities at the initial
     values, a fit, the sensitivities again at that fit, a second fit from there; the nuisance
     initial states at the final fit are reported, never in the physical result."""
@@ -314,7 +318,7 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
                       evaluations=replace(outcome.evaluations, **counts),
                       wall_time_s=time.perf_counter() - started)
     estimates = problem.initial_state_estimates(outcome.fitted)
-    removed = {scope: sum(e["rank"] for e in estimates.values() if e["scope"] == scope)
+    removed = {scope: sum(_rank(e["rank"]) for e in estimates.values() if e["scope"] == scope)
                for scope in ("training", "validation")}
     return outcome, {
         "role": "nuisance: estimated per episode, not part of the fitted parameter set",
@@ -331,7 +335,15 @@ def _fit_with_initial_states(problem: CalibrationProblem, request: CalibrationRe
         "episodes": estimates}
 
 
-def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
+def _rank(value: JsonValue) -> int:
+    """An estimate's rank (``model.initial_state_fit.describe``: an int)."""
+    if not isinstance(value, int):
+        raise TypeError(f"rank: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _builder_parts(argument: CandidateBuilderArgument
+                   ) -> tuple[BuilderFactory | None, CandidatePlanBuilderProtocol | None]:
     if argument is None:
         return None, None
     if isinstance(argument, type) or not isinstance(argument, CandidatePlanBuilderProtocol):
@@ -340,7 +352,7 @@ def _builder_parts(argument: CandidateBuilderArgument) -> tuple[Any, Any]:
     return (lambda manifest, parameters: argument), argument
 
 
-def _overlay_parameters(request: CalibrationRequest, builder: Any,
+def _overlay_parameters(request: CalibrationRequest, builder: CandidatePlanBuilderProtocol,
                         values: dict[str, float]) -> tuple[OverlayParameter, ...]:
     """The fitted values bound to their typed targets; provenance names the calibration."""
     inner = builder.inner if isinstance(builder, OffsetAwareBuilder) else builder
@@ -358,8 +370,9 @@ def _overlay_parameters(request: CalibrationRequest, builder: Any,
 
 # --------------------------------------------------------------------------- summary
 
-def summary_text(document: dict[str, Any]) -> str:
-    """A readable summary of a result document (the CLI's default output)."""
+def summary_text(document: Mapping[str, Any]) -> str:
+    """A readable summary of a result document (the CLI's default output). The document is
+    read as JSON as loaded (a boundary): a key the summary needs and cannot find raises."""
     lines: list[str] = []
     optimizer = document.get("optimizer", {})
     lines.append(f"calibration  {document['request']['path']}")
@@ -446,5 +459,5 @@ def summary_text(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _g(value: Any) -> str:
+def _g(value: object) -> str:
     return "n/a" if value is None else f"{value:.4g}"

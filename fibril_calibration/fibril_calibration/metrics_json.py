@@ -39,20 +39,30 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ._atomic import write_atomic
+from ._json import JsonObject, JsonValue
 from .alignment import quat_error, quat_multiply
 from .errors import CalibrationError
 from .recordings.franka import episode_recording
 from .recordings.sources import SourceError
-from .result import strict, to_json
+from .result import strict_object, to_json
 
 if TYPE_CHECKING:
     from .evaluation import Evaluation
+    from .recordings.franka import FrankaSource
     from .request.document import CalibrationRequest
+    from .request.episode_specs import EpisodeSpec
+
+Array = npt.NDArray[np.float64]
+#: (physical errors (n, r), recorded values (n, d), sample times ns (n,)) of one signal
+SignalErrors = tuple[Array, Array, npt.NDArray[np.int64]]
+#: episode id → its metrics.json document
+MetricsDocuments = dict[str, JsonObject]
 
 __all__ = ["metrics_documents", "name_sim_files", "name_sysid_params", "safe_name",
            "unique_names", "write_metrics"]
@@ -62,12 +72,12 @@ _JOINT_VELOCITY = ("joint_velocity", "qvel")
 
 
 def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope: str,
-                      parameter_set: str, provenance: Mapping[str, Any] | None = None
-                      ) -> dict[str, dict[str, Any]]:
+                      parameter_set: str, provenance: Mapping[str, JsonValue] | None = None
+                      ) -> MetricsDocuments:
     """Episode id → its metrics.json document for one scope's evaluation."""
     observations = {o.id: o for o in request.observations}
     episodes = {e.id: e for e in request.episodes(scope)}
-    errors: dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    errors: dict[str, dict[str, SignalErrors]] = {}
     for block in evaluation.blocks:
         observation = observations[block.signal]
         signal = episodes[block.episode].signal(block.signal)
@@ -77,8 +87,8 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
         errors.setdefault(block.episode, {})[block.signal] = (physical, signal.values,
                                                              signal.times_ns)
     created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    out: dict[str, dict[str, Any]] = {}
-    recordings: dict[Any, Any] = {}
+    out: MetricsDocuments = {}
+    recordings: dict[tuple[str, str | None], FrankaSource | None] = {}
     for episode_id, signals in errors.items():
         episode = episodes[episode_id]
         order = [o for o in request.observations if o.id in signals]
@@ -94,7 +104,7 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
         sidecar = None
         if source.get("format") == "franka_sysid" and path:
             sidecar = source.get("sidecar") or str(Path(path).with_suffix(".json"))
-        out[episode_id] = {
+        document: JsonObject = {
             "schema_version": 1, "created_utc": created,
             "real_csv": path, "sim_csv": None, "real_sidecar": sidecar, "sim_sidecar": None,
             "sysid_params": _sysid_params(provenance),
@@ -108,19 +118,22 @@ def metrics_documents(request: CalibrationRequest, evaluation: Evaluation, scope
             "tracking": _tracking(episode, ee_pos, ee_ori, targets),
         }
         if episode.initial_state_fit:
-            out[episode_id]["initial_state_fit"] = True
-            out[episode_id]["initial_state_fit_note"] = (
+            document["initial_state_fit"] = True
+            document["initial_state_fit_note"] = (
                 "sim from the fitted nuisance initial state (projected residuals), not a "
                 "replay from the logged state: not comparable with replay-from-q_init metrics")
+        out[episode_id] = document
     return out
 
 
-def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
+def _targets(episode: EpisodeSpec, cache: dict[tuple[str, str | None], FrankaSource | None]
+             ) -> FrankaSource | None:
     """The episode's franka_sysid recording (opened once per path), or None."""
     source = episode.source or {}
     if source.get("format") != "franka_sysid" or not source.get("path"):
         return None
-    key = (source["path"], source.get("sidecar"))
+    sidecar = source.get("sidecar")
+    key = (str(source["path"]), None if sidecar is None else str(sidecar))
     if key not in cache:
         try:
             cache[key] = episode_recording(source)
@@ -129,20 +142,21 @@ def _targets(episode: Any, cache: dict[Any, Any]) -> Any:
     return cache[key]
 
 
-def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
-              ) -> dict[str, Any] | None:
+def _tracking(episode: EpisodeSpec, position: SignalErrors | None,
+              orientation: SignalErrors | None, recording: FrankaSource | None
+              ) -> JsonObject | None:
     """``{"real": {pos, ori}, "sim": {pos, ori}}``: each side against the targets in force."""
     if recording is None or (position is None and orientation is None):
         return None
     info = episode.source or {}
     start = int(info.get("start_ns", info.get("origin_ns") or 0))
-    sides: dict[str, dict[str, Any]] = {"real": {}, "sim": {}}
+    sides: dict[str, JsonObject] = {"real": {}, "sim": {}}
 
-    def rows(times: np.ndarray) -> np.ndarray | None:
+    def rows(times: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
         index = np.searchsorted(recording.times_ns, start + times, "right") - 1
         return None if (index < 0).any() else index
 
-    def columns(names: list[str], index: np.ndarray) -> np.ndarray | None:
+    def columns(names: list[str], index: npt.NDArray[np.intp]) -> Array | None:
         try:
             values = np.column_stack([recording.column(n) for n in names])[index]
         except SourceError:
@@ -166,10 +180,10 @@ def _tracking(episode: Any, position: Any, orientation: Any, recording: Any
                 sides[side]["ori"] = _orientation_metrics(quat_error(actual, desired))
     if not sides["real"]:
         return None
-    return sides
+    return {side: metrics for side, metrics in sides.items()}
 
 
-def _quat_exp(rotvec: np.ndarray) -> np.ndarray:
+def _quat_exp(rotvec: Array) -> Array:
     """The unit quaternion (wxyz) of rotation vectors."""
     angle = np.linalg.norm(rotvec, axis=-1, keepdims=True)
     half = 0.5 * angle
@@ -177,7 +191,8 @@ def _quat_exp(rotvec: np.ndarray) -> np.ndarray:
     return np.concatenate([np.cos(half), rotvec * scale], axis=-1)
 
 
-def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | None:
+def _joints(positions: list[SignalErrors], velocities: list[SignalErrors]
+            ) -> JsonObject | None:
     if not positions:
         return None
     errors = [e[:, c] for e, _, _ in positions for c in range(e.shape[1])]
@@ -185,7 +200,7 @@ def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | Non
     rmse = [_rms(e) for e in errors]
     ranges = [float(np.max(r) - np.min(r)) for r in real]
     pooled = np.concatenate(errors)
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "pos_rmse_rad": rmse,
         "pos_max_abs_rad": [float(np.max(np.abs(e))) for e in errors],
         "pos_rmse_all_rad": _rms(pooled),
@@ -201,59 +216,61 @@ def _joints(positions: list[Any], velocities: list[Any]) -> dict[str, Any] | Non
     return out
 
 
-def ee_metrics(position: tuple[np.ndarray, ...] | None,
-               orientation: tuple[np.ndarray, ...] | None) -> dict[str, Any] | None:
+def ee_metrics(position: Sequence[npt.NDArray[np.generic] | None] | None,
+               orientation: Sequence[npt.NDArray[np.generic] | None] | None
+               ) -> JsonObject | None:
     """The end-effector errors of metrics.json: ``pos`` from position errors (the first
     array: one xyz row per sample), ``ori`` from rotation vectors; None without either."""
     if position is None and orientation is None:
         return None
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if position is not None:
-        out["pos"] = _position_metrics(position[0])
+        out["pos"] = _position_metrics(np.asarray(position[0], dtype=np.float64))
     if orientation is not None:
-        out["ori"] = _orientation_metrics(orientation[0])
+        out["ori"] = _orientation_metrics(np.asarray(orientation[0], dtype=np.float64))
     return out
 
 
-def _position_metrics(e: np.ndarray) -> dict[str, Any]:
+def _position_metrics(e: Array) -> JsonObject:
     norms = np.linalg.norm(e, axis=1)
     return {"rmse_m": {**{a: _rms(e[:, i]) for i, a in enumerate("xyz")}, "3d": _rms(norms)},
             "max_abs_m": {**{a: float(np.max(np.abs(e[:, i]))) for i, a in enumerate("xyz")},
                           "3d": float(np.max(norms))}}
 
 
-def _orientation_metrics(rotation_vectors: np.ndarray) -> dict[str, float]:
+def _orientation_metrics(rotation_vectors: Array) -> dict[str, float]:
     angles = np.linalg.norm(rotation_vectors, axis=1)  # |rotation vector| = shortest angle
     return {"rmse_rad": _rms(angles), "max_rad": float(np.max(angles))}
 
 
-def _rms(values: np.ndarray) -> float:
+def _rms(values: Array) -> float:
     return math.sqrt(float(np.mean(np.square(values)))) if values.size else 0.0
 
 
-def _sysid_params(provenance: Mapping[str, Any] | None) -> str | None:
+def _sysid_params(provenance: Mapping[str, JsonValue] | None) -> str | None:
     """The lab's ``sysid_best_params.json`` the set's values came from: the file an
     evaluated overlay artifact was imported from (``sysid_import``), else None (the fitted
     set's is named once written: ``name_sysid_params``)."""
     origin = dict(provenance or {}).get("from")
-    if not origin or not Path(origin).is_file():
+    if not isinstance(origin, str) or not origin or not Path(origin).is_file():
         return None
     try:
         source = json.loads(Path(origin).read_text(encoding="utf-8")).get("source")
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(source, dict) and source.get("format") == "sysid_best_params.json":
-        return source.get("path")
+        path: str | None = source.get("path")
+        return path
     return None
 
 
-def name_sysid_params(documents: dict[str, dict[str, Any]], path: Path) -> None:
+def name_sysid_params(documents: MetricsDocuments, path: Path) -> None:
     """``sysid_params`` of every episode's document: the sysid_best_params.json written."""
     for document in documents.values():
         document["sysid_params"] = str(path)
 
 
-def name_sim_files(documents: dict[str, dict[str, Any]],
+def name_sim_files(documents: MetricsDocuments,
                    files: Mapping[str, tuple[Path, Path]]) -> None:
     """``sim_csv`` / ``sim_sidecar`` of each episode's document: the files
     ``--write-sim-csv`` wrote for it (null otherwise)."""
@@ -288,7 +305,8 @@ def unique_names(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, JsonValue]]
+                  ) -> list[Path]:
     """``folder/<episode>/metrics.json`` for each document (episode ids made safe file names
     by ``unique_names``); each file written atomically. A folder that cannot be made or written
     is a CalibrationError naming it."""
@@ -304,6 +322,6 @@ def write_metrics(folder: Path, documents: Mapping[str, Mapping[str, Any]]) -> l
         body = dict(document)
         body["out_dir"] = str(target.parent)
         body["metrics_path"] = str(target)
-        write_atomic(target, to_json(strict(body)))
+        write_atomic(target, to_json(strict_object(body)))
         paths.append(target)
     return paths

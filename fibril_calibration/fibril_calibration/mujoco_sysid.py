@@ -22,19 +22,25 @@ import copy
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
+from ._json import JsonObject
 from .errors import CalibrationRequestError
 from .request.typed import CalibrationRequest, Commands, Episode, Observation, Parameter, Signal
+
+if TYPE_CHECKING:  # lazy at run time: mujoco.sysid is heavy (start-up time)
+    from mujoco.sysid import ModelSequences, ParameterDict, TimeSeries
+    from mujoco.sysid import Parameter as SysidParameter
 
 __all__ = ["from_sysid"]
 
 # Compiled-model field → (Fibril target kind, object type, index of the object from the entry).
 # MjModel field → (overlay target kind, object type, the object owning element i of the field)
-_FIELDS: dict[str, tuple[str, Any, Callable[[Any, int], int]]] = {
+_FIELDS: dict[str, tuple[str, mujoco.mjtObj, Callable[[mujoco.MjModel, int], int]]] = {
     "body_mass": ("body_mass", mujoco.mjtObj.mjOBJ_BODY, lambda m, i: i),
     "dof_damping": ("joint_damping", mujoco.mjtObj.mjOBJ_JOINT, lambda m, i: m.dof_jntid[i]),
     "dof_armature": ("joint_armature", mujoco.mjtObj.mjOBJ_JOINT, lambda m, i: m.dof_jntid[i]),
@@ -44,14 +50,17 @@ _FIELDS: dict[str, tuple[str, Any, Callable[[Any, int], int]]] = {
 }
 
 
-def from_sysid(params: Any, model_sequences: Any, manifest: str | Path | None = None, *,
+def from_sysid(params: ParameterDict,
+               model_sequences: ModelSequences | list[ModelSequences]
+               | tuple[ModelSequences, ...], manifest: str | Path | None = None, *,
                folder: str | Path | None = None, targets: Mapping[str, str] | None = None,
                endpoints: Mapping[str, str] | None = None) -> CalibrationRequest:
     """A typed Fibril request from a mujoco.sysid ``ParameterDict`` and ``ModelSequences``
     (one, or a list of one: a Fibril request has one model). ``endpoints`` maps an actuator
     to its endpoint in a given ``manifest`` (default: the actuator's name)."""
-    sequences = (list(model_sequences) if isinstance(model_sequences, (list, tuple))
-                 else [model_sequences])
+    sequences: list[ModelSequences] = (
+        list(model_sequences) if isinstance(model_sequences, (list, tuple))
+        else [model_sequences])
     if len(sequences) != 1:
         raise CalibrationRequestError(f"from_sysid: {len(sequences)} ModelSequences; a Fibril "
                                       f"request calibrates one model (give one)")
@@ -80,7 +89,7 @@ def from_sysid(params: Any, model_sequences: Any, manifest: str | Path | None = 
                               observations=observations, training=episodes, base=work)
 
 
-def _name(model: mujoco.MjModel, kind: Any, index: int, what: str) -> str:
+def _name(model: mujoco.MjModel, kind: mujoco.mjtObj, index: int, what: str) -> str:
     name = mujoco.mj_id2name(model, kind, index)
     if not name:
         raise CalibrationRequestError(f"from_sysid: {what} {index} has no name; Fibril names "
@@ -89,7 +98,7 @@ def _name(model: mujoco.MjModel, kind: Any, index: int, what: str) -> str:
     return result
 
 
-def _parameter(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel,
+def _parameter(param: SysidParameter, spec: mujoco.MjSpec, model: mujoco.MjModel,
                target: str | None) -> Parameter:
     value = np.atleast_1d(param.value)
     if value.size != 1:
@@ -101,7 +110,7 @@ def _parameter(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel,
                      target=target or _probe(param, spec, model, lower, upper))
 
 
-def _probe(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel, lower: float,
+def _probe(param: SysidParameter, spec: mujoco.MjSpec, model: mujoco.MjModel, lower: float,
            upper: float) -> str:
     """The target a modifier writes: apply it with a probe value to a copy of the spec and
     find the one compiled-model entry that changed."""
@@ -129,7 +138,7 @@ def _probe(param: Any, spec: mujoco.MjSpec, model: mujoco.MjModel, lower: float,
     return f"mujoco:{kind}:{_name(model, objtype, int(owner(model, index)), 'object')}"
 
 
-def _sensors(series: Any) -> list[str]:
+def _sensors(series: TimeSeries) -> list[str]:
     """The MuJoCo sensors a sensor TimeSeries holds, in column order."""
     from mujoco.sysid import SignalType  # lazy: start-up time (mujoco.sysid is heavy)
 
@@ -146,7 +155,8 @@ def _sensors(series: Any) -> list[str]:
     return names
 
 
-def _episode(name: str, state: np.ndarray, control: Any, sensordata: Any,
+def _episode(name: str, state: npt.NDArray[np.float64], control: TimeSeries,
+             sensordata: TimeSeries,
              model: mujoco.MjModel, actuators: Sequence[str],
              endpoints: Mapping[str, str]) -> Episode:
     dt = model.opt.timestep
@@ -170,7 +180,7 @@ def _episode(name: str, state: np.ndarray, control: Any, sensordata: Any,
                    commands=commands)
 
 
-def _columns(control: Any, actuators: Sequence[str]) -> list[int]:
+def _columns(control: TimeSeries, actuators: Sequence[str]) -> list[int]:
     mapping = control.signal_mapping
     if not mapping:
         if control.data.shape[1] != len(actuators):
@@ -185,12 +195,13 @@ def _columns(control: Any, actuators: Sequence[str]) -> list[int]:
     return [by_name[a] for a in actuators]
 
 
-def _initial_state(model: mujoco.MjModel, state: np.ndarray) -> tuple[dict[str, Any], ...]:
+def _initial_state(model: mujoco.MjModel, state: npt.NDArray[np.float64]
+                   ) -> tuple[JsonObject, ...]:
     """A full-physics state vector (``create_initial_state``) as Fibril initial states."""
     data = mujoco.MjData(model)
     mujoco.mj_setState(model, data, np.asarray(state, dtype=np.float64),
                        mujoco.mjtState.mjSTATE_FULLPHYSICS)
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for j in range(model.njnt):
         kind = model.jnt_type[j]
         q, v = model.jnt_qposadr[j], model.jnt_dofadr[j]

@@ -8,11 +8,10 @@ calibration result document (context, provenance, parameter contract, overlay).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from ._json import finite_or_none
+from ._json import JsonObject, finite_or_none
 from .analysis.identifiability import InformationMatrix, LocalAnalysis
 from .analysis.profile_likelihood import ProfileLikelihood
 from .analysis.summaries import ResidualSummary
@@ -68,12 +67,12 @@ class CalibrationOutcome:
     information: InformationMatrix | None
     profile: ProfileLikelihood | None
     verdict: FitVerdict
-    finite_difference: dict[str, Any]
+    finite_difference: JsonObject
     # Where the fit started (physical; the declared initial values unless an interior start
     # moved a parameter off its bound) and the warnings about the start.
     start: np.ndarray | None = None
     interior_start_fraction: float | None = None
-    warnings: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[JsonObject, ...] = ()
 
     @property
     def parameter_ids(self) -> tuple[str, ...]:
@@ -83,8 +82,8 @@ class CalibrationOutcome:
     def fitted_values(self) -> dict[str, float]:
         return {pid: float(v) for pid, v in zip(self.parameter_ids, self.fitted)}
 
-    def to_document(self) -> dict[str, Any]:
-        params = []
+    def to_document(self) -> JsonObject:
+        params: list[JsonObject] = []
         for p, value, coord, scale in zip(
             self.parameters, self.fitted, self.coordinates, self.analysis.physical_scale
         ):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, SupportsFloat, SupportsIndex
 
 import numpy as np
 
@@ -51,10 +51,12 @@ class CalibrationParameter:
     parameterization: Parameterization = "linear"
     coordinate_scale: float | None = None
     prior: Prior | None = None
-    targets: tuple[Any, ...] = ()
+    targets: tuple[Any, ...] = ()  # overlay targets, or recordings' TimeOffsetTarget
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> bool:
+    if not isinstance(value, (SupportsFloat, SupportsIndex, str, bytes)):
+        return False  # float() would raise TypeError
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):

@@ -25,12 +25,13 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fibril_sim_core.overlays import OverlayParameter, overlay_document
 
+from ._json import JsonObject, JsonValue, json_list, json_object
 from ._atomic import write_atomic  # noqa: F401  (re-exported: writers import it from here)
 from .alignment import ALIGNMENTS
 from .errors import CalibrationError
@@ -69,13 +70,13 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
                           Sequence[OverlayParameter],
                           statistics: ProblemStatistics | None = None,
                           rollout_ticks: Mapping[str, int] | None = None,
-                          backend: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                          backend: Mapping[str, JsonValue] | None = None) -> JsonObject:
     """The full, strict-JSON calibration result; ``backend``: where the rollouts ran
     (``DaskSession.describe()``; the local backend when None)."""
     solver = outcome.to_document()
     fitted = {pid: float(v) for pid, v in zip(request.parameter_ids, outcome.fitted)}
     mapping = target_mapping(request)
-    document: dict[str, Any] = {
+    document: dict[str, object] = {
         "format": RESULT_FORMAT,
         "schema_version": dict(RESULT_SCHEMA_VERSION),
         "request": {"path": str(request.path), "sha256": request.sha256,
@@ -85,7 +86,8 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
     }
     for key, value in solver.items():
         document[key] = value
-    document["warnings"] = [*document.get("warnings", []), *recording_warnings(request)]
+    document["warnings"] = [*json_list(solver.get("warnings", []), "warnings"),
+                            *recording_warnings(request)]
     document["context"] = result_context(request, solver)
     document["candidate_plan"] = {
         "values": fitted,
@@ -121,31 +123,30 @@ def build_result_document(request: CalibrationRequest, outcome: CalibrationOutco
     document["parameter_overlay"] = overlay_document(
         overlay_parameters, id=str(overlay_id) if overlay_id is not None else None,
         source=source)
-    result: dict[str, Any] = strict(document)
-    return result
+    return strict_object(document)
 
 
-def recording_warnings(request: CalibrationRequest) -> list[dict[str, Any]]:
+def recording_warnings(request: CalibrationRequest) -> list[JsonObject]:
     """One warning per recording whose bytes could not be fully checked (an MCAP written
     without CRCs, sqlite3 storage), naming the episodes read from it, and one when recorded
     torques drive gravity-compensated bodies (``gravity_check``): the result's ``warnings``
     and the CLI's stderr carry them."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, tuple[JsonValue, list[str]]] = {}
     for scope in ("training", "validation"):
         for episode in request.episodes(scope):
             source = episode.source or {}
-            for message in source.get("warnings", ()):
-                entry = found.setdefault(message, {
-                    "code": "recording_unchecked", "path": source["path"],
-                    "episodes": [], "message": message})
-                if episode.id not in entry["episodes"]:
-                    entry["episodes"].append(episode.id)
+            for message in json_list(source.get("warnings", ()), "source warnings"):
+                path, episodes = found.setdefault(str(message), (source["path"], []))
+                if episode.id not in episodes:
+                    episodes.append(episode.id)
+    unchecked: list[JsonObject] = [
+        {"code": "recording_unchecked", "path": path, "episodes": episodes, "message": message}
+        for message, (path, episodes) in found.items()]
+    return [*unchecked, *gravcomp_warnings(request)]
 
-    return [*found.values(), *gravcomp_warnings(request)]
 
-
-def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> dict[str, Any]:
-    context: dict[str, Any] = dict(request.context)
+def result_context(request: CalibrationRequest, solver: Mapping[str, JsonValue]) -> JsonObject:
+    context: JsonObject = dict(request.context)
     for scope in ("training", "validation"):
         episodes = request.episodes(scope)
         context[f"{scope}_episode_content_sha256"] = {e.id: e.content_sha256 for e in episodes}
@@ -154,7 +155,7 @@ def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> di
     context["objective_version"] = OBJECTIVE_VERSION
     context["alignment_contract"] = dict(ALIGNMENT_CONTRACT)
     context["observation_spec_sha256"] = request.observation_spec_sha256()
-    optimizer_id = solver.get("optimizer", {}).get("id", "unknown")
+    optimizer_id = json_object(solver.get("optimizer", {}), "optimizer").get("id", "unknown")
     context["optimizer_id"] = f"{optimizer_id} (request optimizer.type: {request.optimizer.type})"
     context["optimizer_option_sha256"] = canonical_sha256(optimizer_options(request))
     context["episode_seeds"] = {e.id: e.seed for e in request.training + request.validation}
@@ -163,7 +164,7 @@ def result_context(request: CalibrationRequest, solver: Mapping[str, Any]) -> di
     return context
 
 
-def optimizer_options(request: CalibrationRequest) -> dict[str, Any]:
+def optimizer_options(request: CalibrationRequest) -> JsonObject:
     """Everything that changes what the optimizer does (the basis of the option hash)."""
     analysis = request.analysis
     return {"optimizer": request.optimizer.describe(),
@@ -175,8 +176,8 @@ def optimizer_options(request: CalibrationRequest) -> dict[str, Any]:
             "fit": {k: v for k, v in request.fit.__dict__.items()}}
 
 
-def parameter_contract(request: CalibrationRequest) -> list[dict[str, Any]]:
-    out = []
+def parameter_contract(request: CalibrationRequest) -> list[JsonObject]:
+    out: list[JsonObject] = []
     for p in request.parameters:
         out.append({
             "id": p.id, "unit": p.unit, "provenance": p.provenance,
@@ -190,14 +191,14 @@ def parameter_contract(request: CalibrationRequest) -> list[dict[str, Any]]:
     return out
 
 
-def target_mapping(request: CalibrationRequest) -> dict[str, Any]:
+def target_mapping(request: CalibrationRequest) -> JsonObject:
     parameters = {p.id: [t.describe() for t in p.targets] for p in request.parameters}
     return {"parameters": parameters, "sha256": canonical_sha256(parameters)}
 
 
 # --------------------------------------------------------------------------- JSON
 
-def strict(value: Any) -> Any:
+def strict(value: object) -> JsonValue:
     """A JSON-able copy: numpy → Python, non-finite floats → None, tuples → lists."""
     if isinstance(value, Mapping):
         return {str(k): strict(v) for k, v in value.items()}
@@ -206,7 +207,7 @@ def strict(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return strict(value.tolist())
     if isinstance(value, np.generic):
-        value = value.item()
+        value = value.item()  # a Python scalar (or, for datetimes and such, other objects)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (str, int, bool)) or value is None:
@@ -216,7 +217,12 @@ def strict(value: Any) -> Any:
     return str(value)
 
 
-def to_json(document: Mapping[str, Any], *, indent: int | None = 2) -> str:
+def strict_object(document: Mapping[str, object]) -> JsonObject:
+    """``strict`` of a mapping: a JSON object with string keys."""
+    return {str(k): strict(v) for k, v in document.items()}
+
+
+def to_json(document: Mapping[str, JsonValue], *, indent: int | None = 2) -> str:
     return json.dumps(document, indent=indent, allow_nan=False, sort_keys=False) + "\n"
 
 

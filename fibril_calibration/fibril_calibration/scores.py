@@ -17,24 +17,30 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.overlays import load_overlay_artifact
 
+from ._json import JsonObject, JsonValue, json_list, json_object
 from .errors import CalibrationError, EvaluationError
 from .model.candidate_plan import CandidatePlanBuilder
 from .recordings.time_offsets import candidate_builder as offset_aware
 from .report.physical_errors import device_unit
-from .request.input_timing import describe_timing
-from .result import recording_warnings, strict
-from .solve.problem import CalibrationProblem
+from .request.input_timing import InputTiming, describe_timing
+from .result import recording_warnings, strict_object
+from .solve.problem import CalibrationProblem, Progress
 
 if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayParameter
+
     from .evaluation import Evaluation
+    from .metrics_json import MetricsDocuments
+    from fibril_sim_core.execution.dask_session import DaskSession
     from .request.document import CalibrationRequest
 
 __all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "overlay_values",
@@ -42,7 +48,7 @@ __all__ = ["EVALUATION_FORMAT", "ParameterSet", "evaluate_parameter_sets", "over
 
 EVALUATION_FORMAT = "fibril_calibration/evaluation"
 
-ParameterSet = tuple[str, dict[str, float], dict[str, Any]]  # name, values, provenance
+ParameterSet = tuple[str, dict[str, float], JsonObject]  # name, values, provenance
 
 
 def signal_units(request: CalibrationRequest) -> dict[str, str]:
@@ -72,15 +78,15 @@ def signal_units(request: CalibrationRequest) -> dict[str, str]:
 
 
 def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
-          nuisance_dof: Mapping[str, int] | None = None) -> dict[str, Any]:
+          nuisance_dof: Mapping[str, int] | None = None) -> JsonObject:
     """Standardized and physical-unit scores of one scope's evaluation. ``nuisance_dof``
     (initial_state_fit: episode → degrees of freedom its nuisance initial states took) adds
     ``standardized_rms_dof_corrected``, ``sqrt(SSE / (count - nuisance dof))``."""
     episodes = {e.id: e for e in request.episodes(scope)}
     units = signal_units(request)
     observations = {o.id: o for o in request.observations}
-    per_signal: dict[str, list[np.ndarray]] = {}
-    per_episode: dict[str, list[dict[str, Any]]] = {}
+    per_signal: dict[str, list[npt.NDArray[np.float64]]] = {}
+    per_episode: dict[str, list[JsonObject]] = {}
     sse: dict[str, float] = {}
     counts: dict[str, int] = {}
     residuals = evaluation.unweighted
@@ -98,7 +104,7 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
         counts[block.episode] = counts.get(block.episode, 0) + int(standardized.size)
     total = sum(counts.values())
     removed = {e: int(n) for e, n in (nuisance_dof or {}).items() if n and e in counts}
-    corrected: dict[str, Any] = {}
+    corrected: JsonObject = {}
     if removed:
         dof = sum(removed.values())
         corrected = {"nuisance_degrees_of_freedom": dof,
@@ -122,7 +128,9 @@ def score(request: CalibrationRequest, evaluation: Evaluation, scope: str,
 
 
 def _signal_score(name: str, components: Sequence[str], unit: str,
-                  physical: np.ndarray) -> dict[str, Any]:
+                  physical: npt.NDArray[np.float64]) -> JsonObject:
+    rms: list[float | None]
+    peak: list[float | None]
     if physical.shape[0] == 0:
         rms = [None] * len(components)
         peak = [None] * len(components)
@@ -138,7 +146,7 @@ def _root(sse: float, count: int) -> float | None:
 
 
 def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
-               metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+               metrics: dict[str, MetricsDocuments] | None = None) -> JsonObject:
     """``{name: {values, provenance, training, validation}}`` for each parameter set;
     ``metrics`` (if given) receives ``{name: {episode: metrics.json document}}`` of the
     validation episodes (the training ones when the request has no validation).
@@ -148,11 +156,11 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
     from .metrics_json import metrics_documents  # only with --metrics
 
     request = problem.request
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name, values, provenance in sets:
         vector = np.array([values[pid] for pid in request.parameter_ids], dtype=np.float64)
-        entry: dict[str, Any] = {"values": dict(values), "provenance": provenance}
-        evaluated: dict[str, Any] = {}
+        entry: JsonObject = {"values": dict(values), "provenance": provenance}
+        evaluated: dict[str, Evaluation] = {}
         for scope in ("training", "validation"):
             if scope == "validation" and not request.validation:
                 entry[scope] = None
@@ -182,7 +190,7 @@ def nominal_set(request: CalibrationRequest) -> ParameterSet:
 
 
 def overlay_values(request: CalibrationRequest, path: Path
-                   ) -> tuple[ParameterSet, tuple[Any, ...]]:
+                   ) -> tuple[ParameterSet, tuple[OverlayParameter, ...]]:
     """An overlay artifact's values for the request's parameters, matched by id, or else by
     identical targets; request parameters it does not set keep their initial values. Its
     other parameters (the request does not fit them) are returned as fixed overlays."""
@@ -195,7 +203,7 @@ def overlay_values(request: CalibrationRequest, path: Path
                   for p in request.parameters}
     values = {p.id: float(p.initial) for p in request.parameters}
     taken: dict[str, str] = {}
-    fixed = []
+    fixed: list[OverlayParameter] = []
     for parameter in artifact.parameters:
         key = tuple(sorted(repr(t.describe()) for t in parameter.targets))
         match = by_id.get(parameter.id)
@@ -220,22 +228,22 @@ def overlay_values(request: CalibrationRequest, path: Path
 
 
 def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *,
-                            progress: Any = None,
-                            metrics: dict[str, Any] | None = None,
-                            session: Any = None) -> dict[str, Any]:
+                            progress: Progress | None = None,
+                            metrics: dict[str, MetricsDocuments] | None = None,
+                            session: DaskSession | None = None) -> JsonObject:
     """The ``--evaluate`` document: ``nominal`` or overlay artifact paths, scored on the
     training and validation episodes without fitting; ``session`` (an open DaskSession) runs
     the rollouts on its workers (the same document)."""
-    scored: dict[str, Any] = {}
+    scored: JsonObject = {}
     for name in names:
+        fixed: tuple[OverlayParameter, ...] = ()
         if name == "nominal":
-            chosen, fixed = nominal_set(request), ()
+            chosen = nominal_set(request)
         else:
             chosen, fixed = overlay_values(request, Path(name))
 
         builder = offset_aware(
-            lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
-                m, p, fixed_overlays=f),
+            CandidatePlanBuilder.holding((*request.fixed_overlays, *fixed)),
             request.manifest, request.parameters)
         with CalibrationProblem(request, candidate_builder=builder,
                                 progress=progress) as problem:
@@ -245,7 +253,7 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
                 problem.set_remote(DaskRollouts.for_problem(
                     session, problem, (*request.fixed_overlays, *fixed)))
             scored.update(score_sets(problem, [chosen], metrics))
-    document: dict[str, Any] = strict({
+    return strict_object({
         "format": EVALUATION_FORMAT, "schema_version": {"major": 1, "minor": 0},
         "request": {"path": str(request.path), "sha256": request.sha256},
         "episodes": {scope: [e.id for e in request.episodes(scope)]
@@ -254,40 +262,44 @@ def evaluate_parameter_sets(request: CalibrationRequest, names: Sequence[str], *
         "input_timing": input_timing(request),
         "warnings": recording_warnings(request),
         "scores": scored})
-    return document
 
 
-def input_timing(request: CalibrationRequest) -> dict[str, Any] | None:
+def input_timing(request: CalibrationRequest) -> InputTiming | None:
     """How recording-source input samples were moved onto ticks, all episodes together."""
     return describe_timing(request.training + request.validation)
 
 
-def scores_text(scores: Mapping[str, Any]) -> list[str]:
+def scores_text(scores: Mapping[str, JsonValue]) -> list[str]:
     """Readable lines: per scope, each signal component's RMS (and max) per parameter set."""
-    names = list(scores)
+    sets = {n: json_object(entry, f"scores {n}") for n, entry in scores.items()}
     lines: list[str] = []
     for scope in ("training", "validation"):
-        entries = {n: scores[n][scope] for n in names
-                   if scores[n].get(scope) and "error" not in scores[n][scope]}
-        for n in names:
-            failed = scores[n].get(scope) or {}
-            if "error" in failed:
-                lines.append(f"{scope} scores  {n}: not evaluated: {failed['error']}")
+        entries: dict[str, list[Mapping[str, JsonValue]]] = {}
+        rms: dict[str, JsonValue] = {}
+        for n, entry in sets.items():
+            scored = json_object(entry.get(scope) or {}, f"scores {n} {scope}")
+            if "error" in scored:
+                lines.append(f"{scope} scores  {n}: not evaluated: {scored['error']}")
+            elif scored:
+                rms[n] = scored["standardized_rms"]
+                entries[n] = [json_object(s, "signal score")
+                              for s in json_list(scored["signals"], "signals")]
         if not entries:
             continue
-        head = "  ".join(f"{n}: {_g(e['standardized_rms'])}" for n, e in entries.items())
+        head = "  ".join(f"{n}: {_g(value)}" for n, value in rms.items())
         lines.append(f"{scope} scores  (standardized rms  {head})")
         first = next(iter(entries.values()))
-        for index, signal in enumerate(first["signals"]):
-            for c, component in enumerate(signal["components"]):
+        for index, signal in enumerate(first):
+            for c, component in enumerate(json_list(signal["components"], "components")):
                 cells = []
-                for n, e in entries.items():
-                    other = e["signals"][index]
-                    cells.append(f"{n} {_g(other['rms'][c])} (max {_g(other['max_abs'][c])})")
+                for n, signals in entries.items():
+                    other = signals[index]
+                    cells.append(f"{n} {_g(json_list(other['rms'])[c])} "
+                                 f"(max {_g(json_list(other['max_abs'])[c])})")
                 lines.append(f"  {signal['signal']}.{component} [{signal['unit']}] rms  "
                              + "  ".join(cells))
     return lines
 
 
-def _g(value: Any) -> str:
+def _g(value: JsonValue) -> str:
     return "n/a" if value is None else f"{value:.4g}"

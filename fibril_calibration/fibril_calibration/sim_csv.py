@@ -35,22 +35,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from fibril_sim_core.errors import FibrilError
 
 from ._atomic import write_atomic
+from ._json import JsonObject
 from .errors import CalibrationError, EvaluationError
 from .metrics_json import unique_names
 from .model.candidate_plan import CandidatePlanBuilder
 from .recordings.franka import episode_recording
 from .recordings.sources import SourceError
+from .request.input_timing import SourceSummary
 from .recordings.time_offsets import candidate_builder
-from .result import strict, to_json
+from .result import strict, strict_object, to_json
 from .scores import nominal_set, overlay_values
+
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayParameter
+    from fibril_sim_core.plan import SimulationPlan
+
+    from .recordings.franka import FrankaSource
+    from .request.document import CalibrationRequest
+    from .request.episode_specs import EpisodeSpec
+
+Array = npt.NDArray[np.float64]
 
 __all__ = ["SimReplay", "replay_episode", "sim_columns", "write_sim_csvs"]
 
@@ -78,17 +91,18 @@ class SimReplay:
     episode: str
     stem: str  # the real CSV's stem: files are <stem>_sim.csv / <stem>_sim.json
     columns: tuple[str, ...]
-    rows: np.ndarray
-    sidecar: dict[str, Any]
+    rows: Array
+    sidecar: JsonObject
 
 
-def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = None,
-                   ee: str | None = None, parameter_set: str = "",
+def replay_episode(plan: SimulationPlan, episode: EpisodeSpec, *,
+                   joints: Sequence[str] | None = None, ee: str | None = None,
+                   parameter_set: str = "",
                    values: Mapping[str, float] | None = None,
                    request_path: Path | None = None) -> SimReplay:
     """Replay ``episode`` (from a franka_sysid recording) on ``plan``, at the real rows."""
     label = f"--write-sim-csv: episode {episode.id!r}"
-    info = dict(episode.source or {})
+    info: SourceSummary = episode.source or {}
     if info.get("format") != "franka_sysid" or not info.get("path"):
         raise CalibrationError(f"{label}: not from a franka_sysid recording (the lab's sim "
                                f"CSV is the replay of one); its source: "
@@ -137,8 +151,8 @@ def replay_episode(plan: Any, episode: Any, *, joints: Sequence[str] | None = No
     return SimReplay(episode.id, real_path.stem, columns, rows, sidecar)
 
 
-def _simulate(plan: Any, episode: Any, ticks: np.ndarray, label: str
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _simulate(plan: SimulationPlan, episode: EpisodeSpec, ticks: npt.NDArray[np.int64],
+              label: str) -> tuple[Array, Array]:
     """qpos / qvel at ``ticks``: the calibration's own replay of the episode (seed, initial
     state, recorded inputs through the ingress contract)."""
     try:
@@ -159,7 +173,7 @@ def _simulate(plan: Any, episode: Any, ticks: np.ndarray, label: str
     return capture.values["qpos"][rows], capture.values["qvel"][rows]
 
 
-def _joints(model: mujoco.MjModel, names: Sequence[str] | None, real: Any,
+def _joints(model: mujoco.MjModel, names: Sequence[str] | None, real: FrankaSource,
             label: str) -> list[int]:
     if names:
         ids = []
@@ -202,8 +216,8 @@ def _end_effector(model: mujoco.MjModel, name: str | None, label: str) -> tuple[
     return int(obj.mjOBJ_SITE), sites[0]
 
 
-def _end_effector_states(model: mujoco.MjModel, kind: int, index: int, qpos: np.ndarray,
-                         qvel: np.ndarray) -> np.ndarray:
+def _end_effector_states(model: mujoco.MjModel, kind: int, index: int, qpos: Array,
+                         qvel: Array) -> Array:
     """Per row: position (3), linear velocity (3), quaternion xyzw (4), angular velocity (3),
     world frame, from the state alone (forward kinematics on a scratch MjData)."""
     data = mujoco.MjData(model)
@@ -231,7 +245,7 @@ def _end_effector_states(model: mujoco.MjModel, kind: int, index: int, qpos: np.
     return out
 
 
-def _orientation_error(target_xyzw: np.ndarray, actual_xyzw: np.ndarray) -> np.ndarray:
+def _orientation_error(target_xyzw: Array, actual_xyzw: Array) -> Array:
     """Rotation vectors of ``q_des ⊗ conj(q)`` (shortest arc), NaN where a target is."""
     out = np.full((target_xyzw.shape[0], 3), np.nan)
     product = np.empty(4)
@@ -250,18 +264,19 @@ def _orientation_error(target_xyzw: np.ndarray, actual_xyzw: np.ndarray) -> np.n
     return out
 
 
-def _real_column(real: Any, name: str, rows: np.ndarray, default: np.ndarray | None
-                 ) -> np.ndarray:
+def _real_column(real: FrankaSource, name: str, rows: npt.NDArray[np.intp],
+                 default: Array | None) -> Array:
     if name in real.header:
-        result: np.ndarray = np.asarray(real.column(name), dtype=np.float64)[rows]
+        result: Array = np.asarray(real.column(name), dtype=np.float64)[rows]
         return result
     return default if default is not None else np.full(rows.shape[0], np.nan)
 
 
-def _sidecar(plan: Any, episode: Any, real: Any, rows: np.ndarray, columns: Sequence[str],
+def _sidecar(plan: SimulationPlan, episode: EpisodeSpec, real: FrankaSource, rows: Array,
+             columns: Sequence[str],
              joint_ids: list[int], ee_kind: int, ee_id: int, parameter_set: str,
              values: Mapping[str, float] | None, request_path: Path | None,
-             last_tick: int) -> dict[str, Any]:
+             last_tick: int) -> JsonObject:
     model = plan.model
     lab = real.sidecar
     error = rows[:, columns.index("e_x"):columns.index("e_x") + 3]
@@ -290,7 +305,7 @@ def _sidecar(plan: Any, episode: Any, real: Any, rows: np.ndarray, columns: Sequ
                             for j in joint_ids],
                  "ee": ee_name, "lab_args": lab.get("args")},
         "applied_params": {"values": dict(values or {}),
-                           "overlays": _plain(plan.provenance["parameters"]),
+                           "overlays": strict(plan.provenance["parameters"]),
                            "parameter_set_hash": plan.provenance["parameter_set_hash"]},
         "provenance": {"episode_seed": int(episode.seed),
                        "manifest_sha256": plan.provenance["manifest_sha256"],
@@ -306,25 +321,17 @@ def _sidecar(plan: Any, episode: Any, real: Any, rows: np.ndarray, columns: Sequ
     }
 
 
-def _rms(values: np.ndarray) -> float | None:
+def _rms(values: Array) -> float | None:
     finite = values[np.isfinite(values)]
     return math.sqrt(float(np.mean(finite ** 2))) if finite.size else None
 
 
-def _max_abs(values: np.ndarray) -> float | None:
+def _max_abs(values: Array) -> float | None:
     finite = values[np.isfinite(values)]
     return float(np.max(np.abs(finite))) if finite.size else None
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def csv_text(columns: Sequence[str], rows: np.ndarray) -> str:
+def csv_text(columns: Sequence[str], rows: Array) -> str:
     """The CSV: a header line, then every value at full precision (``repr``), NaN as nan."""
     lines = [",".join(columns)]
     for row in rows.tolist():
@@ -348,33 +355,33 @@ def write_sim_csvs(folder: Path, replays: Sequence[SimReplay]) -> dict[str, tupl
         sidecar_path = target / f"{replay.stem}_sim.json"
         sidecar = dict(replay.sidecar, csv_path=str(csv_path), sidecar_path=str(sidecar_path))
         write_atomic(csv_path, csv_text(replay.columns, replay.rows))
-        write_atomic(sidecar_path, to_json(strict(sidecar)))
+        write_atomic(sidecar_path, to_json(strict_object(sidecar)))
         out[replay.episode] = (csv_path, sidecar_path)
     return out
 
 
-def arm_joints(request: Any) -> list[str]:
+def arm_joints(request: CalibrationRequest) -> list[str]:
     """The request's ``joint_position`` observations' joints, in declaration order."""
     return [o.name for o in request.observations if o.source == "joint_position" and o.name]
 
 
-def sim_episodes(request: Any) -> tuple[Any, ...]:
+def sim_episodes(request: CalibrationRequest) -> tuple[EpisodeSpec, ...]:
     """The episodes whose replays are written: the validation ones (the training ones when
     the request has none), as for metrics.json."""
     return tuple(request.validation or request.training)
 
 
-def set_plan(request: Any, name: str) -> tuple[Any, dict[str, float]]:
+def set_plan(request: CalibrationRequest, name: str) -> tuple[SimulationPlan, dict[str, float]]:
     """The plan and parameter values of one ``--evaluate`` set (``nominal`` or an overlay
     artifact), built as ``evaluate_parameter_sets`` builds its candidates."""
+    fixed: tuple[OverlayParameter, ...] = ()
     if name == "nominal":
-        chosen, fixed = nominal_set(request), ()
+        chosen = nominal_set(request)
     else:
         chosen, fixed = overlay_values(request, Path(name))
     values = dict(chosen[1])
     builder = candidate_builder(
-        lambda m, p, f=(*request.fixed_overlays, *fixed): CandidatePlanBuilder(
-            m, p, fixed_overlays=f),
+        CandidatePlanBuilder.holding((*request.fixed_overlays, *fixed)),
         request.manifest, request.parameters)
     try:
         return builder.build(values), values
@@ -382,7 +389,8 @@ def set_plan(request: Any, name: str) -> tuple[Any, dict[str, float]]:
         raise CalibrationError(f"--write-sim-csv: parameter set {name!r}: {exc}") from None
 
 
-def replays(request: Any, plan: Any, name: str, values: Mapping[str, float], *,
+def replays(request: CalibrationRequest, plan: SimulationPlan, name: str,
+            values: Mapping[str, float], *,
             ee: str | None = None) -> list[SimReplay]:
     """The sim CSV of every episode ``sim_episodes`` names, on ``plan``."""
     joints = arm_joints(request) or None

@@ -27,18 +27,23 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mujoco
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.overlays import load_overlay_artifact
-from fibril_sim_core.plan import SimulationBuilder
+from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
 from ._atomic import write_atomic
+from ._json import JsonObject, JsonValue, json_list
 from .errors import CalibrationError
 from .parameters import CalibrationParameter
-from .result import strict, to_json
+from .result import strict, strict_object, to_json
+
+if TYPE_CHECKING:
+    from .request.input_timing import SourceSummary
+    from .request.document import CalibrationRequest
 
 __all__ = ["main", "sysid_document"]
 
@@ -47,15 +52,17 @@ _FIELDS = (("armature", "dof_armature", "joint_armature"),
            ("mu_viscous", "dof_damping", "joint_damping"))
 
 
-def sysid_document(plan: Any, joints: Sequence[str], *, motors: Sequence[str] = (),
-                   tick_s: float = 0.001, not_mapped: Mapping[str, Any] | None = None,
+def sysid_document(plan: SimulationPlan, joints: Sequence[str], *, motors: Sequence[str] = (),
+                   tick_s: float = 0.001, not_mapped: Mapping[str, JsonValue] | None = None,
                    best_score: float | None = None,
-                   parameters: Sequence[CalibrationParameter] = (), args: Any = None,
-                   trajectories: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                   parameters: Sequence[CalibrationParameter] = (),
+                   args: Mapping[str, object] | None = None,
+                   trajectories: Sequence[Mapping[str, JsonValue]] = ()) -> JsonObject:
     """The lab's document of the values ``plan`` applies. ``parameters`` (request parameters
-    with ``lower``/``upper``/``targets``) give the fitted entries' bounds."""
+    with ``lower``/``upper``/``targets``) give the fitted entries' bounds; ``args`` (the
+    command's options) are recorded as strict JSON."""
     model = plan.model
-    decoded: dict[str, Any] = {}
+    decoded: dict[str, list[float]] = {}
     dofs = []
     for name in joints:
         index = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
@@ -76,30 +83,33 @@ def sysid_document(plan: Any, joints: Sequence[str], *, motors: Sequence[str] = 
     else:
         decoded["mu_static"] = list(decoded["mu_dynamic"])
         decoded["dynamic_ratio"] = [1.0] * len(joints)
-    decoded["motor_delay_steps"] = _delay(plan, motors, tick_s, kept.get("motor_delay_steps"))
-    ordered = {key: decoded[key] for key in ("armature", "mu_static", "dynamic_ratio",
-                                             "mu_dynamic", "mu_viscous", "motor_delay_steps")}
-    raw = [*ordered["armature"], *ordered["mu_static"], *ordered["dynamic_ratio"],
-           *ordered["mu_viscous"]]
-    raw.append(ordered["motor_delay_steps"])
+    delay = _delay(plan, motors, tick_s, kept.get("motor_delay_steps"))
+    ordered: JsonObject = {key: decoded[key] for key in ("armature", "mu_static",
+                                                         "dynamic_ratio", "mu_dynamic",
+                                                         "mu_viscous")}
+    ordered["motor_delay_steps"] = delay
+    raw: list[JsonValue] = [*decoded["armature"], *decoded["mu_static"],
+                            *decoded["dynamic_ratio"], *decoded["mu_viscous"]]
+    raw.append(delay)
     return {
         "best_score": best_score,
         "best_params_raw": raw,
         "best_params_decoded": ordered,
         "history": [],
         "bounds": _bounds(raw, joints, motors, parameters, tick_s),
-        "args": args if args is not None else {},
+        "args": strict_object(args) if args is not None else {},
         "source": {"trajectories": [dict(t) for t in trajectories],
                    "num_trajectories": len(trajectories),
                    "time_base": "fibril_sim_ticks", "warmup_steps": 0,
                    "fibril": {"manifest": str(plan.manifest.path),
-                              "parameter_set_hash": plan.provenance["parameter_set_hash"],
-                              "episode_seed": plan.provenance.get("episode_seed"),
-                              "mujoco": plan.provenance["build"]["mujoco"]}},
+                              "parameter_set_hash": strict(
+                                  plan.provenance["parameter_set_hash"]),
+                              "episode_seed": strict(plan.provenance.get("episode_seed")),
+                              "mujoco": strict(plan.provenance["build"]["mujoco"])}},
     }
 
 
-def _ratio(dynamic: float, static: float, old: Any) -> float:
+def _ratio(dynamic: float, static: float, old: JsonValue) -> float:
     """``mu_dynamic / mu_static``, the imported ratio kept when it still holds."""
     if isinstance(old, (int, float)) and abs(float(old) * static - dynamic) <= 1e-12 * max(
             abs(dynamic), 1e-300):
@@ -107,7 +117,8 @@ def _ratio(dynamic: float, static: float, old: Any) -> float:
     return dynamic / static if static else 1.0
 
 
-def _delay(plan: Any, motors: Sequence[str], tick_s: float, kept: Any) -> Any:
+def _delay(plan: SimulationPlan, motors: Sequence[str], tick_s: float, kept: JsonValue
+           ) -> JsonValue:
     if not motors:
         return kept
     by_id = {a.id: a for a in plan.actuators}
@@ -126,8 +137,9 @@ def _delay(plan: Any, motors: Sequence[str], tick_s: float, kept: Any) -> Any:
     return int(round(steps)) if abs(steps - round(steps)) < 1e-9 else steps
 
 
-def _bounds(raw: list[Any], joints: Sequence[str], motors: Sequence[str],
-            parameters: Sequence[CalibrationParameter], tick_s: float) -> list[list[Any]]:
+def _bounds(raw: Sequence[JsonValue], joints: Sequence[str], motors: Sequence[str],
+            parameters: Sequence[CalibrationParameter], tick_s: float
+            ) -> list[Sequence[JsonValue]]:
     """Per raw entry: the range of the request parameter that fitted it, else ``[v, v]``
     (held). ``mu_static`` takes the frictionloss range when it is the frictionloss (no
     imported ratio); ``dynamic_ratio`` is never fitted here."""
@@ -139,7 +151,7 @@ def _bounds(raw: list[Any], joints: Sequence[str], motors: Sequence[str],
             name = described.get("object") or described.get("component")
             ranges[(str(kind), str(name))] = [float(parameter.lower), float(parameter.upper)]
     n = len(joints)
-    out = [[value, value] for value in raw]
+    out: list[Sequence[JsonValue]] = [[value, value] for value in raw]
     for i, joint in enumerate(joints):
         out[i] = ranges.get(("joint_armature", joint), out[i])
         if raw[2 * n + i] == 1.0:  # mu_static = mu_dynamic = frictionloss
@@ -152,11 +164,11 @@ def _bounds(raw: list[Any], joints: Sequence[str], motors: Sequence[str],
     return out
 
 
-def trajectories(request: Any) -> list[dict[str, Any]]:
+def trajectories(request: CalibrationRequest) -> list[JsonObject]:
     """The training episodes as the lab's ``source.trajectories`` entries."""
-    out = []
+    out: list[JsonObject] = []
     for episode in request.training:
-        info = dict(episode.source or {})
+        info: SourceSummary = episode.source or {}
         gains = None
         sidecar = info.get("sidecar") or (str(Path(info["path"]).with_suffix(".json"))
                                           if info.get("format") == "franka_sysid" else None)
@@ -173,7 +185,7 @@ def trajectories(request: Any) -> list[dict[str, Any]]:
     return out
 
 
-def fitted_joints(request: Any, plan: Any) -> list[str]:
+def fitted_joints(request: CalibrationRequest, plan: SimulationPlan) -> list[str]:
     """The joints of a request's sysid document: its joint_position observations in order,
     else the joints its parameters target, in model order."""
     observed = [o.name for o in request.observations if o.source == "joint_position" and o.name]
@@ -192,6 +204,14 @@ def fitted_joints(request: Any, plan: Any) -> list[str]:
     return joints
 
 
+def _mapping(value: JsonValue) -> Mapping[str, JsonValue] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _number(value: JsonValue) -> float | None:
+    return value if isinstance(value, (int, float)) else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fibril_calibration.sysid_export",
                                      description=__doc__.splitlines()[0])
@@ -208,25 +228,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        source: Any = {}
+        source: Mapping[str, JsonValue] = {}
         overlays = None
         if args.overlay is not None:  # an imported lab file keeps what MuJoCo cannot hold
             overlays = load_overlay_artifact(args.overlay).parameters
-            source = json.loads(args.overlay.read_text(encoding="utf-8")).get("source") or {}
-        if not isinstance(source, dict) or source.get("format") != "sysid_best_params.json":
-            source = {}
+            found = json.loads(args.overlay.read_text(encoding="utf-8")).get("source") or {}
+            if isinstance(found, dict) and found.get("format") == "sysid_best_params.json":
+                source = found
         plan = SimulationBuilder().build(args.manifest, overlays)
         document = sysid_document(plan, [j for j in args.joints.split(",") if j],
                                   motors=[m for m in args.motors.split(",") if m],
-                                  tick_s=args.tick, not_mapped=source.get("not_mapped"),
-                                  best_score=source.get("best_score"),
+                                  tick_s=args.tick,
+                                  not_mapped=_mapping(source.get("not_mapped")),
+                                  best_score=_number(source.get("best_score")),
                                   args={"argv": list(argv if argv is not None
                                                      else sys.argv[1:])})
-        write_atomic(args.output, to_json(strict(document)))
+        write_atomic(args.output, to_json(strict_object(document)))
     except (FibrilError, OSError, ValueError) as exc:
         print(f"sysid_export: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.output}: {len(document['best_params_raw'])} value(s)")
+    print(f"{args.output}: {len(json_list(document['best_params_raw']))} value(s)")
     return 0
 
 

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from .._json import finite_or_none, matrix_or_none
+from .._json import JsonObject, finite_or_none, matrix_or_none
 
 NULL_LOADING_TOLERANCE = 1e-6
 RANK_RELATIVE_TOLERANCE = float(np.sqrt(np.finfo(float).eps))
@@ -105,13 +104,13 @@ class LocalAnalysis:
         z = float(norm.ppf(0.5 + CONFIDENCE_LEVEL / 2.0))
         return np.column_stack([self.fitted - z * sd, self.fitted + z * sd])
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         ids = self.parameter_ids
         sd = self.standard_deviations
         iv = self.intervals
         per_parameter = []
         for i, pid in enumerate(ids):
-            entry: dict[str, Any] = {
+            entry: JsonObject = {
                 "id": pid,
                 "identifiable": bool(self.identifiable[i]),
                 "physical_scale": float(self.physical_scale[i]),
@@ -240,7 +239,7 @@ class InformationMatrix:
             return None
         return float(np.sum(np.log(self.eigenvalues)))
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "name": self.name,
             "coordinate_system": {

@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.optimize import toms748
 
-from .._json import finite_or_none
+from .._json import JsonObject, finite_or_none
 from ..errors import EvaluationError
 from ..solve.objective import Objective
 from ..solve.optimizer import CONVERGED, Tolerances, minimize
@@ -47,7 +46,7 @@ class ProfilePoint:
     physical: tuple[float, ...]
     is_optimum: bool = False
 
-    def to_document(self, ids: tuple[str, ...]) -> dict[str, Any]:
+    def to_document(self, ids: tuple[str, ...]) -> JsonObject:
         return {
             "value": self.value,
             "objective": finite_or_none(self.objective),
@@ -68,8 +67,8 @@ class ParameterProfile:
     upper_limited: bool | None
     lower_objective_found: bool
 
-    def to_document(self, ids: tuple[str, ...]) -> dict[str, Any]:
-        doc: dict[str, Any] = {
+    def to_document(self, ids: tuple[str, ...]) -> JsonObject:
+        doc: JsonObject = {
             "parameter": self.parameter,
             "points": [p.to_document(ids) for p in self.points],
             "refinement_evaluations": len(self.refinements),
@@ -97,7 +96,7 @@ class ProfileLikelihood:
                 return p
         raise KeyError(parameter)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "objective": "2 * cost (robustified data sum of squares + prior sum of squares)",
             "samples_per_parameter": self.samples_per_parameter,

@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from .._json import JsonObject
 from ..evaluation import ResidualBlock
 
 
@@ -33,7 +33,7 @@ def _corrected(sse: float, count: int, removed: int) -> float | None:
     return math.sqrt(sse / (count - removed)) if count > removed else None
 
 
-def _dof_fields(sse: float, count: int, removed: int) -> dict[str, Any]:
+def _dof_fields(sse: float, count: int, removed: int) -> JsonObject:
     if not removed:
         return {}
     return {"nuisance_degrees_of_freedom": removed,
@@ -50,7 +50,7 @@ class SignalSummary:
     def rms(self) -> float | None:
         return _rms(self.sse, self.count)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"signal": self.signal, "count": self.count, "sse": self.sse, "rms": self.rms}
 
 
@@ -72,7 +72,7 @@ class EpisodeSummary:
         return _corrected(self.sse, self.count, self.nuisance_dof) if self.nuisance_dof \
             else self.rms
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "episode": self.episode,
             "count": self.count,
@@ -110,7 +110,7 @@ class ResidualSummary:
     def episode_ids(self) -> tuple[str, ...]:
         return tuple(e.episode for e in self.episodes)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "aggregate": {"count": self.count, "sse": self.sse, "rms": self.rms,
                           **_dof_fields(self.sse, self.count, self.nuisance_dof)},

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from .._json import finite_or_none
+from .._json import JsonObject, finite_or_none
 from ..errors import CalibrationRequestError
 from ..parameters import CoordinateMap
 from .summaries import ResidualSummary
@@ -69,7 +68,7 @@ class FitCriteria:
             and not self.reject_parameter_near_bound
         )
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "max_training_rms": self.max_training_rms,
             "max_validation_rms": self.max_validation_rms,
@@ -85,9 +84,9 @@ class FitVerdict:
     verdict: str
     reasons: tuple[str, ...]
     criteria: FitCriteria | None
-    measurements: dict[str, Any] = field(default_factory=dict)
+    measurements: JsonObject = field(default_factory=dict)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "verdict": self.verdict,
             "reasons": list(self.reasons),
@@ -125,7 +124,7 @@ def judge(
     fractions = bound_fractions(cmap, coordinate)
     training_rms = training.criterion_rms
     validation_rms = None if validation is None else validation.criterion_rms
-    measurements: dict[str, Any] = {
+    measurements: JsonObject = {
         "training_rms": training_rms,
         "validation_rms": validation_rms,
         "local_condition_number": finite_or_none(condition_number),

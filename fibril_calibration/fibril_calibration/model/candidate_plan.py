@@ -12,9 +12,9 @@ extension config) without changing the calibration core.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
@@ -23,6 +23,9 @@ from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterO
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
 from ..parameters import CalibrationParameter
+
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayTarget
 
 CalibrationParameterValues = Mapping[str, float]
 """Physical values by parameter id (declaration order)."""
@@ -71,7 +74,9 @@ class CandidatePlanBuilder:
         self._template: ParameterOverlays | None = None
 
     @classmethod
-    def holding(cls, fixed: Sequence[OverlayParameter]) -> Any:
+    def holding(cls, fixed: Sequence[OverlayParameter]
+                ) -> Callable[[SimulationManifest | str | Path, Sequence[CalibrationParameter]],
+                              CandidatePlanBuilder]:
         """A ``(manifest, parameters) -> builder`` factory whose builders hold ``fixed``
         overlays in every candidate (a request's ``fixed_overlays``); the class itself when
         there are none."""
@@ -85,8 +90,10 @@ class CandidatePlanBuilder:
         missing = [p.id for p in self.parameters if p.id not in values]
         if missing:
             raise KeyError(f"no value for parameter(s) {', '.join(missing)}")
-        return tuple(OverlayParameter(p.id, float(values[p.id]), tuple(p.targets), p.unit,
-                                      p.provenance) for p in self.parameters)
+        # time offsets are taken off before a builder is made (time_offsets.candidate_builder)
+        return tuple(OverlayParameter(p.id, float(values[p.id]),
+                                      cast("tuple[OverlayTarget, ...]", tuple(p.targets)),
+                                      p.unit, p.provenance) for p in self.parameters)
 
     def build(self, values: CalibrationParameterValues) -> SimulationPlan:
         template = self._template

@@ -27,14 +27,16 @@ evaluation of a scope, or wherever ``refresh_initial_state_fit`` is called.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypedDict
 
 import mujoco
 import numpy as np
 
 from fibril_sim_core import _schema as s
+
+from .._json import JsonObject
 
 PARTS = ("qpos", "qvel")
 # Forward-difference steps: ``BASE_STEPS[part] * max(1, |x0|)`` (rad or m, rad/s or m/s):
@@ -55,6 +57,28 @@ def step(part: str, value: float) -> float:
     return BASE_STEPS[part] * max(1.0, abs(float(value)))
 
 
+class InitialStateEntry(TypedDict, total=False):
+    """One checked ``initial_state`` entry: a joint's qpos / qvel, a mocap body's pos / quat,
+    or an actuator's activation (``type`` says which)."""
+
+    type: str
+    joint: str
+    body: str
+    actuator: str
+    qpos: list[float]
+    qvel: list[float]
+    pos: list[float]
+    quat: list[float]
+    act: list[float]
+
+
+class _Episode(Protocol):
+    """An episode as read here (the request's ``EpisodeSpec``, a layer above)."""
+
+    @property
+    def initial_state(self) -> tuple[InitialStateEntry, ...]: ...
+
+
 @dataclass(frozen=True)
 class Coordinate:
     """One nuisance coordinate: ``initial_state[entry][part]`` of a hinge or slide joint."""
@@ -68,8 +92,8 @@ class Coordinate:
         return f"{self.joint}.{self.part}"
 
 
-def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]],
-          model: Any) -> tuple[str, ...]:
+def parse(value: object, where: s.Where, initial_state: Sequence[InitialStateEntry],
+          model: mujoco.MjModel) -> tuple[str, ...]:
     """``initial_state_fit``: a list of ``qpos`` / ``qvel``; every joint entry of the episode's
     initial_state that sets such a part must be a hinge or slide joint (one value)."""
     parts = s.sequence(value, where)
@@ -99,19 +123,30 @@ def parse(value: Any, where: s.Where, initial_state: Sequence[Mapping[str, Any]]
     return tuple(out)
 
 
-def coordinates(initial_state: Sequence[Mapping[str, Any]],
+def coordinates(initial_state: Sequence[InitialStateEntry],
                 parts: Sequence[str]) -> tuple[Coordinate, ...]:
     return tuple(Coordinate(i, entry["joint"], part)
                  for i, entry in enumerate(initial_state) if entry.get("type") == "joint"
                  for part in PARTS if part in parts and part in entry)
 
 
-def perturbed(episode: Any, coordinate: Coordinate, step: float) -> Any:
-    """The episode with one initial-state coordinate moved by ``step``."""
-    state = [dict(entry) for entry in episode.initial_state]
-    entry = state[coordinate.entry]
-    entry[coordinate.part] = [float(entry[coordinate.part][0]) + step]
-    return replace(episode, initial_state=tuple(state))
+def perturbed(initial_state: Sequence[InitialStateEntry], coordinate: Coordinate,
+              step: float) -> tuple[InitialStateEntry, ...]:
+    """The initial state with one coordinate moved by ``step``."""
+    state = list(initial_state)
+    entry = state[coordinate.entry].copy()
+    moved = [float(part_values(entry, coordinate.part)[0]) + step]
+    if coordinate.part == "qpos":
+        entry["qpos"] = moved
+    else:
+        entry["qvel"] = moved
+    state[coordinate.entry] = entry
+    return tuple(state)
+
+
+def part_values(entry: InitialStateEntry, part: str) -> list[float]:
+    """A joint entry's ``qpos`` or ``qvel`` (``PARTS``)."""
+    return entry["qpos"] if part == "qpos" else entry["qvel"]
 
 
 @dataclass(frozen=True)
@@ -171,15 +206,17 @@ class InitialStateProjection:
         return float(s[0] / s[-1]) if s[-1] > 0.0 else float("inf")
 
 
-def describe(episode: Any, projection: InitialStateProjection, raw: np.ndarray) -> dict[str, Any]:
+def describe(episode: _Episode, projection: InitialStateProjection, raw: np.ndarray
+             ) -> JsonObject:
     """The nuisance estimates of one episode (result document)."""
     delta = projection.offsets(raw)
     identified = projection.identified
-    estimates = {}
+    estimates: JsonObject = {}
     steps = projection.steps or (None,) * len(projection.coordinates)
     for coordinate, d, ok, h in zip(projection.coordinates, delta.tolist(), identified.tolist(),
                                     steps):
-        logged = float(episode.initial_state[coordinate.entry][coordinate.part][0])
+        logged = float(part_values(episode.initial_state[coordinate.entry],
+                                   coordinate.part)[0])
         estimates[coordinate.label] = {"logged": logged, "offset": d, "estimate": logged + d,
                                        "identified": bool(ok), "step": h}
     condition = projection.condition_number

@@ -38,13 +38,15 @@ snapshots, so no extra ``mj_forward`` ever runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from fibril_sim_core import _schema as s
 
+from .._json import JsonObject
 from ..errors import EvaluationError
 from .decoders import CalibrationDeviceOutputDecoderRegistry
 
@@ -131,9 +133,9 @@ class ObservationSpec:
     def residual_components(self) -> tuple[str, ...]:
         return ("rx", "ry", "rz") if self.quaternion else self.components
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """The selector as a JSON mapping (for the observation spec hash and the result)."""
-        out: dict[str, Any] = {"id": self.id, "source": self.source}
+        out: JsonObject = {"id": self.id, "source": self.source}
         if self.name is not None:
             out["name"] = self.name
         if self.indices is not None:
@@ -150,7 +152,7 @@ class ObservationSpec:
 
 # --------------------------------------------------------------------------- parsing
 
-def parse_observation(raw: Any, where: s.Where, plan: SimulationPlan,
+def parse_observation(raw: object, where: s.Where, plan: SimulationPlan,
                       decoders: CalibrationDeviceOutputDecoderRegistry) -> ObservationSpec:
     """Validate one ``observations[i]`` entry against the nominal plan's compiled model."""
     body = s.mapping(raw, where)
@@ -283,7 +285,7 @@ def _lookup(model: mujoco.MjModel, objtype: mujoco.mjtObj, name: str | None, whe
     return index
 
 
-def _indices(raw: Any, where: s.Where, size: int, names: tuple[str, ...],
+def _indices(raw: object, where: s.Where, size: int, names: tuple[str, ...],
              what: str) -> tuple[int, ...]:
     items = s.sequence(raw, where)
     if not items:
@@ -314,7 +316,7 @@ class SnapshotReader:
     """Where a snapshot selector's values live in MjData for one compiled model."""
 
     array: str  # qpos, qvel, sensordata, xpos, xquat
-    index: Any  # slice, int array or (row, slice)
+    index: slice | npt.NDArray[np.intp] | tuple[int, slice]  # into the MjData array
 
     def read(self, data: mujoco.MjData) -> np.ndarray:
         result: np.ndarray = getattr(data, self.array)[self.index]

@@ -31,6 +31,7 @@ import importlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = ["BAG_READERS", "Rosbag2PyReader", "choose_reader", "import_rosbag2_py"]
@@ -39,7 +40,7 @@ BAG_READERS = ("rosbags", "rosbag2_py", "auto")
 _STORAGE_IDS = {"rosbag2": "", "mcap": "mcap", "sqlite3": "sqlite3"}  # "": rosbag2 decides
 
 
-def import_rosbag2_py() -> Any | None:
+def import_rosbag2_py() -> ModuleType | None:
     """The ``rosbag2_py`` module, or None when it does not import here."""
     try:
         return importlib.import_module("rosbag2_py")
@@ -66,7 +67,7 @@ def choose_reader(requested: str, label: str) -> str:
 class _Definition:
     """No embedded definition (what rosbags calls a connection's msgdef)."""
 
-    format: Any = None
+    format: object = None
     data: str = ""
 
 
@@ -85,16 +86,16 @@ class Rosbag2PyReader:
     """A bag read with rosbag2_py, behind the subset of rosbags' Reader that BagSource uses
     (``open``, ``connections``, ``messages(connections=...)``, ``close``)."""
 
-    def __init__(self, path: Path, format: str, module: Any | None = None) -> None:
+    def __init__(self, path: Path, format: str, module: ModuleType | None = None) -> None:
         self.path = path
         found = module or import_rosbag2_py()
         if found is None:
             raise OSError("rosbag2_py does not import here")
-        self._module: Any = found  # rosbag2_py: untyped (a ROS installation's)
+        self._module = found  # rosbag2_py: untyped (a ROS installation's)
         self._storage_id = _STORAGE_IDS.get(format, "")
         self.connections: list[Connection] = []
 
-    def _reader(self) -> Any:
+    def _reader(self) -> Any:  # rosbag2_py.SequentialReader (untyped)
         m = self._module
         reader = m.SequentialReader()
         try:
@@ -140,7 +141,7 @@ class Rosbag2PyReader:
         """Readers are opened per pass and closed after it: nothing stays open."""
 
 
-def _close(reader: Any) -> None:
+def _close(reader: object) -> None:
     close = getattr(reader, "close", None)
     if close is not None:
         close()

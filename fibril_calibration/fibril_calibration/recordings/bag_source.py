@@ -15,13 +15,16 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .message_fields import FieldError, accessor, short_type
+from .message_fields import FieldError, Row, accessor, short_type
 from .sources import MOTOR_COMMAND, MOTOR_MODES, Source, SourceError, SourceInfo, Stream, \
     check_stream, listing, when
+
+if TYPE_CHECKING:  # rosbags loads on use
+    from rosbags.typesys.store import Typestore
 
 __all__ = ["BagSource"]
 
@@ -86,9 +89,9 @@ class BagSource(Source):
         self._index_connections()
         # What the storage's own redundancy could not vouch for (said in the result, stderr).
         self.warnings: tuple[str, ...] = self._check_storage()
-        self._typestore: Any = None
+        self._typestore: Typestore | None = None
         self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
-        self._messages: dict[str, list[Any]] = {}
+        self._messages: dict[str, list[Any]] = {}  # decoded ROS messages (the boundary)
         self._joints: dict[str, _JointTable | None] = {}
 
     def _storage_files(self) -> list[Path]:
@@ -330,7 +333,7 @@ class BagSource(Source):
             label += f" field {field!r}"
             extract, components = accessor(field, messages[0], msgtype, label, self.path,
                                             topic)
-            rows: list[Any] = []
+            rows: list[Row] = []
             try:
                 for message in messages:
                     rows.append(extract(message))

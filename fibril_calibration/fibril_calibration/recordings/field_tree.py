@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .sources import SourceError
+
+if TYPE_CHECKING:  # rosbags loads on use
+    from rosbags.rosbag2 import Reader
 
 __all__ = ["FieldLine", "field_tree", "fields_text"]
 
@@ -61,7 +64,7 @@ def field_tree(path: Path, topic: str, *, types: Sequence[Path] = ()) -> tuple[s
     return msgtype, lines
 
 
-def _open_rosbags(path: Path) -> Any:
+def _open_rosbags(path: Path) -> Reader:
     from rosbags.rosbag2 import Reader
 
     if not path.exists():
@@ -77,7 +80,7 @@ def _open_rosbags(path: Path) -> Any:
 _VECTOR = {"x", "y", "z"}
 
 
-def _walk(defs: dict[str, Any], msgtype: str, prefix: str, value: Any,
+def _walk(defs: dict[str, Any], msgtype: str, prefix: str, value: object,
           lines: list[FieldLine], depth: int) -> None:
     if depth > 20:
         return

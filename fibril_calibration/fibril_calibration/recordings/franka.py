@@ -36,9 +36,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
+
+from .._json import JsonObject, JsonValue, json_list, json_object
 
 from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
                              anchor_relative, check_schema, parse_abort, ring_log_issues)
@@ -52,11 +53,20 @@ _JOINT_GROUPS = ("q", "dq", "tau", "tau_J")
 _ROTVEC = ("rotvec_des_x", "rotvec_des_y", "rotvec_des_z")
 _XREL = ("xrel_des_x", "xrel_des_y", "xrel_des_z")
 TARGETS = "targets."
+#: a source's own column reader (the base class's, past the derived columns)
+Column = Callable[[str], npt.NDArray[np.float64]]
 _TARGET_COLUMNS = ("target_idx", "head", "seq_effective", "x_des_x", "x_des_y", "x_des_z",
                    "quat_des_x", "quat_des_y", "quat_des_z", "quat_des_w")
 
 
-def _frame(value: Any, where: str) -> int:
+def _float(value: JsonValue) -> float:
+    """A sidecar number (a numeric string too, as float() reads it); TypeError otherwise."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def _frame(value: object, where: str) -> int:
     """A sidecar frame number: an integer (or an integral, finite float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and not (np.isfinite(value) and value == round(value))):
@@ -79,7 +89,7 @@ class FrankaSource(CsvSource):
         sidecar = sidecar or path.with_suffix(".json")
         label = f"recording {str(path)!r}"
         try:
-            self.sidecar = json.loads(sidecar.read_text(encoding="utf-8"))
+            loaded = json.loads(sidecar.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise SourceError(f"{label}: its sidecar {str(sidecar)!r} does not exist (the "
                               f"franka_sysid format is a CSV plus <stem>.json; name another "
@@ -87,8 +97,9 @@ class FrankaSource(CsvSource):
         except (OSError, ValueError) as exc:
             raise SourceError(f"{label}: cannot read its sidecar {str(sidecar)!r}: "
                               f"{exc}") from None
-        if not isinstance(self.sidecar, dict):
+        if not isinstance(loaded, dict):
             raise SourceError(f"sidecar {str(sidecar)!r}: expected a JSON object")
+        self.sidecar: dict[str, JsonValue] = loaded
         self.sidecar_path = sidecar
         self._targets: RingTargets | None = None
         try:
@@ -172,11 +183,11 @@ class FrankaSource(CsvSource):
         return abort
 
     @property
-    def ring_log_report(self) -> dict[str, Any] | None:
+    def ring_log_report(self) -> JsonObject | None:
         """What the episode's source info says of the ring log's problems and the abort."""
         if not self.ring_issues and self.abort is None:
             return None
-        report: dict[str, Any] = self.ring_issues.report(self.accepted)
+        report = self.ring_issues.report(self.accepted)
         if self.abort is not None:
             kept = self._rows if self._keep is None else self._keep
             report["abort"] = {"code": self.abort.code, "name": self.abort.name,
@@ -206,12 +217,12 @@ class FrankaSource(CsvSource):
     def times_ns(self, value: np.ndarray) -> None:
         CsvSource.times_ns.fset(self, value)  # type: ignore[attr-defined]
 
-    def _forbidden(self, ring: dict[str, Any]) -> list[tuple[int, int, str]]:
+    def _forbidden(self, ring: Mapping[str, JsonValue]) -> list[tuple[int, int, str]]:
         """(start ns, end ns, reason) spans no window may cross."""
         where = f"sidecar {str(self.sidecar_path)!r} ring_log"
         out: list[tuple[int, int, str]] = []
         first = self.seq_first
-        for gap in ring.get("gaps") or []:
+        for gap in json_list(ring.get("gaps") or [], f"{where}.gaps"):
             if not (isinstance(gap, (list, tuple)) and len(gap) == 2):
                 raise SourceError(f"{where}.gaps: expected [first_seq, last_seq] pairs, got "
                                   f"{gap!r}")
@@ -243,7 +254,7 @@ class FrankaSource(CsvSource):
 
     def sidecar_value(self, key: str, index: int | None) -> list[float]:
         """A numeric sidecar entry (``q_init``, ``args.kp_pos``: dotted), or one element."""
-        node: Any = self.sidecar
+        node: JsonValue = self.sidecar
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
                 raise SourceError(f"sidecar {str(self.sidecar_path)!r} has no {key!r}")
@@ -255,7 +266,7 @@ class FrankaSource(CsvSource):
                                   f"{len(values)} value(s), no index {index}")
             values = [values[index]]
         try:
-            out = [float(v) for v in values]
+            out = [_float(v) for v in values]
         except (TypeError, ValueError):
             raise SourceError(f"sidecar {str(self.sidecar_path)!r} {key!r} is not numeric: "
                               f"{node!r}") from None
@@ -279,7 +290,7 @@ class FrankaSource(CsvSource):
         return self._targets
 
     @property
-    def targets_report(self) -> dict[str, Any] | None:
+    def targets_report(self) -> JsonObject | None:
         """How the targets file was placed and checked (None until a targets. column is read)."""
         return None if self._targets is None else dict(self._targets.report)
 
@@ -292,7 +303,7 @@ class FrankaSource(CsvSource):
         beside = self.path.with_name(f"{self.path.stem}_targets.csv")
         if beside.is_file():
             return beside
-        ring = self.sidecar.get("ring_log") or {}
+        ring = json_object(self.sidecar.get("ring_log") or {}, "ring_log")  # checked: a mapping
         named = ring.get("targets_path")
         if isinstance(named, str) and named:
             candidate = Path(named)
@@ -348,13 +359,13 @@ class FrankaSource(CsvSource):
                               message_type=message_type, check_values=check_values)
 
 
-def episode_recording(info: Mapping[str, Any]) -> FrankaSource:
+def episode_recording(info: Mapping[str, object]) -> FrankaSource:
     """The franka_sysid run of an episode's source info, opened again as the request read it
     (its sidecar, the ring-log problems it accepted, an abort it truncated at)."""
-    report = info.get("ring_log") or {}
-    return FrankaSource(Path(info["path"]),
-                        Path(info["sidecar"]) if info.get("sidecar") else None,
-                        accept=tuple(report.get("accepted") or ()),
+    report = json_object(info.get("ring_log") or {}, "ring_log")
+    sidecar = info.get("sidecar")
+    return FrankaSource(Path(str(info["path"])), Path(str(sidecar)) if sidecar else None,
+                        accept=tuple(str(a) for a in json_list(report.get("accepted") or ())),
                         abort="truncate" if report.get("abort") else "refuse")
 
 
@@ -428,7 +439,7 @@ class RingTargets(CsvSource):
             n = int(wrong[0])
             raise SourceError(f"{label} column 'target_idx' line {n + 2}: expected {n} (one row "
                               f"per target, in order), got {int(index[n])}")
-        declared = (run.sidecar.get("ring_log") or {}).get("num_targets")
+        declared = json_object(run.sidecar.get("ring_log") or {}).get("num_targets")
         if isinstance(declared, int) and not isinstance(declared, bool) and declared and \
                 declared != index.size:
             raise SourceError(f"{label} has {index.size} target row(s), the sidecar "
@@ -436,7 +447,7 @@ class RingTargets(CsvSource):
         head = self.column("head").astype(np.int64)
         in_force = head + 1  # setpoint k is in force from seq = head_k + 1
         late = self.column("seq_effective").astype(np.int64) - in_force
-        self.report: dict[str, Any] = {
+        self.report: JsonObject = {
             "placed_at": "head + 1 (the data-format document's first frame in force)",
             "targets": int(index.size),
             "seq_effective_late_rows": int(np.count_nonzero(late)),
@@ -509,7 +520,7 @@ class RingTargets(CsvSource):
         return out
 
 
-def _derived(source: Any, name: str, column: Any) -> np.ndarray | None:
+def _derived(source: FrankaSource | RingTargets, name: str, column: Column) -> np.ndarray | None:
     """A column computed from the file's and the sidecar's (``rotvec_des_*``,
     ``xrel_des_*``), cached on the source; None for any other name (or one the file has)."""
     if name in source._index:
@@ -529,7 +540,7 @@ def _derived(source: Any, name: str, column: Any) -> np.ndarray | None:
     return cached
 
 
-def _xrel(source: Any, column: Any) -> list[np.ndarray]:
+def _xrel(source: FrankaSource | RingTargets, column: Column) -> list[np.ndarray]:
     """The xrel_des columns: ``x_des_*`` in the anchor frame (``x_anchor``,
     ``q_anchor_xyzw``): the position setpoints of site actuators whose reference site is the
     anchor, as rotvec_des are the orientation ones."""
@@ -541,8 +552,8 @@ def _xrel(source: Any, column: Any) -> list[np.ndarray]:
     return [np.ascontiguousarray(relative[:, i]) for i in range(3)]
 
 
-def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
-            column: Any) -> list[np.ndarray]:
+def _rotvec(source: CsvSource, sidecar: Mapping[str, JsonValue], sidecar_path: Path,
+            column: Column) -> list[np.ndarray]:
     """The rotvec_des columns of ``source``: ``log(conj(q_anchor) ⊗ q_des)``."""
     from ..alignment import quat_error
 
@@ -556,7 +567,7 @@ def _rotvec(source: CsvSource, sidecar: dict[str, Any], sidecar_path: Path,
     return [np.ascontiguousarray(rotvec[:, i]) for i in range(3)]
 
 
-def _finite_columns(source: Any, column: Any, stem: str, axes: str) -> np.ndarray:
+def _finite_columns(source: CsvSource, column: Column, stem: str, axes: str) -> np.ndarray:
     """The columns ``stem + axis`` side by side; a row with NaN is a SourceError."""
     values = np.column_stack([column(f"{stem}{c}") for c in axes])
     bad = ~np.all(np.isfinite(values), axis=1)

@@ -19,9 +19,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+from .._json import JsonObject
+
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayParameter
 
 __all__ = ["ACCEPTABLE", "ABORT_POLICIES", "CONTROLLERS", "SCHEMA_VERSIONS", "TARGET_KINDS",
            "Abort", "RingLogIssues", "anchor_relative", "check_schema", "gains", "parse_abort",
@@ -44,7 +50,7 @@ class SidecarProblem(ValueError):
     """A sidecar that cannot be used as it is; the message names file and key."""
 
 
-def check_schema(sidecar: Mapping[str, Any], path: Path) -> None:
+def check_schema(sidecar: Mapping[str, object], path: Path) -> None:
     version = sidecar.get("schema_version")
     if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
         shown = "no schema_version" if "schema_version" not in sidecar else \
@@ -64,7 +70,7 @@ class RingLogIssues:
     def __bool__(self) -> bool:
         return bool(self.dropped_frames or self.save_error)
 
-    def report(self, accepted: Sequence[str]) -> dict[str, Any]:
+    def report(self, accepted: Sequence[str]) -> JsonObject:
         return {"dropped_frames": self.dropped_frames, "save_error": self.save_error,
                 "accepted": [a for a in accepted if a in self.present]}
 
@@ -74,7 +80,7 @@ class RingLogIssues:
                                            ("save_error", self.save_error is not None)) if on)
 
 
-def ring_log_issues(sidecar: Mapping[str, Any], path: Path) -> RingLogIssues:
+def ring_log_issues(sidecar: Mapping[str, object], path: Path) -> RingLogIssues:
     ring = sidecar.get("ring_log")
     if ring is None:
         return RingLogIssues()
@@ -108,7 +114,7 @@ class Abort:
                 f"{self.time_s:g} s")
 
 
-def parse_abort(sidecar: Mapping[str, Any], path: Path) -> Abort | None:
+def parse_abort(sidecar: Mapping[str, object], path: Path) -> Abort | None:
     """The run's abort, or None for a clean run (no block, or ``code`` 0)."""
     block = sidecar.get("abort")
     if block is None:
@@ -132,7 +138,8 @@ def parse_abort(sidecar: Mapping[str, Any], path: Path) -> Abort | None:
     return Abort(int(code), str(block.get("name", "")), value, float(time_s))
 
 
-def anchor(sidecar: Mapping[str, Any], path: Path) -> tuple[np.ndarray, np.ndarray]:
+def anchor(sidecar: Mapping[str, object], path: Path
+           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(``x_anchor`` (3), ``q_anchor_xyzw`` as wxyz (4), normalised)."""
     position, orientation = sidecar.get("x_anchor"), sidecar.get("q_anchor_xyzw")
     if not (_numbers(position, 3) and _numbers(orientation, 4)):
@@ -148,8 +155,8 @@ def anchor(sidecar: Mapping[str, Any], path: Path) -> tuple[np.ndarray, np.ndarr
     return np.array([float(v) for v in position]), quat / norm
 
 
-def anchor_relative(positions: np.ndarray, sidecar: Mapping[str, Any],
-                    path: Path) -> np.ndarray:
+def anchor_relative(positions: npt.ArrayLike, sidecar: Mapping[str, object],
+                    path: Path) -> npt.NDArray[np.float64]:
     """Target positions (n, 3) in the anchor frame: ``R(q_anchor)ᵀ (x_des - x_anchor)``, the
     setpoint of a site actuator whose reference site is the anchor."""
     origin, quat = anchor(sidecar, path)
@@ -157,11 +164,12 @@ def anchor_relative(positions: np.ndarray, sidecar: Mapping[str, Any],
     rotation = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
                          [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
                          [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-    relative: np.ndarray = (np.asarray(positions, dtype=np.float64) - origin) @ rotation
+    relative: npt.NDArray[np.float64] = (
+        (np.asarray(positions, dtype=np.float64) - origin) @ rotation)
     return relative
 
 
-def gains(sidecar: Mapping[str, Any], path: Path) -> dict[str, float]:
+def gains(sidecar: Mapping[str, object], path: Path) -> dict[str, float]:
     """``args.kp_pos``, ``kd_pos``, ``kp_ori``, ``kd_ori``: positive numbers."""
     args = sidecar.get("args")
     if not isinstance(args, Mapping):
@@ -178,7 +186,7 @@ def gains(sidecar: Mapping[str, Any], path: Path) -> dict[str, float]:
     return out
 
 
-def _numbers(value: Any, count: int) -> bool:
+def _numbers(value: object, count: int) -> bool:
     return (isinstance(value, (list, tuple)) and len(value) == count
             and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                     and math.isfinite(v) for v in value))
@@ -190,16 +198,17 @@ POSITION_ACTUATORS = ("ee_x", "ee_y", "ee_z")
 ORIENTATION_ACTUATORS = ("ee_rx", "ee_ry", "ee_rz")
 
 
-def gain_overlays(sidecar: Mapping[str, Any], path: Path, *,
+def gain_overlays(sidecar: Mapping[str, object], path: Path, *,
                   position: Sequence[str] = POSITION_ACTUATORS,
-                  orientation: Sequence[str] = ORIENTATION_ACTUATORS) -> tuple[Any, ...]:
+                  orientation: Sequence[str] = ORIENTATION_ACTUATORS
+                  ) -> tuple[OverlayParameter, ...]:
     """The run's ``args.kp_*`` / ``kd_*`` as overlay parameters of the impedance's actuators:
     ``actuator_position_kp`` / ``_kv`` of ``position`` (kp_pos, kd_pos) and ``orientation``
     (kp_ori, kd_ori), so the replay uses the gains the run was recorded with."""
     from fibril_sim_core.overlays import MujocoTarget, OverlayParameter
 
     values = gains(sidecar, path)
-    out = []
+    out: list[OverlayParameter] = []
     for key, kind, actuators, unit in (("kp_pos", "actuator_position_kp", position, "N_per_m"),
                                        ("kd_pos", "actuator_position_kv", position, "N_s_per_m"),
                                        ("kp_ori", "actuator_position_kp", orientation,

@@ -54,10 +54,11 @@ class McapIntegrity:
 class _Cursor:
     """Little-endian fields of one record's content; running past its end is damage."""
 
-    def __init__(self, data: memoryview, start: int, end: int, what: str) -> None:
+    def __init__(self, data: memoryview | bytes | mmap.mmap, start: int, end: int,
+                 what: str) -> None:
         self.data, self.at, self.end, self.what = data, start, end, what
 
-    def _take(self, size: int) -> memoryview:
+    def _take(self, size: int) -> memoryview | bytes:
         if size < 0 or self.at + size > self.end:
             raise McapDamage(f"{self.what} at byte {self.at} runs past its record")
         out = self.data[self.at:self.at + size]

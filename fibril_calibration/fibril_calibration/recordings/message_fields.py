@@ -8,13 +8,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .sources import SourceError, listing
 
 __all__ = ["FieldError", "accessor", "short_type"]
+
+#: one message's values: a tuple of floats or a flat numeric array
+Row = tuple[float, ...] | npt.NDArray[np.generic]
+#: a decoded message (rosbags or rclpy: a boundary, read by attribute) → its row
+Accessor = Callable[[object], Row]
 
 
 def short_type(msgtype: str) -> str:
@@ -30,8 +37,8 @@ class FieldError(Exception):
 _TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[([^\]]+)\])?$")
 
 
-def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None = None,
-              topic: str = "") -> tuple[Callable[[Any], Any], tuple[str, ...]]:
+def accessor(field: str, first: object, msgtype: str, label: str, path: Path | None = None,
+              topic: str = "") -> tuple[Accessor, tuple[str, ...]]:
     """A function message → row of floats for ``field``, and the row's component names.
 
     Built from the first message; later messages go through the same steps (a named index is
@@ -47,7 +54,7 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
         raise SourceError(f"{label}: only the last part of {field!r} may have an [index]")
     names = [name for name, _ in steps]
     index = steps[-1][1]
-    node = first
+    node: Any = first  # message fields: read by attribute
     parent = None
     for n, name in enumerate(names):
         if not hasattr(node, name):
@@ -57,8 +64,9 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
         parent, node = node, getattr(node, name)
     chain = tuple(names)
 
-    def walk(message: Any) -> tuple[Any, Any]:
-        parent, node = None, message
+    def walk(message: object) -> tuple[Any, Any]:
+        parent: object = None
+        node: Any = message
         for name in chain:
             parent, node = node, getattr(node, name)
         return parent, node
@@ -74,7 +82,7 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
                 raise SourceError(f"{label}: index {position} is out of range (the first "
                                   f"message has {size} element(s))")
 
-            def by_position(message: Any) -> Any:
+            def by_position(message: object) -> Row:
                 values = walk(message)[1]
                 try:
                     return (float(values[position]),)
@@ -90,19 +98,19 @@ def accessor(field: str, first: Any, msgtype: str, label: str, path: Path | None
         if index not in listed:
             raise SourceError(f"{label}: no element named {index!r}; the first message's "
                               f"{_listed(listed, 'names', path, topic)}")
-        cache: dict[str, Any] = {"names": listed, "position": listed.index(index)}
+        cache = _NamedIndex(listed, listed.index(index))
 
-        def by_name(message: Any) -> Any:
+        def by_name(message: object) -> Row:
             parent, values = walk(message)
             current = parent.name
-            if current != cache["names"]:
+            if current != cache.names:
                 current = list(current)
                 if index not in current:
                     raise FieldError(f"no element named {index!r} (names: "
                                       f"{', '.join(current)})")
-                cache["names"], cache["position"] = current, current.index(index)
+                cache.names, cache.position = current, current.index(index)
             try:
-                return (float(values[cache["position"]]),)
+                return (float(values[cache.position]),)
             except IndexError:
                 raise FieldError(f"{'.'.join(names)} has {len(values)} element(s) for "
                                   f"{len(current)} name(s)") from None
@@ -117,8 +125,16 @@ def _listed(names: Sequence[str], what: str, path: Path | None, topic: str) -> s
     return listing(names, what, path, f" --fields {topic}")
 
 
-def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype: str,
-          label: str) -> tuple[Callable[[Any], Any], tuple[str, ...]]:
+@dataclass
+class _NamedIndex:
+    """The ``name`` list last seen and the position of the named element in it."""
+
+    names: list[str]
+    position: int
+
+
+def _leaf(node: Any, walk: Callable[[object], tuple[Any, Any]], field: str, msgtype: str,
+          label: str) -> tuple[Accessor, tuple[str, ...]]:
     if isinstance(node, bool):
         return (lambda m: (float(walk(m)[1]),)), (field,)
     if isinstance(node, (int, float, np.number)):
@@ -126,8 +142,8 @@ def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype
     if isinstance(node, np.ndarray) and node.dtype.kind in "fiub":
         width = int(node.size)
 
-        def array(message: Any) -> Any:
-            values = walk(message)[1]
+        def array(message: object) -> Row:
+            values: npt.NDArray[np.generic] = walk(message)[1]
             if values.size != width:
                 raise FieldError(f"{field} has {values.size} element(s), the first message "
                                   f"{width}")
@@ -136,13 +152,13 @@ def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype
         return array, tuple(f"{field}[{i}]" for i in range(width))
     fields = set(_fields(node))
     if {"x", "y", "z", "w"} <= fields:  # a quaternion: calibration uses w, x, y, z
-        def quaternion(message: Any) -> Any:
+        def quaternion(message: object) -> Row:
             q = walk(message)[1]
             return (q.w, q.x, q.y, q.z)
 
         return quaternion, ("w", "x", "y", "z")
     if {"x", "y", "z"} <= fields:
-        def vector(message: Any) -> Any:
+        def vector(message: object) -> Row:
             v = walk(message)[1]
             return (v.x, v.y, v.z)
 
@@ -156,7 +172,7 @@ def _leaf(node: Any, walk: Callable[[Any], tuple[Any, Any]], field: str, msgtype
                       f"vector or quaternion")
 
 
-def _fields(node: Any) -> list[str]:
+def _fields(node: object) -> list[str]:
     names = getattr(node, "__dataclass_fields__", None)
     if names:
         return [n for n in names if n != "__msgtype__"]

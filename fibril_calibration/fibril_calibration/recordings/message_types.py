@@ -18,9 +18,38 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["bag_typestore", "bag_typestore_with", "missing_definition", "msg_folder_types"]
+if TYPE_CHECKING:  # rosbags loads on use (start-up time)
+    from rosbags.interfaces.typing import Fielddefs, Typesdict
+    from rosbags.typesys.store import Typestore
+
+__all__ = ["BagConnection", "bag_typestore", "bag_typestore_with", "missing_definition",
+           "msg_folder_types"]
+
+
+class MessageDefinition(Protocol):
+    """A connection's embedded definition: its format (MSG, IDL or none) and text."""
+
+    @property
+    def format(self) -> object: ...
+
+    @property
+    def data(self) -> str: ...
+
+
+class BagConnection(Protocol):
+    """One topic of a bag as read here: a rosbags ``Connection``, or the rosbag2_py reader's
+    (``bag_readers.Connection``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def msgtype(self) -> str: ...
+
+    @property
+    def msgdef(self) -> MessageDefinition: ...
 
 
 def _msg_files(folder: Path) -> Iterable[tuple[str, Path]]:
@@ -35,12 +64,12 @@ def _msg_files(folder: Path) -> Iterable[tuple[str, Path]]:
             yield msg_dir.parent.name, file
 
 
-def msg_folder_types(folders: Sequence[Path]) -> dict[str, Any]:
+def msg_folder_types(folders: Sequence[Path]) -> Typesdict:
     """Parsed definitions (rosbags' fielddefs form) of every ``.msg`` file in ``folders``.
     Raises ValueError naming a folder that does not exist or a file that does not parse."""
     from rosbags.typesys import get_types_from_msg
 
-    types: dict[str, Any] = {}
+    types: Typesdict = {}
     for folder in folders:
         if not folder.exists():
             raise ValueError(f"types folder {str(folder)!r} does not exist")
@@ -58,13 +87,13 @@ def msg_folder_types(folders: Sequence[Path]) -> dict[str, Any]:
     return types
 
 
-def _ament_types(missing: Iterable[str]) -> dict[str, Any]:
+def _ament_types(missing: Iterable[str]) -> Typesdict:
     """Definitions of ``missing`` types found under AMENT_PREFIX_PATH's share folders (with
     the types their fields name, as far as they are found)."""
     from rosbags.typesys import get_types_from_msg
 
     prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
-    types: dict[str, Any] = {}
+    types: Typesdict = {}
     todo = list(missing)
     while todo and prefixes:
         name = todo.pop()
@@ -88,17 +117,22 @@ def _ament_types(missing: Iterable[str]) -> dict[str, Any]:
     return types
 
 
-def _named(fields: Any) -> list[str]:
-    out = []
+def _named(fields: Fielddefs) -> list[str]:
+    """The message types a definition's fields name (a field, or an array / sequence of
+    them)."""
+    out: list[str] = []
     for _, (kind, detail) in fields:
-        if int(kind) == 2:
+        if int(kind) == 2 and isinstance(detail, str):
             out.append(detail)
-        elif int(kind) in (3, 4) and int(detail[0][0]) == 2:
-            out.append(detail[0][1])
+        elif int(kind) in (3, 4) and isinstance(detail, tuple):
+            inner = detail[0]
+            if int(inner[0]) == 2 and isinstance(inner[1], str):
+                out.append(inner[1])
     return out
 
 
-def bag_typestore_with(connections: Sequence[Any], folders: Sequence[Path] = ()) -> Any:
+def bag_typestore_with(connections: Sequence[BagConnection], folders: Sequence[Path] = ()
+                       ) -> Typestore:
     """The bag's typestore (``sources``: known types, its embedded definitions), plus the
     ``.msg`` folders and, for types still missing, AMENT_PREFIX_PATH's share folders."""
     from rosbags.typesys.store import Typestore
@@ -130,7 +164,7 @@ def missing_definition(path: Path, topic: str, msgtype: str) -> str:
             f"installation that has it (AMENT_PREFIX_PATH/share/{msgtype.split('/')[0]}/msg)")
 
 
-def bag_typestore(connections: Sequence[Any]) -> Any:
+def bag_typestore(connections: Sequence[BagConnection]) -> Typestore:
     """The core's shared typestore (ROS 2 base types and fibril_msgs, its generated decoders
     reused) when every definition the bag embeds matches it; otherwise a private copy with
     the embedded definitions registered over it (those win: they describe the recorded
@@ -150,12 +184,12 @@ def bag_typestore(connections: Sequence[Any]) -> Any:
     return store
 
 
-def _embedded_types(connections: Sequence[Any]) -> dict[str, Any]:
+def _embedded_types(connections: Sequence[BagConnection]) -> Typesdict:
     """The message definitions a bag's connections embed (MSG or IDL), parsed; an
     unparsable one is skipped (the known types still decode)."""
     from rosbags.typesys import TypesysError, get_types_from_idl, get_types_from_msg
 
-    types: dict[str, Any] = {}
+    types: Typesdict = {}
     for connection in connections:
         definition = connection.msgdef
         fmt = getattr(definition.format, "name", str(definition.format))

@@ -30,7 +30,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -202,7 +201,11 @@ def _mcap_file(path: Path) -> _FileTopics:
         raise SourceError(f"cannot read recording {str(path)!r}: {exc}") from None
 
 
-def _mcap_summary_start(data: Any, size: int) -> int:
+#: an MCAP file's bytes: the mapped file, or a chunk decompressed from it
+_Data = mmap.mmap | bytes
+
+
+def _mcap_summary_start(data: _Data, size: int) -> int:
     """The footer's summary start (0: no summary, or a cut file without footer)."""
     footer = size - 8 - 29
     if data[size - 8:] != _MAGIC or data[footer] != 0x02:
@@ -210,7 +213,7 @@ def _mcap_summary_start(data: Any, size: int) -> int:
     return int(_U64.unpack(data[footer + 9:footer + 17])[0])
 
 
-def _records(data: Any, start: int, end: int) -> Iterable[tuple[int, int, int]]:
+def _records(data: _Data, start: int, end: int) -> Iterable[tuple[int, int, int]]:
     at = start
     while at + 9 <= end:
         opcode = data[at]
@@ -221,7 +224,7 @@ def _records(data: Any, start: int, end: int) -> Iterable[tuple[int, int, int]]:
         at += 9 + length
 
 
-def _schema_and_channel(data: Any, opcode: int, start: int, end: int,
+def _schema_and_channel(data: _Data, opcode: int, start: int, end: int,
                         schemas: dict[int, tuple[str, bool]], channels: dict[int, tuple[str,
                                                                                        int]]
                         ) -> None:
@@ -249,7 +252,7 @@ def _mcap_topics(schemas: dict[int, tuple[str, bool]],
     return found, owner
 
 
-def _mcap_indexed(data: Any, summary: int, footer: int) -> _FileTopics | None:
+def _mcap_indexed(data: _Data, summary: int, footer: int) -> _FileTopics | None:
     """Topics from the summary and the chunks' message indexes (None: the file has no chunk
     index, so its messages must be scanned)."""
     schemas: dict[int, tuple[str, bool]] = {}
@@ -294,7 +297,7 @@ def _mcap_indexed(data: Any, summary: int, footer: int) -> _FileTopics | None:
     return found
 
 
-def _mcap_scan(data: Any, size: int) -> _FileTopics:
+def _mcap_scan(data: _Data, size: int) -> _FileTopics:
     """Every record of a file without an index (chunks decompressed)."""
     from .mcap_integrity import McapDamage, _decompress
 
@@ -304,7 +307,7 @@ def _mcap_scan(data: Any, size: int) -> _FileTopics:
     end = size - 8 - 29 if _mcap_summary_start(data, size) or data[size - 8:] == _MAGIC \
         else size
 
-    def visit(block: Any, start: int, stop: int) -> None:
+    def visit(block: _Data, start: int, stop: int) -> None:
         for opcode, content, record_end in _records(block, start, stop):
             if opcode in (_SCHEMA, _CHANNEL):
                 _schema_and_channel(block, opcode, content, record_end, schemas, channels)
@@ -457,7 +460,7 @@ def _stored_counts(db: sqlite3.Connection, tables: set[str], indexed: bool
 
 # --------------------------------------------------------------------------- text
 
-def as_dict(info: BagInfo | CsvInfo) -> dict[str, Any]:
+def as_dict(info: BagInfo | CsvInfo) -> dict[str, object]:
     """The JSON document of ``--json``."""
     return asdict(info)
 

@@ -31,9 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import SupportsInt
 
 import numpy as np
+
+from .._json import JsonObject
 
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
 from .csv_layout import TIME_NAMES, guess_time_column
@@ -129,8 +131,9 @@ class SourceInfo:
     warnings: tuple[str, ...] = ()  # what the storage could not vouch for
     sidecar: bool = False  # sidecar values (``sidecar_value``): a franka_sysid run
     controller: str | None = None  # franka: the sidecar's controller kind
-    ring_log: Mapping[str, Any] | None = None
-    ring_targets: Mapping[str, Any] | None = None
+    ring_log: JsonObject | None = None
+    ring_targets: JsonObject | None = None
+
 
 
 class Source:
@@ -330,7 +333,7 @@ def _add(seen: set[str], name: str) -> bool:
 
 # --------------------------------------------------------------------------- checks
 
-def when(time_ns: Any, origin_ns: int | None) -> str:
+def when(time_ns: SupportsInt, origin_ns: int | None) -> str:
     """A time in an error: seconds into the recording, the absolute stamp in parentheses
     (``2.5 s into the recording (stamp 1700000002.500000000 s)``)."""
     t = int(time_ns)

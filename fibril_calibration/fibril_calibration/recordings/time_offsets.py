@@ -34,17 +34,36 @@ vector (``OffsetPlan``); ``episodes.run_episode`` attaches them to its tracks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
 from ..alignment import quat_slerp
+from .._json import JsonObject
 from ..errors import EvaluationError
+
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayParameter
+    from fibril_sim_core.plan import SimulationPlan
 
 __all__ = ["OffsetAwareBuilder", "OffsetPlan", "TimeOffsetTarget", "candidate_builder",
            "is_time_offset", "offset_ticks", "offsets_of", "shifted_linear"]
+
+
+class PlanBuilder(Protocol):
+    """A candidate builder as wrapped here (``model.candidate_plan``'s protocol, which this
+    layer does not import): physical values → plan."""
+
+    def build(self, values: Mapping[str, float]) -> SimulationPlan: ...
+
+
+@runtime_checkable
+class _Overlaying(Protocol):
+    """A builder that says which overlays its values make (``OverlayingBuilder``)."""
+
+    def overlay_parameters(self, values: Mapping[str, float]) -> Sequence[OverlayParameter]: ...
 
 
 class Targeted(Protocol):
@@ -80,7 +99,7 @@ class TimeOffsetTarget:
     def key(self) -> str:
         return f"time_offset:{self.offset_key}"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         if self.source is not None:
             return {"type": "time_offset", "source": self.source}
         return {"type": "time_offset", "observation": self.observation}
@@ -104,28 +123,33 @@ def offsets_of(parameters: Sequence[Targeted], values: Mapping[str, float]
 class OffsetPlan:
     """A candidate SimulationPlan plus the time offsets (ns) of its parameter vector."""
 
-    def __init__(self, plan: Any, offsets: Mapping[str, float]) -> None:
+    def __init__(self, plan: SimulationPlan, offsets: Mapping[str, float]) -> None:
         self._plan = plan
         self.time_offsets = dict(offsets)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # reads through to the plan (any attribute)
         return getattr(self._plan, name)
 
 
 class OffsetAwareBuilder:
     """Wraps a candidate builder made from the overlay parameters only."""
 
-    def __init__(self, inner: Any, parameters: Sequence[Targeted]) -> None:
+    def __init__(self, inner: PlanBuilder,
+                 parameters: Sequence[Targeted]) -> None:
         self.inner = inner
         self.offset_parameters = tuple(p for p in parameters if is_time_offset(p))
 
-    def build(self, values: Mapping[str, float]) -> Any:
-        return OffsetPlan(self.inner.build(values), offsets_of(self.offset_parameters, values))
+    def build(self, values: Mapping[str, float]) -> SimulationPlan:
+        # an OffsetPlan stands in for the plan it wraps (it reads through to it)
+        return cast("SimulationPlan", OffsetPlan(self.inner.build(values),
+                                                 offsets_of(self.offset_parameters, values)))
 
-    def overlay_parameters(self, values: Mapping[str, float]) -> Any:
+    def overlay_parameters(self, values: Mapping[str, float]) -> Sequence[OverlayParameter]:
+        if not isinstance(self.inner, _Overlaying):
+            raise AttributeError(f"{type(self.inner).__name__} makes no overlay parameters")
         return self.inner.overlay_parameters(values)
 
-    def release(self, plan: Any) -> None:
+    def release(self, plan: SimulationPlan) -> None:
         """Hand a finished candidate plan (the inner builder's, unwrapped) back to the inner
         builder, when it takes plans back (its model may be reused)."""
         release = getattr(self.inner, "release", None)
@@ -133,7 +157,13 @@ class OffsetAwareBuilder:
             release(plan._plan if isinstance(plan, OffsetPlan) else plan)
 
 
-def candidate_builder(factory: Any, manifest: Any, parameters: Sequence[Targeted]) -> Any:
+_T = TypeVar("_T", bound=Targeted)
+_M = TypeVar("_M")  # the manifest as the factory takes it (loaded, or its path)
+_B = TypeVar("_B", bound=PlanBuilder)
+
+
+def candidate_builder(factory: Callable[[_M, Sequence[_T]], _B], manifest: _M,
+                      parameters: Sequence[_T]) -> _B | OffsetAwareBuilder:
     """``factory(manifest, overlay parameters)``, wrapped when some parameters are time
     offsets (the plain builder otherwise)."""
     overlay = tuple(p for p in parameters if not is_time_offset(p))

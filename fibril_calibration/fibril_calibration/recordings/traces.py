@@ -27,7 +27,7 @@ import json
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,16 @@ __all__ = ["Recording", "RecordingError", "Recordings", "Series", "TraceError",
 _TIME, _EPISODE = 0, 1
 # A device row also carries its acquisition time; it is a timestamp, never a value column.
 _ACQUISITION = "acquisition_time_ns"
+
+
+class _Record(Protocol):
+    """A trace record as the episode scan reads it."""
+
+    @property
+    def episode(self) -> int: ...
+
+
+_R = TypeVar("_R")
 
 
 class RecordingError(ValueError):
@@ -90,7 +100,7 @@ class Recording:
         self._reader.close()
 
     # ----------------------------------------------------------------- episodes
-    def _streams(self) -> Iterator[Iterator[Any]]:
+    def _streams(self) -> Iterator[Iterator[_Record]]:
         """Every record stream of the trace, the small ones first."""
         reader = self._reader
         yield iter(self.ingress_records())
@@ -201,7 +211,7 @@ class Recording:
         return Series(selector, episode, tuple(value_names), times, values)
 
 
-def _first(stream: Iterator[Any]) -> list[Any]:
+def _first(stream: Iterator[_R]) -> list[_R]:
     record = next(stream, None)
     return [] if record is None else [record]
 

@@ -9,10 +9,9 @@ series: the scores are computed from the series' own residuals. ``profile``, ``r
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from .._json import JsonObject
 from .physical_errors import error_summary, hold_last_error
 from .series import SignalSeries, floor_entries, score_entries
 
@@ -22,7 +21,7 @@ __all__ = ["synthetic_result"]
 def synthetic_result(episodes: int = 3, signals: int = 2, samples: int = 200,
                      parameters: int = 3, *, profile: bool = True, rank_deficient: bool = False,
                      evaluate: bool = False, quaternion: bool = False, seed: int = 0
-                     ) -> tuple[dict[str, Any], list[SignalSeries]]:
+                     ) -> tuple[JsonObject, list[SignalSeries]]:
     rng = np.random.default_rng(seed)
     pids = [f"param_{i}" for i in range(parameters)]
     nominal = {p: 1.0 + i for i, p in enumerate(pids)}
@@ -59,7 +58,7 @@ def synthetic_result(episodes: int = 3, signals: int = 2, samples: int = 200,
                   "provenance": {"from": "synthetic"}, **scored[n]} for n in sets}
     by_scope = {scope: [s for s in series if s.scope == scope]
                 for scope in ("training", "validation")}
-    document: dict[str, Any] = {
+    document: JsonObject = {
         "format": "fibril_calibration/evaluation" if evaluate else "fibril_calibration/result",
         "request": {"path": "/synthetic/calibration.yaml", "sha256": "0" * 64},
         "scores": scores,
@@ -126,7 +125,7 @@ def synthetic_result(episodes: int = 3, signals: int = 2, samples: int = 200,
     })
     if profile:
         threshold = 3.841458820694124
-        entries = []
+        entries: list[JsonObject] = []
         for q in pids:
             grid = fitted[q] + sd[q] * np.linspace(-4, 4, 11)
             points = [{"value": float(v), "delta_objective": float(((v - fitted[q]) / sd[q]) ** 2)}

@@ -13,16 +13,16 @@ import numpy as np
 
 # --------------------------------------------------------------------------- hashing
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_default,
                       allow_nan=False)
 
 
-def canonical_sha256(value: Any) -> str:
+def canonical_sha256(value: object) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

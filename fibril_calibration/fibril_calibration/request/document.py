@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -48,7 +48,7 @@ from .gains import sidecar_gains
 from .parameter_specs import (bind_time_offsets, check_activation_states, parse_parameters,
                               probe_plans)
 from .settings import (OBJECTIVE_VERSION, OPTIMIZER_TYPES, RESERVED_CONTEXT_KEYS, AnalysisSpec,
-                       ExecutionSpec, FitSpec, ObjectiveSpec, OptimizerSpec,
+                       ContextValue, ExecutionSpec, FitSpec, ObjectiveSpec, OptimizerSpec,
                        ProfileLikelihoodSpec, parse_analysis, parse_context, parse_execution,
                        parse_fit, parse_objective, parse_optimizer)
 
@@ -79,7 +79,7 @@ class CalibrationRequest:
     """A validated calibration request, resolved against its nominal plan."""
 
     path: Path
-    document: Mapping[str, Any] = field(repr=False)
+    document: Mapping[str, object] = field(repr=False)  # as parsed from YAML
     sha256: str
     manifest: SimulationManifest = field(repr=False)
     nominal_plan: SimulationPlan = field(repr=False)
@@ -92,7 +92,7 @@ class CalibrationRequest:
     execution: ExecutionSpec
     analysis: AnalysisSpec
     fit: FitSpec
-    context: Mapping[str, Any]
+    context: Mapping[str, ContextValue]
     # Overlays held in every candidate plan (``sidecar_gains``: a run's impedance gains).
     fixed_overlays: tuple[OverlayParameter, ...] = ()
 
@@ -138,7 +138,7 @@ def load_calibration_request(
 
 
 def parse_calibration_request(
-        document: Any, file: Path, *,
+        document: object, file: Path, *,
         decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
         candidate_builder: CandidateFactory | None = None) -> CalibrationRequest:
     """Validate a parsed request document; relative paths resolve against ``file``'s folder."""
@@ -206,7 +206,7 @@ def parse_calibration_request(
 
 # --------------------------------------------------------------------------- observations
 
-def _observations(value: Any, where: s.Where, plan: SimulationPlan,
+def _observations(value: object, where: s.Where, plan: SimulationPlan,
                   decoders: CalibrationDeviceOutputDecoderRegistry
                   ) -> tuple[ObservationSpec, ...]:
     items = s.sequence(value, where)
@@ -225,13 +225,13 @@ def _observations(value: Any, where: s.Where, plan: SimulationPlan,
 
 
 
-def _document_sha256(doc: Mapping[str, Any], root: s.Where) -> str:
+def _document_sha256(doc: Mapping[str, object], root: s.Where) -> str:
     """The request hash; a non-finite number the sections let through (e.g. in a free-form
     ``description``) is an error naming its key path, never a bare ValueError."""
     try:
         return canonical_sha256(doc)
     except ValueError:
-        stack: list[tuple[Any, s.Where]] = [(doc, root)]
+        stack: list[tuple[object, s.Where]] = [(doc, root)]
         while stack:
             value, where = stack.pop()
             if isinstance(value, float) and not math.isfinite(value):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError
@@ -57,7 +57,7 @@ def parse_episodes(value: object, where: s.Where, scope: str,
     return tuple(out)
 
 
-def open_sources(doc: Mapping[str, Any], root: s.Where, base: Path) -> SourceSet:
+def open_sources(doc: Mapping[str, object], root: s.Where, base: Path) -> SourceSet:
     """The request's recording sources (``sources``; see ``mapping``)."""
     # Lazy: the bag / CSV / Franka readers load when a request is parsed, not when the
     # request types are imported (``result`` and ``report`` import them without parsing).
@@ -79,7 +79,7 @@ def split_windows(training: tuple[EpisodeSpec, ...], validation: tuple[EpisodeSp
     return kept, validation + moved
 
 
-def _episode(value: Any, where: s.Where, scope: str,
+def _episode(value: object, where: s.Where, scope: str,
              observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
              base: Path, recordings: Recordings) -> EpisodeSpec:
     body = s.mapping(value, where)
@@ -172,7 +172,7 @@ def _episode(value: Any, where: s.Where, scope: str,
                        initial_state_fit=state_fit)
 
 
-def check_standardized(doc: Mapping[str, Any], root: s.Where,
+def check_standardized(doc: Mapping[str, object], root: s.Where,
                         episodes: Sequence[EpisodeSpec]) -> None:
     """standardized_gaussian_residuals: every signal is a measurement standard deviation and
     every weight is 1.0, in training and validation alike."""
@@ -181,7 +181,8 @@ def check_standardized(doc: Mapping[str, Any], root: s.Where,
         if episode.source is not None:  # a window of a recording-source entry
             at = s.Where(root.file, episode.source["entry"], CalibrationRequestError)
         else:
-            index = [e.get("id") for e in doc.get(episode.scope, [])].index(episode.id)
+            entries = s.sequence(doc.get(episode.scope, []), root.key(episode.scope))  # parsed
+            index = [e.get("id") for e in entries].index(episode.id)
             at = root.key(episode.scope).key(index)
         if episode.weight != 1.0:
             raise at.key("weight").fail(

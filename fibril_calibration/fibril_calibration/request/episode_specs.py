@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.inputs_file import load_inputs
 from fibril_sim_core.records import IngressRecord
 
+from .._json import JsonObject
 from ..alignment import ALIGNMENTS
 from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec
@@ -26,9 +27,13 @@ from ..recordings.traces import (Recording, RecordingError, Recordings, TraceErr
 from .canonical import canonical_json
 from .csv_samples import _csv_samples
 from .inline_samples import inline_samples
+from .input_timing import SourceSummary
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
+    from fibril_sim_core.recorded_inputs import RecordedInputs
+
+    from ..model.initial_state_fit import InitialStateEntry
 
 SCALE_SEMANTICS = ("measurement_standard_deviation", "characteristic_scale", "user_scale")
 
@@ -70,7 +75,7 @@ class EpisodeSpec:
     seed: int
     weight: float
     horizon_steps: int | None
-    initial_state: tuple[Mapping[str, Any], ...]
+    initial_state: tuple[InitialStateEntry, ...]
     recorded_inputs: tuple[IngressRecord, ...]
     signals: tuple[SignalSpec, ...]
     content_sha256: str
@@ -78,10 +83,11 @@ class EpisodeSpec:
     recording_episode: int | None = None  # its episode number
     # An episode from a recording source (bag / CSV, see ``mapping``): path, format, declaring
     # entry, window and how the input samples were moved onto ticks.
-    source: Mapping[str, Any] | None = field(default=None, compare=False)
+    source: SourceSummary | None = field(default=None, compare=False)
     # ``(recorded_inputs, RecordedInputs)``: those inputs parsed once for the nominal plan's
     # endpoints, replayed into every candidate whose endpoints parse the same way.
-    prepared_inputs: Any = field(default=None, compare=False, repr=False)
+    prepared_inputs: tuple[tuple[IngressRecord, ...], RecordedInputs] | None = field(
+        default=None, compare=False, repr=False)
     # ``initial_state_fit``: the initial-state parts fitted as nuisance (``initial_state_fit``).
     initial_state_fit: tuple[str, ...] = ()
 
@@ -106,7 +112,7 @@ class EpisodeTraces:
     episode_where: s.Where
 
 
-def episode_basics(body: Mapping[str, Any], where: s.Where
+def episode_basics(body: Mapping[str, object], where: s.Where
                    ) -> tuple[str, int, float, int | None]:
     """An episode entry's id, episode_seed, weight and horizon_steps (checked; description
     too): every form of episode reads them alike."""
@@ -121,7 +127,7 @@ def episode_basics(body: Mapping[str, Any], where: s.Where
     return episode_id, seed, weight, horizon
 
 
-def open_recording(value: Any, where: s.Where, recordings: Recordings, base: Path,
+def open_recording(value: object, where: s.Where, recordings: Recordings, base: Path,
                     plan: SimulationPlan) -> Recording:
     """The trace named by ``value`` (relative to the request's folder), checked to share the
     plan's physics timestep (commit ticks and snapshot ticks count steps of it)."""
@@ -185,7 +191,7 @@ def recording_inputs(recording: Recording, number: int, where: s.Where,
     return parse_recorded_inputs(items, at, plan, acceptance_per_tick=True)
 
 
-def run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
+def run_inputs_file(path: Path, plan: SimulationPlan) -> list[JsonObject]:
     """A ``fibril_sim run --inputs`` file as recorded-input mappings."""
     try:
         records = load_inputs(path, plan.timebase, plan.endpoints)
@@ -198,8 +204,8 @@ def run_inputs_file(path: Path, plan: SimulationPlan) -> list[dict[str, Any]]:
 
 
 
-def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, Any],
-                   what: str) -> Mapping[str, Any]:
+def signal_entries(body: Mapping[str, object], sw: s.Where,
+                   observations: Mapping[str, object], what: str) -> Mapping[str, object]:
     """An episode's ``signals`` mapping: at least one, each keyed by a declared observation."""
     raw_signals = s.mapping(body["signals"], sw)
     if not raw_signals:
@@ -211,14 +217,14 @@ def signal_entries(body: Mapping[str, Any], sw: s.Where, observations: Mapping[s
     return raw_signals
 
 
-def parse_recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
+def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *,
                      acceptance_per_tick: bool = False) -> tuple[IngressRecord, ...]:
     """Validate recorded inputs. An acceptance_sequence is unique in the whole list, or, with
     ``acceptance_per_tick`` (a trace: the ingress restarts numbering for the scenario inputs
     and each recorded-input replay), unique among the inputs committed at the same tick."""
     endpoints = plan.endpoints
     records: list[tuple[int, int, IngressRecord, s.Where]] = []
-    acceptances: dict[Any, str] = {}
+    acceptances: dict[int | tuple[int, int], str] = {}  # acceptance (per tick) → its key
     for i, item in enumerate(s.sequence(value, where)):
         at = where.key(i)
         body = s.mapping(item, at)
@@ -285,7 +291,7 @@ def parse_recorded_inputs(value: Any, where: s.Where, plan: SimulationPlan, *,
     return tuple(r[2] for r in records)
 
 
-def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, timestep: int,
+def parse_signal(value: object, where: s.Where, observation: ObservationSpec, timestep: int,
             horizon: int | None, base: Path, traces: EpisodeTraces | None, *,
             loaded: tuple[np.ndarray, np.ndarray] | None = None) -> SignalSpec:
     """One signal; ``loaded`` are samples a recording source already read (``mapping``)."""
@@ -371,7 +377,7 @@ def parse_signal(value: Any, where: s.Where, observation: ObservationSpec, times
                       selector)
 
 
-def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
+def _trace_samples(value: object, where: s.Where, observation: ObservationSpec,
                    traces: EpisodeTraces) -> tuple[str, np.ndarray, np.ndarray]:
     """``samples_from: {selector, recording?, columns?}``: the selector's rows of the episode.
 
@@ -419,7 +425,7 @@ def _trace_samples(value: Any, where: s.Where, observation: ObservationSpec,
 
 
 def episode_hash(episode_id: str, seed: int, weight: float, horizon: int | None,
-                  initial_state: Sequence[Mapping[str, Any]],
+                  initial_state: Sequence[InitialStateEntry],
                   inputs: Sequence[IngressRecord], signals: Sequence[SignalSpec],
                   initial_state_fit: Sequence[str] = ()) -> str:
     digest = hashlib.sha256()

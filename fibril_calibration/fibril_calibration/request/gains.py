@@ -18,22 +18,25 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fibril_sim_core import _schema as s
 
 from ..recordings.franka_sidecar import (ORIENTATION_ACTUATORS, POSITION_ACTUATORS,
                                          SidecarProblem, gain_overlays)
 
+if TYPE_CHECKING:
+    from fibril_sim_core.overlays import OverlayParameter
+
 __all__ = ["sidecar_gains"]
 
 
-def sidecar_gains(value: Any, where: s.Where, base: Path,
-                  sources: Mapping[str, Any]) -> tuple[Any, ...]:
+def sidecar_gains(value: object, where: s.Where, base: Path,
+                  sources: Mapping[str, object]) -> tuple[OverlayParameter, ...]:
     """The fixed overlay parameters of a request's ``sidecar_gains`` (none: ``()``)."""
     if value is None:
         return ()
-    body: Mapping[str, Any]
+    body: Mapping[str, object]
     if isinstance(value, str):
         body = {"source": value}
     else:
@@ -69,7 +72,7 @@ def sidecar_gains(value: Any, where: s.Where, base: Path,
         raise where.fail(str(exc)) from None
 
 
-def _names(body: Mapping[str, Any], key: str, default: tuple[str, ...],
+def _names(body: Mapping[str, object], key: str, default: tuple[str, ...],
            where: s.Where) -> tuple[str, ...]:
     if key not in body:
         return default

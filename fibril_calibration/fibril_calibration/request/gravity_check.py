@@ -13,9 +13,14 @@ compensated bodies gets a warning naming them; nothing is changed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import mujoco
+
+from .._json import JsonObject
+
+if TYPE_CHECKING:
+    from .document import CalibrationRequest
 
 __all__ = ["CODE", "gravcomp_warnings"]
 
@@ -23,7 +28,7 @@ CODE = "gravity_compensated_torque_inputs"
 _TRN_JOINT = 0  # mjTRN_JOINT
 
 
-def gravcomp_warnings(request: Any) -> list[dict[str, Any]]:
+def gravcomp_warnings(request: CalibrationRequest) -> list[JsonObject]:
     """One warning when recorded torque inputs drive joints whose moved bodies have gravcomp."""
     plan = request.nominal_plan
     model = plan.model
@@ -64,7 +69,7 @@ def gravcomp_warnings(request: Any) -> list[dict[str, Any]]:
              "episodes": sorted(episodes), "message": message}]
 
 
-def _compensated_subtree(model: Any, root: int) -> list[str]:
+def _compensated_subtree(model: mujoco.MjModel, root: int) -> list[str]:
     out = []
     for body in range(model.nbody):
         parent = body
@@ -75,7 +80,7 @@ def _compensated_subtree(model: Any, root: int) -> list[str]:
     return out
 
 
-def _name(model: Any, kind: str, index: int) -> str:
+def _name(model: mujoco.MjModel, kind: str, index: int) -> str:
     kinds = {"body": mujoco.mjtObj.mjOBJ_BODY, "joint": mujoco.mjtObj.mjOBJ_JOINT}
     return mujoco.mj_id2name(model, kinds[kind], index) or f"{kind} {index}"
 

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 import mujoco
 
 from fibril_sim_core import _schema as s
 
 from ..model import initial_state_fit as fit
+from ..model.initial_state_fit import InitialStateEntry
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
 
 
-def initial_state_fit(body: Mapping[str, Any], where: s.Where,
-                      initial_state: Sequence[Mapping[str, Any]],
+def initial_state_fit(body: Mapping[str, object], where: s.Where,
+                      initial_state: Sequence[InitialStateEntry],
                       plan: SimulationPlan) -> tuple[str, ...]:
     """The episode's ``initial_state_fit`` (``()`` when absent), checked against its
     initial_state."""
@@ -29,10 +30,10 @@ def initial_state_fit(body: Mapping[str, Any], where: s.Where,
                      plan.model)
 
 
-def parse_initial_state(value: Any, where: s.Where,
-                   plan: SimulationPlan) -> tuple[Mapping[str, Any], ...]:
+def parse_initial_state(value: object, where: s.Where,
+                   plan: SimulationPlan) -> tuple[InitialStateEntry, ...]:
     model = plan.model
-    out: list[dict[str, Any]] = []
+    out: list[InitialStateEntry] = []
     for i, item in enumerate(s.sequence(value, where)):
         at = where.key(i)
         body = s.mapping(item, at)
@@ -48,8 +49,10 @@ def parse_initial_state(value: Any, where: s.Where,
             nq, nv = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}[jtype]
             if "qpos" not in body and "qvel" not in body:
                 raise at.fail("a joint entry sets qpos, qvel or both")
-            entry: dict[str, Any] = {"type": "joint", "joint": name}
-            for key, size in (("qpos", nq), ("qvel", nv)):
+            entry: InitialStateEntry = {"type": "joint", "joint": name}
+            joint_parts: tuple[tuple[Literal["qpos", "qvel"], int], ...] = (("qpos", nq),
+                                                                           ("qvel", nv))
+            for key, size in joint_parts:
                 if key in body:
                     values = _numbers(body[key], at.key(key))
                     if len(values) != size:
@@ -73,14 +76,16 @@ def parse_initial_state(value: Any, where: s.Where,
             if "pos" not in body and "quat" not in body:
                 raise at.fail("a mocap entry sets pos, quat or both")
             entry = {"type": "mocap", "body": name}
-            for key, size in (("pos", 3), ("quat", 4)):
-                if key in body:
-                    values = _numbers(body[key], at.key(key))
+            mocap_parts: tuple[tuple[Literal["pos", "quat"], int], ...] = (("pos", 3),
+                                                                          ("quat", 4))
+            for place, size in mocap_parts:
+                if place in body:
+                    values = _numbers(body[place], at.key(place))
                     if len(values) != size:
-                        raise at.key(key).fail(f"expected {size} values, got {len(values)}")
-                    if key == "quat" and abs(math.sqrt(sum(v * v for v in values)) - 1) > 1e-3:
-                        raise at.key(key).fail(f"{values} is not a unit quaternion (wxyz)")
-                    entry[key] = values
+                        raise at.key(place).fail(f"expected {size} values, got {len(values)}")
+                    if place == "quat" and abs(math.sqrt(sum(v * v for v in values)) - 1) > 1e-3:
+                        raise at.key(place).fail(f"{values} is not a unit quaternion (wxyz)")
+                    entry[place] = values
             out.append(entry)
         elif kind == "actuator":
             s.keys(body, at, required=("type", "actuator", "act"))
@@ -102,5 +107,5 @@ def parse_initial_state(value: Any, where: s.Where,
     return tuple(out)
 
 
-def _numbers(value: Any, where: s.Where) -> list[float]:
+def _numbers(value: object, where: s.Where) -> list[float]:
     return [s.number(v, where.key(i)) for i, v in enumerate(s.sequence(value, where))]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fibril_sim_core import _schema as s
@@ -12,7 +10,7 @@ from ..model.observations import ObservationSpec
 from ..recordings.sources import MAX_VALUE
 
 
-def inline_samples(value: Any, where: s.Where,
+def inline_samples(value: object, where: s.Where,
                     observation: ObservationSpec) -> tuple[np.ndarray, np.ndarray]:
     items = s.sequence(value, where)
     if not items:

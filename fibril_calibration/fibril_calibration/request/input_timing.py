@@ -5,12 +5,11 @@ Light on purpose: the result reads it without loading the recording readers."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TypedDict
 
-if TYPE_CHECKING:
-    from .episode_specs import EpisodeSpec
+from .._json import JsonObject
 
-__all__ = ["InputTiming", "TimingStats", "describe_timing", "new_stats"]
+__all__ = ["InputTiming", "SourceSummary", "TimingStats", "describe_timing", "new_stats"]
 
 _NS = 1_000_000_000
 
@@ -30,12 +29,43 @@ class TimingStats(TypedDict, total=False):
 InputTiming = dict[str, TimingStats]
 
 
+class SourceSummary(TypedDict, total=False):
+    """The ``source`` summary of an episode read from a recording source (result JSON,
+    ``EpisodeSpec.source``): the file and format, the declaring entry, the window, the files
+    used and how the input samples were moved onto ticks, and what the reader reported."""
+
+    path: str
+    format: str
+    entry: str
+    sources: list[JsonObject]
+    recording_use: list[JsonObject]
+    input_sources: list[str]
+    reader: str | None
+    window_s: list[float]
+    origin_ns: int
+    start_ns: int
+    sidecar: str | None
+    input_timing: InputTiming
+    warnings: list[str]
+    reader_fallback: str
+    ring_targets: JsonObject
+    controller: str
+    ring_log: JsonObject
+
+
 def new_stats() -> TimingStats:
     return {"samples": 0, "moved": 0, "max_shift_ns": 0, "held_at_start": 0,
             "held_latency_ticks": 0}
 
 
-def describe_timing(episodes: Sequence[EpisodeSpec]) -> InputTiming | None:
+class _Sourced(Protocol):
+    """An episode as read here (``EpisodeSpec``): its source summary, if any."""
+
+    @property
+    def source(self) -> SourceSummary | None: ...
+
+
+def describe_timing(episodes: Sequence[_Sourced]) -> InputTiming | None:
     """Input timing of several episodes merged (None: none came from a source)."""
     merged: InputTiming = {}
     for episode in episodes:

@@ -43,7 +43,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from fibril_sim_core.records import IngressRecord
@@ -51,11 +51,12 @@ from fibril_sim_core.records import IngressRecord
 from fibril_sim_core import _schema as s
 
 from ..recordings.formats import open_source
+from .._json import JsonObject
 from ..recordings.sources import Source, SourceError
 from .episode_specs import (EpisodeSpec, episode_basics, episode_hash, parse_signal,
                              signal_entries)
 from .initial_states import initial_state_fit, parse_initial_state
-from .input_timing import InputTiming
+from .input_timing import InputTiming, SourceSummary
 from .recorded_commands import COMMIT_POLICIES, CommandInput, parse_inputs, window_inputs
 from .source_specs import SourceSpec, parse_source_spec, reader_columns
 from .source_states import state_entries, state_values
@@ -154,12 +155,12 @@ class _MappedSignal:
     """One signal of the entry: its observation, its comparison settings and its stream."""
 
     observation: ObservationSpec
-    settings: Mapping[str, Any]
+    settings: Mapping[str, object]
     where: s.Where
     mapped: MappedStream
 
 
-def source_episodes(value: Any, where: s.Where, scope: str,
+def source_episodes(value: object, where: s.Where, scope: str,
                     observations: Mapping[str, ObservationSpec], plan: SimulationPlan,
                     sources: SourceSet) -> list[EpisodeSpec]:
     """The episodes of one ``source:`` entry: one per window (scope: the entry's, or
@@ -247,7 +248,7 @@ def source_episodes(value: Any, where: s.Where, scope: str,
     return out
 
 
-def _entry(body: Mapping[str, Any], where: s.Where) -> _Entry:
+def _entry(body: Mapping[str, object], where: s.Where) -> _Entry:
     """The entry's own keys: id, seed, weight, horizon (and no trace or inline inputs)."""
     s.keys(body, where, required=("id", "source", "signals"), optional=_EPISODE_KEYS)
     for key in ("recorded_inputs", "recorded_inputs_file", "recording"):
@@ -257,7 +258,7 @@ def _entry(body: Mapping[str, Any], where: s.Where) -> _Entry:
     return _Entry(*episode_basics(body, where), "windows" in body)
 
 
-def _open_entry(body: Mapping[str, Any], where: s.Where, sources: SourceSet) -> EntrySource:
+def _open_entry(body: Mapping[str, object], where: s.Where, sources: SourceSet) -> EntrySource:
     """The entry's source, opened, with every topic / column the entry names read in one
     pass."""
     spec = sources.spec(body["source"], where.key("source"))
@@ -271,7 +272,7 @@ def _open_entry(body: Mapping[str, Any], where: s.Where, sources: SourceSet) -> 
     return EntrySource(source, spec, sources)
 
 
-def _signals(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, ObservationSpec],
+def _signals(body: Mapping[str, object], sw: s.Where, observations: Mapping[str, ObservationSpec],
              plan: SimulationPlan, entry: EntrySource) -> list[_MappedSignal]:
     """The entry's signals in observation declaration order, each stream checked: as many
     values per sample as the observation, strictly increasing times."""
@@ -306,13 +307,13 @@ def _signals(body: Mapping[str, Any], sw: s.Where, observations: Mapping[str, Ob
 
 
 def _source_info(source: Source, spec: SourceSpec, where: s.Where,
-                 used: Sequence[MappedStream], use: list[dict[str, Any]], window: Window,
+                 used: Sequence[MappedStream], use: list[JsonObject], window: Window,
                  origin: int, start: int, timing: InputTiming,
-                 input_sources: list[str]) -> dict[str, Any]:
+                 input_sources: list[str]) -> SourceSummary:
     """The episode's ``source`` summary (result JSON): the file, the entry, the window, how
     the inputs were moved onto ticks and what the reader reported (``Source.describe``)."""
     described = source.describe()
-    info: dict[str, Any] = {
+    info: SourceSummary = {
         "path": str(spec.path), "format": source.format, "entry": where.path,
         "sources": _used_sources(used, spec), "recording_use": use,
         # the named sources its recorded inputs come from (a fitted offset is refused)
@@ -340,7 +341,7 @@ def _input_sources(inputs: Sequence[CommandInput], spec: SourceSpec) -> list[str
 
 
 def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequence[Window],
-                   origin: int) -> list[dict[str, Any]]:
+                   origin: int) -> list[JsonObject]:
     """How much of each file the entry's windows cover: its span (s after the origin) and the
     seconds and fraction of it inside some window."""
     spans: dict[str, list[int]] = {}
@@ -350,7 +351,7 @@ def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequ
         span = spans.setdefault(path, [int(times[0]), int(times[-1])])
         span[0], span[1] = min(span[0], int(times[0])), max(span[1], int(times[-1]))
     cuts = sorted((origin + w.start_ns, origin + w.end_ns) for w in windows)
-    out = []
+    out: list[JsonObject] = []
     for path, (first, last) in spans.items():
         covered, reach = 0, first
         for start, end in cuts:
@@ -364,9 +365,9 @@ def _recording_use(used: Sequence[MappedStream], spec: SourceSpec, windows: Sequ
     return out
 
 
-def _used_sources(used: Sequence[MappedStream], spec: SourceSpec) -> list[dict[str, Any]]:
+def _used_sources(used: Sequence[MappedStream], spec: SourceSpec) -> list[JsonObject]:
     """Every file the entry's streams came from, with its offset (s)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for mapped in [None, *used]:
         found = spec if mapped is None else (mapped.spec or spec)
         if isinstance(found, SourceSpec):

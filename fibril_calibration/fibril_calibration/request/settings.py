@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from fibril_sim_core import _schema as s
 from fibril_sim_core.execution.backend import Backend, parse_backend
 
+from .._json import JsonObject
 from ..losses import LOSS_TYPES, LossSpec
 
 __all__ = ["OBJECTIVE_VERSION", "OPTIMIZER_TYPES", "RESERVED_CONTEXT_KEYS", "AnalysisSpec",
@@ -43,7 +44,7 @@ class OptimizerSpec:
     # fraction of their range inside (see ``starting_point``); None: start at ``initial``.
     interior_start_fraction: float | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {key: value for key, value in self.__dict__.items() if value is not None}
 
 
@@ -52,7 +53,7 @@ class ObjectiveSpec:
     standardized_gaussian_residuals: bool = False
     loss: LossSpec | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {"version": OBJECTIVE_VERSION,
                 "standardized_gaussian_residuals": self.standardized_gaussian_residuals,
                 "loss": None if self.loss is None else {"type": self.loss.type,
@@ -98,7 +99,7 @@ class FitSpec:
     near_bound_fraction: float | None = None
 
 
-def parse_optimizer(value: Any, where: s.Where) -> OptimizerSpec:
+def parse_optimizer(value: object, where: s.Where) -> OptimizerSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("type", "max_iterations", "function_tolerance",
                                   "parameter_tolerance", "gradient_tolerance",
@@ -134,7 +135,7 @@ def parse_optimizer(value: Any, where: s.Where) -> OptimizerSpec:
                                                 where.key("interior_start")))
 
 
-def _interior_start(value: Any, where: s.Where) -> float | None:
+def _interior_start(value: object, where: s.Where) -> float | None:
     """``interior_start: {fraction: f}`` with 0 < f < 0.5 (absent or null: no interior start)."""
     if value is None:
         return None
@@ -147,7 +148,7 @@ def _interior_start(value: Any, where: s.Where) -> float | None:
     return fraction
 
 
-def parse_objective(value: Any, where: s.Where) -> ObjectiveSpec:
+def parse_objective(value: object, where: s.Where) -> ObjectiveSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("standardized_gaussian_residuals", "loss"))
     standardized = s.boolean(body.get("standardized_gaussian_residuals", False),
@@ -166,7 +167,7 @@ def parse_objective(value: Any, where: s.Where) -> ObjectiveSpec:
     return ObjectiveSpec(standardized, loss)
 
 
-def parse_execution(value: Any, where: s.Where) -> ExecutionSpec:
+def parse_execution(value: object, where: s.Where) -> ExecutionSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("max_parallelism", "cache_entries", "backend", "scheduler"))
     parallelism = s.integer(body.get("max_parallelism", 1), where.key("max_parallelism"),
@@ -179,7 +180,7 @@ def parse_execution(value: Any, where: s.Where) -> ExecutionSpec:
         task_limit=parallelism if "max_parallelism" in body else None)
 
 
-def parse_analysis(value: Any, where: s.Where) -> AnalysisSpec:
+def parse_analysis(value: object, where: s.Where) -> AnalysisSpec:
     body = s.mapping(value, where)
     s.keys(body, where, optional=("profile_likelihood", "information_matrix"))
     profile = ProfileLikelihoodSpec()
@@ -196,7 +197,7 @@ def parse_analysis(value: Any, where: s.Where) -> AnalysisSpec:
                                            where.key("information_matrix")))
 
 
-def parse_fit(value: Any, where: s.Where) -> FitSpec:
+def parse_fit(value: object, where: s.Where) -> FitSpec:
     if value is None:
         return FitSpec()
     body = s.mapping(value, where)
@@ -231,10 +232,14 @@ def parse_fit(value: Any, where: s.Where) -> FitSpec:
     return fit
 
 
-def parse_context(value: Any, where: s.Where) -> dict[str, Any]:
+#: a context value: scalars only
+ContextValue = str | int | float | bool
+
+
+def parse_context(value: object, where: s.Where) -> dict[str, ContextValue]:
     """Free-form provenance keys with scalar values (``seed`` must be an integer)."""
-    body = cast("Mapping[object, Any]", s.mapping(value, where))  # YAML: keys of any type
-    out: dict[str, Any] = {}
+    body = cast("Mapping[object, object]", s.mapping(value, where))  # YAML: keys of any type
+    out: dict[str, ContextValue] = {}
     for key, item in body.items():
         at = where.key(str(key))
         if not isinstance(key, str) or not key:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fibril_sim_core import _schema as s
 
@@ -49,7 +48,7 @@ class SourceSpec:
     abort: str = "refuse"  # franka_sysid: an aborted run is refused, or truncated
 
 
-def _franka_options(body: Mapping[str, Any], where: s.Where) -> tuple[tuple[str, ...], str]:
+def _franka_options(body: Mapping[str, object], where: s.Where) -> tuple[tuple[str, ...], str]:
     """``accept`` (a list of ACCEPTABLE names) and ``abort`` (an ABORT_POLICIES name) of a
     franka_sysid source (``()`` and ``refuse`` when absent)."""
     out: dict[str, object] = {}
@@ -124,7 +123,7 @@ class _CsvLayout:
     delimiter: str | None = None
 
 
-def _csv_layout(body: Mapping[str, Any], where: s.Where) -> _CsvLayout:
+def _csv_layout(body: Mapping[str, object], where: s.Where) -> _CsvLayout:
     """A CSV export's ``header: false``, ``columns`` ([names] or {index: name}) and
     ``delimiter`` ("," ";" or "\\t")."""
     header: bool | None = None
@@ -173,7 +172,7 @@ def reader_columns(value: ColumnNames | None) -> Sequence[str] | Mapping[int, st
     return [item for item in value if isinstance(item, str)]
 
 
-def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, ...]:
+def _types(body: Mapping[str, object], where: s.Where, base: Path) -> tuple[Path, ...]:
     """``types: [msg_dir, ...]``: folders of .msg files (``message_types``), each checked."""
     if "types" not in body:
         return ()
@@ -189,7 +188,7 @@ def _types(body: Mapping[str, Any], where: s.Where, base: Path) -> tuple[Path, .
     return folders
 
 
-def max_gap_ns(body: Mapping[str, Any], where: s.Where) -> int | None:
+def max_gap_ns(body: Mapping[str, object], where: s.Where) -> int | None:
     """A source's or a stream's ``max_gap`` (s) in ns; None when absent."""
     if "max_gap" not in body:
         return None

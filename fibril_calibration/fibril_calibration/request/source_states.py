@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import mujoco
 import numpy as np
@@ -31,7 +30,7 @@ class FixedValue:
 
 
 #: An initial_state entry (its own keys) and the ``*_from`` values it takes: key → source.
-StateEntry = tuple[dict[str, Any], list[tuple[str, MappedStream | FixedValue]]]
+StateEntry = tuple[dict[str, object], list[tuple[str, MappedStream | FixedValue]]]
 
 _FROM = {"joint": (("qpos_from", "qpos"), ("qvel_from", "qvel")),
          "mocap": (("pos_from", "pos"), ("quat_from", "quat"))}
@@ -91,7 +90,7 @@ def state_entries(value: object, where: s.Where, entry: EntrySource,
 
 
 def state_values(entries: Sequence[StateEntry], start: int, origin: int, label: str,
-                 where: s.Where) -> list[dict[str, Any]]:
+                 where: s.Where) -> list[dict[str, object]]:
     """The initial-state entries of a window starting at ``start`` (absolute ns)."""
     out = []
     for body, taken in entries:

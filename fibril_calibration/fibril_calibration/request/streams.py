@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class MappedStream:
     spec: SourceSpec | None = None  # the source it was read from
 
 
-def map_stream(body: Mapping[str, Any], where: s.Where, entry: EntrySource, *,
+def map_stream(body: Mapping[str, object], where: s.Where, entry: EntrySource, *,
                field_suffix: str = "", column: str | None = None,
                plausible: Plausible | None = None) -> MappedStream:
     """The stream a mapping names: ``topic`` + ``field`` (+ ``type``, ``time``) of a bag, or
@@ -83,7 +83,7 @@ def map_stream(body: Mapping[str, Any], where: s.Where, entry: EntrySource, *,
     return mapped
 
 
-def _read(body: Mapping[str, Any], where: s.Where, source: Source, spec: SourceSpec, *,
+def _read(body: Mapping[str, object], where: s.Where, source: Source, spec: SourceSpec, *,
           field_suffix: str = "", column: str | None = None,
           check_values: bool = True) -> MappedStream:
     try:

@@ -14,39 +14,46 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import numpy.typing as npt
 
 from fibril_sim_core import _schema as s
 
 from .._atomic import write_atomic
+from .._json import JsonObject, JsonValue, json_list
 from ..errors import CalibrationRequestError
 from .document import SCHEMA_MAJOR, SCHEMA_MINORS, parse_calibration_request
 
 if TYPE_CHECKING:
+    from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
     from .document import CalibrationRequest as ResolvedRequest
+    from .document import CandidateFactory
 
 MOTOR_COMMAND = "fibril_sim/motor_command/v1"
 _NS = 1_000_000_000
+_P = TypeVar("_P", bound="_Part")
 
 
-def _document(obj: Any, *, skip: Iterable[str] = ()) -> dict[str, Any]:
+def _document(obj: _Part, *, skip: Iterable[str] = ()) -> JsonObject:
     """The set fields of a typed part as document keys (None: not in the document)."""
     return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)
             if f.name not in skip and getattr(obj, f.name) is not None}
 
 
-def _plain(value: Any) -> Any:
-    """Tuples as lists, mappings as dicts: the document's own (YAML) form."""
+def _plain(value: object) -> JsonValue:
+    """Tuples as lists, mappings as dicts: the document's own (YAML) form. Parts hold
+    document values only (a number, string, bool or None at the leaves)."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    return value
+    return cast("JsonValue", value)
 
 
-def _frozen(value: Any) -> Any:
+def _frozen(value: JsonValue) -> JsonValue:
     """Lists as tuples (hashable-looking, immutable parts); mappings stay mappings."""
     if isinstance(value, Mapping):
         return {k: _frozen(v) for k, v in value.items()}
@@ -55,7 +62,7 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _typed(cls: type, body: Any, where: s.Where) -> Any:
+def _typed(cls: type[_P], body: object, where: s.Where) -> _P:
     """A typed part from its document mapping; a key the type has no field for is an error."""
     body = s.mapping(body, where)
     names = {f.name for f in fields(cls) if f.name != "commands"}
@@ -66,13 +73,13 @@ def _typed(cls: type, body: Any, where: s.Where) -> Any:
     return cls(**{k: _frozen(v) for k, v in body.items()})
 
 
+@dataclass(frozen=True)
 class _Part:
     """Lists given to a part are kept as tuples, so parts built from Python lists equal those
-    read from a document."""
+    read from a document. (A dataclass without fields: the parts' base.)"""
 
     def __post_init__(self) -> None:
-        # a mixin of frozen dataclasses: mypy cannot see that self is one
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             object.__setattr__(self, f.name, _frozen(getattr(self, f.name)))
 
 
@@ -87,17 +94,17 @@ class Parameter(_Part):
     lower: float
     upper: float
     initial: float
-    target: str | Mapping[str, Any] | None = None
-    targets: Sequence[str | Mapping[str, Any]] | None = None
+    target: str | Mapping[str, JsonValue] | None = None
+    targets: Sequence[str | Mapping[str, JsonValue]] | None = None
     unit: str | None = None
     provenance: str | None = None
     nominal: float | None = None
     parameterization: str | None = None
     coordinate_scale: float | None = None
-    prior: Mapping[str, Any] | None = None
+    prior: Mapping[str, JsonValue] | None = None
     description: str | None = None
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return _document(self)
 
 
@@ -114,7 +121,7 @@ class Observation(_Part):
     sample_every_steps: int | None = None
     timestamp: str | None = None
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return _document(self)
 
 
@@ -131,25 +138,26 @@ class Signal(_Part):
     residual_scale: float | None = None
     residual_scales: Sequence[float] | None = None
     scale_semantics: str | None = None
-    samples: Sequence[Mapping[str, Any]] | None = None
+    samples: Sequence[Mapping[str, JsonValue]] | None = None
     samples_file: str | None = None
-    samples_from: Mapping[str, Any] | None = None
-    stream: Mapping[str, Any] | None = None
+    samples_from: Mapping[str, JsonValue] | None = None
+    stream: Mapping[str, JsonValue] | None = None
 
     @classmethod
-    def from_arrays(cls, times: Any, values: Any, *, residual_scale: float | None = None,
+    def from_arrays(cls, times: npt.ArrayLike, values: npt.ArrayLike, *,
+                    residual_scale: float | None = None,
                     alignment: str = "exact", scale_semantics: str | None = None) -> Signal:
         """Samples from arrays: ``times`` in seconds (n,), ``values`` (n,) or (n, dimension)."""
         return cls(alignment=alignment, residual_scale=residual_scale,
                    scale_semantics=scale_semantics, samples=_samples(times, values))
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         out = _document(self, skip=("stream",))
-        out.update(_plain(self.stream or {}))
+        out.update({k: _plain(v) for k, v in (self.stream or {}).items()})
         return out
 
 
-def _samples(times: Any, values: Any) -> tuple[Mapping[str, Any], ...]:
+def _samples(times: npt.ArrayLike, values: npt.ArrayLike) -> tuple[JsonObject, ...]:
     import numpy as np
 
     t = np.asarray(times, dtype=np.float64).reshape(-1)
@@ -178,14 +186,14 @@ class Commands(_Part):
     values: Sequence[float]
     mode: str | Sequence[str]
 
-    def records(self, timestep_ns: int, *, first_acceptance: int = 0) -> list[dict[str, Any]]:
+    def records(self, timestep_ns: int, *, first_acceptance: int = 0) -> list[JsonObject]:
         """The recorded inputs (``recorded_inputs[i]``) on a model stepping every
         ``timestep_ns``."""
         modes = [self.mode] * len(self.times) if isinstance(self.mode, str) else list(self.mode)
         if not len(self.times) == len(self.values) == len(modes):
             raise ValueError(f"endpoint {self.endpoint!r}: {len(self.times)} times, "
                              f"{len(self.values)} values, {len(modes)} modes")
-        out = []
+        out: list[JsonObject] = []
         for i, (time, value, mode) in enumerate(zip(self.times, self.values, modes)):
             tick = -(-_ns(float(time)) // timestep_ns)  # ceil: the first tick at or after it
             out.append({"source_id": self.endpoint, "source_sequence": i + 1,
@@ -196,7 +204,7 @@ class Commands(_Part):
         return out
 
 
-def _json(payload: Mapping[str, Any]) -> str:
+def _json(payload: Mapping[str, JsonValue]) -> str:
     import json
 
     return json.dumps(payload, separators=(", ", ": "))
@@ -213,23 +221,23 @@ class Episode(_Part):
     episode_seed: int | None = None
     weight: float | None = None
     horizon_steps: int | None = None
-    initial_state: Sequence[Mapping[str, Any]] | None = None
+    initial_state: Sequence[Mapping[str, JsonValue]] | None = None
     initial_state_fit: Sequence[str] | None = None
     commands: Sequence[Commands] = ()
-    recorded_inputs: Sequence[Mapping[str, Any]] | None = None
+    recorded_inputs: Sequence[Mapping[str, JsonValue]] | None = None
     recorded_inputs_file: str | None = None
     recording: str | None = None
     recording_episode: int | None = None
     source: str | None = None
-    windows: Mapping[str, Any] | None = None
-    inputs: Sequence[Mapping[str, Any]] | None = None
+    windows: Mapping[str, JsonValue] | None = None
+    inputs: Sequence[Mapping[str, JsonValue]] | None = None
     description: str | None = None
 
     @classmethod
-    def from_arrays(cls, id: str, times: Any = None, *,
-                    inputs: Mapping[str, tuple[Any, ...]] | None = None,
-                    signals: Mapping[str, Any] | None = None,
-                    initial_state: Sequence[Mapping[str, Any]] | None = None,
+    def from_arrays(cls, id: str, times: npt.ArrayLike | None = None, *,
+                    inputs: Mapping[str, tuple[object, ...]] | None = None,
+                    signals: Mapping[str, object] | None = None,
+                    initial_state: Sequence[Mapping[str, JsonValue]] | None = None,
                     residual_scales: Mapping[str, float] | float | None = None,
                     alignment: str = "exact", scale_semantics: str | None = None,
                     episode_seed: int | None = None, weight: float | None = None,
@@ -239,7 +247,7 @@ class Episode(_Part):
         ``inputs={endpoint: (times, values, mode)}``; ``signals={observation: (times, values)}``;
         either may leave its times out (``values`` or ``(values, mode)``) when ``times`` gives
         the shared time vector. ``residual_scales`` is one scale or one per observation."""
-        def timed(item: Any, size: int) -> tuple[Any, ...]:
+        def timed(item: object, size: int) -> tuple[Any, ...]:  # arrays: checked by numpy
             parts = tuple(item) if isinstance(item, tuple) else (item,)
             if len(parts) == size:
                 return parts
@@ -256,8 +264,8 @@ class Episode(_Part):
                                      tuple(float(x) for x in _flat(values)),
                                      mode if isinstance(mode, str) else tuple(mode)))
         built = {}
-        for observation, item in (signals or {}).items():
-            t, values = timed(item, 2)
+        for observation, given in (signals or {}).items():
+            t, values = timed(given, 2)
             scale = (residual_scales.get(observation) if isinstance(residual_scales, Mapping)
                      else residual_scales)
             built[observation] = Signal.from_arrays(t, values, residual_scale=scale,
@@ -284,7 +292,7 @@ class Episode(_Part):
                      for o, c in (signals or {}).items()},
             **options)
 
-    def to_document(self, timestep_ns: int | None = None) -> dict[str, Any]:
+    def to_document(self, timestep_ns: int | None = None) -> JsonObject:
         """The episode's document; ``commands`` become ``recorded_inputs`` on the model's
         ``timestep_ns`` grid."""
         out = _document(self, skip=("signals", "commands"))
@@ -292,14 +300,14 @@ class Episode(_Part):
         if self.commands:
             if timestep_ns is None:
                 raise ValueError(f"episode {self.id!r}: commands need the model's timestep")
-            records = list(out.get("recorded_inputs", []))
+            records = list(json_list(out.get("recorded_inputs", []), "recorded_inputs"))
             for command in self.commands:
                 records += command.records(timestep_ns, first_acceptance=len(records))
             out["recorded_inputs"] = records
         return out
 
 
-def _flat(values: Any) -> list[Any]:
+def _flat(values: npt.ArrayLike) -> list[float]:
     import numpy as np
 
     return list(np.asarray(values).reshape(-1))
@@ -320,13 +328,13 @@ class CalibrationRequest(_Part):
     observations: Sequence[Observation]
     training: Sequence[Episode]
     validation: Sequence[Episode] = ()
-    sources: Mapping[str, Any] | None = None
-    optimizer: Mapping[str, Any] | None = None
-    objective: Mapping[str, Any] | None = None
-    execution: Mapping[str, Any] | None = None
-    analysis: Mapping[str, Any] | None = None
-    fit: Mapping[str, Any] | None = None
-    context: Mapping[str, Any] | None = None
+    sources: Mapping[str, JsonValue] | None = None
+    optimizer: Mapping[str, JsonValue] | None = None
+    objective: Mapping[str, JsonValue] | None = None
+    execution: Mapping[str, JsonValue] | None = None
+    analysis: Mapping[str, JsonValue] | None = None
+    fit: Mapping[str, JsonValue] | None = None
+    context: Mapping[str, JsonValue] | None = None
     base: Path | None = field(default=None, compare=False)
     schema_version: tuple[int, int] = (SCHEMA_MAJOR, SCHEMA_MINORS[-1])
 
@@ -334,12 +342,12 @@ class CalibrationRequest(_Part):
     def folder(self) -> Path:
         return Path(self.base if self.base is not None else Path.cwd()).resolve()
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         """The schema-3.1 document (what a YAML file of this request holds)."""
         timestep = (_timestep_ns(self.folder / self.manifest)
                     if any(e.commands for e in (*self.training, *self.validation)) else None)
         major, minor = self.schema_version
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "schema_version": {"major": major, "minor": minor},
             "manifest": str(self.manifest),
             "parameters": [p.to_document() for p in self.parameters],
@@ -355,11 +363,12 @@ class CalibrationRequest(_Part):
                 doc[key] = _plain(value)
         return doc
 
-    def resolve(self, **options: Any) -> ResolvedRequest:
+    def resolve(self, *, decoders: CalibrationDeviceOutputDecoderRegistry | None = None,
+                candidate_builder: CandidateFactory | None = None) -> ResolvedRequest:
         """Validate and resolve as the YAML loader does (``parse_calibration_request``);
         errors name ``<folder>/<python request>`` and the key path."""
         return parse_calibration_request(self.to_document(), self.folder / "<python request>",
-                                         **options)
+                                         decoders=decoders, candidate_builder=candidate_builder)
 
     def to_yaml(self, path: str | Path) -> Path:
         """Write the request as a YAML file (relative paths rewritten for the file's folder);
@@ -373,7 +382,7 @@ class CalibrationRequest(_Part):
         return target
 
     @classmethod
-    def from_document(cls, document: Any, base: str | Path, *,
+    def from_document(cls, document: object, base: str | Path, *,
                       file: str = "<python request>") -> CalibrationRequest:
         """The typed request of a parsed document (unknown keys are errors naming them)."""
         folder = Path(base).resolve()
@@ -400,7 +409,7 @@ class CalibrationRequest(_Part):
                     typed[name] = _typed(Signal, {**sig_body, **({"stream": stream}
                                                                 if stream else {})},
                                          at.key("signals").key(name))
-                out.append(_replace(episode, signals=typed))
+                out.append(replace(episode, signals=typed))
             return tuple(out)
 
         return cls(
@@ -412,8 +421,10 @@ class CalibrationRequest(_Part):
                                for i, o in enumerate(s.sequence(doc.get("observations", []),
                                                                 root.key("observations")))),
             training=episodes("training"), validation=episodes("validation"),
-            **{k: _frozen(doc[k]) for k in ("sources", "optimizer", "objective", "execution",
-                                            "analysis", "fit", "context") if k in doc},
+            # sections as the document gives them: checked when the request is resolved
+            **{k: cast("Mapping[str, JsonValue]", _frozen(doc[k]))
+               for k in ("sources", "optimizer", "objective", "execution", "analysis", "fit",
+                         "context") if k in doc},
             base=folder,
             # as the document gives it: checked when the request is resolved
             schema_version=cast("tuple[int, int]", (version.get("major"), version.get("minor"))))
@@ -424,12 +435,6 @@ class CalibrationRequest(_Part):
         file = Path(path).resolve()
         return cls.from_document(s.load_yaml(file, CalibrationRequestError), file.parent,
                                  file=file.name)
-
-
-def _replace(obj: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(obj, **changes)
 
 
 def _timestep_ns(manifest: Path) -> int:
@@ -443,7 +448,7 @@ def _timestep_ns(manifest: Path) -> int:
     return int(round(spec.option.timestep * _NS))
 
 
-def _moved(doc: Any, old: Path, new: Path, key: str | None = None) -> Any:
+def _moved(doc: JsonValue, old: Path, new: Path, key: str | None = None) -> JsonValue:
     """``doc`` with every relative path (``manifest`` and the path keys of episodes, signals
     and sources) rewritten from folder ``old`` to folder ``new``."""
     if old == new:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import mujoco
 import numpy as np
@@ -59,7 +58,7 @@ class Plausible:
     what: str
 
 
-def parse_validity(body: Mapping[str, Any], where: s.Where) -> Validity:
+def parse_validity(body: Mapping[str, object], where: s.Where) -> Validity:
     on_invalid = s.string(body.get("on_invalid", "error"), where.key("on_invalid"))
     if on_invalid not in ON_INVALID:
         raise where.key("on_invalid").fail(f"expected one of {', '.join(ON_INVALID)}, got "
@@ -78,7 +77,7 @@ def parse_validity(body: Mapping[str, Any], where: s.Where) -> Validity:
     return Validity(low, high, on_invalid, True)
 
 
-def joint_plausible(model: Any, joint: str, part: str) -> Plausible:
+def joint_plausible(model: mujoco.MjModel, joint: str, part: str) -> Plausible:
     """The bounds of a joint's ``position`` (its range plus a margin, when limited) or of any
     other joint / actuator value (``PLAUSIBLE_LIMIT``)."""
     limit = Plausible(-PLAUSIBLE_LIMIT, PLAUSIBLE_LIMIT,

@@ -12,7 +12,6 @@ one entry cuts at most ``MAX_WINDOWS`` windows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from fibril_sim_core import _schema as s
 
@@ -36,7 +35,7 @@ class Window:
         return [self.start_ns / _NS, self.end_ns / _NS]
 
 
-def parse_windows(value: Any, where: s.Where, span_ns: int, timestep_ns: int = 1,
+def parse_windows(value: object, where: s.Where, span_ns: int, timestep_ns: int = 1,
                   default_start_ns: int = 0) -> tuple[tuple[Window, ...], bool]:
     """The windows (and whether they were listed explicitly); ``span_ns`` is the recording's
     length after its origin (the default end), ``timestep_ns`` the plan's physics timestep
@@ -100,11 +99,12 @@ def _ns(seconds: float) -> int:
     return round(seconds * _NS)
 
 
-def _at_least_a_step(value: Any, where: s.Where, timestep_ns: int) -> int:
+def _at_least_a_step(value: object, where: s.Where, timestep_ns: int) -> int:
     """A positive duration in seconds, in ns, no shorter than one physics timestep."""
-    ns = _ns(s.number(value, where, positive=True))
+    seconds = s.number(value, where, positive=True)
+    ns = _ns(seconds)
     step = max(int(timestep_ns), 1)
     if ns < step:
-        raise where.fail(f"{float(value):g} s is shorter than one physics timestep "
+        raise where.fail(f"{seconds:g} s is shorter than one physics timestep "
                          f"({step} ns); the nearest valid value is {step / _NS:.9g} s")
     return ns

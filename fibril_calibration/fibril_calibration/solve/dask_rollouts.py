@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,10 +33,16 @@ from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.execution.bundle import Bundle, collect_bundle, manifest_files, remap
 
 from ..errors import EvaluationError
+from ..parameters import CalibrationParameter
 from ..model.candidate_plan import CandidatePlanBuilder
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .episodes import EpisodeSchedule, episode_residuals, run_episode
 from .problem import CalibrationProblem, build_candidate
+
+if TYPE_CHECKING:
+    from fibril_sim_core.execution.dask_session import DaskSession
+    from fibril_sim_core.overlays import OverlayParameter
+    from fibril_sim_core.plan import SimulationPlan
 
 
 @dataclass(frozen=True)
@@ -46,13 +52,13 @@ class RolloutContext:
     key: str
     bundle: Bundle
     manifest: str  # relative to the bundle
-    parameters: tuple[Any, ...]
+    parameters: tuple[CalibrationParameter, ...]
     schedules: dict[str, tuple[EpisodeSchedule, ...]]
     decoders: CalibrationDeviceOutputDecoderRegistry
     timestep_ns: int
     #: Overlays held at fixed values in every candidate (the request's ``fixed_overlays``,
     #: and an evaluated artifact's parameters that the request does not fit).
-    fixed_overlays: tuple[Any, ...] = ()
+    fixed_overlays: tuple[OverlayParameter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,8 @@ class DaskRollouts:
     """Candidate × episode rollouts as Dask tasks of an open ``DaskSession``."""
 
     @classmethod
-    def for_problem(cls, session: Any, problem: CalibrationProblem,
-                    fixed_overlays: Sequence[Any] | None = None) -> DaskRollouts:
+    def for_problem(cls, session: DaskSession, problem: CalibrationProblem,
+                    fixed_overlays: Sequence[OverlayParameter] | None = None) -> DaskRollouts:
         """The rollouts of ``problem`` (its request, decoded episodes and decoders);
         ``fixed_overlays`` defaults to the request's."""
         request = problem.request
@@ -80,10 +86,11 @@ class DaskRollouts:
                    request.nominal_plan.timebase.timestep_ns, request.execution.task_limit,
                    tuple(fixed))
 
-    def __init__(self, session: Any, manifest: Path, parameters: Sequence[Any],
+    def __init__(self, session: DaskSession, manifest: Path,
+                 parameters: Sequence[CalibrationParameter],
                  schedules: dict[str, tuple[EpisodeSchedule, ...]],
                  decoders: CalibrationDeviceOutputDecoderRegistry, timestep_ns: int,
-                 limit: int | None, fixed_overlays: tuple[Any, ...] = ()) -> None:
+                 limit: int | None, fixed_overlays: tuple[OverlayParameter, ...] = ()) -> None:
         bundle = collect_bundle(manifest_files(manifest))
         payload = pickle.dumps((bundle.digest, tuple(parameters), schedules, fixed_overlays),
                                protocol=5)
@@ -177,7 +184,7 @@ class _WorkerState:
         self.builder = candidate_builder(CandidatePlanBuilder.holding(context.fixed_overlays),
                                          root / context.manifest, context.parameters)
         self.lock = threading.Lock()
-        self.plan: tuple[tuple[tuple[str, float], ...], Any] | None = None
+        self.plan: tuple[tuple[tuple[str, float], ...], SimulationPlan] | None = None
 
 
 _STATES: dict[str, _WorkerState] = {}
@@ -227,7 +234,7 @@ def _rollout_task(context: RolloutContext,
 
 
 def _plan_for(state: _WorkerState, context: RolloutContext,
-              values: tuple[tuple[str, float], ...]) -> tuple[Any, int]:
+              values: tuple[tuple[str, float], ...]) -> tuple[SimulationPlan, int]:
     """The candidate's plan (the worker's last one when it is the same candidate) and
     whether it was built; the previous candidate's plan goes back to the builder first, which
     then writes the new values into its model instead of copying one (as locally)."""
@@ -247,7 +254,7 @@ def _plan_for(state: _WorkerState, context: RolloutContext,
 
 
 def _candidate_plan(state: _WorkerState, context: RolloutContext,
-                    values: dict[str, float]) -> Any:
+                    values: dict[str, float]) -> SimulationPlan:
     try:
         return build_candidate(state.builder, values, context.timestep_ns)
     except EvaluationError as exc:  # names the submitter's files, not the worker's copy

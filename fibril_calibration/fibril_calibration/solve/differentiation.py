@@ -48,12 +48,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..errors import EvaluationError
-from ..evaluation import BatchEvaluation, Evaluation, ResidualModel, Scope
+from ..evaluation import BatchEvaluation, Evaluation, ResidualBlock, ResidualModel, Scope
 from ..parameters import CoordinateMap
 
 DEFAULT_RELATIVE_STEP = float(np.finfo(float).eps ** (1.0 / 3.0))
@@ -77,8 +76,9 @@ class Evaluator:
         # ``execution.cache_entries``; even at 0 the latest centre is kept, because
         # least_squares asks for the residuals and then the Jacobian at the same point.
         self._cache_entries = max(1, cache_entries)
-        self._layout: dict[str, tuple[int, tuple[Any, ...]]] = {}
-        self._blocks_seen: dict[str, Any] = {}
+        # per scope: residual count and (episode, signal, start, stop) of each block
+        self._layout: dict[str, tuple[int, tuple[tuple[str, str, int, int], ...]]] = {}
+        self._blocks_seen: dict[str, tuple[ResidualBlock, ...]] = {}
         self._many = model.evaluate_many if isinstance(model, BatchEvaluation) else None
 
     @property

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.records import ActuatorApplication, DeviceOutput
@@ -37,11 +39,12 @@ from fibril_sim_core.records import ActuatorApplication, DeviceOutput
 from ..alignment import align, quat_error
 from ..errors import EvaluationError
 from ..model.decoders import CalibrationDeviceOutputDecoderRegistry
-from ..model.observations import ObservationSpec, snapshot_reader
+from ..model.observations import ObservationSpec, SnapshotReader, snapshot_reader
 from ..recordings.time_offsets import OffsetPlan, offset_ticks, shifted_linear
 
 if TYPE_CHECKING:
     from fibril_sim_core.plan import SimulationPlan
+    from fibril_sim_core.recorded_inputs import EndpointSignature, RecordedInputs
 
     from ..request.episode_specs import EpisodeSpec, SignalSpec
 
@@ -62,6 +65,17 @@ class SignalSchedule:
     identity: bool = False
 
 
+@dataclass
+class ScheduleMemo:
+    """What a schedule computes once for every candidate: the recorded inputs parsed per
+    endpoint signature (a few: see ``_keep``), the captured ticks per set of captured signals
+    and the capture rows a signal reads (None: all of them, in order)."""
+
+    inputs: dict[EndpointSignature, RecordedInputs] = field(default_factory=dict)
+    capture: dict[tuple[int, ...], npt.NDArray[np.int64]] = field(default_factory=dict)
+    rows: dict[int, npt.NDArray[np.intp] | None] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class EpisodeSchedule:
     """Parameter-independent rollout plan of one episode."""
@@ -73,9 +87,8 @@ class EpisodeSchedule:
     boundaries: tuple[int, ...]  # ascending boundaries with reads of derived values (poses)
     reads: tuple[tuple[tuple[int, int], ...], ...]  # per boundary: (signal index, row)
     signals: tuple[SignalSchedule, ...]
-    # Per-schedule memo, the same for every candidate: ("inputs", endpoint signature) -> the
-    # recorded inputs parsed once (a few signatures), ("capture", ...) / ("rows", ...) ticks.
-    prepared: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Per-schedule memo, the same for every candidate.
+    prepared: ScheduleMemo = field(default_factory=ScheduleMemo, compare=False, repr=False)
 
     @cached_property
     def devices(self) -> frozenset[str]:
@@ -172,7 +185,8 @@ def _largest_values(episode: EpisodeSpec) -> str:
         parts.append(f"largest {best[1]}")
     top: tuple[float, str] | None = None
     for entry in episode.initial_state:
-        for key in ("qpos", "qvel", "pos", "quat"):
+        keys: tuple[Literal["qpos", "qvel", "pos", "quat"], ...] = ("qpos", "qvel", "pos", "quat")
+        for key in keys:
             for value in entry.get(key) or ():
                 if top is None or abs(float(value)) > top[0]:
                     what = entry.get("joint") or entry.get("body") or entry.get("type")
@@ -184,7 +198,7 @@ def _largest_values(episode: EpisodeSpec) -> str:
 
 def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                 decoders: CalibrationDeviceOutputDecoderRegistry, *,
-                rollout_context: AbstractContextManager[Any] | None = None) -> list[Track]:
+                rollout_context: AbstractContextManager[object] | None = None) -> list[Track]:
     """Roll the episode out on ``plan``; the simulated samples of each signal, in order.
     ``rollout_context`` is entered around each GIL-free MuJoCo rollout (see
     ``SimulationPlan.create_instance``)."""
@@ -205,22 +219,23 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     try:
         if episode.recorded_inputs:
             signature = plan.recorded_input_signature
-            prepared = schedule.prepared.get(("inputs", signature))
+            prepared = schedule.prepared.inputs.get(signature)
             if prepared is None and episode.prepared_inputs is not None:
                 source, parsed = episode.prepared_inputs
                 if source is episode.recorded_inputs and parsed.signature == signature:
                     prepared = parsed
             if prepared is None:
                 prepared = plan.prepare_recorded_inputs(episode.recorded_inputs)
-                _keep(schedule.prepared, signature, prepared)
+                _keep(schedule.prepared.inputs, signature, prepared)
             instance.enqueue_recorded_trace_inputs(prepared)
     except FibrilError as exc:
         raise EvaluationError(f"{label}: recorded_inputs: {exc}") from None
 
     # Snapshot buffers and readers, resolved by name on this candidate's model.
     buffers: list[np.ndarray | None] = []
-    readers: list[Any] = []
-    captured: dict[int, Any] = {}  # signal index -> reader of a qpos/qvel/sensordata signal
+    readers: list[Callable[[mujoco.MjData], npt.NDArray[np.float64]] | None] = []
+    # signal index -> reader of a qpos/qvel/sensordata signal
+    captured: dict[int, SnapshotReader] = {}
     devices: dict[str, list[DeviceOutput]] = {}
     applications: dict[str, list[ActuatorApplication]] = {}
     extra = 0
@@ -269,19 +284,19 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
     data = instance.data
     capture = None
     if captured:
-        key = ("capture", tuple(captured))
-        ticks = schedule.prepared.get(key)
+        key = tuple(captured)
+        ticks = schedule.prepared.capture.get(key)
         if ticks is None:  # the same for every candidate: sorted unique union, computed once
             ticks = np.unique(np.concatenate(
                 [schedule.signals[i].ticks for i in captured]))
-            schedule.prepared[key] = ticks
+            schedule.prepared.capture[key] = ticks
         capture = instance.capture(ticks, tuple(sorted({r.array for r in captured.values()})))
     try:
         for boundary, reads in zip(schedule.boundaries, schedule.reads):  # body poses
             instance.advance(boundary - instance.tick)
             for index, row in reads:
                 # a pose signal's buffer and reader exist (None: captured or event-driven)
-                buffers[index][row] = readers[index](data)  # type: ignore[index]
+                buffers[index][row] = readers[index](data)  # type: ignore[index, misc]
         end = max(schedule.end_tick, schedule.horizon + extra if (devices or applications)
                   else schedule.end_tick)
         instance.advance(end - instance.tick)
@@ -291,8 +306,9 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         for index, reader in captured.items():
             values = capture.values[reader.array]
             rows = _capture_rows(schedule, index, capture.ticks)
-            buffers[index] = (values[:, reader.index] if rows is None
-                              else values[rows][:, reader.index])
+            columns = reader.index
+            assert not isinstance(columns, tuple)  # qpos / qvel / sensordata: one row per tick
+            buffers[index] = (values[:, columns] if rows is None else values[rows][:, columns])
     for warning in _WARNINGS:
         if data.warning[warning].number > 0:
             raise EvaluationError(
@@ -325,26 +341,26 @@ def _capture_rows(schedule: EpisodeSchedule, index: int, captured: np.ndarray
                   ) -> np.ndarray | None:
     """Which capture rows signal ``index`` reads (None: all of them, in order); the same for
     every candidate, so computed once per schedule."""
-    key = ("rows", index)
-    if key not in schedule.prepared:
+    memo = schedule.prepared.rows
+    if index not in memo:
         ticks = schedule.signals[index].ticks
         assert ticks is not None  # a captured (snapshot) signal
-        schedule.prepared[key] = (None if np.array_equal(ticks, captured)
-                                  else np.searchsorted(captured, ticks))
-    rows: np.ndarray | None = schedule.prepared[key]
-    return rows
+        memo[index] = (None if np.array_equal(ticks, captured)
+                       else np.searchsorted(captured, ticks))
+    return memo[index]
 
 
 _SIGNATURES = 4  # parsed recordings kept per episode (one per endpoint signature)
 
 
-def _keep(prepared: dict[Any, Any], signature: Any, parsed: Any) -> None:
+def _keep(prepared: dict[EndpointSignature, RecordedInputs], signature: EndpointSignature,
+          parsed: RecordedInputs) -> None:
     """Store a parsed recording, forgetting the oldest beyond a few signatures (candidates
     share one signature unless a parameter changes which modes an actuator accepts)."""
-    signatures = [key for key in list(prepared) if key[0] == "inputs"]
+    signatures = list(prepared)
     for key in signatures[:max(0, len(signatures) + 1 - _SIGNATURES)]:
         prepared.pop(key, None)
-    prepared[("inputs", signature)] = parsed
+    prepared[signature] = parsed
 
 
 _SCRATCH = threading.local()

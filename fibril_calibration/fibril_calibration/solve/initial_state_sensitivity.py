@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from fibril_sim_core.plan import SimulationPlan
 
+from .._json import JsonObject
 from ..errors import EvaluationError
 from ..model.initial_state_fit import (Coordinate, InitialStateProjection,
-                                       coordinates, perturbed, step)
+                                       coordinates, part_values, perturbed, step)
 from .episodes import EpisodeSchedule
 
 __all__ = ["InitialStateSensitivities", "Projections"]
@@ -25,7 +26,12 @@ _R = TypeVar("_R")
 #: One projection (or None: the episode fits no initial state) per schedule of a scope.
 Projections = tuple[InitialStateProjection | None, ...]
 Rollout = Callable[[SimulationPlan, EpisodeSchedule], np.ndarray]
-Mapper = Callable[[Callable[[_T], _R], Sequence[_T]], list[_R]]
+
+
+class Mapper(Protocol):
+    """``map`` over a pool: ``function`` of each item, results in the items' order."""
+
+    def __call__(self, function: Callable[[_T], _R], items: Sequence[_T], /) -> list[_R]: ...
 
 
 class InitialStateSensitivities:
@@ -35,7 +41,7 @@ class InitialStateSensitivities:
     def __init__(self, schedules: Mapping[str, tuple[EpisodeSchedule, ...]]) -> None:
         self._schedules = schedules
         self.projections: dict[str, Projections] = {}
-        self.points: list[dict[str, Any]] = []
+        self.points: list[JsonObject] = []
 
     @property
     def any(self) -> bool:
@@ -43,14 +49,14 @@ class InitialStateSensitivities:
         return any(s.episode.initial_state_fit for schedules in self._schedules.values()
                    for s in schedules)
 
-    def refresh(self, plan: SimulationPlan, rollout: Rollout, map_: Mapper[Any, Any],
+    def refresh(self, plan: SimulationPlan, rollout: Rollout, map_: Mapper,
                 on_failure: Callable[[], None]) -> None:
         """(Re)compute every scope's projections on ``plan``."""
         for scope, schedules in self._schedules.items():
             self.projections[scope] = self.compute(plan, schedules, rollout, map_, on_failure)
 
     def of_scope(self, scope: str, plan: SimulationPlan, rollout: Rollout,
-                 map_: Mapper[Any, Any], on_failure: Callable[[], None]) -> Projections:
+                 map_: Mapper, on_failure: Callable[[], None]) -> Projections:
         """The scope's projections, computed on ``plan`` the first time they are needed."""
         projections = self.projections.get(scope)
         if projections is None:
@@ -61,7 +67,7 @@ class InitialStateSensitivities:
 
     @staticmethod
     def compute(plan: SimulationPlan, schedules: Sequence[EpisodeSchedule], rollout: Rollout,
-                map_: Mapper[Any, Any], on_failure: Callable[[], None]) -> Projections:
+                map_: Mapper, on_failure: Callable[[], None]) -> Projections:
         """Forward differences of each fitted episode's residuals in its initial state."""
         tasks: list[tuple[EpisodeSchedule, str | None]] = []
         layout: list[tuple[int, tuple[Coordinate, ...], int, list[float]]] = []
@@ -70,12 +76,13 @@ class InitialStateSensitivities:
             if not parts:
                 continue
             coords = coordinates(schedule.episode.initial_state, parts)
-            steps = [step(c.part, schedule.episode.initial_state[c.entry][c.part][0])
+            steps = [step(c.part, part_values(schedule.episode.initial_state[c.entry], c.part)[0])
                      for c in coords]
             layout.append((index, coords, len(tasks), steps))
             tasks.append((schedule, None))
             for c, h in zip(coords, steps):
-                moved = perturbed(schedule.episode, c, h)
+                moved = replace(schedule.episode,
+                                initial_state=perturbed(schedule.episode.initial_state, c, h))
                 tasks.append((replace(schedule, episode=moved), f"{c.label} + {h:g}"))
         if not tasks:
             return tuple(None for _ in schedules)

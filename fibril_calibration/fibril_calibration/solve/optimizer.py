@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import EvaluationError
 from .least_squares_compat import least_squares_with_callback
+
+if TYPE_CHECKING:  # scipy is untyped: to mypy this is Any, the name says what it is
+    from scipy.optimize import OptimizeResult
 from .objective import Objective
 
 CONVERGED = "converged"
@@ -108,7 +111,7 @@ def minimize(
 
     history: list[tuple[np.ndarray, float]] = [(x0.copy(), 0.5 * initial_objective)]
 
-    def callback(intermediate_result: Any) -> None:  # scipy's OptimizeResult (untyped)
+    def callback(intermediate_result: OptimizeResult) -> None:
         x = np.array(intermediate_result.x, dtype=np.float64)
         cost = float(intermediate_result.cost)
         nit = int(intermediate_result.nit)
@@ -160,7 +163,7 @@ def minimize(
 
 
 def _last_iteration_converged(
-    result: Any, history: list[tuple[np.ndarray, float]], tol: Tolerances
+    result: OptimizeResult, history: list[tuple[np.ndarray, float]], tol: Tolerances
 ) -> bool:
     """trf's own termination tests, replayed on the iteration the callback stopped
     (``result``: scipy's OptimizeResult, untyped)."""

@@ -24,13 +24,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.plan import SimulationPlan
 
+from .._json import JsonObject
 from ..errors import EvaluationError
 from ..evaluation import Evaluation, ResidualBlock, Scope
 from ..model.candidate_plan import CandidatePlanBuilder, CandidatePlanBuilderProtocol
@@ -104,7 +105,7 @@ class ProblemStatistics:
     build_seconds: float = 0.0
     rollout_seconds: float = 0.0
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"evaluations": dict(self.evaluations), "cache_hits": dict(self.cache_hits),
                 "plan_builds": self.plan_builds, "rollouts": self.rollouts,
                 "failed_evaluations": self.failures,
@@ -155,7 +156,7 @@ class CalibrationProblem:
         # initial_state_fit: per scope, one projection (or None) per schedule, and where the
         # sensitivities were computed (``refresh_initial_state_fit``).
         self._sensitivities = InitialStateSensitivities(self._schedules)
-        self.initial_state_fit_points: list[dict[str, Any]] = self._sensitivities.points
+        self.initial_state_fit_points: list[JsonObject] = self._sensitivities.points
 
     # ----------------------------------------------------------------- ResidualModel
     def evaluate(self, physical: np.ndarray, scope: Scope = "training") -> Evaluation:
@@ -227,7 +228,7 @@ class CalibrationProblem:
         finally:
             self._release(plan)
         self._cache.clear()
-        self.initial_state_fit_points.append(self.values(vector))
+        self.initial_state_fit_points.append({**self.values(vector)})
 
     def nuisance_degrees_of_freedom(self, scope: str) -> dict[str, int]:
         """Episode id → the rank of its initial-state sensitivity (the degrees of freedom the
@@ -236,11 +237,11 @@ class CalibrationProblem:
         return {s.episode.id: p.rank for s, p in zip(self._schedules[scope], projections)
                 if p is not None}
 
-    def initial_state_estimates(self, physical: np.ndarray) -> dict[str, Any]:
+    def initial_state_estimates(self, physical: np.ndarray) -> dict[str, JsonObject]:
         """The nuisance initial states at ``physical``: per episode with an
         ``initial_state_fit``, each coordinate's logged value, offset and estimate."""
         vector = _vector(physical, self.parameter_ids)
-        out: dict[str, Any] = {}
+        out: dict[str, JsonObject] = {}
         plan = self.candidate_plan(vector)
         try:
             for scope in ("training", "validation"):

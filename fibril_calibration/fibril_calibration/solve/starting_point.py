@@ -24,10 +24,10 @@ request's ``optimizer`` block, where the result's optimizer option hash records 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from .._json import JsonObject
 from ..parameters import CoordinateMap
 
 
@@ -36,7 +36,7 @@ class StartingPoint:
     """The physical start of the fit and the warnings about parameters at a bound."""
 
     physical: np.ndarray
-    warnings: tuple[dict[str, Any], ...]
+    warnings: tuple[JsonObject, ...]
 
 
 def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
@@ -44,7 +44,7 @@ def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
     """The declared initial values, with parameters at a bound moved inside by
     ``interior_fraction`` of their range when that is given."""
     start = cmap.initial.copy()
-    warnings: list[dict[str, Any]] = []
+    warnings: list[JsonObject] = []
     for i, pid in enumerate(cmap.ids):
         lower, upper, initial = cmap.lower[i], cmap.upper[i], cmap.initial[i]
         if initial == lower:
@@ -53,7 +53,7 @@ def starting_point(cmap: CoordinateMap, interior_fraction: float | None = None
             bound, value, inward = "upper", float(upper), -1.0
         else:
             continue
-        warning: dict[str, Any] = {
+        warning: JsonObject = {
             "code": "initial_value_at_bound", "parameter": pid, "bound": bound,
             "value": value}
         if interior_fraction is not None:
