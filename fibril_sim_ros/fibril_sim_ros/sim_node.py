@@ -195,7 +195,6 @@ class SimNode(Node):
         self._watchdog = DeliveryWatchdog(
             host, host.clock.now, self.get_logger().warning,
             lambda: self.publishing.outbox.backlog, settings.lateness_warn_s)
-        self.watchdog.gc.install()
         self._commands = CommandSubscriptions(
             self, self.bridge, self.connection, self.sync, self._input_failed)
         self._control_services = NodeServices(self)
@@ -262,6 +261,9 @@ class SimNode(Node):
         thread for tens of ms: publish lateness)."""
         gc.collect()
         gc.freeze()
+        # From here on (the start-up collection above is no cause of a late output: it ended
+        # before pacing began, and was named as the cause of the first outputs' lateness).
+        self.watchdog.gc.install()
         amount = settings.thread_priority
         if amount and self._runtime is not None:  # (the calling thread spins the executor)
             inputs = self.commands.inputs

@@ -453,8 +453,10 @@ class SimulationHost:
             case StopRender(stream=stream, owner=owner):
                 self._renders.stop(request.action, stream, owner, "render")
             case StartObserve():
-                return self._observations.add(request.request, request.sink,
-                                              self._session_tick(), request.owner)
+                stream = self._observations.add(request.request, request.sink,
+                                                self._session_tick(), request.owner)
+                self._observations.prepare(instance.data)
+                return stream
             case StopObserve(stream=stream, owner=owner):
                 self._observations.stop(request.action, stream, owner, "observation")
             case Entities(names=names):

@@ -174,6 +174,11 @@ class ObservationStreams(StreamTable[_Stream]):
                                   -(-session_tick // period) * period, owner,
                                   1.0 / limit if limit else 0.0))
 
+    def prepare(self, data: mujoco.MjData) -> None:
+        """Make what observing needs (the layout, a scratch MjData) now rather than at the
+        first observation: in real time the first is due as soon as the stream starts."""
+        self._views(data)
+
     def observe_due(self, episode: int, tick: int, session_tick: int,
                     data: mujoco.MjData, free_running: bool = False) -> None:
         """Observe for the streams due at ``session_tick``; ``free_running``: the host runs
