@@ -376,6 +376,7 @@ class SimulationHost:
         self._anchor = (self.clock.now(), instance.session_time_ns)
         while not self._stopping:
             wait: float | None
+            item: _Pending[object] | None
             if self._paused:
                 wait = None
             elif self._mode == "realtime":
