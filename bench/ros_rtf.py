@@ -355,8 +355,17 @@ def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, all threads (Linux /proc; NaN
-    elsewhere)."""
+    """CPU seconds of process ``pid`` so far, all threads (Linux /proc; NaN elsewhere): the
+    sum of its threads' scheduler run times (nanoseconds), else user + system time from
+    /proc/PID/stat (whole clock ticks, 10 ms: too coarse for a run of a few seconds).
+    Threads that ended are not in the sum; none of the node's end while it is measured."""
+    try:
+        total = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
