@@ -49,7 +49,8 @@ minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
      periods (sample periods: 1 ms; Panda 2 ms) + the device latencies (command 2 ms +
      feedback 1 ms; Panda 0). It also reports the samples' arrival lateness there: arrival
      - (stamp + latency), less its minimum over the run (the clocks' offset);
-   * the real-time factor from get_state;
+   * the real-time factor from get_state, and the node process's CPU time (all threads, from
+     /proc) per simulated second over the same seconds;
    * the load average before and after (a shared machine).
    ``--baseline DIR`` runs another checkout's node too, interleaved.
 
@@ -354,8 +355,17 @@ def fast_phase(sub: Subscriber, manifest: Path, scratch: Path, seconds: float,
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far, all threads (Linux /proc; NaN
-    elsewhere)."""
+    """CPU seconds of process ``pid`` so far, all threads (Linux /proc; NaN elsewhere): the
+    sum of its threads' scheduler run times (nanoseconds), else user + system time from
+    /proc/PID/stat (whole clock ticks, 10 ms: too coarse for a run of a few seconds).
+    Threads that ended are not in the sum; none of the node's end while it is measured."""
+    try:
+        total = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -632,6 +642,8 @@ def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
         spec = {"robot": robot, "seconds": seconds, "settle": settle, "out": str(out)}
         control = _child("--controller", json.dumps(spec))
         time.sleep(settle)
+        first = peer.state()
+        cpu0 = process_cpu_s(node.pid)
         noise = _child("--sleep-noise", str(seconds), str(scratch / f"{name}.npy"))
         if priority:  # the machine's timer noise for a thread at the node's priority
             try:
@@ -640,6 +652,7 @@ def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
                 pass
         control.wait(seconds + 60)
         noise.wait(60)
+        cpu1 = process_cpu_s(node.pid)
         state = peer.state()
         result = json.loads(out.read_text())
     finally:
@@ -654,6 +667,8 @@ def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
             "sleep": np.load(scratch / f"{name}.npy") * 1e3,
             "roundtrip": np.array(result["roundtrip"]) * 1e3,
             "arrival": np.array(result["lateness"]) * 1e3,
+            "cpu": (cpu1 - cpu0) / max(1e-9, (state.session_time_ns - first.session_time_ns)
+                                       / 1e9),
             "load": (load_before, os.getloadavg()[0])}
 
 
@@ -682,7 +697,8 @@ def live(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"medians of {max(1, args.live_repeats)} interleaved run(s) (ms): sleep p99 | node "
-          f"lateness p50 / p99 | p99 / sleep p99 | arrival p50 / p99 | round trip p50 | rtf")
+          f"lateness p50 / p99 | p99 / sleep p99 | arrival p50 / p99 | round trip p50 | rtf | "
+          f"node CPU s per simulated s")
     for (robot, traced, name), runs in summary.items():
         def med(f) -> float:
             return float(np.median([f(r) for r in runs]))
@@ -694,7 +710,8 @@ def live(args: argparse.Namespace) -> None:
               f"{med(lambda r: r['node'][1] / np.percentile(r['sleep'], 99)):6.2f} | "
               f"{med(lambda r: _pct(r['arrival'], 50)):8.3f} / "
               f"{med(lambda r: _pct(r['arrival'], 99)):8.3f} | "
-              f"{med(lambda r: _pct(r['roundtrip'], 50)):6.3f} | {med(lambda r: r['rtf']):.4f}")
+              f"{med(lambda r: _pct(r['roundtrip'], 50)):6.3f} | {med(lambda r: r['rtf']):.4f} | "
+              f"{med(lambda r: r['cpu']):.3f}")
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -707,7 +724,8 @@ def _print_live(name: str, robot: str, traced: bool, r: dict, trip_target: float
     target = 2 * sleep_p99 + 1.0
     trip = r["roundtrip"]
     print(f"[{name}] {robot} {'traced' if traced else 'untraced'}: load "
-          f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; rtf {r['rtf']:.4f}")
+          f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; rtf {r['rtf']:.4f}; node CPU "
+          f"{r['cpu']:.3f} s per simulated s")
     print(f"  sleep(1 ms) overshoot  p50 {np.percentile(r['sleep'], 50):.3f} "
           f"p99 {sleep_p99:.3f} max {r['sleep'].max():.3f}")
     if worst:

@@ -88,6 +88,47 @@ class WallClock:
         return event.wait(seconds)
 
 
+class Poke(threading.Event):
+    """An ``Event`` whose timed wait is one lock acquisition: real-time pacing waits about
+    once a millisecond, and ``Event.wait`` (a condition variable in Python: a new lock, a
+    waiter list) cost ~10 us more CPU per wait than this on a virtual machine.
+
+    ``_gate`` is unlocked while the event is set. ``set`` may run on any thread, and twice
+    (releasing an unlocked lock raises; that is the already-set case)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._set = False
+        self._gate = threading.Lock()
+        self._gate.acquire()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    isSet = is_set
+
+    def set(self) -> None:
+        self._set = True
+        try:
+            self._gate.release()
+        except RuntimeError:  # already set
+            pass
+
+    def clear(self) -> None:
+        if self._set:
+            self._set = False
+            self._gate.acquire(False)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        gate = self._gate
+        if gate.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            gate.release()  # (still set, for the next waiter)
+            return True
+        return self._set
+
+
 @dataclass
 class _Pending(Generic[R]):
     """A request waiting for the host thread, then its answer."""
@@ -117,7 +158,10 @@ class SimulationHost:
         self._requests: queue.Queue[_Pending[object]] = queue.Queue()
         # Set with every request: a real-time frame waiting for its next piece stops pacing
         # and finishes at once, so the request is served as soon as it was before.
-        self._poke = threading.Event()
+        self._poke = Poke()
+        # The queue's deque: its truthiness is the cheap "a request waits" check between
+        # frames (a real-time frame a millisecond; ``Queue.empty`` and ``get_nowait`` lock).
+        self._waiting = self._requests.queue
         self._callbacks: tuple[CallbackHandle, ...] = ()
         self._routes: Routes = {}
         # The callbacks changed: the instance is told what they want before it steps again.
@@ -136,6 +180,7 @@ class SimulationHost:
         # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
         self._holding = False
         self._held = 0.0  # seconds held in the current frame
+        self._held_ns = -1  # the session time of the boundary held last in it
         # The last paced frame that ended after its due wall time and took longer than the
         # simulated time it covered: when it ended (clock.now()), how late, its wall time
         # (stepping and record callbacks, not pacing waits), the host thread's CPU time in it
@@ -297,9 +342,13 @@ class SimulationHost:
         its records go out when they are due, not when the piece that made them was stepped
         (a piece starts at its first tick's time). A request arriving meanwhile ends the
         holding for the rest of the frame (it is served at once, as before)."""
+        session = self.instance.session_time_ns
+        if session == self._held_ns:  # (a boundary's later records: already held)
+            return
+        self._held_ns = session
         clock = self.clock
         start = clock.now()
-        due = self.wall_time(self.instance.session_time_ns)
+        due = self.wall_time(session)
         if due - start > _MIN_WAIT_S:
             if self._idle_tasks:  # (the trace writer serializes in the time left)
                 _idle(self._idle_tasks, self.clock, due)
@@ -327,6 +376,7 @@ class SimulationHost:
         self._anchor = (self.clock.now(), instance.session_time_ns)
         while not self._stopping:
             wait: float | None
+            item: _Pending[object] | None
             if self._paused:
                 wait = None
             elif self._mode == "realtime":
@@ -339,13 +389,10 @@ class SimulationHost:
                 item = self._requests.get()
             else:
                 self._poke.clear()  # (a request put after this sets it again)
-                try:
-                    item = self._requests.get_nowait()
-                except queue.Empty:
-                    item = None
-                    if wait > 0:
-                        self.clock.wait(self._poke, wait)
-                        continue
+                item = self._requests.get_nowait() if self._waiting else None
+                if item is None and wait > 0:
+                    self.clock.wait(self._poke, wait)
+                    continue
             if item is not None:
                 resync = self._serve(item)
                 if resync:
@@ -407,8 +454,10 @@ class SimulationHost:
             case StopRender(stream=stream, owner=owner):
                 self._renders.stop(request.action, stream, owner, "render")
             case StartObserve():
-                return self._observations.add(request.request, request.sink,
-                                              self._session_tick(), request.owner)
+                stream = self._observations.add(request.request, request.sink,
+                                                self._session_tick(), request.owner)
+                self._observations.prepare(instance.data)
+                return stream
             case StopObserve(stream=stream, owner=owner):
                 self._observations.stop(request.action, stream, owner, "observation")
             case Entities(names=names):
@@ -447,9 +496,10 @@ class SimulationHost:
         if paced:
             piece = max(1, int(_PACE_S * self._rtf * 1e9) // instance.plan.timebase.timestep_ns)
             self._poke.clear()
-            paced = self._requests.empty()
+            paced = not self._waiting
         self._holding = paced
         self._held = 0.0
+        self._held_ns = -1
         done = 0
         busy = 0.0
         cpu = time.thread_time() if paced else 0.0
