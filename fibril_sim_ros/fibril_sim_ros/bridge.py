@@ -44,6 +44,8 @@ from fibril_sim_core import _schema as s
 from fibril_sim_core.errors import FibrilError, InstanceError
 
 if TYPE_CHECKING:
+    from fibril_sim_core.components.device import DeviceDescriptor
+    from fibril_sim_core.components.endpoint import ActuatorDescriptor
     from fibril_sim_core.plan import SimulationPlan
 
 SCHEMA_MAJOR = 1
@@ -291,7 +293,7 @@ def _choice(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
     return value
 
 
-def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> str:
+def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> str:
     name = s.string(value, where)
     if name not in endpoints:
         raise where.fail(f"no actuator endpoint {s.short(name)} in the manifest; endpoints: "
@@ -300,7 +302,7 @@ def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> str:
 
 
 def _mode(value: Any, where: s.Where, targets: Sequence[str],
-          endpoints: Mapping[str, Any]) -> str:
+          endpoints: Mapping[str, ActuatorDescriptor]) -> str:
     mode = s.string(value, where)
     if mode not in MOTOR_MODES:
         raise where.fail(f"unknown mode {s.short(mode)}; expected one of "
@@ -323,7 +325,7 @@ def _joint_name(value: Any, where: s.Where) -> str:
     return value
 
 
-def _input(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> InputEntry:
+def _input(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> InputEntry:
     item = s.mapping(value, where)
     s.keys(item, where, required=("topic", "type"),
            optional=("endpoint", "endpoints", "joints", "mode", "field", "scale", "offset",
@@ -370,7 +372,7 @@ def _input(value: Any, where: s.Where, endpoints: Mapping[str, Any]) -> InputEnt
                       field=fieldname, scale=scale, offset=offset, qos=qos, where=label)
 
 
-def _output(value: Any, where: s.Where, devices: Mapping[str, Any]) -> OutputEntry:
+def _output(value: Any, where: s.Where, devices: Mapping[str, DeviceDescriptor]) -> OutputEntry:
     item = s.mapping(value, where)
     s.keys(item, where, required=("device",),
            optional=("topic", "type", "frame_id", "stamp", "raw_topic", "info_topic",
@@ -493,12 +495,12 @@ def _latched(value: Any, where: s.Where) -> TopicEntry:
     return TopicEntry(_topic(item.get("topic"), where.key("topic")))
 
 
-def _default_input(actuator: Any) -> InputEntry:
+def _default_input(actuator: ActuatorDescriptor) -> InputEntry:
     return InputEntry(topic_for(actuator.endpoint), MOTOR_COMMAND, (actuator.endpoint,),
                       where=f"(default for endpoint {actuator.endpoint})")
 
 
-def _default_output(device: Any) -> OutputEntry:
+def _default_output(device: DeviceDescriptor) -> OutputEntry:
     kind = OUTPUT_TYPES.get(device.type, (DEVICE_SAMPLE,))[0]
     topic = topic_for(device.id)
     info = None

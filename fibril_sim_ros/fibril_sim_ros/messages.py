@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -24,6 +24,9 @@ from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import bridge as b
 from ._cdr import Template
+
+if TYPE_CHECKING:
+    from fibril_sim_core.components.device import DeviceDescriptor
 
 NS_PER_S = 1_000_000_000
 MOTOR_PAYLOAD = "fibril_sim/motor_command/v1"
@@ -77,7 +80,8 @@ def device_sample(output: DeviceOutput, frame_id: str) -> DeviceSample:
     return msg
 
 
-def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput], Any]:
+def device_sample_encoder(device: DeviceDescriptor,
+                          frame_id: str) -> Callable[[DeviceOutput], object]:
     """DeviceSample of one device: pre-serialized when its sample has a fixed small size.
 
     As the message definition says, ``header.stamp`` is the delivery time and
@@ -105,13 +109,13 @@ def device_sample_encoder(device: Any, frame_id: str) -> Callable[[DeviceOutput]
 
 
 # --------------------------------------------------------------------------- outputs
-Converter = Callable[[DeviceOutput], list[tuple[str, Any]]]
+Converter = Callable[[DeviceOutput], list[tuple[str, object]]]
 # A message builder: (output, stamp ns) -> the message (an rclpy message or its bytes).
-Build = Callable[[DeviceOutput, int], Any]
+Build = Callable[[DeviceOutput, int], object]
 
 
-def main_message(entry: b.OutputEntry, device: Any,
-                 timestep_s: float) -> Callable[[DeviceOutput], Any] | None:
+def main_message(entry: b.OutputEntry, device: DeviceDescriptor,
+                 timestep_s: float) -> Callable[[DeviceOutput], object] | None:
     """DeviceOutput → the entry's message of its own type, stamped at acquisition (or at
     delivery with ``stamp: delivery``); None for a type sent as DeviceSample."""
     main = _MAIN.get(entry.type)
@@ -123,8 +127,8 @@ def main_message(entry: b.OutputEntry, device: Any,
     return lambda output: build(output, output.session_acquisition_time_ns)
 
 
-def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
-                     message: Callable[[DeviceOutput], Any] | None = None) -> Converter:
+def output_converter(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float,
+                     message: Callable[[DeviceOutput], object] | None = None) -> Converter:
     """A function DeviceOutput → [(topic, message or serialized bytes)] for one entry;
     ``message``: its ``main_message``, when the caller has made it already."""
     at_delivery = entry.stamp == "delivery"
@@ -134,7 +138,7 @@ def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
     topic, raw_topic, info_topic = entry.topic, entry.raw_topic, entry.info_topic
     info = _camera_info(entry, device) if info_topic else None
 
-    def convert(output: DeviceOutput) -> list[tuple[str, Any]]:
+    def convert(output: DeviceOutput) -> list[tuple[str, object]]:
         if message is None:
             return [(topic, generic(output))]
         result = [(topic, message(output))]
@@ -149,7 +153,7 @@ def output_converter(entry: b.OutputEntry, device: Any, timestep_s: float,
     return convert
 
 
-def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _encoder(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     per_unit = float(device.binding["counts_per_unit"])
     prototype = JointState()
     prototype.header.frame_id = entry.frame_id
@@ -165,7 +169,7 @@ def _encoder(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     return build
 
 
-def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _imu(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     config = device.config
     prototype = Imu()
     prototype.header.frame_id = entry.frame_id
@@ -183,7 +187,7 @@ def _imu(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     return build
 
 
-def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _range(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     config = device.config
     low, high = float(config.get("min_range", 0.0)), float(config.get("max_range", 10.0))
     radiation = Range.INFRARED if entry.radiation_type == "infrared" else Range.ULTRASOUND
@@ -204,7 +208,7 @@ def _range(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     return build
 
 
-def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _scan(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     config, binding = device.config, device.binding
     rays = int(config.get("rays", 1))
     angle_min = float(binding["angle_min"])
@@ -228,7 +232,7 @@ def _scan(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     return build
 
 
-def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _image(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     config = device.config
     width, height, depth = int(config["width"]), int(config["height"]), bool(config["depth"])
     frame_id = entry.frame_id
@@ -249,7 +253,7 @@ def _image(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
     return build
 
 
-def _camera_info(entry: b.OutputEntry, device: Any) -> CameraInfo:
+def _camera_info(entry: b.OutputEntry, device: DeviceDescriptor) -> CameraInfo:
     """Pinhole intrinsics from the MuJoCo camera's vertical field of view (no distortion)."""
     config = device.config
     width, height = int(config["width"]), int(config["height"])
@@ -268,7 +272,7 @@ def _camera_info(entry: b.OutputEntry, device: Any) -> CameraInfo:
     return info
 
 
-def _odometry(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _odometry(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     config = device.config
     pos_var = float(config.get("position_noise", 0.0)) ** 2
     vel_var = float(config.get("velocity_noise", 0.0)) ** 2
@@ -312,14 +316,14 @@ def _rotation(w: float, x: float, y: float, z: float) -> np.ndarray:
         (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y))))
 
 
-def _bool(entry: b.OutputEntry, device: Any, timestep_s: float) -> Build:
+def _bool(entry: b.OutputEntry, device: DeviceDescriptor, timestep_s: float) -> Build:
     def build(output: DeviceOutput, when: int) -> Bool:
         return Bool(data=bool(output.values[0] > 0.5))
 
     return build
 
 
-_MAIN: dict[str, Callable[[b.OutputEntry, Any, float], Build]] = {
+_MAIN: dict[str, Callable[[b.OutputEntry, DeviceDescriptor, float], Build]] = {
     b.JOINT_STATE: _encoder, b.IMU: _imu, b.RANGE: _range, b.LASER_SCAN: _scan,
     b.IMAGE: _image, b.ODOMETRY: _odometry, b.BOOL: _bool,
 }

@@ -25,6 +25,8 @@ from fibril_sim_core.ingress import external_input
 from .sync import SyncTimeout
 
 if TYPE_CHECKING:  # (the node imports this module)
+    from fibril_sim_core.entities import EntityState
+
     from .sim_node import SimNode
     from .simulation_services import SimulationServices
 
@@ -205,7 +207,7 @@ class StandardControl:
     def entity_names(self) -> tuple[str, ...]:
         return self._node.entities.names
 
-    def entity_states(self, names: list[str] | None) -> tuple[int, list[Any]]:
+    def entity_states(self, names: list[str] | None) -> tuple[int, list[EntityState]]:
         return self._node.connection.entity_states(names)
 
     def set_entity_state(self, payload: dict[str, Any]) -> None:

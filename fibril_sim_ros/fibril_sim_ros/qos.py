@@ -6,13 +6,17 @@ WARN with the topic, our QoS and the offending policy, never left silent.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.event_handler import (PublisherEventCallbacks, QoSOfferedIncompatibleQoSInfo,
+                                 QoSRequestedIncompatibleQoSInfo, SubscriptionEventCallbacks)
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSPolicyKind, QoSProfile,
                        ReliabilityPolicy)
 
 from .bridge import Qos
+
+if TYPE_CHECKING:
+    from rclpy.impl.rcutils_logger import RcutilsLogger
 
 #: ``/clock``: reliable (a best-effort subscriber such as rclpy's time source still receives),
 #: transient local so that a late joiner asking for it gets the current time at once (a paused
@@ -43,16 +47,16 @@ def describe(profile: QoSProfile) -> str:
             f"depth {profile.depth}")
 
 
-def _policy(event: Any) -> str:
+def _policy(event: QoSRequestedIncompatibleQoSInfo) -> str:
     try:
         return QoSPolicyKind(event.last_policy_kind).name
     except ValueError:
         return str(event.last_policy_kind)
 
 
-def subscription_events(logger: Any, topic: str, profile: QoSProfile
+def subscription_events(logger: RcutilsLogger, topic: str, profile: QoSProfile
                         ) -> SubscriptionEventCallbacks:
-    def incompatible(event: Any) -> None:
+    def incompatible(event: QoSRequestedIncompatibleQoSInfo) -> None:
         logger.warning(f"QoS mismatch on {topic}: a publisher offers QoS incompatible with this "
                        f"subscription ({describe(profile)}); its messages are NOT received "
                        f"(policy {_policy(event)}, {event.total_count} publisher(s) so far)")
@@ -60,8 +64,9 @@ def subscription_events(logger: Any, topic: str, profile: QoSProfile
     return SubscriptionEventCallbacks(incompatible_qos=incompatible)
 
 
-def publisher_events(logger: Any, topic: str, profile: QoSProfile) -> PublisherEventCallbacks:
-    def incompatible(event: Any) -> None:
+def publisher_events(logger: RcutilsLogger, topic: str,
+                     profile: QoSProfile) -> PublisherEventCallbacks:
+    def incompatible(event: QoSOfferedIncompatibleQoSInfo) -> None:
         logger.warning(f"QoS mismatch on {topic}: a subscription requests QoS this publisher "
                        f"({describe(profile)}) cannot offer; it receives NOTHING (policy "
                        f"{_policy(event)}, {event.total_count} subscription(s) so far)")

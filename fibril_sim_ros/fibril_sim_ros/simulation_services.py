@@ -43,17 +43,17 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from builtin_interfaces.msg import Time
-from rclpy.action.server import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ActionServer, CancelResponse, GoalResponse, ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.task import Future
 from simulation_interfaces.action import SimulateSteps
-from simulation_interfaces.msg import Bounds, EntityCategory, Result, SimulationState, \
-    SimulatorFeatures
+from simulation_interfaces.msg import Bounds, EntityCategory, EntityFilters, Result, \
+    SimulationState, SimulatorFeatures
 from simulation_interfaces.msg import EntityState as EntityStateMsg
 from simulation_interfaces.srv import GetEntities, GetEntitiesStates, GetEntityInfo, \
     GetEntityState, GetSimulationState, GetSimulatorFeatures, ResetSimulation, SetEntityState, \
@@ -63,6 +63,18 @@ from fibril_sim_core.errors import FibrilError
 
 if TYPE_CHECKING:
     from fibril_sim_core.entities import EntityState
+
+
+
+class _Answer(Protocol):
+    """A simulation_interfaces service response: each has a ``result``."""
+
+    result: Result
+
+
+T = TypeVar("T")
+Request = TypeVar("Request")  # a service's generated request and response classes
+Response = TypeVar("Response", bound=_Answer)
 
 WORLD_FRAME = "world"
 DEFAULT_FEEDBACK_PERIOD_NS = 10_000_000  # SimulateSteps: feedback every ~10 ms of sim time
@@ -109,17 +121,17 @@ class SimulationControl(Protocol):
     @property
     def timestep_ns(self) -> int: ...
 
-    def set_paused(self, paused: bool) -> dict[str, Any]: ...
+    def set_paused(self, paused: bool) -> Mapping[str, object]: ...
 
-    def step(self, ticks: int) -> dict[str, Any]:
+    def step(self, ticks: int) -> Mapping[str, object]:
         """Advance exactly ``ticks`` ticks (only while paused) and return ``state()``."""
         ...
 
-    def reset(self) -> dict[str, Any]:
+    def reset(self) -> Mapping[str, object]:
         """A new episode, same seed and keyframe; paused or playing stays as it was."""
         ...
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> Mapping[str, object]:
         """At least ``tick``, ``episode``, ``episode_time_ns``, ``session_time_ns``."""
         ...
 
@@ -132,7 +144,7 @@ class SimulationControl(Protocol):
         (every body when None) at that state, in that order."""
         ...
 
-    def set_entity_state(self, payload: dict[str, Any]) -> None:
+    def set_entity_state(self, payload: dict[str, object]) -> None:
         """Submit an entity-state input (payload of fibril_sim_core.entities)."""
         ...
 
@@ -227,10 +239,10 @@ class SimulationServices:
         return [service.service_name for service in self._services]
 
     # ------------------------------------------------------------------ threading
-    def _in_thread(self, function: Callable[..., Any], *args: Any) -> Future[Any]:
+    def _in_thread(self, function: Callable[..., T], *args: object) -> Future[T]:
         """Run ``function`` on a worker thread; the returned future is awaited on the
         executor, which stays free meanwhile (and is woken when the result is in)."""
-        future: Future[Any] = Future()
+        future: Future[T] = Future()
 
         def work() -> None:
             try:
@@ -245,13 +257,16 @@ class SimulationServices:
         threading.Thread(target=work, name="fibril-sim-interfaces", daemon=True).start()
         return future
 
-    def _served(self, handler: Callable[[Any, Any], None]) -> Callable[[Any, Any], Any]:
-        async def callback(request: Any, response: Any) -> Any:
-            return await self._in_thread(self._answer, handler, request, response)
+    def _served(self, handler: Callable[[Request, Response], None]
+                ) -> Callable[[Request, Response], Awaitable[Response]]:
+        async def callback(request: Request, response: Response) -> Response:
+            await self._in_thread(self._answer, handler, request, response)
+            return response
 
         return callback
 
-    def _answer(self, handler: Callable[[Any, Any], None], request: Any, response: Any) -> Any:
+    def _answer(self, handler: Callable[[Request, Response], None], request: Request,
+                response: Response) -> None:
         response.result = _result()
         try:
             handler(request, response)
@@ -264,26 +279,28 @@ class SimulationServices:
                                           f"{exc}")
             response.result = _result(Result.RESULT_OPERATION_FAILED,
                                       f"internal error: {type(exc).__name__}: {exc}")
-        return response
 
     # ------------------------------------------------------------------ simulation
-    def _on_features(self, request: Any, response: Any) -> Any:
+    def _on_features(self, request: GetSimulatorFeatures.Request,
+                     response: GetSimulatorFeatures.Response) -> GetSimulatorFeatures.Response:
         response.features.features = list(FEATURES)
         response.features.spawn_formats = []
         response.features.custom_info = CUSTOM_INFO
         return response
 
-    def _simulation_state(self) -> tuple[int, dict[str, Any]]:
+    def _simulation_state(self) -> tuple[int, Mapping[str, object]]:
         if not self._control.paused:
             return SimulationState.STATE_PLAYING, {}
         state = self._control.state()
-        stopped = int(state.get("episode_time_ns", -1)) == 0
+        stopped = state.get("episode_time_ns") == 0
         return (SimulationState.STATE_STOPPED if stopped else SimulationState.STATE_PAUSED), state
 
-    def _get_simulation_state(self, request: Any, response: Any) -> None:
+    def _get_simulation_state(self, request: GetSimulationState.Request,
+                                  response: GetSimulationState.Response) -> None:
         response.state.state = self._simulation_state()[0]
 
-    def _set_simulation_state(self, request: Any, response: Any) -> None:
+    def _set_simulation_state(self, request: SetSimulationState.Request,
+                                  response: SetSimulationState.Response) -> None:
         target = int(request.state.state)
         name = _STATE_NAMES.get(target, f"state {target}")
         if target == SimulationState.STATE_QUITTING:
@@ -322,7 +339,8 @@ class SimulationServices:
                 raise _Refused(SetSimulationState.Response.STATE_TRANSITION_ERROR,
                                f"{_STATE_NAMES[current]} -> {name}: {exc}") from None
 
-    def _reset_simulation(self, request: Any, response: Any) -> None:
+    def _reset_simulation(self, request: ResetSimulation.Request,
+                              response: ResetSimulation.Response) -> None:
         scope = int(request.scope)
         S = ResetSimulation.Request
         if scope not in (S.SCOPE_DEFAULT, S.SCOPE_ALL):
@@ -346,7 +364,8 @@ class SimulationServices:
             state = self._control.reset()
         response.result = _result(message=f"episode {state.get('episode', '?')} started")
 
-    def _step_simulation(self, request: Any, response: Any) -> None:
+    def _step_simulation(self, request: StepSimulation.Request,
+                             response: StepSimulation.Response) -> None:
         steps = int(request.steps)
         if steps < 1:
             raise _Refused(Result.RESULT_OPERATION_FAILED,
@@ -355,7 +374,7 @@ class SimulationServices:
         response.result = _result(message=f"stepped {steps} tick(s) to tick "
                                           f"{state.get('tick', '?')}")
 
-    def _step_paused(self, ticks: int) -> dict[str, Any]:
+    def _step_paused(self, ticks: int) -> Mapping[str, object]:
         with self._lock:
             if not self._control.paused:
                 raise _Refused(Result.RESULT_OPERATION_FAILED,
@@ -363,7 +382,9 @@ class SimulationServices:
                                "(SetSimulationState STATE_PAUSED first)")
             return self._control.step(ticks)
 
-    async def _simulate_steps(self, goal_handle: Any) -> Any:
+    async def _simulate_steps(
+            self, goal_handle: ServerGoalHandle[SimulateSteps.Goal, SimulateSteps.Result,
+                                                SimulateSteps.Feedback]) -> SimulateSteps.Result:
         total = int(goal_handle.request.steps)
         result = SimulateSteps.Result()
         if total < 1:
@@ -417,7 +438,7 @@ class SimulationServices:
             listed = ", ".join(names[:_LISTED]) + (" …" if len(names) > _LISTED else "")
             raise _Refused(Result.RESULT_NOT_FOUND, f"no entity {name!r}; entities: {listed}")
 
-    def _filtered(self, filters: Any) -> list[str]:
+    def _filtered(self, filters: EntityFilters) -> list[str]:
         if len(filters.categories):
             raise _Refused(Result.RESULT_FEATURE_UNSUPPORTED,
                            "filters.categories: entity categories are not supported "
@@ -441,15 +462,17 @@ class SimulationServices:
             names = [name for name in names if pattern.search(name)]
         return names
 
-    def _get_entities(self, request: Any, response: Any) -> None:
+    def _get_entities(self, request: GetEntities.Request, response: GetEntities.Response) -> None:
         response.entities = self._filtered(request.filters)
 
-    def _get_entity_state(self, request: Any, response: Any) -> None:
+    def _get_entity_state(self, request: GetEntityState.Request,
+                              response: GetEntityState.Response) -> None:
         self._known(request.entity)
         stamp, states = self._control.entity_states([request.entity])
         response.state = state_message(states[0], stamp)
 
-    def _get_entities_states(self, request: Any, response: Any) -> None:
+    def _get_entities_states(self, request: GetEntitiesStates.Request,
+                                 response: GetEntitiesStates.Response) -> None:
         names = self._filtered(request.filters)
         if not names:
             return
@@ -458,7 +481,8 @@ class SimulationServices:
         response.entities = [state.name for state in states]
         response.states = [state_message(state, stamp) for state in states]
 
-    def _get_entity_info(self, request: Any, response: Any) -> None:
+    def _get_entity_info(self, request: GetEntityInfo.Request,
+                             response: GetEntityInfo.Response) -> None:
         name = request.entity
         self._known(name)
         world = name == self._control.entity_names()[0]
@@ -469,7 +493,8 @@ class SimulationServices:
             if self._control.placeable(name) else
             f"MuJoCo body {name!r}: its state cannot be set (not a free-joint or mocap body)")
 
-    def _set_entity_state(self, request: Any, response: Any) -> None:
+    def _set_entity_state(self, request: SetEntityState.Request,
+                              response: SetEntityState.Response) -> None:
         name = request.entity
         self._known(name)
         state = request.state
@@ -484,7 +509,7 @@ class SimulationServices:
                            f"entity {name!r} cannot be set: only a body whose one joint is "
                            f"free, or a mocap body, can be placed; settable: "
                            f"{', '.join(settable) or 'none'}")
-        payload: dict[str, Any] = {"body": name}
+        payload: dict[str, object] = {"body": name}
         if request.set_pose:
             p, q = state.pose.position, state.pose.orientation
             position, quaternion = [p.x, p.y, p.z], [q.w, q.x, q.y, q.z]
