@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from .read_schedule import NEVER, Deferral, Phase, ReadSchedule
 from .records import DeviceOutput
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceReads", "Read", "component_rng"]
 
+#: A sample's values.
+Values = npt.NDArray[np.float64]
 #: How a device samples MjData (``Device.acquire``).
-Acquire = Callable[[mujoco.MjModel, mujoco.MjData], np.ndarray]
+Acquire = Callable[[mujoco.MjModel, mujoco.MjData], Values]
 #: What a read needs of a device, unpacked once: (acquire, id, sample type, component names,
 #: frame, latency).
 Read = tuple[Acquire, str, str, tuple[str, ...], str, int]
@@ -239,7 +242,7 @@ class DeviceReads:
                 if order is not None:
                     order.append(i)
 
-    def delay(self, t: int, read: Read, values: np.ndarray) -> None:
+    def delay(self, t: int, read: Read, values: Values) -> None:
         """Queue the output of a read at boundary ``t`` for its delivery tick."""
         _, device_id, sample_type, names, frame_id, latency = read
         acquired = t - 1

@@ -74,7 +74,7 @@ class InstancePlan(Protocol):
     @property
     def recorded_input_signature(self) -> EndpointSignature: ...
 
-    def inspect(self) -> dict[str, Any]: ...
+    def inspect(self) -> dict[str, object]: ...
 
 
 
@@ -205,9 +205,6 @@ class SimulationInstance:
     def session_time_ns(self) -> int:
         return self._session_offset + self._stepper.tick * self._dt
 
-    def _clock(self) -> tuple[int, int]:
-        return self._episode, self.session_time_ns
-
     # ----------------------------------------------------------------- ingress
     @property
     def sources(self) -> list[str]:
@@ -227,7 +224,7 @@ class SimulationInstance:
         return self._ingress.enqueue(item)
 
     def enqueue_recorded_trace_inputs(
-            self, records: RecordedInputs | Iterable[IngressRecord | Mapping[str, Any]]) -> int:
+            self, records: RecordedInputs | Iterable[IngressRecord | Mapping[str, object]]) -> int:
         """Replay recorded inputs at their recorded commit ticks, in recorded acceptance order.
 
         ``records`` are IngressRecords (or mappings with their keys), or a RecordedInputs
@@ -287,7 +284,7 @@ class SimulationInstance:
         return self._listeners.poll()
 
     # ----------------------------------------------------------------- state
-    def inject_state(self, entries: Sequence[Mapping[str, Any]]) -> None:
+    def inject_state(self, entries: Sequence[Mapping[str, object]]) -> None:
         """Set joint qpos/qvel, mocap pose or actuator activation, e.g. an episode's initial
         state. Entries: ``{type: joint, joint, qpos?, qvel?}``, ``{type: mocap, body, pos?,
         quat?}``, ``{type: actuator, actuator, act}``."""
@@ -331,4 +328,4 @@ def _clock_of(instance: weakref.ref[SimulationInstance]) -> tuple[int, int]:
     alive = instance()
     if alive is None:
         raise InstanceError("the instance of this ingress is gone")
-    return alive._clock()
+    return alive.episode, alive.session_time_ns

@@ -62,6 +62,7 @@ class Stepper:
         self.data = data
         self.reads = reads
         self.listeners = listeners
+        self.columns = listeners.trace_columns  # (fixed: the trace is the instance's)
         self.ingress = ingress
         self.entities = entities
         self.actuators = actuators
@@ -157,7 +158,7 @@ class Stepper:
         if schedule.batched and len(heard) < len(reads.devices):
             reads.skip_unheard(start, target)
         deferring = reads.deferring = schedule.defer_phases is not None and ticks >= DEFER_TICKS
-        columns = out.trace_columns
+        columns = self.columns
         trace_alone = out.emit_one is out.trace_sink
         # Only the trace listens (a callback that could subscribe meanwhile exists only while
         # others listen) and reads are deferred: the state copied before the step goes into
@@ -361,7 +362,7 @@ class Stepper:
         assert self.snapshot_pre is not None  # (called when one is pending)
         tick, before = self.snapshot_pre
         if before is None:  # taken into the trace's state row (see advance)
-            columns = self.listeners.trace_columns
+            columns = self.columns
             assert columns is not None  # (only a traced run takes a row)
             row = columns.state_row()
             for view, first, end in self.state_copies[1]:
