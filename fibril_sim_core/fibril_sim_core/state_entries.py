@@ -4,10 +4,10 @@ joint qpos/qvel, mocap pose, actuator activation. Errors name the entry and its 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import mujoco
 import numpy as np
+import numpy.typing as npt
 
 from .errors import InstanceError
 
@@ -18,7 +18,7 @@ _JOINT_SIZES = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}
 
 
 def inject_state(model: mujoco.MjModel, data: mujoco.MjData,
-                 entries: Sequence[Mapping[str, Any]]) -> None:
+                 entries: Sequence[Mapping[str, object]]) -> None:
     """Set joint qpos/qvel, mocap pose or actuator activation. Entries (YAML/JSON documents):
     ``{type: joint, joint, qpos?, qvel?}``, ``{type: mocap, body, pos?, quat?}``,
     ``{type: actuator, actuator, act}``."""
@@ -60,7 +60,7 @@ def _object(model: mujoco.MjModel, objtype: mujoco.mjtObj, name: object, where: 
     return int(index)
 
 
-def _assign(target: np.ndarray, start: int, width: int, values: object, where: str) -> None:
+def _assign(target: npt.NDArray[np.float64], start: int, width: int, values: object, where: str) -> None:
     if values is None:
         return
     array = np.asarray(values, dtype=np.float64).ravel()

@@ -109,7 +109,8 @@ def test_traced_drivetrain_defers_its_devices_and_reads_the_delayed_one(
     plan = SimulationBuilder().build(DRIVETRAIN)
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as trace:
         instance = plan.create_instance(seed=1, trace=trace, collect=False)
-        deferred = {instance._device_specs[i].id for i, _ in instance._deferral.devices}
+        device_reads = instance._device_reads
+        deferred = {device_reads.specs[i].id for i, _ in device_reads.deferral.devices}
         assert deferred == {"wheel_encoder", "chassis_imu", "chassis_pose", "drive_feedback"}
         reads: dict[str, int] = {}
 
@@ -121,9 +122,9 @@ def test_traced_drivetrain_defers_its_devices_and_reads_the_delayed_one(
                 return acquire(model, data)
             return (counted, *read[1:])
 
-        instance._reads[:] = [counting(read) for read in instance._reads]
+        device_reads.reads[:] = [counting(read) for read in device_reads.reads]
         instance.advance(1000)
-        assert instance._deferral.used == 0  # all handed over
+        assert device_reads.deferral.used == 0  # all handed over
     assert reads == {"front_range": 50}
     # samples (encoder, IMU, range, pose, feedback), states, the episode start, the
     # scenario's initial input and its application
@@ -238,17 +239,17 @@ def test_an_interrupted_traced_advance_hands_over_every_whole_record(tmp_path: P
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
         instance = plan.create_instance(seed=1, trace=writer, collect=False)
         calls = 0
-        read_columns = instance._read_columns
+        read_columns = instance._device_reads.read_columns
 
         def interrupted(t, indices):
             nonlocal calls
             calls += 1
             if calls == 30:  # the rangefinder's 30th read: its tick kept, then Ctrl-C
-                instance._trace_columns.ticks[2].append(t - 1)
+                instance._device_reads.columns.ticks[2].append(t - 1)
                 raise KeyboardInterrupt
             return read_columns(t, indices)
 
-        instance._read_columns = interrupted
+        instance._device_reads.read_columns = interrupted
         with pytest.raises(KeyboardInterrupt):
             instance.advance(2000)
     messages = _messages(tmp_path / "t" / "t.mcap")
@@ -293,21 +294,21 @@ def test_a_live_runtime_with_no_client_traces_through_the_lean_loop(
     trace listening, takes the lean loop (frames of 100 ticks, as fast as possible), and
     writes what an offline run of the same ticks writes (frame timings aside, their wall
     times differ)."""
-    from fibril_sim_core.instance import SimulationInstance
+    from fibril_sim_core.device_reads import DeviceReads
     from fibril_sim_core.manifest import RuntimeOptions
     from fibril_sim_core.trace import FRAME_TIMING_TOPIC
 
     from fibril_sim_core import SimulationRuntime
 
     lean = 0
-    real = SimulationInstance._read_deferred
+    real = DeviceReads.read_deferred
 
     def counted(self, t, phase):
         nonlocal lean
         lean += 1
         return real(self, t, phase)
 
-    monkeypatch.setattr(SimulationInstance, "_read_deferred", counted)
+    monkeypatch.setattr(DeviceReads, "read_deferred", counted)
     plan = SimulationBuilder().build(DRIVETRAIN)
     live = TraceWriter(tmp_path / "live", provenance={}, layout={})
     runtime = SimulationRuntime(plan, seed=3, trace=live, server=None,

@@ -87,7 +87,8 @@ def test_every_component_type_is_isolated_between_two_instances(plan: Any) -> No
     reference = _reference(plan)
     assert set(reference) == {d.id for d in plan.devices} | {"motor/command"}
     a, b = plan.create_instance(7), plan.create_instance(7)
-    assert not {id(x) for x in a._devices} & {id(x) for x in b._devices}
+    assert not ({id(x) for x in a._device_reads.devices}
+                & {id(x) for x in b._device_reads.devices})
     assert not {id(x) for x in a._endpoints} & {id(x) for x in b._endpoints}
     # Interleaved, with A given other commands, another seed mid-run and a reset: B must
     # deliver what an instance alone delivers.

@@ -106,8 +106,9 @@ def test_filters_by_kind_and_device(drivetrain, start) -> None:
                                                 FrameTiming: None}
         # ... and the simulation makes only what some client wants: no other device's samples
         imu_index = [d.id for d in runtime.plan.devices].index("chassis_imu")
-        assert runtime.instance._heard == {imu_index}
-        assert not runtime.instance._hears_ingress and not runtime.instance._hears_actuation
+        assert runtime.instance._listeners.heard == {imu_index}
+        listeners = runtime.instance._listeners
+        assert not listeners.hears_ingress and not listeners.hears_actuation
         with pytest.raises(InstanceError, match="unknown record kind"):
             remote.on_record(print, kinds=["camera"])
 
@@ -132,7 +133,7 @@ def test_a_remote_client_moves_its_filter_and_the_host_follows(drivetrain, start
     local.close()
     wait_for(lambda: runtime.connect().state()["clients"] == 0)
     runtime.connect().step(1)
-    assert runtime.instance._heard == frozenset()
+    assert runtime.instance._listeners.heard == frozenset()
 
 
 def test_tcp_requires_the_token_and_logs_refusals(drivetrain, start,
@@ -178,7 +179,7 @@ def test_a_closed_client_loses_its_subscriptions_and_nothing_else(drivetrain, st
     assert runtime.server._wanted_types == {}
     tick = local.state()["tick"]
     wait_for(lambda: local.state()["tick"] > tick)  # the simulation goes on
-    assert runtime.instance._heard == frozenset()  # making samples for nobody
+    assert runtime.instance._listeners.heard == frozenset()  # making samples for nobody
     with pytest.raises(InstanceError, match="the connection is closed"):
         remote.step(1)
 
@@ -229,10 +230,10 @@ def test_record_filter_follows_what_a_client_listens_to(tmp_path: Path, start) -
     handle = connection.on_record(got.append, kinds="device_output", devices="enc")
     connection.submit(command("drive/command", 0, "voltage", 1.0))
     connection.step(50)
-    assert runtime.instance._heard == {0}
+    assert runtime.instance._listeners.heard == {0}
     connection.set_record_filter(handle, kinds="device_output", devices=["enc2"])
     connection.step(50)
-    assert runtime.instance._heard == {1}
+    assert runtime.instance._listeners.heard == {1}
     reference = plan.create_instance(seed=5, collect=False)
     every: list = []
     reference.subscribe(every.append)

@@ -13,13 +13,13 @@ import dataclasses
 import heapq
 import json
 from pathlib import Path
+from typing import Any
 
 import _stepping_scenario as scenario
 import mujoco
 import numpy as np
 import pytest
-from fibril_sim_core.errors import InstanceError
-from fibril_sim_core.instance import Record, SimulationInstance
+from fibril_sim_core.instance import SimulationInstance
 from fibril_sim_core.read_schedule import NEVER
 from fibril_sim_core.replay import MIN_ROLLOUT_TICKS
 from fibril_sim_core.records import (
@@ -28,131 +28,131 @@ from fibril_sim_core.records import (
     ExternalInput,
     IngressRecord,
 )
+from fibril_sim_core.stepping import Stepper
 
 from fibril_sim_core import SimulationBuilder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "stepping_drivetrain.json"
 
 
-class ReferenceInstance(SimulationInstance):
-    """The stepping of the implementation before the hot-path work, verbatim."""
+class ReferenceStepper(Stepper):
+    """The stepping of the implementation before the hot-path work, verbatim (its state now
+    held by the instance's parts: the stepper, its ``reads`` and ``listeners``)."""
 
     def advance(self, ticks: int) -> None:
-        '''Advance by ``ticks`` physics ticks, one ``mj_step(nstep=k)`` between events.
-
-        A block of replayed recorded commands that nobody listens to record by record (no
-        subscriber, no collection, no device or snapshot due) runs as one ``mujoco.rollout``
-        with the control trajectory those commands produce: the same steps, bit for bit.
-        '''
-        if ticks < 0:
-            raise InstanceError(f"advance: ticks must be >= 0, got {ticks}")
         model, data, step = self.model, self.data, mujoco.mj_step
-        target = self._tick + ticks
-        ingress = self._ingress
+        target = self.tick + ticks
+        ingress = self.ingress
         while True:
-            t = self._tick
-            if self._processed != t:
+            t = self.tick
+            if self.processed != t:
                 self._boundary(t)
-                self._processed = t
-            if self._recorded or self._releases or ingress.waiting:
+                self.processed = t
+            if self.recorded or self.releases or ingress.waiting:
                 self._commit(t)
-            capture = self._capture
+            capture = self.capture
             if capture is not None:
                 capture.take_state(t, data)
             if t >= target:
                 return
-            if self._snapshot_every and t % self._snapshot_every == 0 \
-                    and self._snapshot_pre is None:
+            if self.snapshot_every and t % self.snapshot_every == 0 \
+                    and self.snapshot_pre is None:
                 # Captured right before the step so ctrl is what produces the step's forces.
-                self._snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
-                                          data.ctrl.copy()))
+                self.snapshot_pre = (t, (data.qpos.copy(), data.qvel.copy(), data.act.copy(),
+                                         data.ctrl.copy()))
             following = self._next_event(t)
             if following > target:
                 following = target
-            if following == t + 1 and (self._replay is not None or self._capture is not None):
+            if following == t + 1 and (self.replay is not None or self.capture is not None):
                 end = self._block_end(t, target)
                 if end - t >= MIN_ROLLOUT_TICKS:
                     self._block(t, end)
                     continue
             step(model, data, following - t)
-            self._tick = following
+            self.tick = following
 
-    def _next_event(self, t: int) -> int:
-        following = min(self._read_at) if self._read_at else NEVER
-        if self._deliveries and self._deliveries[0][0] < following:
-            following = self._deliveries[0][0]
-        if self._releases and self._releases[0][0] < following:
-            following = self._releases[0][0]
-        if self._recorded and self._recorded[-1][0] < following:
-            following = self._recorded[-1][0]
-        every = self._snapshot_every
+    def _next_event(self, t: int) -> int:  # type: ignore[override]  # the old one, verbatim
+        read_at = self.reads.schedule.read_at
+        deliveries = self.reads.deliveries
+        following = min(read_at) if read_at else NEVER
+        if deliveries and deliveries[0][0] < following:
+            following = deliveries[0][0]
+        if self.releases and self.releases[0][0] < following:
+            following = self.releases[0][0]
+        if self.recorded and self.recorded[-1][0] < following:
+            following = self.recorded[-1][0]
+        every = self.snapshot_every
         if every:
-            snapshot = t + 1 if self._snapshot_pre is not None else (t // every + 1) * every
+            snapshot = t + 1 if self.snapshot_pre is not None else (t // every + 1) * every
             if snapshot < following:
                 following = snapshot
-        if self._capture is not None:
-            following = min(following, self._capture.next_event(t))
+        if self.capture is not None:
+            following = min(following, self.capture.next_event(t))
         return following if following > t else t + 1
 
     def _block_end(self, t: int, target: int) -> int:
         '''How far from ``t`` nothing but replayed commands and captures happen (``t`` when a
         block cannot run: someone listens to records, a snapshot is due, live input waits).'''
-        if self._listening or self._snapshot_every or self._ingress.waiting:
+        if self.listeners.sinks or self.snapshot_every or self.ingress.waiting:
             return t
-        remaining = len(self._recorded)
+        remaining = len(self.recorded)
         if remaining:
-            if self._replay is None or remaining > len(self._replay[0].entries):
+            if self.replay is None or remaining > len(self.replay[0].entries):
                 return t
-        elif self._capture is None:
+        elif self.capture is None:
             return t
-        end = min(min(self._read_at) if self._read_at else NEVER, target)
-        if self._deliveries:
-            end = min(end, self._deliveries[0][0])
-        for release, _, item in self._releases:  # a few commands waiting out their latency
-            if self._endpoints[item.endpoint].control(item.command) is None:
+        read_at = self.reads.schedule.read_at
+        end = min(min(read_at) if read_at else NEVER, target)
+        if self.reads.deliveries:
+            end = min(end, self.reads.deliveries[0][0])
+        for release, _, item in self.releases:  # a few commands waiting out their latency
+            if self.endpoints[item.endpoint].control(item.command) is None:
                 end = min(end, release)
         return end
 
     def _boundary(self, t: int) -> None:
         '''Once-only work at boundary ``t``: reads for tick t-1, deliveries, snapshots.'''
         model, data = self.model, self.data
-        read_at = self._read_at
-        dt = self._dt
+        reads = self.reads
+        read_at = reads.schedule.read_at
+        dt = self.dt
         for i, at in enumerate(read_at):
             if at != t:
                 continue
-            device = self._devices[i]
+            device = reads.devices[i]
             descriptor = device.descriptor
             acquired = t - 1
-            latency = self._latency[i]
+            latency = reads.latency[i]
             values = device.acquire(model, data)
-            offset = self._session_offset
+            offset = self.session_offset
             output = DeviceOutput(
-                self._episode, descriptor.id, descriptor.sample_type, acquired, acquired * dt,
+                self.episode, descriptor.id, descriptor.sample_type, acquired, acquired * dt,
                 (acquired + latency) * dt, offset + acquired * dt,
                 offset + (acquired + latency) * dt, values, descriptor.component_names,
                 descriptor.frame_id)
             deliver_at = acquired + latency
             if deliver_at <= t:
-                self._emit(output)
+                self.listeners.emit(output)
             else:
-                self._order += 1
-                heapq.heappush(self._deliveries, (deliver_at, self._order, output))
-            read_at[i] = at + self._period[i]
-        deliveries = self._deliveries
+                reads.order += 1
+                heapq.heappush(reads.deliveries, (deliver_at, reads.order, output))
+            read_at[i] = at + reads.schedule.periods[i]
+        deliveries = reads.deliveries
         while deliveries and deliveries[0][0] <= t:
-            self._emit(heapq.heappop(deliveries)[2])
-        if self._snapshot_pre is not None:
+            self.listeners.emit(heapq.heappop(deliveries)[2])
+        if self.snapshot_pre is not None:
             self._snapshot(t)
-        if self._capture is not None:
-            self._capture.take_sensordata(t, data)
+        if self.capture is not None:
+            self.capture.take_sensordata(t, data)
 
-    def _emit(self, record: Record) -> None:
-        if self._collect:
-            self._collected.append(record)
-        for callback in self._subscribers:
-            callback(record)
 
+class ReferenceInstance(SimulationInstance):
+    """An instance stepping with ``ReferenceStepper`` (its emission is the instance's with
+    nobody stating an interest: the collection, then the subscribers)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stepper.__class__ = ReferenceStepper  # the old loop on the same state
 
 
 def _reference(plan, **kwargs):
@@ -252,7 +252,7 @@ def test_periods_without_a_short_common_cycle(tmp_path: Path) -> None:
     assert np.lcm.reduce(periods) > 1 << 16
     a = odd.create_instance(seed=1, snapshot_every=25)
     b = ReferenceInstance(odd, seed=1, snapshot_every=25)
-    assert a._reading.table is None
+    assert a._device_reads.schedule.table is None
     for instance in (a, b):
         instance.advance(6000)
         instance.enqueue(_command(1, 0.9))
@@ -389,7 +389,8 @@ def test_unheard_samples_with_periods_without_a_short_common_cycle(tmp_path: Pat
     for ticks in (700, 1, 2600):
         for instance in (silent, heard):
             instance.advance(ticks)
-    assert silent._reading.table is None and heard._reading.table is None  # no phase table
+    assert silent._device_reads.schedule.table is None  # no phase table
+    assert heard._device_reads.schedule.table is None
     silent.subscribe(late.append)
     for instance in (silent, heard):
         instance.advance(3000)
@@ -462,5 +463,5 @@ def test_interest_of_nothing_steps_like_nobody_listening(plan) -> None:
     for instance in (listened, silent):
         instance.advance(3000)
     assert quiet == []  # (its EpisodeStart came before it subscribed)
-    assert listened._reading.heard == frozenset() and not listened._sinks
+    assert listened._device_reads.schedule.heard == frozenset() and not listened._listeners.sinks
     np.testing.assert_array_equal(listened.data.qpos, silent.data.qpos)

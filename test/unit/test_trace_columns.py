@@ -73,7 +73,7 @@ def _trace(plan, folder: Path, script, *, columns: bool, seed: int = 2
     writer = TraceWriter(folder, provenance=dict(plan.provenance), layout=dict(plan.layout))
     instance = plan.create_instance(seed=seed, collect=False,
                                     trace=writer if columns else _RecordPath(writer))
-    assert (instance._trace_columns is not None) is columns  # the path under test
+    assert (instance._listeners.trace_columns is not None) is columns  # the path under test
     _drive(instance, script)
     writer.close()
     return folder / f"{folder.name}.mcap", writer
@@ -545,8 +545,8 @@ def test_with_another_listener_the_trace_gets_record_lists(tmp_path: Path) -> No
     instance.subscribe(heard.append)
     instance.advance(50)
     assert heard and calls and set(calls) == {"many"}
-    instance._subscribers.remove(heard.append)  # (no public unsubscribe)
-    instance._update_sinks()
+    instance._listeners.subscribers.remove(heard.append)  # (no public unsubscribe)
+    instance._listeners.update()
     calls.clear()
     instance.advance(50)
     assert calls == ["block"]
