@@ -35,12 +35,13 @@ This module parses and checks only (no rclpy), so it can be tested and reused wi
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from fibril_sim_core import _schema as s
+from fibril_sim_core._document import Node, NodeMap
 from fibril_sim_core.errors import FibrilError, InstanceError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from fibril_sim_core.components.endpoint import ActuatorDescriptor
     from fibril_sim_core.plan import SimulationPlan
 
+E = TypeVar("E")  # a ground-truth entry (joint states, TF, a latched topic)
 SCHEMA_MAJOR = 1
 SCHEMA_MINORS = (0,)
 
@@ -241,7 +243,7 @@ def default_bridge(plan: SimulationPlan) -> Bridge:
 
 
 # --------------------------------------------------------------------------- entries
-def _message_type(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
+def _message_type(value: Node, where: s.Where, allowed: Sequence[str]) -> str:
     """``pkg/msg/Type`` (or ``pkg/Type``) normalised to ``pkg/msg/Type``, checked."""
     text = s.string(value, where)
     parts = text.split("/")
@@ -253,7 +255,7 @@ def _message_type(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
     return text
 
 
-def _topic(value: Any, where: s.Where) -> str:
+def _topic(value: Node, where: s.Where) -> str:
     """A ROS topic name as rclpy accepts it (ASCII tokens; ``~`` only as a leading ``~/``), so
     that a name the node cannot create is refused here, not when the node starts."""
     text = s.string(value, where)
@@ -271,7 +273,7 @@ def _topic(value: Any, where: s.Where) -> str:
     return name
 
 
-def _qos(value: Any, where: s.Where, default_depth: int = 10) -> Qos:
+def _qos(value: Node, where: s.Where, default_depth: int = 10) -> Qos:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("reliability", "durability", "depth"))
     reliability = _choice(item.get("reliability", "reliable"), where.key("reliability"),
@@ -283,7 +285,7 @@ def _qos(value: Any, where: s.Where, default_depth: int = 10) -> Qos:
     return Qos(reliability, durability, depth)
 
 
-def _choice(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
+def _choice(value: Node, where: s.Where, allowed: Sequence[str]) -> str:
     """One of ``allowed``: anything else (a list, a mapping, a number) is a BridgeError, never
     a TypeError from a lookup."""
     if not isinstance(value, str) or value not in allowed:
@@ -293,7 +295,7 @@ def _choice(value: Any, where: s.Where, allowed: Sequence[str]) -> str:
     return value
 
 
-def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> str:
+def _endpoint(value: Node, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> str:
     name = s.string(value, where)
     if name not in endpoints:
         raise where.fail(f"no actuator endpoint {s.short(name)} in the manifest; endpoints: "
@@ -301,7 +303,7 @@ def _endpoint(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescri
     return name
 
 
-def _mode(value: Any, where: s.Where, targets: Sequence[str],
+def _mode(value: Node, where: s.Where, targets: Sequence[str],
           endpoints: Mapping[str, ActuatorDescriptor]) -> str:
     mode = s.string(value, where)
     if mode not in MOTOR_MODES:
@@ -316,7 +318,7 @@ def _mode(value: Any, where: s.Where, targets: Sequence[str],
     return mode
 
 
-def _joint_name(value: Any, where: s.Where) -> str:
+def _joint_name(value: Node, where: s.Where) -> str:
     """A JointState name: a string key (``1: motor`` or ``true: motor`` would compare unequal
     to the names a message carries)."""
     if not isinstance(value, str) or not value:
@@ -325,7 +327,7 @@ def _joint_name(value: Any, where: s.Where) -> str:
     return value
 
 
-def _input(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> InputEntry:
+def _input(value: Node, where: s.Where, endpoints: Mapping[str, ActuatorDescriptor]) -> InputEntry:
     item = s.mapping(value, where)
     s.keys(item, where, required=("topic", "type"),
            optional=("endpoint", "endpoints", "joints", "mode", "field", "scale", "offset",
@@ -372,7 +374,7 @@ def _input(value: Any, where: s.Where, endpoints: Mapping[str, ActuatorDescripto
                       field=fieldname, scale=scale, offset=offset, qos=qos, where=label)
 
 
-def _output(value: Any, where: s.Where, devices: Mapping[str, DeviceDescriptor]) -> OutputEntry:
+def _output(value: Node, where: s.Where, devices: Mapping[str, DeviceDescriptor]) -> OutputEntry:
     item = s.mapping(value, where)
     s.keys(item, where, required=("device",),
            optional=("topic", "type", "frame_id", "stamp", "raw_topic", "info_topic",
@@ -429,8 +431,8 @@ def _output(value: Any, where: s.Where, devices: Mapping[str, DeviceDescriptor])
                        where.path)
 
 
-def _switch(doc: Mapping[str, Any], key: str, root: s.Where, default: Any,
-            parse: Any, topic: str | None = None) -> Any:
+def _switch(doc: NodeMap, key: str, root: s.Where, default: E | None,
+            parse: Callable[[Node, s.Where], E], topic: str | None = None) -> E | None:
     """A ground-truth entry: absent → ``default``; false → off; true → on with its defaults
     (``topic`` for one that is off by default); a mapping → parsed."""
     where = root.key(key)
@@ -446,7 +448,7 @@ def _switch(doc: Mapping[str, Any], key: str, root: s.Where, default: Any,
     return parse(value, where)
 
 
-def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
+def _rate(value: Node, where: s.Where, timestep_ns: int) -> float:
     # (MuJoCo is loaded only once a ground-truth rate is checked: reading a bridge needs none)
     from fibril_sim_core.runtime.observation import ObservationRequest
 
@@ -462,7 +464,7 @@ def _rate(value: Any, where: s.Where, timestep_ns: int) -> float:
     return rate
 
 
-def _joint_states(value: Any, where: s.Where, timestep_ns: int) -> JointStatesEntry:
+def _joint_states(value: Node, where: s.Where, timestep_ns: int) -> JointStatesEntry:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("rate", "topic", "qos", "fast_wall_rate"))
     rate = _rate(item.get("rate", JointStatesEntry.rate), where.key("rate"), timestep_ns)
@@ -471,7 +473,7 @@ def _joint_states(value: Any, where: s.Where, timestep_ns: int) -> JointStatesEn
                                               OUTPUT_QOS.depth), _fast_wall_rate(item, where))
 
 
-def _tf(value: Any, where: s.Where, timestep_ns: int) -> TfEntry:
+def _tf(value: Node, where: s.Where, timestep_ns: int) -> TfEntry:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("rate", "frame_prefix", "fast_wall_rate"))
     rate = _rate(item.get("rate", TfEntry.rate), where.key("rate"), timestep_ns)
@@ -483,13 +485,13 @@ def _tf(value: Any, where: s.Where, timestep_ns: int) -> TfEntry:
     return TfEntry(rate, prefix, _fast_wall_rate(item, where))
 
 
-def _fast_wall_rate(item: Mapping[str, Any], where: s.Where) -> float:
+def _fast_wall_rate(item: NodeMap, where: s.Where) -> float:
     """Wall Hz (0: every grid point) while running free as fast as possible."""
     return s.number(item.get("fast_wall_rate", FAST_WALL_RATE), where.key("fast_wall_rate"),
                     minimum=0.0, maximum=1e6)
 
 
-def _latched(value: Any, where: s.Where) -> TopicEntry:
+def _latched(value: Node, where: s.Where) -> TopicEntry:
     item = s.mapping(value, where)
     s.keys(item, where, optional=("topic",))
     return TopicEntry(_topic(item.get("topic"), where.key("topic")))
