@@ -5,13 +5,15 @@
 #                with their ament index for `ros2 run` / `ros2 launch`, and the ROS 2 tools:
 #                ros2, launch, launch_testing, tf2_msgs, simulation_interfaces ... built from
 #                ../shared/vendor/ros2 when it is there, FIBRIL_ROS_VENDOR=PATH to point elsewhere)
-#   make test    setup, then the whole pytest suite (PYTEST_ARGS="-k smoke" to narrow it)
+#   make test    setup, then the whole pytest suite but the `extended` tests (long duplicates of
+#                cheaper tests, run by make test-busy) (PYTEST_ARGS="-k smoke" to narrow it)
 #   make test-distro  the whole suite again in .venv-distro/ (Python 3.12 when available):
 #                requirements.txt with the Ubuntu 24.04 versions of numpy, scipy and PyYAML
 #                (requirements-distro.txt) over it, the oldest versions the packages declare
 #                (set up like .venv/, idempotent)
 #   make test-busy  the `ros or slow` tests again beside two CPU-burning processes (CI runs it
-#                after make test), so that no test depends on an idle machine
+#                after make test), so that no test depends on an idle machine; the `extended`
+#                tests (all slow) run here
 #   make docs    the documentation (Sphinx + MyST, docs/requirements.txt installed into .venv/
 #                when Sphinx is missing) into docs/_build/html, warnings as errors; the Reference
 #                pages are generated from the code
@@ -44,7 +46,9 @@ setup:
 	@VENV="$(CURDIR)/$(VENV)" scripts/bootstrap.sh
 
 # pytest exits 5 when it collected no tests: that is a failure here, like any non-zero code.
-pytest = rc=0; $(1)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) \
+# `extended` tests (slow-marked) are left to make test-busy: a cheaper test covers each here.
+pytest = rc=0; $(1)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+	-m "not extended" $(PYTEST_ARGS) \
 	|| rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$rc

@@ -2,8 +2,9 @@
 kinematics and inertials, the committed seed-002 logs replay at the truth to the noise level,
 and a reduced fit (the seven dampings, armature and friction held at the truth by a manifest
 overlay) recovers the truth on windows. The full 21-parameter request (about 30 s on two cores)
-is the slow-marked test at the end: with the windows' initial states fitted as nuisance
-(``initial_state_fit``) its residuals are the noise alone and its 95 % intervals hold the truth.
+is the slow- and extended-marked test at the end (make test-busy runs it, make test does not):
+with the windows' initial states fitted as nuisance (``initial_state_fit``) its residuals are
+the noise alone and its 95 % intervals hold the truth.
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ def test_reduced_fit_recovers_the_dampings(tmp_path: Path) -> None:
         assert abs(result.fitted_values[f"damping_joint{n}"] - truth) < 4 * sd
 
 
+# extended: make test-busy runs it (CI); make test has test_logs_replay_at_the_truth_to_the_
+# noise_level (the shipped 21-parameter request at the truth, windows' initial states fitted),
+# test_reduced_fit_recovers_the_dampings (a fit recovers the truth inside its intervals) and
+# test_initial_state_fit.py's nuisance degrees of freedom.
 @pytest.mark.slow
+@pytest.mark.extended
 def test_full_example_recovers_the_truth_inside_its_intervals(tmp_path: Path) -> None:
     """The shipped request as a user runs it: 21 parameters on 0.5 s windows with the
     windows' initial states as nuisance. 95 % intervals miss a true value about once in 20, so
