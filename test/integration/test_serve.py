@@ -126,9 +126,12 @@ def test_a_client_that_stops_reading_loses_records_not_ticks(serve) -> None:
         state = observer.state()
         stuck.set()
         slow.close()
-    drops = state["drops"]
-    assert drops["stalled#2"] > first["drops"]["stalled#2"] and drops["observer#1"] == 0, drops
-    assert state["dropped_records"] >= drops["stalled#2"]
+    drops, before = state["drops"], first["drops"].get("stalled#2", 0)
+    assert drops["observer#1"] == 0, drops
+    # On a slow machine these waits can pass the server's idle_probe (30 s): the stalled
+    # client, pinged with its queue full, is then forgotten with its count. The total stays.
+    assert drops.get("stalled#2", before + 1) > before, drops
+    assert state["dropped_records"] > before
     code, _ = child.stop(signal.SIGINT)
     assert code == 130
 

@@ -418,7 +418,10 @@ def test_as_fast_as_possible_keeps_clock_after_the_messages(peer, live, tmp_path
         frames = peer.subscribe(FrameTiming, "/fibril_sim/frame_timing")
         peer.wait_for_service(GetState, "/fibril_sim/get_state", sim)
         first = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
-        time.sleep(1.0)
+        # Enough sim time for the checks below however fast this machine runs the node now:
+        # 1 000 encoder samples (2 s of sim time) received here.
+        wait_until(lambda: len(encoder) > 1000, patience(20.0), "1 000 encoder samples",
+                   sim.log)
         last = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
         assert last.mode == "fast" and last.session_time_ns - first.session_time_ns > 1e9
         # Frames grow past the manifest's 10 ms (10 ticks) toward ~20 ms of wall time each,
@@ -540,13 +543,15 @@ def _sync_run(peer: Peer, tmp_path: Path, name: str, periods: int) -> list[tuple
     trace = tmp_path / f"{name}.trace"
     sim = SimProcess(tmp_path, {"manifest": MANIFEST, "seed": 1, "trace_dir": trace,
                                 "sync_topics": ["/motor/command"], "control_period": 0.01,
-                                "sync_timeout": 5.0}, name=name)
+                                # (wall seconds the node waits for this process's answer: a
+                                # starved answerer is slow, not absent)
+                                "sync_timeout": patience(5.0)}, name=name)
     answerer = Answerer(peer)
     try:
-        wait_until(lambda: len(answerer.seen) >= periods, 30, f"{periods} sync periods",
-                   sim.log)
+        wait_until(lambda: len(answerer.seen) >= periods, patience(30.0),
+                   f"{periods} sync periods", sim.log)
         sim.process.send_signal(signal.SIGINT)
-        assert sim.wait(5) == 130, sim.log()
+        assert sim.wait(patience(5.0)) == 130, sim.log()
     finally:
         answerer.answer = False
         sim.stop()

@@ -235,6 +235,20 @@ def test_a_worker_killed_during_a_run_fails_exactly_that_run(cluster: Any,
     cluster.wait_for_workers(2, timeout=60)
 
 
+def test_a_run_past_its_timeout_is_stopped_on_the_worker(cluster: Any, example: Path) -> None:
+    # The runner checks timeout_seconds while it steps, on whichever worker runs it: the run
+    # ends as "timeout" long before its 20 000 ticks, and the other run is not held up.
+    path = _experiment(example, "timeout", steps=20000, variants=1, timeout_seconds=1.0e-6)
+    document = run_experiment(path, traces=example / "timeout.traces", environ={},
+                              scheduler=cluster.scheduler_address)
+    assert [(r["id"], r["status"]) for r in document["runs"]] == [
+        ("baseline", "timeout"), ("damping-1", "timeout")]
+    for run in document["runs"]:
+        assert run["error_reason"].startswith("timeout_seconds 1e-06 exceeded at tick ")
+        assert run["error_reason"].endswith(" of 20000")
+        assert run["success"] is False and run["metrics"] == {}
+
+
 # ------------------------------------------------------------------ backend selection
 def test_backend_precedence_cli_then_environment_then_document(tmp_path: Path) -> None:
     document = Backend("dask", "tcp://lab:8786")
