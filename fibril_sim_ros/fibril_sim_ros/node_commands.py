@@ -17,7 +17,7 @@ from .processes import SimHarnessError
 
 if TYPE_CHECKING:
     from launch import LaunchDescription
-    from typing_extensions import Unpack
+    from typing import Unpack
 
 NODE_NAME = 'fibril_sim'
 NODE_MODULE = 'fibril_sim_ros.sim_node'
