@@ -12,16 +12,16 @@ import math
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from ..errors import FibrilError, InstanceError
 from ..instance import SimulationInstance
 from ..manifest import RuntimeOptions
 from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
 from .observation import ObservationStreams
+from .pacing import PaceClock, Poke, RateMeter, WallClock, offer_idle_time
 from .render import RenderStreams
 from .requests import (
     Entities,
@@ -54,7 +54,6 @@ RecordCallback = Callable[[Any], None]
 CallbackHandle = tuple[RecordCallback, "RecordFilter | AnyOf | None"]
 Routes = dict[type, tuple[tuple[RecordCallback, "frozenset[str] | None"], ...]]
 StateProvider = Callable[[], dict[str, Any]]
-_RTF_WINDOW_S = 1.0  # the measured real-time factor covers the frames of the last second
 # In real time a frame is stepped in pieces of about this much wall time, each when it is due,
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
@@ -65,68 +64,6 @@ _MIN_WAIT_S = 20e-6
 # The record types the dispatch routes by table (``wanted_records`` leaves render frames out:
 # they go to their streams' sinks).
 _DISPATCHED = frozenset(RECORD_KINDS) - {RenderFrame, StateObservation}
-
-
-class PaceClock(Protocol):
-    """What real-time pacing reads and waits on: the wall clock (``WallClock``), or a fake one
-    in tests (its ``wait`` moves its time on instead of sleeping)."""
-
-    def now(self) -> float:
-        """Seconds on a monotonic clock."""
-
-    def wait(self, event: threading.Event, seconds: float) -> bool:
-        """Wait ``seconds`` or until ``event`` is set; True when it was set."""
-
-
-class WallClock:
-    """``time.perf_counter`` and ``Event.wait``."""
-
-    now = staticmethod(time.perf_counter)
-
-    @staticmethod
-    def wait(event: threading.Event, seconds: float) -> bool:
-        return event.wait(seconds)
-
-
-class Poke(threading.Event):
-    """An ``Event`` whose timed wait is one lock acquisition: real-time pacing waits about
-    once a millisecond, and ``Event.wait`` (a condition variable in Python: a new lock, a
-    waiter list) cost ~10 us more CPU per wait than this on a virtual machine.
-
-    ``_gate`` is unlocked while the event is set. ``set`` may run on any thread, and twice
-    (releasing an unlocked lock raises; that is the already-set case)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._set = False
-        self._gate = threading.Lock()
-        self._gate.acquire()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    isSet = is_set
-
-    def set(self) -> None:
-        self._set = True
-        try:
-            self._gate.release()
-        except RuntimeError:  # already set
-            pass
-
-    def clear(self) -> None:
-        if self._set:
-            self._set = False
-            self._gate.acquire(False)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        gate = self._gate
-        if gate.acquire(True, -1 if timeout is None else max(0.0, timeout)):
-            gate.release()  # (still set, for the next waiter)
-            return True
-        return self._set
 
 
 @dataclass
@@ -175,7 +112,7 @@ class SimulationHost:
         self._stopping = False
         self.failure: BaseException | None = None
         self.last_frame: FrameTiming | None = None
-        self._rate = _RateMeter()
+        self._rate = RateMeter()
         self._anchor = (0.0, 0)  # real-time pacing: (clock.now(), session ns) it counts from
         # In a paced frame every record is handed to the callbacks at its wall time (``_hold``).
         self._holding = False
@@ -351,7 +288,7 @@ class SimulationHost:
         due = self.wall_time(session)
         if due - start > _MIN_WAIT_S:
             if self._idle_tasks:  # (the trace writer serializes in the time left)
-                _idle(self._idle_tasks, self.clock, due)
+                offer_idle_time(self._idle_tasks, self.clock, due)
             wait = due - clock.now()
             if wait > _MIN_WAIT_S and clock.wait(self._poke, wait):
                 self._holding = False
@@ -381,7 +318,7 @@ class SimulationHost:
                 wait = None
             elif self._mode == "realtime":
                 due = self.wall_time(instance.session_time_ns)
-                _idle(self._idle_tasks, self.clock, due)
+                offer_idle_time(self._idle_tasks, self.clock, due)
                 wait = max(0.0, due - self.clock.now())
             else:
                 wait = 0.0
@@ -523,7 +460,7 @@ class SimulationHost:
             if paced and done:
                 busy += self.clock.now() - mark
                 due = self.wall_time(instance.session_time_ns)
-                _idle(self._idle_tasks, self.clock, due)
+                offer_idle_time(self._idle_tasks, self.clock, due)
                 wait = due - self.clock.now()
                 if wait > _MIN_WAIT_S and self.clock.wait(self._poke, wait):
                     paced = self._holding = False  # a request waits: the rest at once
@@ -565,44 +502,6 @@ class SimulationHost:
         for provider in self._state_providers:
             state.update(provider())
         return state
-
-
-class _RateMeter:
-    """The measured real-time factor: simulated over wall time across recent frames."""
-
-    def __init__(self) -> None:
-        self.frames: deque[tuple[float, int]] = deque(maxlen=4096)  # (wall, session ns)
-        self.since = 0.0  # counts the frames from this wall time on (a new pace: afresh)
-
-    def measured(self, now: float) -> float:
-        """Simulated over wall time across the frames of the last second, in every mode.
-
-        Frames are those of free running and of ``step(n)`` requests alike (lockstep, or
-        stepping while paused), so in lockstep it is the pace of the whole loop, the client's
-        time between its requests included. Of the frames that ended in the last second (and
-        after the last pause / resume / set_mode / set_real_time_factor), with F the oldest
-        and L the newest: (session time at L - session time at F) / (now - end of F).
-        0 with fewer than two such frames (paused, or stepping stopped a second ago)."""
-        frames = self.frames
-        if len(frames) < 2:
-            return 0.0
-        since = max(now - _RTF_WINDOW_S, self.since)
-        last_wall, last_sim = frames[-1]
-        first_wall, first_sim = last_wall, last_sim
-        for wall, sim in reversed(frames):
-            if wall < since:
-                break
-            first_wall, first_sim = wall, sim
-        span = now - first_wall
-        return (last_sim - first_sim) / 1e9 / span if span > 0 else 0.0
-
-
-def _idle(tasks: tuple[Callable[[float], None], ...], clock: PaceClock, due: float) -> None:
-    """Offer the time until ``due`` to the idle tasks, if there is any."""
-    for task in tasks:
-        if clock.now() >= due:
-            return
-        task(due)
 
 
 def _routes(callbacks: tuple[CallbackHandle, ...]) -> Routes:
