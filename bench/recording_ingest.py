@@ -83,7 +83,7 @@ def write_arm7(folder: Path) -> None:
 
 
 def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path]:
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     write_arm7(folder)
@@ -139,7 +139,7 @@ def write_problem(folder: Path, messages: int, storage: str) -> tuple[Path, Path
 
 
 def raw_read(bag: Path) -> tuple[int, float]:
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
     from rosbags.rosbag2 import Reader
 
     store = typestore()
@@ -178,7 +178,7 @@ def write_big_bag(folder: Path, storage: str, size: int) -> tuple[Path, int]:
     """A bag of about ``size`` bytes of small messages (the hardest case for an index: 12-joint
     JointState at 1 kHz twice, Imu at 500 Hz; ~2.5 M messages per GB), payloads serialized
     once per topic and written with jittered log times."""
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
     from rosbags.rosbag2 import StoragePlugin, Writer
 
     store = typestore()

@@ -1,5 +1,5 @@
 """Parse time of a ~1.4 MB calibration-like YAML request: PyYAML's pure-Python ``safe_load``
-(the old loader) against ``fibril_sim_core._schema.load_yaml`` (libyaml + YAML 1.2 floats +
+(the old loader) against ``fibril_sim_core.schema.load_yaml`` (libyaml + YAML 1.2 floats +
 bounds) and bare ``yaml.CSafeLoader``. Run: ``python bench/yaml_loader.py`` (CPU seconds, best
 of 3)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from fibril_sim_core import _schema
+from fibril_sim_core import schema
 from fibril_sim_core.errors import FibrilError
 
 
@@ -49,11 +49,11 @@ def main() -> None:
         path = Path(folder) / "request.yaml"
         path.write_text(text)
         old = best(lambda: yaml.safe_load(path.read_text()))
-        new = best(lambda: _schema.load_yaml(path, FibrilError))
+        new = best(lambda: schema.load_yaml(path, FibrilError))
         c_only = best(lambda: yaml.load(path.read_text(), Loader=yaml.CSafeLoader))
     print(f"document {len(text) / 1e6:.2f} MB")
     print(f"yaml.safe_load (old)      {old:.3f} s")
-    print(f"_schema.load_yaml (new)   {new:.3f} s  ({old / new:.1f}x faster)")
+    print(f"schema.load_yaml (new)   {new:.3f} s  ({old / new:.1f}x faster)")
     print(f"yaml.CSafeLoader (bare)   {c_only:.3f} s  (libyaml without the bounds and 1.2 "
           f"floats, for reference)")
 

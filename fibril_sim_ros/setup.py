@@ -56,7 +56,7 @@ setup(
     version='0.1.0',
     packages=find_packages(include=[package_name, f'{package_name}.*']),
     package_data={package_name: ['py.typed']},
-    # Batched GIL-free writes of serialized messages (fibril_sim_ros/_rcl_publish.py). It needs
+    # Batched GIL-free writes of serialized messages (fibril_sim_ros/rcl_publish.py). It needs
     # only Python's headers (no ROS ones); without a compiler the package installs without it
     # and writes message by message.
     ext_modules=[Extension(f'{package_name}._publish_batch',

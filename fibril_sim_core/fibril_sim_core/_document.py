@@ -3,7 +3,7 @@ what we write as JSON.
 
 A parsed value is a ``Node``: anything the safe loaders build (mappings, lists, strings,
 numbers, booleans, null; dates, bytes or sets for explicit YAML tags). Nothing is assumed
-about it until a ``_schema`` helper has narrowed it with ``isinstance`` (``mapping``,
+about it until a ``schema`` helper has narrowed it with ``isinstance`` (``mapping``,
 ``string``, ``number``, ...), so it is ``object``, not ``Any``.
 """
 

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._document import Node
-from ._schema import short
+from .schema import short
 
 ENTITY_SOURCE = "fibril_sim/entity_state"
 ENTITY_PAYLOAD_TYPE = "fibril_sim/entity_state/v1"

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _schema as s
+from . import schema as s
 from .errors import ManifestError
 from .manifest import InputSpec, parse_input_spec
 from .records import IngressRecord

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _schema as s
+from . import schema as s
 from ._document import Node, NodeMap
 from .errors import ManifestError
 

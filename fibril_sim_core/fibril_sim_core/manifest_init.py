@@ -23,7 +23,7 @@ from pathlib import Path
 
 import mujoco
 
-from . import _schema as s
+from . import schema as s
 from .components.motor import classify_actuator
 from .errors import FibrilError
 from .manifest import SCHEMA_MAJOR, parse_manifest

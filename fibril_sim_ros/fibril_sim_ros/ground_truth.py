@@ -11,7 +11,7 @@ MuJoCo body names (the world body is ``world``), with an optional prefix, the sa
 robot description's links carry.
 
 Both messages have a fixed layout for a model (names and counts never change), so they are
-packed from CDR templates (``_cdr.Template``): as fast as possible, 50 Hz of simulated time is
+packed from CDR templates (``cdr.Template``): as fast as possible, 50 Hz of simulated time is
 thousands of messages a second, and building message objects would cost the node a third of
 its speed.
 """
@@ -31,7 +31,7 @@ from fibril_sim_core.records import StateObservation
 from fibril_sim_core.robot_description import JointChainFrame
 from fibril_sim_core.runtime.observation import StateLayout, StaticFrame
 
-from ._cdr import Packer, Template
+from .cdr import Packer, Template
 
 try:  # tf2_msgs: a ROS installation's, or built from the vendored definitions by make setup
     from tf2_msgs.msg import TFMessage

@@ -23,7 +23,7 @@ from std_msgs.msg import Bool, Float64, Float64MultiArray
 from fibril_sim_core.records import DeviceOutput, FrameTiming
 
 from . import bridge as b
-from ._cdr import Template
+from .cdr import Template
 
 if TYPE_CHECKING:
     from fibril_sim_core.components.device import DeviceDescriptor
@@ -52,7 +52,7 @@ _CLOCK = Template(Clock(), [("clock", "time")]).packer()
 
 
 def clock_message(session_time_ns: int) -> bytes:
-    """``rosgraph_msgs/Clock`` at a SessionTime, serialized (see ``_cdr``)."""
+    """``rosgraph_msgs/Clock`` at a SessionTime, serialized (see ``cdr``)."""
     return _CLOCK(*divmod(int(session_time_ns), NS_PER_S))
 
 

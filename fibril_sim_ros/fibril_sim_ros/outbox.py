@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
-from ._rcl_publish import publish_many, rcl_publisher
+from .rcl_publish import publish_many, rcl_publisher
 
 # Writes waiting for the writer thread before a real-time host drops new ones (counted per
 # topic) rather than fall behind the clock.
@@ -74,7 +74,7 @@ class Outbox:
 
     Direct (real time, sync): small messages (encoder, IMU, range, odometry, samples,
     ``/clock``) are converted and written on the host thread as the records arrive; the DDS
-    write of pre-serialized bytes releases the GIL (``_rcl_publish``) and with keep-last
+    write of pre-serialized bytes releases the GIL (``rcl_publish``) and with keep-last
     history never blocks. Large ones (images, scans) always go through the writer thread, so
     that their conversion never holds up stepping; while anything waits there, later small
     messages queue behind it (emission order is kept).
@@ -272,7 +272,7 @@ class Outbox:
                 publisher = rcl_publisher(send) if type(payload) is bytes else None
                 if publisher is not None:
                     # Serialized messages queued one behind the other go out as one batch (the
-                    # GIL released once for all of them: _rcl_publish.publish_many).
+                    # GIL released once for all of them: rcl_publish.publish_many).
                     publishers.append(publisher)
                     payloads.append(payload)
                     if queue and len(payloads) < WRITE_BATCH:

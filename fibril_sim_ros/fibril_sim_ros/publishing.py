@@ -28,7 +28,7 @@ from fibril_sim_core.runtime.observation import StateLayout, static_frames
 from fibril_sim_core.runtime import SimulationConnection
 
 from . import messages as m
-from ._rcl_publish import raw_sender
+from .rcl_publish import raw_sender
 from .bridge import OUTPUT_QOS, Bridge
 from .ground_truth import FramePublisher, JointStates, TFMessage, tf_available
 from .outbox import Convert, Log, Outbox, Send

@@ -220,7 +220,7 @@ def _process(command: list[str], snippet: Snippet, cwd: Path, extra: dict[str, s
 
 
 def _yaml(snippet: Snippet, work: Path, cwd: Path) -> str:
-    from fibril_sim_core import _schema as s
+    from fibril_sim_core import schema as s
     from fibril_sim_core.errors import FibrilError
 
     options = snippet.options

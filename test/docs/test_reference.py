@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fibril_sim_core import _schema
+from fibril_sim_core import schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "_ext"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,15 +28,15 @@ DRIVETRAIN = REPO / "config" / "examples" / "drivetrain"
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
-    """Every key set ``_schema.keys`` is asked to check, by normalised section path."""
+    """Every key set ``schema.keys`` is asked to check, by normalised section path."""
     seen: dict[str, set[str]] = {}
-    original = _schema.keys
+    original = schema.keys
 
     def keys(value, where, required=(), optional=()):  # noqa: ANN001, ANN202
         seen.setdefault(_section(where.path), set()).update(required, optional)
         return original(value, where, required=required, optional=optional)
 
-    monkeypatch.setattr(_schema, "keys", keys)
+    monkeypatch.setattr(schema, "keys", keys)
     return seen
 
 
@@ -185,7 +185,7 @@ STREAM_KEYS = {"topic", "field", "type", "time", "column", "columns", "max_gap",
 def _recording_of(monkeypatch: pytest.MonkeyPatch, error: type) -> dict[str, set[str]]:
     """Like ``_recording``, for the checks of one document kind (by its error class) only."""
     seen: dict[str, set[str]] = {}
-    original = _schema.keys
+    original = schema.keys
 
     def keys(value, where, required=(), optional=()):  # noqa: ANN001, ANN202
         if where.error is error:
@@ -193,7 +193,7 @@ def _recording_of(monkeypatch: pytest.MonkeyPatch, error: type) -> dict[str, set
             seen.setdefault(path, set()).update(required, optional)
         return original(value, where, required=required, optional=optional)
 
-    monkeypatch.setattr(_schema, "keys", keys)
+    monkeypatch.setattr(schema, "keys", keys)
     return seen
 
 

@@ -14,7 +14,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from rclpy.serialization import serialize_message  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from fibril_sim_ros._rcl_publish import raw_sender  # noqa: E402
+from fibril_sim_ros.rcl_publish import raw_sender  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -50,13 +50,13 @@ def test_raw_sender_writes_bytes_and_message_objects() -> None:
 
 @pytest.mark.parametrize('batched', [True, False], ids=['c-extension', 'ctypes'])
 def test_publish_many_writes_in_order_and_reports_failures(monkeypatch, batched: bool) -> None:
-    from fibril_sim_ros import _rcl_publish
+    from fibril_sim_ros import rcl_publish
 
     if batched:
         # The extension is optional for users; here (a compiler on the machine) it is built.
-        assert _rcl_publish._publish_batch is not None, 'fibril_sim_ros._publish_batch missing'
+        assert rcl_publish._publish_batch is not None, 'fibril_sim_ros._publish_batch missing'
     else:
-        monkeypatch.setattr(_rcl_publish, '_publish_batch', None)
+        monkeypatch.setattr(rcl_publish, '_publish_batch', None)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('rcl_publish_many_test', context=context)
@@ -68,9 +68,9 @@ def test_publish_many_writes_in_order_and_reports_failures(monkeypatch, batched:
         for i in range(2):
             node.create_subscription(JointState, f'/rcl_publish_many_{i}',
                                      lambda m, i=i: received.append((i, m.position[0])), qos)
-        pointers = [_rcl_publish.rcl_publisher(_rcl_publish.raw_sender(p)) for p in publishers]
+        pointers = [rcl_publish.rcl_publisher(rcl_publish.raw_sender(p)) for p in publishers]
         assert all(isinstance(p, int) for p in pointers)
-        assert _rcl_publish.rcl_publisher(publishers[0].publish) is None
+        assert rcl_publish.rcl_publisher(publishers[0].publish) is None
         deadline = time.monotonic() + 10
         while (min(p.get_subscription_count() for p in publishers) == 0
                and time.monotonic() < deadline):
@@ -83,7 +83,7 @@ def test_publish_many_writes_in_order_and_reports_failures(monkeypatch, batched:
         payloads = [serialize_message(JointState(position=[value])) for _, value in expected]
         targets.insert(20, ctypes.addressof(uninitialized))
         payloads.insert(20, serialize_message(JointState(position=[-1.0])))
-        failures = _rcl_publish.publish_many(targets, payloads)
+        failures = rcl_publish.publish_many(targets, payloads)
         assert len(failures) == 1 and failures[0].startswith(
             f'publishing on the rcl publisher at 0x{ctypes.addressof(uninitialized):x} failed: '
             f'publisher implementation is invalid'), failures

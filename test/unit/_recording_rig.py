@@ -140,7 +140,7 @@ def recording(folder: Path, duration_s: float = 1.0) -> dict[str, Any]:
 # --------------------------------------------------------------------------- writers
 
 def typestore() -> Any:
-    from fibril_sim_core.trace._msgtypes import typestore as fibril_types
+    from fibril_sim_core.trace.msgtypes import typestore as fibril_types
 
     return fibril_types()
 

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fibril_sim_core import _schema
+from fibril_sim_core import schema
 from fibril_sim_core.cli import main
 from fibril_sim_core.errors import FibrilError
 
@@ -126,7 +126,7 @@ def _mutate_text(rng: random.Random, text: str) -> tuple[str, bytes]:
 
 def _mutate_document(rng: random.Random, text: str) -> tuple[str, bytes]:
     """A structural mutation of the parsed document: one value replaced or one key removed."""
-    doc = _schema.load_yaml_text(text, "example", FibrilError)
+    doc = schema.load_yaml_text(text, "example", FibrilError)
     paths: list[tuple[Any, Any]] = []
     stack: list[Any] = [doc]
     while stack:
@@ -626,7 +626,7 @@ def test_every_bridge_key_with_every_wrong_value_is_a_bridge_error(
     """Issue 23 item 10: ``field: [velocity]`` was ``TypeError: unhashable type: 'list'``."""
     path = tmp_path / "bridge.yaml"
     problems = []
-    original = _schema.load_yaml_text(base, "base", FibrilError)
+    original = schema.load_yaml_text(base, "base", FibrilError)
     paths = _key_paths(original)
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     for key_path in paths:
@@ -642,7 +642,7 @@ def test_every_bridge_key_with_every_wrong_value_is_a_bridge_error(
             problem = _bridge_outcome(drivetrain_plan, path,
                                       yaml.dump(doc, Dumper=dumper).encode())
             if problem is not None:
-                shown = "deleted" if value == "<deleted>" else _schema.short(value)
+                shown = "deleted" if value == "<deleted>" else schema.short(value)
                 problems.append(f"{'.'.join(map(str, key_path))} = {shown}: {problem}")
     assert len(paths) > (30 if base is BRIDGE else 8)
     assert not problems, "\n".join(problems)

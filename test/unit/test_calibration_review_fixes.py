@@ -20,7 +20,7 @@ from fibril_calibration.errors import (
 )
 from fibril_calibration.recordings.sources import SourceError
 from fibril_calibration.recordings.formats import open_source
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 
 @pytest.fixture(scope="module")

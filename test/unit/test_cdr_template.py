@@ -13,7 +13,7 @@ import math
 import struct
 
 import pytest
-from fibril_sim_ros._cdr import Template, canonical_bytes
+from fibril_sim_ros.cdr import Template, canonical_bytes
 from rclpy.serialization import serialize_message
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState

@@ -262,7 +262,7 @@ def test_state_rows_are_the_snapshots_a_subscriber_gets(tmp_path: Path) -> None:
     """The lean loop keeps state snapshots as rows; made back into records (what the
     encoder falls back to) they are the subscriber's StateSnapshots, array for array."""
     from fibril_sim_core.records import StateSnapshot
-    from fibril_sim_core.trace._encoder import _state_records
+    from fibril_sim_core.trace.encoder import state_records
 
     plan = SimulationBuilder().build(DRIVETRAIN)
     blocks: list = []
@@ -274,7 +274,7 @@ def test_state_rows_are_the_snapshots_a_subscriber_gets(tmp_path: Path) -> None:
     reference = plan.create_instance(seed=1, collect=True, snapshot_every=10)
     reference.advance(95)
     want = [r for r in reference.poll() if isinstance(r, StateSnapshot)]
-    rows = [r for block in blocks if block.states is not None for r in _state_records(block)]
+    rows = [r for block in blocks if block.states is not None for r in state_records(block)]
     assert len(rows) == 9  # the first is taken by the general loop (the initial input)
     got = sorted(rows + [r for block in blocks for r in block.others
                          if isinstance(r, StateSnapshot)], key=lambda r: r.tick)

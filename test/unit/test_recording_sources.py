@@ -498,7 +498,7 @@ def test_bag_typestore_is_the_core_one_unless_the_bag_redefines_a_type(arm: dict
     from types import SimpleNamespace
 
     from fibril_calibration.recordings.message_types import bag_typestore as _bag_typestore
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
 
     source = open_source(arm["mcap"])
     try:

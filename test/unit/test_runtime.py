@@ -226,18 +226,18 @@ def test_a_real_time_trace_serialized_by_the_host_is_the_offline_trace(
     the one an offline run of the same ticks writes, byte for byte and in the same order."""
     import threading
 
-    from fibril_sim_core.trace import FRAME_TIMING_TOPIC, TraceWriter, _encoder
+    from fibril_sim_core.trace import FRAME_TIMING_TOPIC, TraceWriter, encoder
     from test_trace_columns import _messages
 
     encoded_on: dict[str, int] = {}
-    real = _encoder.Encoder.encode_steps
+    real = encoder.Encoder.encode_steps
 
     def counted(self, batch):
         name = threading.current_thread().name
         encoded_on[name] = encoded_on.get(name, 0) + len(batch)
         return real(self, batch)
 
-    monkeypatch.setattr(_encoder.Encoder, "encode_steps", counted)
+    monkeypatch.setattr(encoder.Encoder, "encode_steps", counted)
     live = TraceWriter(tmp_path / "live", provenance={}, layout=dict(plan.layout))
     samples: list[DeviceOutput] = []
     runtime, _ = _traced_in_real_time(plan, 3, live, samples.append, "device_output")

@@ -27,7 +27,7 @@ from fibril_sim_core.trace import TraceWriter, actuator_topic, device_topic
 from fibril_sim_core.trace.query import TraceQueryError, query, to_csv, to_json
 from fibril_sim_core.trace.reader import TraceReader
 
-from fibril_sim_core.trace import _msgtypes
+from fibril_sim_core.trace import msgtypes
 
 from _patience import patience
 
@@ -258,24 +258,24 @@ def test_embedded_msg_definitions_match_fibril_msgs() -> None:
     files = {
         f"fibril_msgs/msg/{p.stem}": p.read_text(encoding="utf-8") for p in msg_dir.glob("*.msg")
     }
-    assert set(_msgtypes.MSG_DEFINITIONS) == set(files), "embed every fibril_msgs .msg in _msgtypes"
+    assert set(msgtypes.MSG_DEFINITIONS) == set(files), "embed every fibril_msgs .msg in msgtypes"
     for name, text in files.items():
-        assert _msgtypes.MSG_DEFINITIONS[name] == text, f"{name} drifted from fibril_msgs/msg"
+        assert msgtypes.MSG_DEFINITIONS[name] == text, f"{name} drifted from fibril_msgs/msg"
 
 
 def test_the_writers_small_typestore_gives_the_full_stores_schemas_and_hashes() -> None:
-    full, small = _msgtypes.typestore(), _msgtypes.trace_typestore()
-    assert small is _msgtypes.trace_typestore()  # cached
-    for msgtype in [*_msgtypes.MSG_DEFINITIONS, "std_msgs/msg/String"]:
+    full, small = msgtypes.typestore(), msgtypes.trace_typestore()
+    assert small is msgtypes.trace_typestore()  # cached
+    for msgtype in [*msgtypes.MSG_DEFINITIONS, "std_msgs/msg/String"]:
         assert small.generate_msgdef(msgtype, ros_version=2) == \
             full.generate_msgdef(msgtype, ros_version=2), msgtype
         assert small.hash_rihs01(msgtype) == full.hash_rihs01(msgtype), msgtype
 
 
 def test_typestore_is_cached_and_knows_fibril_types() -> None:
-    store = _msgtypes.typestore()
-    assert store is _msgtypes.typestore()
-    for name in _msgtypes.MSG_DEFINITIONS:
+    store = msgtypes.typestore()
+    assert store is msgtypes.typestore()
+    for name in msgtypes.MSG_DEFINITIONS:
         assert name in store.types
 
 
@@ -698,21 +698,21 @@ def test_write_throughput(tmp_path: Path) -> None:
 def test_integer_columns_are_range_checked(values, dtype, fits) -> None:
     """Python ints go in as int64 when they fit it (the fast path), else as objects; either
     way a value outside the field's type is an OverflowError, never wrapped around."""
-    from fibril_sim_core.trace._cdr import _column
+    from fibril_sim_core.trace.cdr import checked_column
 
     if fits:
-        column = _column(values, np.dtype(dtype))
+        column = checked_column(values, np.dtype(dtype))
         assert [int(v) for v in column] == values
     else:
         with pytest.raises(OverflowError, match=f"integer out of range for {np.dtype(dtype).name}"):
-            _column(values, np.dtype(dtype))
+            checked_column(values, np.dtype(dtype))
 
 
 @pytest.mark.parametrize("count", [1, 100])  # Python's min/max, numpy's reductions
 def test_times_beyond_int32_seconds_are_refused(count: int) -> None:
     """builtin_interfaces/Time holds int32 seconds: the edges fit, one nanosecond beyond
     does not; nanoseconds split as floor division does (negative times too)."""
-    from fibril_sim_core.trace._cdr import split_ns
+    from fibril_sim_core.trace.cdr import split_ns
 
     edge = 2**31 * 1_000_000_000
     sec, nanosec = split_ns(np.array([edge - 1, -edge, -1] * count, dtype=np.int64))

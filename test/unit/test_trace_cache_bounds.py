@@ -18,8 +18,8 @@ from mcap.reader import make_reader
 
 from fibril_sim_core import IngressError, SimulationBuilder, external_input
 from fibril_sim_core.records import IngressRecord
-from fibril_sim_core.trace import INPUTS_TOPIC, TraceReader, TraceWriter, _msgtypes
-from fibril_sim_core.trace._encoder import Encoder, ShapeCache
+from fibril_sim_core.trace import INPUTS_TOPIC, TraceReader, TraceWriter, msgtypes
+from fibril_sim_core.trace.encoder import Encoder, ShapeCache
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "config" / "examples" / "drivetrain" / "simulation.yaml"
@@ -93,10 +93,10 @@ def test_rejected_inputs_neither_grow_the_encoder_nor_the_process(tmp_path: Path
 
 def _reference(record: IngressRecord) -> bytes:
     """The message as rosbags serializes it (the generic encoder)."""
-    store = _msgtypes.typestore()
+    store = msgtypes.typestore()
     types = store.types
     stamp = types["builtin_interfaces/msg/Time"](*divmod(record.session_time_ns, 10**9))
-    msg = types[_msgtypes.EXTERNAL_INPUT](
+    msg = types[msgtypes.EXTERNAL_INPUT](
         stamp=stamp, episode=record.episode, source_id=record.source_id,
         source_sequence=record.source_sequence, payload_type=record.payload_type,
         payload_json=record.payload_json, commit_tick=record.commit_tick,

@@ -268,11 +268,11 @@ def test_records_written_one_by_one_keep_their_place_before_a_block(
 def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> None:
     """Ctrl-C while write_block lays a block out in the stepping thread: the block goes to the
     worker instead, and the trace closed afterwards holds every record once, in order."""
-    from fibril_sim_core.trace import _encoder
+    from fibril_sim_core.trace import encoder
     from fibril_sim_core.trace import writer as writer_module
 
     monkeypatch.setattr(writer_module, "_LAY_OUT_HERE", 1)  # small blocks laid out here
-    real = _encoder.Encoder.encode_block
+    real = encoder.Encoder.encode_block
     calls = {"n": 0}
 
     def interrupted(self, block, *rest):  # the second lay-out is interrupted
@@ -282,7 +282,7 @@ def test_an_interrupted_lay_out_loses_no_record(tmp_path: Path, monkeypatch) -> 
             raise KeyboardInterrupt
         return real(self, block, *rest)
 
-    monkeypatch.setattr(_encoder.Encoder, "encode_block", interrupted)
+    monkeypatch.setattr(encoder.Encoder, "encode_block", interrupted)
     writer = TraceWriter(tmp_path / "t", provenance={}, layout={"timestep_ns": 1_000_000})
     writer.write_block(_block(range(100)))
     with pytest.raises(KeyboardInterrupt):
@@ -309,16 +309,16 @@ def test_records_written_between_frame_blocks_are_laid_out_with_them(
     """A runtime writes its FrameTiming one by one between the frames' blocks: the worker lays
     a run of them out at once (one lay-out per frame held the GIL often enough to delay
     real-time frames by tens of ms), and every record keeps its place."""
-    from fibril_sim_core.trace import _encoder
+    from fibril_sim_core.trace import encoder
 
-    real = _encoder.Encoder.encode_block_steps
+    real = encoder.Encoder.encode_block_steps
     sizes: list[int] = []
 
     def counted(self, block):
         sizes.append(len(block))
         return real(self, block)
 
-    monkeypatch.setattr(_encoder.Encoder, "encode_block_steps", counted)
+    monkeypatch.setattr(encoder.Encoder, "encode_block_steps", counted)
     single = DeviceOutput(0, "other", "t/o/v1", 0, 0, 0, 0, 0, np.zeros(2), ("a", "b"), "")
     buffer = _encoder_buffer()
     with TraceWriter(tmp_path / "t", provenance={}, layout={}) as writer:
@@ -354,17 +354,17 @@ def _encoding_threads(monkeypatch) -> list[tuple[str, int]]:
     """(thread name, records) of every Encoder call from now on."""
     import threading
 
-    from fibril_sim_core.trace import _encoder
+    from fibril_sim_core.trace import encoder
 
     calls: list[tuple[str, int]] = []
     for name in ("encode_steps", "encode_block_steps"):
-        real = getattr(_encoder.Encoder, name)
+        real = getattr(encoder.Encoder, name)
 
         def wrapper(self, batch, _real=real):
             calls.append((threading.current_thread().name, len(batch)))
             return _real(self, batch)
 
-        monkeypatch.setattr(_encoder.Encoder, name, wrapper)
+        monkeypatch.setattr(encoder.Encoder, name, wrapper)
     return calls
 
 

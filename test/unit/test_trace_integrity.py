@@ -22,7 +22,7 @@ import pytest
 from fibril_sim_core.errors import TraceError
 from fibril_sim_core.records import StateSnapshot
 from fibril_sim_core.trace import TraceWriter
-from fibril_sim_core.trace._mcap import McapIndex
+from fibril_sim_core.trace.mcap_file import McapIndex
 from fibril_sim_core.trace.query import query
 from fibril_sim_core.trace.reader import TraceReader, TraceWarning
 
@@ -234,12 +234,12 @@ def test_sigkilled_writer_leaves_a_readable_trace(tmp_path: Path) -> None:
 
 
 def test_a_failing_disk_fails_every_later_write(tmp_path: Path, monkeypatch) -> None:
-    from fibril_sim_core.trace import _mcap
+    from fibril_sim_core.trace import mcap_file
 
     def full(self, *args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_mcap.McapFile, "write_chunk", full)
+    monkeypatch.setattr(mcap_file.McapFile, "write_chunk", full)
     writer = TraceWriter(tmp_path / "full", provenance={}, layout=LAYOUT)
     writer.write(_snapshot(0))
     with pytest.raises(TraceError, match="writing the trace failed.*No space left"):

@@ -18,7 +18,7 @@ from fibril_sim_core.records import (
     IngressRecord,
     StateSnapshot,
 )
-from fibril_sim_core.trace import TraceWriter, _msgtypes, actuator_topic, device_topic
+from fibril_sim_core.trace import TraceWriter, msgtypes, actuator_topic, device_topic
 from fibril_sim_core.trace.writer import FRAME_TIMING_TOPIC, INPUTS_TOPIC, STATE_TOPIC
 from mcap.reader import make_reader
 
@@ -27,7 +27,7 @@ _NS = 1_000_000_000
 
 def _reference(record: object) -> tuple[str, bytes]:
     """(topic, payload) through the typestore: today's writer's generic encoding."""
-    store = _msgtypes.typestore()
+    store = msgtypes.typestore()
     types = store.types
     time = types["builtin_interfaces/msg/Time"]
 
@@ -40,7 +40,7 @@ def _reference(record: object) -> tuple[str, bytes]:
     if isinstance(record, DeviceOutput):
         header = types["std_msgs/msg/Header"](stamp=stamp(record.session_delivery_time_ns),
                                                frame_id=record.frame_id)
-        msg = types[_msgtypes.DEVICE_SAMPLE](
+        msg = types[msgtypes.DEVICE_SAMPLE](
             header=header, acquisition_stamp=stamp(record.session_acquisition_time_ns),
             acquisition_episode_time_ns=record.acquisition_time_ns,
             delivery_episode_time_ns=record.delivery_time_ns, episode=record.episode,
@@ -48,7 +48,7 @@ def _reference(record: object) -> tuple[str, bytes]:
             values=f64(record.values), component_names=list(record.component_names))
         return device_topic(record.device_id), bytes(store.serialize_cdr(msg, msg.__msgtype__))
     if isinstance(record, StateSnapshot):
-        msg = types[_msgtypes.STATE_SNAPSHOT](
+        msg = types[msgtypes.STATE_SNAPSHOT](
             stamp=stamp(record.session_time_ns), episode=record.episode, tick=record.tick,
             episode_time_ns=record.time_ns, qpos=f64(record.qpos), qvel=f64(record.qvel),
             act=f64(record.act), ctrl=f64(record.ctrl),
@@ -56,14 +56,14 @@ def _reference(record: object) -> tuple[str, bytes]:
             xpos=f64(record.xpos), xquat=f64(record.xquat))
         return STATE_TOPIC, bytes(store.serialize_cdr(msg, msg.__msgtype__))
     if isinstance(record, ActuatorApplication):
-        msg = types[_msgtypes.ACTUATOR_APPLICATION](
+        msg = types[msgtypes.ACTUATOR_APPLICATION](
             stamp=stamp(record.session_time_ns), episode=record.episode, tick=record.tick,
             endpoint=record.endpoint, actuator=record.actuator, mode=record.mode,
             commanded=float(record.commanded), released=float(record.released),
             applied=float(record.applied))
         return actuator_topic(record.endpoint), bytes(store.serialize_cdr(msg, msg.__msgtype__))
     if isinstance(record, IngressRecord):
-        msg = types[_msgtypes.EXTERNAL_INPUT](
+        msg = types[msgtypes.EXTERNAL_INPUT](
             stamp=stamp(record.session_time_ns), episode=record.episode,
             source_id=record.source_id, source_sequence=record.source_sequence,
             payload_type=record.payload_type, payload_json=record.payload_json,
@@ -71,7 +71,7 @@ def _reference(record: object) -> tuple[str, bytes]:
             accepted=record.accepted, reject_reason=record.reject_reason)
         return INPUTS_TOPIC, bytes(store.serialize_cdr(msg, msg.__msgtype__))
     assert isinstance(record, FrameTiming)
-    msg = types[_msgtypes.FRAME_TIMING](
+    msg = types[msgtypes.FRAME_TIMING](
         stamp=stamp(record.session_time_ns), episode=record.episode, tick=record.tick,
         episode_time_ns=record.episode_time_ns, session_time_ns=record.session_time_ns,
         wall_step_time=float(record.wall_step_time),

@@ -1,4 +1,4 @@
-"""The one YAML loader every document goes through (``_schema.load_yaml``): the YAML 1.2 core
+"""The one YAML loader every document goes through (``schema.load_yaml``): the YAML 1.2 core
 schema (numbers, booleans, no dates or base-60), duplicate keys refused, libyaml speed with the pure-Python pipeline as an equivalent fallback, bounded cost (size,
 nesting, alias expansion, recursive aliases) and one-line errors with file, line and column."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.errors import FibrilError
 
 REPO = Path(__file__).resolve().parents[2]

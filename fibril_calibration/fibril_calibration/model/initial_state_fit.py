@@ -34,7 +34,7 @@ from typing import Protocol, TypedDict
 import mujoco
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from .._json import JsonObject
 

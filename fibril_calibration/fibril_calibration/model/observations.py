@@ -44,7 +44,7 @@ import mujoco
 import numpy as np
 import numpy.typing as npt
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from .._json import JsonObject
 from ..errors import EvaluationError

@@ -152,7 +152,7 @@ class BagSource(Source):
     def _rosbag2_py_problem(self, topics: Sequence[str]) -> str | None:
         """Why rosbag2_py cannot give these topics: a serialization other than CDR, or a
         message type outside the known types (its API gives no embedded definitions)."""
-        from fibril_sim_core.trace._msgtypes import typestore
+        from fibril_sim_core.trace.msgtypes import typestore
 
         known = typestore().fielddefs
         for topic in topics:

@@ -169,7 +169,7 @@ def bag_typestore(connections: Sequence[BagConnection]) -> Typestore:
     reused) when every definition the bag embeds matches it; otherwise a private copy with
     the embedded definitions registered over it (those win: they describe the recorded
     bytes). The shared store is never changed."""
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
     from rosbags.typesys.store import Typestore
 
     shared = typestore()

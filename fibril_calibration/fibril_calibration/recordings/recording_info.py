@@ -166,7 +166,7 @@ def _merge(path: Path, format: str, parts: Sequence[_FileTopics], types: Sequenc
 
 
 def _known_types(folders: Sequence[Path]) -> set[str]:
-    from fibril_sim_core.trace._msgtypes import typestore
+    from fibril_sim_core.trace.msgtypes import typestore
 
     known = set(typestore().fielddefs)
     if folders:

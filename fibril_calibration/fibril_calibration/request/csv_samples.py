@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
 from fibril_sim_core.overlays import OverlayParameter

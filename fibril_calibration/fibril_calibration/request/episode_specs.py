@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.inputs_file import load_inputs
 from fibril_sim_core.records import IngressRecord

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..recordings.franka_sidecar import (ORIENTATION_ACTUATORS, POSITION_ACTUATORS,
                                          SidecarProblem, gain_overlays)

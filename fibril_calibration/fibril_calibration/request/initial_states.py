@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import mujoco
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..model import initial_state_fit as fit
 from ..model.initial_state_fit import InitialStateEntry

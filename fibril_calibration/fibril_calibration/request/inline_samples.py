@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..model.observations import ObservationSpec
 from ..recordings.sources import MAX_VALUE

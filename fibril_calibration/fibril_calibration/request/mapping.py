@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from fibril_sim_core.records import IngressRecord
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..recordings.formats import open_source
 from .._json import JsonObject

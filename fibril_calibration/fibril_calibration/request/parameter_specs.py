@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import mujoco
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.overlays import OverlayError, OverlayTarget, parse_target, parse_value
 

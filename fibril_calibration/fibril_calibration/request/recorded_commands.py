@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 from fibril_sim_core.records import IngressRecord
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.components.endpoint import ActuatorDescriptor
 
 from ..recordings.sources import MOTOR_COMMAND

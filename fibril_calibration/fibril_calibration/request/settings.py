@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import cast
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 from fibril_sim_core.execution.backend import Backend, parse_backend
 
 from .._json import JsonObject

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..recordings.bag_readers import choose_reader
 from ..recordings.franka_sidecar import ABORT_POLICIES, ACCEPTABLE

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..alignment import align
 from ..recordings.sources import SourceError

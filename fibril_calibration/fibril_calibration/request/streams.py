@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..recordings.sources import Source, SourceError, Stream
 from .source_specs import SourceSpec, max_gap_ns

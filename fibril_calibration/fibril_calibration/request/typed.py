@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy.typing as npt
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from .._atomic import write_atomic
 from .._json import JsonObject, JsonValue, json_list

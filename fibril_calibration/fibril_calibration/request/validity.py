@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import mujoco
 import numpy as np
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 from ..recordings.sources import MAX_VALUE, Stream
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fibril_sim_core import _schema as s
+from fibril_sim_core import schema as s
 
 __all__ = ["MAX_WINDOWS", "Window", "parse_windows"]
 

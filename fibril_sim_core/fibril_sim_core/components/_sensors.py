@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mujoco
 
-from .. import _schema as s
+from .. import schema as s
 from .base import internal_name
 
 _LOOKUP = {

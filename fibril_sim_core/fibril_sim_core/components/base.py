@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 import mujoco
 
-from .. import _schema as s
+from .. import schema as s
 from ..timebase import Timebase
 
 REQUIRED = object()

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import mujoco
 
 from .._document import Node
-from .._schema import short
+from ..schema import short
 
 from .base import BuildContext, ComponentType, Field, ResolvedComponent
 from .endpoint import ActuatorDescriptor, ActuatorKind, Command, Endpoint

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from .._document import JsonValue, Node
-from .._schema import Where
+from ..schema import Where
 from ..errors import FibrilError
 
 BACKENDS = ("local", "dask")

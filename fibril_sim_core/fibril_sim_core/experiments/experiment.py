@@ -12,9 +12,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _schema as s
+from .. import schema as s
 from .._document import Node
-from .._schema import Where
+from ..schema import Where
 from ..errors import FibrilError
 from ..execution.backend import Backend, parse_backend
 from ..trace.query import SELECTOR_KINDS

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._document import JsonValue, Node
-from .._schema import Where
+from ..schema import Where
 from .._signals import Interrupted, terminating
 from ..errors import FibrilError
 from ..execution.bundle import remap

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard, Union
 
-from .. import _schema as s
+from .. import schema as s
 from .._document import JsonValue, Node
-from .._schema import Where
+from ..schema import Where
 from ..errors import PlanError
 from .mujoco_targets import KINDS, MujocoKind
 

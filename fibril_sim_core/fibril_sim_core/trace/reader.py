@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import numpy as np
 from rosbags.serde import SerdeError
 
-from .. import _schema
+from .. import schema
 from .._document import Node
 from ..records import (
     ActuatorApplication,
@@ -33,8 +33,8 @@ from ..records import (
     IngressRecord,
     StateSnapshot,
 )
-from . import _msgtypes
-from ._mcap import ChannelInfo, ChunkInfo, McapDamage, McapIndex, chunk_messages
+from . import msgtypes
+from .mcap_file import ChannelInfo, ChunkInfo, McapDamage, McapIndex, chunk_messages
 from .writer import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
@@ -138,7 +138,7 @@ class TraceReader:
             msg = f"{path}: trace layout has no positive integer 'timestep_ns' (got {timestep!r})"
             raise TraceError(msg)
         self.timestep_ns: int = timestep
-        self._typestore = _msgtypes.typestore()
+        self._typestore = msgtypes.typestore()
         self._digests = _topic_digests(information)
         self._check_types()
         self._check_complete()
@@ -299,7 +299,7 @@ class TraceReader:
         for channel in self._index.channels.values():
             msgtype = channel.schema_name
             digest = self._digests.get(channel.topic)
-            if msgtype not in _msgtypes.MSG_DEFINITIONS or not digest:
+            if msgtype not in msgtypes.MSG_DEFINITIONS or not digest:
                 continue
             expected = self._typestore.hash_rihs01(msgtype)
             if digest != expected:
@@ -430,7 +430,7 @@ def _read_metadata(metadata_path: Path) -> dict[str, Node]:
         msg = f"{metadata_path}: not UTF-8 text (byte {exc.start}); the trace metadata is damaged"
         raise TraceError(msg) from None
     try:  # the project's loader: YAML 1.2, bounded, duplicate keys refused
-        document = _schema.load_yaml_text(text, str(metadata_path), TraceError)
+        document = schema.load_yaml_text(text, str(metadata_path), TraceError)
     except TraceError as exc:
         raise TraceError(f"{exc}; the trace metadata is damaged") from None
     information = document.get("rosbag2_bagfile_information") if isinstance(
@@ -465,7 +465,7 @@ def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[st
         raise TraceError(msg)
     information: object = None
     try:
-        information = _schema.load_yaml_text(serialized, str(mcap_path), TraceError)
+        information = schema.load_yaml_text(serialized, str(mcap_path), TraceError)
     except TraceError:
         pass
     if not isinstance(information, dict):

@@ -5,7 +5,7 @@ calibration reader all read it, and writing it needs no ROS installation.
 
 Speed. A SimulationInstance hands its records over in ``SampleBlock``s (``write_block``): the
 samples only the trace hears arrive as columns (acquisition ticks and value arrays per device,
-no record objects), laid out by numpy in the caller's thread at hand-over (``_cdr.Layout``:
+no record objects), laid out by numpy in the caller's thread at hand-over (``cdr.Layout``:
 every message shape is a byte template, a block is a few column assignments per device), so
 the worker holding the GIL never makes the stepping thread wait for it. The worker compresses
 whole chunks with zstd and writes them, which like MuJoCo's stepping releases the GIL. Records
@@ -49,10 +49,10 @@ from ..records import (
     StateSnapshot,
 )
 from ..sample_block import SampleBlock
-from . import _msgtypes
-from ._bag import Bag, dump_metadata, library, metadata, write_metadata_yaml
-from ._mcap import McapFile
-from ._topics import (
+from . import msgtypes
+from .bag import Bag, dump_metadata, library, metadata, write_metadata_yaml
+from .mcap_file import McapFile
+from .topics import (
     ACTUATOR_TOPIC_PREFIX,
     DEVICE_TOPIC_PREFIX,
     EPISODES_TOPIC,
@@ -62,7 +62,7 @@ from ._topics import (
     actuator_topic,
     device_topic,
 )
-from ._worker import (
+from .worker import (
     BATCH,
     CHUNK_BYTES,
     FLUSH_INTERVAL,
@@ -147,7 +147,7 @@ class TraceWriter:
             msg = f"{self.path}: cannot create trace: {exc.strerror or exc}"
             raise TraceError(msg) from exc
         try:
-            bag = Bag(self.path, mcap, custom_data, _msgtypes.trace_typestore())
+            bag = Bag(self.path, mcap, custom_data, msgtypes.trace_typestore())
             # early, so a reader finds provenance and layout even after a SIGKILL
             write_metadata_yaml(self.path, dump_metadata(metadata(bag, None, {}, None, None)))
         except BaseException as exc:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Final, TypedDict
 
 import yaml
 
-from ._encoder import Encoder
-from ._mcap import McapFile
+from .encoder import Encoder
+from .mcap_file import McapFile
 
 if TYPE_CHECKING:
     from rosbags.typesys.store import Typestore

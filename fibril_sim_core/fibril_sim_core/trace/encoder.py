@@ -2,7 +2,7 @@
 
 Records are grouped by message shape (what fixes the byte layout: a device's ids, frame and
 component names, the state's array sizes, an endpoint's names, ...); each group becomes one
-block of rows of its ``_cdr.Layout``, the MCAP message record header included. A SampleBlock
+block of rows of its ``cdr.Layout``, the MCAP message record header included. A SampleBlock
 (see ``sample_block``) gives a device's samples as columns already: its rows are made from them
 without record objects.
 """
@@ -29,10 +29,10 @@ from ..records import (
     StateSnapshot,
 )
 from ..sample_block import OTHER, STATE, STATE_FIELDS, DeviceColumns, SampleBlock
-from . import _msgtypes
-from ._cdr import Layout
-from ._mcap import MESSAGE_HEADER
-from ._topics import (
+from . import msgtypes
+from .cdr import Layout
+from .mcap_file import MESSAGE_HEADER
+from .topics import (
     EPISODES_TOPIC,
     FRAME_TIMING_TOPIC,
     INPUTS_TOPIC,
@@ -204,19 +204,19 @@ def _make_shape(key: ShapeKey) -> _Shape:
         layout.field("acquisition_episode_time_ns", "<i8").field("delivery_episode_time_ns", "<i8")
         layout.field("episode", "<u4").string(device_id).string(sample_type)
         layout.floats("values", count).strings(names)
-        return _Shape(layout, device_topic(device_id), _msgtypes.DEVICE_SAMPLE, _device_columns)
+        return _Shape(layout, device_topic(device_id), msgtypes.DEVICE_SAMPLE, _device_columns)
     if kind is StateSnapshot:
         layout.field("episode", "<u4").field("tick", "<i8").field("episode_time_ns", "<i8")
         for name, count in zip(("qpos", "qvel", "act", "ctrl", "actuator_force", "sensordata",
                                 "xpos", "xquat"), key[1:], strict=True):
             layout.floats(name, count)
-        return _Shape(layout, STATE_TOPIC, _msgtypes.STATE_SNAPSHOT, _state_columns)
+        return _Shape(layout, STATE_TOPIC, msgtypes.STATE_SNAPSHOT, _state_columns)
     if kind is ActuatorApplication:
         _, endpoint, actuator, mode = key
         layout.field("episode", "<u4").field("tick", "<i8")
         layout.string(endpoint).string(actuator).string(mode)
         layout.field("commanded", "<f8").field("released", "<f8").field("applied", "<f8")
-        return _Shape(layout, actuator_topic(endpoint), _msgtypes.ACTUATOR_APPLICATION,
+        return _Shape(layout, actuator_topic(endpoint), msgtypes.ACTUATOR_APPLICATION,
                       _actuator_columns)
     if kind is IngressRecord:
         _, source_size, type_size, payload_size, reason_size = key
@@ -225,11 +225,11 @@ def _make_shape(key: ShapeKey) -> _Shape:
         layout.text("payload_json", payload_size)
         layout.field("commit_tick", "<i8").field("acceptance_sequence", "<u8")
         layout.field("accepted", "u1").text("reject_reason", reason_size)
-        return _Shape(layout, INPUTS_TOPIC, _msgtypes.EXTERNAL_INPUT, _ingress_columns)
+        return _Shape(layout, INPUTS_TOPIC, msgtypes.EXTERNAL_INPUT, _ingress_columns)
     layout.field("episode", "<u4").field("tick", "<u8").field("episode_time_ns", "<i8")
     layout.field("session_time_ns", "<i8")
     layout.field("wall_step_time", "<f8").field("real_time_factor", "<f8")
-    return _Shape(layout, FRAME_TIMING_TOPIC, _msgtypes.FRAME_TIMING, _timing_columns)
+    return _Shape(layout, FRAME_TIMING_TOPIC, msgtypes.FRAME_TIMING, _timing_columns)
 
 
 def _sample_columns(block: SampleBlock, spec: DeviceColumns, ticks: list[int],
@@ -290,7 +290,7 @@ def _state_columns_of(block: SampleBlock) -> Columns:
     return columns
 
 
-def _state_records(block: SampleBlock) -> list[StateSnapshot]:
+def state_records(block: SampleBlock) -> list[StateSnapshot]:
     """A block's state rows as the StateSnapshots the instance would have made."""
     columns = cast("dict[str, np.ndarray]", _state_columns_of(block))  # (all arrays)
     shapes = {"xpos": (-1, 3), "xquat": (-1, 4)}  # as the instance makes them
@@ -424,7 +424,7 @@ class Encoder:
         if block.states is not None and len(block.states):
             groups.append(((StateSnapshot, *block.states.sizes), _state_columns_of(block),
                            np.flatnonzero(order == STATE),
-                           functools.partial(_state_records, block)))
+                           functools.partial(state_records, block)))
         if slow:
             slow.sort()
             groups.extend((None, None, positions, None)

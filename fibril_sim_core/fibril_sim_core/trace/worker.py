@@ -17,8 +17,8 @@ import numpy.typing as npt
 
 from ..errors import TraceError
 from ..sample_block import SampleBlock
-from ._bag import Bag, dump_metadata, metadata, schema_id, write_metadata_yaml
-from ._encoder import Encoded, Encoder, Failures, Rows, joined
+from .bag import Bag, dump_metadata, metadata, schema_id, write_metadata_yaml
+from .encoder import Encoded, Encoder, Failures, Rows, joined
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -149,7 +149,7 @@ class Layout:
         raw[:] = self._template
         rows = raw.view(self._dtype).reshape(count)
         for name, dtype in self._plain:
-            rows[name] = _column(columns[name], dtype)
+            rows[name] = checked_column(columns[name], dtype)
         for name in self._times:
             sec, nanosec = split_ns(columns[name])
             rows[name + ".sec"] = sec
@@ -157,7 +157,7 @@ class Layout:
         return raw
 
 
-def _column(values: npt.ArrayLike, dtype: np.dtype) -> np.ndarray:
+def checked_column(values: npt.ArrayLike, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         ints: np.ndarray
         if isinstance(values, np.ndarray):
