@@ -131,8 +131,8 @@ class TraceReader:
             custom = {}
         # The JSON objects the writer was given; ``query`` reads the layout by the keys
         # ``plan.trace_layout`` writes (a damaged one fails there as a TraceError or TypeError).
-        self.provenance: dict[str, Any] = _json_entry(path, custom, PROVENANCE_KEY)
-        self.layout: dict[str, Any] = _json_entry(path, custom, LAYOUT_KEY)
+        self.provenance: dict[str, Node] = _json_entry(path, custom, PROVENANCE_KEY)
+        self.layout: dict[str, Node] = _json_entry(path, custom, LAYOUT_KEY)
         timestep = self.layout.get("timestep_ns")
         if not isinstance(timestep, int) or isinstance(timestep, bool) or timestep <= 0:
             msg = f"{path}: trace layout has no positive integer 'timestep_ns' (got {timestep!r})"
@@ -474,7 +474,7 @@ def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[st
     return information
 
 
-def _json_entry(path: Path, custom: dict[str, Node], key: str) -> dict[str, Any]:
+def _json_entry(path: Path, custom: dict[str, Node], key: str) -> dict[str, Node]:
     """A JSON object kept as custom data of the bag (provenance, layout)."""
     text = custom.get(key)
     if text is None:
