@@ -79,6 +79,8 @@ class DaskCluster(Protocol):
     """The part of a ``LocalCluster`` we use."""
 
     def close(self) -> object: ...
+
+
 try:
     distributed = importlib.import_module("distributed")
 except ImportError:  # pragma: no cover - depends on the installation

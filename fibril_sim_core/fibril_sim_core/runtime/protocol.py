@@ -100,7 +100,9 @@ def record_to_wire(record: object) -> bytes:
         if type(values) is np.ndarray and values.ndim == 1 and values.dtype.str == "<f8" \
                 and type(record[9]) is tuple:
             return _device_output_to_wire(record, values)
-    cls = type(record)
+        cls: type = DeviceOutput
+    else:
+        cls = type(record)
     return pack([RECORD_KINDS[cls], *(getattr(record, name) for name in _FIELDS[cls])])
 
 

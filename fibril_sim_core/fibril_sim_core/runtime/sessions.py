@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
 import zmq
 
 from .._document import JsonValue
