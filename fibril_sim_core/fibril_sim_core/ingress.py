@@ -17,8 +17,8 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
+from ._document import NodeMap
 from .components import ActuatorDescriptor, Command, Endpoint
 from .entities import ENTITY_PAYLOAD_TYPE, ENTITY_SOURCE, Entities, EntityCommand
 from .errors import IngressError
@@ -194,7 +194,7 @@ def _int(value: object) -> int:
 
 
 def external_input(source_id: str, source_sequence: int, payload_type: str,
-                   payload: Mapping[str, Any] | str) -> ExternalInput:
+                   payload: NodeMap | str) -> ExternalInput:
     """Build an ExternalInput from a payload object or its JSON text."""
     if isinstance(payload, str):
         try:

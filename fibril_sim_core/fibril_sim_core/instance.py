@@ -25,12 +25,13 @@ import dataclasses
 import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import mujoco
 import numpy as np
 import numpy.typing as npt
 
+from ._document import JsonValue
 from .device_reads import DeviceReads, component_rng
 from .errors import IngressError, InstanceError
 from .entities import Entities
@@ -74,7 +75,7 @@ class InstancePlan(Protocol):
     @property
     def recorded_input_signature(self) -> EndpointSignature: ...
 
-    def inspect(self) -> dict[str, object]: ...
+    def inspect(self) -> dict[str, JsonValue]: ...
 
 
 
@@ -290,7 +291,7 @@ class SimulationInstance:
         quat?}``, ``{type: actuator, actuator, act}``."""
         inject_state(self.model, self.data, entries)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, JsonValue]:
         """A summary of where the instance is (for services and status displays)."""
         return {"episode": self._episode, "tick": self._stepper.tick,
                 "episode_time_ns": self.episode_time_ns, "session_time_ns": self.session_time_ns,

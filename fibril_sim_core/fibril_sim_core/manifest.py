@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import schema as s
 from ._document import Node, NodeMap
@@ -58,7 +57,7 @@ class ProfileSpec:
 
     name: str
     type: str
-    config: Mapping[str, Any]
+    config: NodeMap  # (checked once composed: components.base.validate_config)
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,8 @@ class ComponentSpec:
     type: str
     profile: str | None
     endpoint: str | None
-    bind: Mapping[str, Any]
-    config: Mapping[str, Any]
+    bind: NodeMap  # (checked by the component type's check_bind)
+    config: NodeMap
     where: s.Where
 
 

@@ -38,6 +38,7 @@ from ._document import JsonValue, Node
 from .records import IngressRecord
 from .recorded_inputs import (EndpointSignature, RecordedInputs, endpoint_signature,
                               prepare_recorded_inputs)
+from .sinks import TraceSink
 from .timebase import Timebase
 
 if TYPE_CHECKING:
@@ -114,14 +115,15 @@ class SimulationPlan:
         ``scenario.seed``, default 0); recorded in the provenance as ``episode_seed``."""
         return int(self.scenario.seed)
 
-    def run_provenance(self, seed: int | None = None, **extra: JsonValue) -> dict[str, Any]:
+    def run_provenance(self, seed: int | None = None, **extra: JsonValue
+                       ) -> dict[str, JsonValue]:
         """The provenance of one run of this plan (a trace's, a result's): the plan's with
         the episode seed the run actually starts from (``seed`` kept for older readers)."""
         chosen = self.episode_seed if seed is None else int(seed)
         return dict(self.provenance, episode_seed=chosen, seed=chosen, **extra)
 
     def create_instance(self, seed: int | None = None, *, scenario: ScenarioSpec | None = None,
-                        trace: Any = None, snapshot_every: int | None = None,
+                        trace: TraceSink | None = None, snapshot_every: int | None = None,
                         collect: bool = True, data: mujoco.MjData | None = None,
                         rollout_context: AbstractContextManager[object] | None = None,
                         devices: Collection[str] | None = None) -> SimulationInstance:

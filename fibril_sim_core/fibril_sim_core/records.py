@@ -168,3 +168,6 @@ class StateObservation(NamedTuple):
 Record = DeviceOutput | ActuatorApplication | IngressRecord | StateSnapshot | EpisodeStart
 #: Every record a trace holds (a host adds its frame timings).
 TraceRecord = Record | FrameTiming
+#: Every record a connection's callbacks may receive (a connection's own streams add render
+#: frames and state observations).
+ClientRecord = TraceRecord | RenderFrame | StateObservation

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol
 import mujoco
 
 from .. import schema as s
+from .._document import Node, NodeMap
 from ..timebase import Timebase
 
 REQUIRED = object()
@@ -30,7 +31,7 @@ class Field:
     """
 
     kind: str
-    default: Any = REQUIRED
+    default: object = REQUIRED
     minimum: float | None = None
     maximum: float | None = None
     positive: bool = False
@@ -51,23 +52,23 @@ class ResolvedComponent:
     where: s.Where
 
 
-def effective_config(profile: Mapping[str, Any] | None,
-                     config: Mapping[str, Any]) -> dict[str, Any]:
+def effective_config(profile: NodeMap | None, config: NodeMap) -> dict[str, Node]:
     """Profile defaults composed with the instance config (instance wins, nested maps merged)."""
-    merged: dict[str, Any] = dict(profile or {})
+    merged: dict[str, Node] = dict(profile or {})
     for key, value in config.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = {**merged[key], **value}
+        base = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(base, Mapping):
+            merged[key] = {**base, **value}
         else:
             merged[key] = value
     return merged
 
 
-def validate_config(fields: Mapping[str, Field], config: Mapping[str, Any],
-                    where: s.Where) -> dict[str, Any]:
+def validate_config(fields: Mapping[str, Field], config: NodeMap,
+                    where: s.Where) -> dict[str, object]:
     """Check an effective config against a type's fields; fill defaults."""
     s.keys(config, where, optional=tuple(fields))
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     for name, spec in fields.items():
         at = where.key(name)
         if name not in config:

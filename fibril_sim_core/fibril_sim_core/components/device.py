@@ -161,7 +161,7 @@ class Device:
 
 def device_descriptor(component: ResolvedComponent, ctx: BuildContext, *, sample_type: str,
                       component_names: tuple[str, ...], frame_id: str,
-                      binding: Mapping[str, Any],
+                      binding: Mapping[str, object],
                       factory: Callable[[DeviceDescriptor, np.random.Generator], Device]
                       ) -> DeviceDescriptor:
     """Descriptor with the period and latency checked to be whole, positive tick counts."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import mujoco
 
-from .._document import Node
+from .._document import JsonValue, Node
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class ActuatorDescriptor:
     actuator_id: int
     modes: Mapping[str, int]  # mode -> index into d.ctrl
     latency_ticks: int
-    binding: Mapping[str, Any]
+    binding: Mapping[str, JsonValue]  # (what ``inspect`` shows)
     config: Mapping[str, Any]
     factory: Callable[[ActuatorDescriptor], Endpoint] = field(repr=False, compare=False)
     kind: ActuatorKind = ActuatorKind("actuator")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Generic, TypeAlias, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, cast
 
 from .._document import JsonValue
 from .backend import Backend, ExecutionError, public_address
@@ -30,12 +30,6 @@ from .backend import Backend, ExecutionError, public_address
 #: The ``distributed`` package (None when Dask is not installed). Dask ships no complete type
 #: information: it is handled as ``Any`` here, at the boundary, and nowhere else.
 distributed: Any
-#: Dask's own objects (a ``distributed.Client``, a ``LocalCluster``, a ``Future``, a ``Worker``),
-#: untyped for the same reason.
-DaskClient: TypeAlias = Any
-DaskCluster: TypeAlias = Any
-DaskFuture: TypeAlias = Any
-DaskWorker: TypeAlias = Any
 #: A task's outcome, as ``DaskSession.map`` hands it over: ``(True, result)`` or
 #: ``(False, exception)``; the result is whatever the task returned (pickled by Dask).
 TaskOutcome: TypeAlias = tuple[bool, Any]
@@ -43,6 +37,50 @@ TaskOutcome: TypeAlias = tuple[bool, Any]
 _V = TypeVar("_V")  # a shared value
 _I = TypeVar("_I")  # a task's item
 _R = TypeVar("_R")  # a task's result
+_R_co = TypeVar("_R_co", covariant=True)
+
+
+class DaskFuture(Protocol[_R_co]):
+    """The part of a ``distributed.Future`` we use: a task's result (or its exception)."""
+
+    def result(self) -> _R_co: ...
+
+
+class DaskClient(Protocol):
+    """The part of a ``distributed.Client`` we use (Dask's own objects are untyped: these
+    Protocols say what this package relies on)."""
+
+    dashboard_link: str
+
+    def scheduler_info(self) -> dict[str, object]: ...
+
+    def register_plugin(self, plugin: object, name: str) -> object: ...
+
+    def unregister_worker_plugin(self, name: str) -> object: ...
+
+    def submit(self, function: Callable[..., _R], *args: object, key: str | None = None,
+               pure: bool = True, workers: list[str] | None = None,
+               allow_other_workers: bool = False) -> DaskFuture[_R]: ...
+
+    def cancel(self, futures: Sequence[DaskFuture[object]], force: bool = False) -> object: ...
+
+    def set_metadata(self, key: list[str], value: object) -> object: ...
+
+    def wait_for_workers(self, n_workers: int, timeout: float | None = None) -> object: ...
+
+    def run(self, function: Callable[[], _R]) -> dict[str, _R]: ...
+
+    def nthreads(self) -> dict[str, int]: ...
+
+    def close(self) -> object: ...
+
+
+class DaskCluster(Protocol):
+    """The part of a ``LocalCluster`` we use."""
+
+    def close(self) -> object: ...
+
+
 try:
     distributed = importlib.import_module("distributed")
 except ImportError:  # pragma: no cover - depends on the installation
@@ -62,7 +100,7 @@ class DaskSession:
     client: DaskClient
     versions: dict[str, str]
     workers: dict[str, dict[str, str]] = field(default_factory=dict)
-    cluster: DaskCluster = None
+    cluster: DaskCluster | None = None
     #: Threads of all workers when connected: how many tasks run at once.
     threads: int = 1
     #: Names of the worker plugins that hold this session's shared values.
@@ -72,7 +110,8 @@ class DaskSession:
     def dashboard(self) -> str | None:
         try:
             services = self.client.scheduler_info().get("services", {})
-            return self.client.dashboard_link if "dashboard" in services else None
+            return self.client.dashboard_link \
+                if isinstance(services, dict) and "dashboard" in services else None
         except Exception:  # noqa: BLE001 - the link is a convenience, never an error
             return None
 
@@ -95,7 +134,7 @@ class DaskSession:
                 pass
 
     def submit(self, function: Callable[[_V, _I], _R], shared: Shared[_V], item: _I,
-               key: str | None = None) -> DaskFuture:
+               key: str | None = None) -> DaskFuture[_R]:
         """A future of ``function(value, item)`` on a worker, ``value`` its copy of
         ``shared``."""
         return self.client.submit(_call, function, shared, item, key=key, pure=False)
@@ -105,7 +144,7 @@ class DaskSession:
         """``function(value, item)`` for each item as one task each, ``value`` the one
         ``shared`` holds on the worker, at most ``limit`` in flight (all at once when None);
         ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order."""
-        futures: dict[DaskFuture, int] = {}
+        futures: dict[DaskFuture[_R], int] = {}
         outcomes: list[TaskOutcome | None] = [None] * len(items)
         pending = iter(enumerate(items))
         ahead = len(items) if limit is None else max(1, limit)
@@ -248,11 +287,11 @@ class _Keep(distributed.WorkerPlugin if distributed is not None else object):  #
         self.key = key
         self.held = value
 
-    def setup(self, worker: DaskWorker) -> None:
+    def setup(self, worker: object) -> None:
         with _KEPT_LOCK:
             _KEPT[self.key] = self.held
 
-    def teardown(self, worker: DaskWorker) -> None:
+    def teardown(self, worker: object) -> None:
         with _KEPT_LOCK:
             _KEPT.pop(self.key, None)
 

@@ -101,7 +101,7 @@ def experiment_files(experiment: Experiment) -> list[Path]:
     return files
 
 
-def _collect(client: DaskClient, future: DaskFuture, job: RunJob) -> RunRecord:
+def _collect(client: DaskClient, future: DaskFuture[_Outcome], job: RunJob) -> RunRecord:
     """The run's record, its trace written here; a lost task is the run's runtime failure."""
     try:
         outcome: _Outcome = future.result()
@@ -148,7 +148,7 @@ def _stream_file(client: DaskClient, outcome: _Outcome, file: _TraceFile,
     """Read ``file`` back from its worker in chunks, a few in flight, written in order."""
     assert outcome.folder is not None
     offsets = iter(range(0, file.size, CHUNK_BYTES))
-    pending: list[DaskFuture] = []
+    pending: list[DaskFuture[bytes]] = []
 
     def ahead() -> None:
         for offset in offsets:

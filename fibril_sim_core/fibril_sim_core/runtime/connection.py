@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._document import JsonValue
 from ..errors import InstanceError
 from ..plan import SimulationPlan
 from ..entities import EntityState
@@ -28,6 +29,7 @@ from .requests import (
     Resume,
     SetMode,
     SetRealTimeFactor,
+    State,
     StartObserve,
     StartRender,
     Step,
@@ -75,7 +77,7 @@ class SimulationConnection:
             raise InstanceError("this simulation's plan is not a SimulationPlan")
         return plan
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JsonValue]:
         """The plan as ``fibril_sim inspect --json`` shows it: components, endpoints, devices
         and their sample types, timestep. The same document a remote connection gets (use it
         rather than ``plan`` in code that runs with either)."""
@@ -115,28 +117,28 @@ class SimulationConnection:
             entry.handle = self._host.set_callback_filter(entry.handle, record_filter)
             entry.filter = record_filter
 
-    def pause(self) -> dict[str, Any]:
+    def pause(self) -> State:
         return self._host.request(Pause())
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self) -> State:
         return self._host.request(Resume())
 
-    def step(self, ticks: int) -> dict[str, Any]:
+    def step(self, ticks: int) -> State:
         """Advance exactly ``ticks`` ticks (while paused: lockstep) and return the state."""
         return self._host.request(Step(ticks))
 
-    def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    def reset(self, keyframe: str | None = None, seed: int | None = None) -> State:
         """Start a new episode (EpisodeTime restarts, SessionTime goes on); ``seed`` replaces
         the episode seed, ``keyframe`` the scenario keyframe."""
         return self._host.request(Reset(keyframe, seed))
 
-    def set_real_time_factor(self, factor: float) -> dict[str, Any]:
+    def set_real_time_factor(self, factor: float) -> State:
         return self._host.request(SetRealTimeFactor(factor))
 
-    def set_mode(self, mode: str) -> dict[str, Any]:
+    def set_mode(self, mode: str) -> State:
         return self._host.request(SetMode(mode))
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         """tick, episode, episode_time_ns, session_time_ns, paused, seed, mode,
         real_time_factor (measured over the last second), target_real_time_factor,
         accepted_inputs, rejected_inputs, drops (per remote client), clients, qpos, qvel."""

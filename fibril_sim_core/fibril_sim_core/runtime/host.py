@@ -14,12 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Generic, TypeVar, overload
 
 from ..errors import FibrilError, InstanceError
 from ..instance import SimulationInstance
 from ..manifest import RuntimeOptions
-from ..records import DeviceOutput, FrameTiming, RenderFrame, StateObservation
+from ..records import ClientRecord, DeviceOutput, FrameTiming, RenderFrame, StateObservation
 from .observation import ObservationStreams
 from .pacing import PaceClock, Poke, RateMeter, WallClock, offer_idle_time
 from .render import RenderStreams
@@ -34,6 +34,7 @@ from .requests import (
     SetRealTimeFactor,
     StartObserve,
     StartRender,
+    State,
     Step,
     StopObserve,
     StopRender,
@@ -49,11 +50,11 @@ from .subscription import (
 )
 
 R = TypeVar("R")
-RecordCallback = Callable[[Any], None]
+RecordCallback = Callable[[ClientRecord], None]
 # A callback and the filter it was added with: the handle add_callback returns.
 CallbackHandle = tuple[RecordCallback, "RecordFilter | AnyOf | None"]
 Routes = dict[type, tuple[tuple[RecordCallback, "frozenset[str] | None"], ...]]
-StateProvider = Callable[[], dict[str, Any]]
+StateProvider = Callable[[], State]
 # In real time a frame is stepped in pieces of about this much wall time, each when it is due,
 # rather than all at once ahead of the clock: outputs leave at their real time, and the host
 # is not busy for the whole frame while the server and its clients wait for a CPU and the GIL.
@@ -199,7 +200,7 @@ class SimulationHost:
 
     @overload
     def request(self, request: str, argument: object = None,
-                timeout: float | None = 60.0) -> Any: ...
+                timeout: float | None = 60.0) -> object: ...
 
     def request(self, request: HostRequest[object] | str, argument: object = None,
                 timeout: float | None = 60.0) -> object:
@@ -253,7 +254,7 @@ class SimulationHost:
         self.thread = None
 
     # -------------------------------------------------------------- host thread
-    def _dispatch(self, record: object) -> None:
+    def _dispatch(self, record: ClientRecord) -> None:
         if self._holding:
             self._hold()
         cls = type(record)
@@ -492,7 +493,7 @@ class SimulationHost:
     def _session_tick(self) -> int:
         return self.instance.session_time_ns // self.instance.plan.timebase.timestep_ns
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> State:
         instance = self.instance
         state = dict(instance.state(), paused=self._paused, seed=instance.seed,
                      mode=self._mode,

@@ -12,7 +12,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import zmq
 
@@ -64,7 +63,7 @@ class UnixListener:
                 pass
 
 
-def bind_unix(router: zmq.Socket[Any], socket: str | Path | None,
+def bind_unix(router: zmq.Socket[bytes], socket: str | Path | None,
               listener: UnixListener) -> None:
     """Bind ``router`` to ``socket`` (None: ``fibril.sock`` in a new private directory under
     ``$XDG_RUNTIME_DIR`` or the temp dir), mode 0600. ``listener`` records what was made as
@@ -103,7 +102,7 @@ def bind_unix(router: zmq.Socket[Any], socket: str | Path | None,
     listener.address = f"unix://{path}"
 
 
-def bind_tcp(router: zmq.Socket[Any], tcp: str) -> str:
+def bind_tcp(router: zmq.Socket[bytes], tcp: str) -> str:
     """Bind ``router`` to ``HOST:PORT`` (port 0: any free port); the address bound."""
     host, sep, port = tcp.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:

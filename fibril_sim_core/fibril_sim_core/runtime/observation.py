@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 import mujoco
 import numpy as np
@@ -29,6 +29,14 @@ from ..records import StateObservation
 from .streams import StreamTable
 
 ObservationSink = Callable[[StateObservation], None]
+#: What ``_views`` fetches once: the instance's MjData and its qpos, qvel, qfrc_actuator,
+#: mocap_pos and mocap_quat; the scratch MjData's qpos, mocap_pos, mocap_quat, xpos, xquat and
+#: xmat; the frame and parent bodies, the frame count, the joints' qpos and dof indices, and
+#: whether the model has mocap bodies.
+_Views: TypeAlias = tuple[
+    mujoco.MjData, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+    np.ndarray, int, np.ndarray, np.ndarray, bool]
 _HINGE, _SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
 _EMPTY = np.empty(0)
 
@@ -153,7 +161,7 @@ class ObservationStreams(StreamTable[_Stream]):
     _next_id: int = 1
     _layout: StateLayout | None = None
     _scratch: mujoco.MjData | None = None
-    _cached: tuple[Any, ...] | None = None  # see _views
+    _cached: _Views | None = None  # see _views
 
     @property
     def layout(self) -> StateLayout:
@@ -227,7 +235,7 @@ class ObservationStreams(StreamTable[_Stream]):
                 stream.id, episode, tick, session_tick * self.timestep_ns, position, velocity,
                 effort, frame_position, frame_orientation))
 
-    def _views(self, data: mujoco.MjData) -> tuple[Any, ...]:
+    def _views(self, data: mujoco.MjData) -> _Views:
         """The arrays read at every observation, fetched once (an MjData attribute makes a
         new view each time): the instance's, the scratch MjData's, the index arrays."""
         views = self._cached

@@ -25,14 +25,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-from typing import Any
+from collections.abc import Mapping
+from typing import TypeAlias
 
 import msgpack
 import numpy as np
 
 from .. import errors
-from ..ingress import payload_text
-from ..records import DeviceOutput, ExternalInput, StateObservation
+from ..ingress import external_input, payload_text
+from ..records import ClientRecord, DeviceOutput, ExternalInput, StateObservation
 from .subscription import RECORD_KINDS
 
 PROTOCOL_VERSION = 1
@@ -40,7 +41,7 @@ MAX_UNAUTHENTICATED_BYTES = 4096  # a message from a peer that has not authentic
 MAX_REQUEST_BYTES = 1 << 20  # a frame from any peer (ZeroMQ's MAXMSGSIZE on the server)
 _ARRAY_EXT = 1
 _AUTH_LABEL = b"fibril-sim/1/auth"
-_TYPES = {kind: cls for cls, kind in RECORD_KINDS.items()}
+_TYPES: dict[str, type[ClientRecord]] = {kind: cls for cls, kind in RECORD_KINDS.items()}
 #: The errors a reply may name (those of ``errors.py``), by name.
 _ERRORS: dict[str, type[errors.FibrilError]] = {
     name: cls for name, cls in vars(errors).items()
@@ -51,8 +52,12 @@ _FIELDS: dict[type, tuple[str, ...]] = {
 _FIELDS.update({DeviceOutput: DeviceOutput._fields,  # (the two NamedTuple records)
                 StateObservation: StateObservation._fields})
 
+#: A message as it arrives: a msgpack map whose values are the peer's, checked (narrowed with
+#: ``isinstance``) where they are read.
+Message: TypeAlias = dict[str, object]
 
-def _default(value: Any) -> Any:
+
+def _default(value: object) -> object:
     if isinstance(value, np.ndarray):
         array = np.ascontiguousarray(value)
         return msgpack.ExtType(_ARRAY_EXT, msgpack.packb(
@@ -62,40 +67,42 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot encode a {type(value).__name__}")
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def _ext_hook(code: int, data: bytes) -> object:
     if code != _ARRAY_EXT:
         return msgpack.ExtType(code, data)
     dtype, shape, raw = msgpack.unpackb(data, raw=False)
     return np.frombuffer(raw, dtype=np.dtype(dtype)).reshape(shape).copy()
 
 
-def pack(message: Any) -> bytes:
+def pack(message: object) -> bytes:
     data: bytes = msgpack.packb(message, use_bin_type=True, default=_default)
     return data
 
 
-def unpack(data: bytes | memoryview) -> Any:
+def unpack(data: bytes | memoryview) -> object:
     return msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=False)
 
 
-def message(kind: str, **fields: Any) -> bytes:
+def message(kind: str, **fields: object) -> bytes:
     """A server message of type ``kind``."""
     return pack({"v": PROTOCOL_VERSION, "t": kind, **fields})
 
 
-def request(op: str, **fields: Any) -> bytes:
+def request(op: str, **fields: object) -> bytes:
     """A client request ``op``."""
     return pack({"v": PROTOCOL_VERSION, "op": op, **fields})
 
 
-def record_to_wire(record: Any) -> bytes:
+def record_to_wire(record: object) -> bytes:
     """One record as msgpack bytes (encoded once, sent to every client that wants it)."""
-    cls = type(record)
-    if cls is DeviceOutput:
+    if type(record) is DeviceOutput:
         values = record[8]
         if type(values) is np.ndarray and values.ndim == 1 and values.dtype.str == "<f8" \
                 and type(record[9]) is tuple:
             return _device_output_to_wire(record, values)
+        cls: type = DeviceOutput
+    else:
+        cls = type(record)
     return pack([RECORD_KINDS[cls], *(getattr(record, name) for name in _FIELDS[cls])])
 
 
@@ -106,7 +113,7 @@ _DEVICE_PARTS: dict[tuple[object, ...], tuple[bytes, bytes, bytes]] = {}
 _DEVICE_HEADS: dict[int, bytes] = {}
 
 
-def _device_output_to_wire(record: Any, values: np.ndarray) -> bytes:
+def _device_output_to_wire(record: DeviceOutput, values: np.ndarray) -> bytes:
     count = values.shape[0]
     key = (record[1], record[2], record[9], record[10], count)
     parts = _DEVICE_PARTS.get(key)
@@ -151,8 +158,11 @@ _DEVICE_KIND = RECORD_KINDS[DeviceOutput]
 _DEVICE_FIELD_COUNT = len(DeviceOutput._fields)
 
 
-def record_from_wire(data: bytes) -> Any:
-    kind, *values = unpack(data)
+def record_from_wire(data: bytes) -> ClientRecord:
+    message = unpack(data)
+    if not isinstance(message, list) or not message:
+        raise errors.ServerError("protocol: a record must be a non-empty list")
+    kind, *values = message
     if kind == _DEVICE_KIND and len(values) == _DEVICE_FIELD_COUNT:
         values[9] = tuple(values[9])
         return tuple.__new__(DeviceOutput, values)  # positional: a NamedTuple
@@ -165,8 +175,18 @@ def record_from_wire(data: bytes) -> Any:
     return cls(**fields)
 
 
-def input_to_wire(item: ExternalInput) -> list[Any]:
+def input_to_wire(item: ExternalInput) -> list[object]:
     return [item.source_id, item.source_sequence, item.payload_type, payload_text(item)]
+
+
+def input_from_wire(fields: object) -> ExternalInput:
+    """The ExternalInput a ``submit`` carries (``input_to_wire``'s list). Only its shape is
+    checked here: its values are the peer's, which the ingress checks (recording a
+    rejection)."""
+    if not isinstance(fields, (list, tuple)):
+        raise TypeError(f"submit: input must be a list, got {type(fields).__name__}")
+    source, sequence, payload_type, payload = fields
+    return external_input(source, sequence, payload_type, payload)
 
 
 def error_to_wire(exc: BaseException) -> dict[str, str]:
@@ -174,7 +194,7 @@ def error_to_wire(exc: BaseException) -> dict[str, str]:
     return {"error": name if name in _ERRORS else "FibrilError", "message": str(exc)}
 
 
-def error_from_wire(reply: dict[str, Any]) -> errors.FibrilError:
+def error_from_wire(reply: Mapping[str, object]) -> errors.FibrilError:
     cls = _ERRORS.get(str(reply.get("error")), errors.FibrilError)
     return cls(str(reply.get("message", "")))
 
@@ -183,7 +203,7 @@ def auth_mac(token: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
     return hmac.new(token, _AUTH_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
 
 
-def check_version(document: Any) -> dict[str, Any]:
+def check_version(document: object) -> Message:
     """The message as a dict, or ServerError when it is not one of this protocol version."""
     if not isinstance(document, dict):
         raise errors.ServerError("protocol: a message must be a map")

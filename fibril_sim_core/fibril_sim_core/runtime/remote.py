@@ -19,14 +19,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import zmq
 
+from .._document import JsonValue
 from ..errors import InstanceError, ServerError
 from ..records import ExternalInput
 from . import protocol
 from .host import RecordCallback
+from .requests import State
 from .subscription import RecordFilter
 
 log = logging.getLogger("fibril_sim.client")
@@ -83,8 +85,9 @@ class RemoteConnection:
         self._stream: zmq.Socket[bytes] | None = None
         try:
             welcome = self._handshake(token, name)
-            self.client_id: int = welcome["client"]
-            self._description: dict[str, Any] = welcome.get("plan") or {}
+            self.client_id: int = _integer(welcome.get("client"), "welcome: client")
+            plan = welcome.get("plan")
+            self._description: dict[str, JsonValue] = plan if isinstance(plan, dict) else {}
             self._stream = stream = _socket(self._context, zmq.DEALER)
             stream.setsockopt(zmq.RCVHWM, _RECEIVE_QUEUE)
             stream.connect(endpoint)
@@ -99,12 +102,12 @@ class RemoteConnection:
 
     # ------------------------------------------------------------------ the connection API
     @property
-    def plan(self) -> dict[str, Any]:
+    def plan(self) -> dict[str, JsonValue]:
         """The server's plan as ``fibril_sim inspect --json`` shows it (a remote client never
         holds the MuJoCo model)."""
         return self._description
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, JsonValue]:
         return self._description
 
     def submit(self, item: ExternalInput) -> int:
@@ -137,25 +140,25 @@ class RemoteConnection:
             filters = [c.filter.document() for c in self._callbacks]
         self._call("subscribe", filters=filters)
 
-    def pause(self) -> dict[str, Any]:
+    def pause(self) -> State:
         return self._call_as(dict, "pause")
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self) -> State:
         return self._call_as(dict, "resume")
 
-    def step(self, ticks: int) -> dict[str, Any]:
+    def step(self, ticks: int) -> State:
         return self._call_as(dict, "step", ticks=ticks)
 
-    def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    def reset(self, keyframe: str | None = None, seed: int | None = None) -> State:
         return self._call_as(dict, "reset", keyframe=keyframe, seed=seed)
 
-    def set_real_time_factor(self, factor: float) -> dict[str, Any]:
+    def set_real_time_factor(self, factor: float) -> State:
         return self._call_as(dict, "rtf", factor=factor)
 
-    def set_mode(self, mode: str) -> dict[str, Any]:
+    def set_mode(self, mode: str) -> State:
         return self._call_as(dict, "mode", mode=mode)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> State:
         """As in process, plus ``lost_messages``: record messages the server dropped for this
         client (``drops`` counts the records)."""
         state = self._call_as(dict, "state")
@@ -189,7 +192,7 @@ class RemoteConnection:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _handshake(self, token: str | bytes | None, name: str) -> dict[str, Any]:
+    def _handshake(self, token: str | bytes | None, name: str) -> protocol.Message:
         self._control.send(protocol.request("hello", name=name))
         reply = self._expect(self._control, ("welcome", "challenge"), "connecting")
         if reply["t"] == "challenge":
@@ -198,13 +201,16 @@ class RemoteConnection:
                 self._control.send(protocol.request("auth", nonce=nonce, mac=b""))
                 raise ServerError(f"connect: {self.url}: the server requires a token")
             secret = token.encode() if isinstance(token, str) else token
+            server_nonce = reply.get("nonce")
+            if not isinstance(server_nonce, bytes):
+                raise ServerError(f"connect: {self.url}: a challenge without a nonce")
             self._control.send(protocol.request(
-                "auth", nonce=nonce, mac=protocol.auth_mac(secret, reply["nonce"], nonce)))
+                "auth", nonce=nonce, mac=protocol.auth_mac(secret, server_nonce, nonce)))
             reply = self._expect(self._control, ("welcome",), "authenticating")
         return reply
 
     def _expect(self, sock: zmq.Socket[bytes], kinds: tuple[str, ...] | str, doing: str
-                ) -> dict[str, Any]:
+                ) -> protocol.Message:
         kinds = (kinds,) if isinstance(kinds, str) else kinds
         if not sock.poll(int(self._timeout * 1000)):
             raise ServerError(f"connect: {self.url}: no simulation server answered in "
@@ -218,7 +224,7 @@ class RemoteConnection:
                               f"while {doing}")
         return reply
 
-    def _call(self, op: str, **fields: Any) -> Any:
+    def _call(self, op: str, **fields: object) -> object:
         if self._closed:
             raise InstanceError("the connection is closed")
         with self._lock:
@@ -244,12 +250,12 @@ class RemoteConnection:
                                       f"{reply.get('reason')}")
                 if reply.get("t") == "reply" and reply.get("id") == rid:
                     break
-        self._wait_for(int(reply.get("delivered", -1)))
+        self._wait_for(_integer(reply.get("delivered", -1), f"{op}: delivered"))
         if not reply.get("ok"):
             raise protocol.error_from_wire(reply)
         return reply.get("result")
 
-    def _call_as(self, kind: type[T], op: str, **fields: Any) -> T:
+    def _call_as(self, kind: type[T], op: str, **fields: object) -> T:
         """A request whose answer must be a ``kind`` (the state document, a sequence number
         or a stream id); ServerError naming the answer otherwise."""
         result = self._call(op, **fields)
@@ -288,7 +294,7 @@ class RemoteConnection:
                 continue
             if header.get("t") != "records":
                 continue
-            seq = int(header["seq"])
+            seq = _integer(header.get("seq"), "records: seq")
             with self._progress:
                 callbacks = [(c.callback, c.filter) for c in self._callbacks]
             for frame in frames[1:]:  # each record handed on as soon as it is decoded
@@ -316,6 +322,13 @@ class RemoteConnection:
             if sock is not None:
                 sock.close(0)
         self._context.term()
+
+
+def _integer(value: object, what: str) -> int:
+    """An integer field of a server message; ServerError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServerError(f"protocol: {what} must be an integer, got {value!r}")
+    return value
 
 
 def _socket(context: zmq.Context[zmq.Socket[bytes]], kind: int) -> zmq.Socket[bytes]:

@@ -206,11 +206,11 @@ class Entities(HostRequest[tuple[int, list[EntityState]]]):
         object.__setattr__(self, "names", None if names is None else tuple(names))
 
 
-_BARE: dict[str, type[HostRequest[Any]]] = {
+_BARE: dict[str, type[HostRequest[object]]] = {
     cls.action: cls for cls in (Pause, Resume, GetState, Wake)}
 
 
-def host_request(action: str, argument: Any = None) -> HostRequest[Any]:
+def host_request(action: str, argument: Any = None) -> HostRequest[object]:
     """The request of the string form ``(action, argument)``: ``("step", ticks)``,
     ``("reset", (keyframe, seed))``, ``("render", (request, sink, owner))``, ...
     (``argument`` is whatever a caller passed: it is checked here)."""

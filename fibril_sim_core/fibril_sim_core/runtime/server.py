@@ -48,17 +48,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import zmq
 
 from ..errors import FibrilError, ServerError
-from ..ingress import external_input
 from ..records import RenderFrame
 from . import protocol
 from .host import CallbackHandle, SimulationHost
 from .listen import ServerOptions as ServerOptions  # (re-exported: its home before listen.py)
 from .listen import UnixListener, bind_tcp, bind_unix, release_freed_memory
+from .requests import State
 from .sessions import Client, Sessions
 from .subscription import AnyOf, RecordFilter
 from .worker import HOST_OPS, HostWorker
@@ -254,7 +253,7 @@ class SimulationServer:
             return False
         return True
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> State:
         clients = list(self._clients.values())
         return {"clients": len(clients), "drops": {c.label: c.drops for c in clients},
                 "dropped_records": self.dropped_total, "refused_clients": self.refused,
@@ -455,9 +454,7 @@ class SimulationServer:
             return
         try:
             if op == "submit":
-                source, sequence, payload_type, payload = document["input"]
-                result = self.host.instance.enqueue(
-                    external_input(source, sequence, payload_type, payload))
+                result = self.host.instance.enqueue(protocol.input_from_wire(document["input"]))
             elif op == "subscribe":
                 filters = document.get("filters", ())
                 if not isinstance(filters, (list, tuple)) or \

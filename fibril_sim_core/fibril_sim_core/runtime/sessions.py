@@ -14,10 +14,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import zmq
 
+from .._document import JsonValue
 from . import protocol
 from .subscription import RecordFilter
 
@@ -64,7 +64,7 @@ class Sessions:
 
     def __init__(self, token: bytes | None, max_clients: int, idle_probe: float, *,
                  send: Send, refuse: Refuse, disconnect: Callable[[Client, str], None],
-                 plan: Callable[[], dict[str, Any]]) -> None:
+                 plan: Callable[[], dict[str, JsonValue]]) -> None:
         self.token = token
         self.max_clients = max_clients
         self.idle_probe = idle_probe
@@ -87,7 +87,7 @@ class Sessions:
             self.by_identity.pop(client.stream, None)
         return True
 
-    def hello(self, identity: bytes, frame: zmq.Frame, document: dict[str, Any]) -> None:
+    def hello(self, identity: bytes, frame: zmq.Frame, document: protocol.Message) -> None:
         name = str(document.get("name", ""))[:64]
         if self._full(identity, frame):
             return
@@ -100,7 +100,7 @@ class Sessions:
             return
         self._welcome(identity, name)
 
-    def auth(self, identity: bytes, frame: zmq.Frame, document: dict[str, Any]) -> None:
+    def auth(self, identity: bytes, frame: zmq.Frame, document: protocol.Message) -> None:
         pending = self._challenges.pop(identity, None)
         mac, client_nonce = document.get("mac"), document.get("nonce")
         if pending is None or not isinstance(mac, bytes) or not isinstance(client_nonce, bytes):
@@ -118,7 +118,7 @@ class Sessions:
             return
         self._welcome(identity, name)
 
-    def attach(self, identity: bytes, frame: zmq.Frame, document: dict[str, Any]) -> None:
+    def attach(self, identity: bytes, frame: zmq.Frame, document: protocol.Message) -> None:
         client_id = document.get("client")
         client = None if isinstance(client_id, bool) or not isinstance(client_id, int) \
             else self.clients.get(client_id)

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import FibrilError, InstanceError, ServerError
 from ..records import RenderFrame
 from .host import SimulationHost
+from .protocol import Message
 from .render import RenderRequest
 from .requests import (
     GetState,
@@ -36,7 +37,7 @@ HOST_OPS = frozenset({"pause", "resume", "step", "reset", "rtf", "mode", "state"
                       "stop_render"})
 #: ``reply(client, request id, ok, result or error)``
 Reply = Callable[[Client, object, bool, object], None]
-_Work = tuple[Client, object, str, dict[str, Any]]
+_Work = tuple[Client, object, str, Message]
 
 
 class HostWorker:
@@ -66,7 +67,7 @@ class HostWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def put(self, client: Client, rid: object, op: str, document: dict[str, Any]) -> None:
+    def put(self, client: Client, rid: object, op: str, document: Message) -> None:
         """Run ``op`` (one of ``HOST_OPS``) for ``client``; the answer goes to ``reply``."""
         self._queue.put((client, rid, op, document))
 
@@ -90,14 +91,14 @@ class HostWorker:
             if op != "forget":
                 self._reply(client, rid, ok, result)
 
-    def _serve(self, client: Client, op: str, document: dict[str, Any]) -> object:
+    def _serve(self, client: Client, op: str, document: Message) -> object:
         if op == "forget":
             if self.host.running:
                 self.host.request(StopRender(None, client.owner))
             return None
         return self.host.request(self._request(client, op, document))
 
-    def _request(self, client: Client, op: str, document: dict[str, Any]
+    def _request(self, client: Client, op: str, document: Message
                  ) -> HostRequest[object]:
         """The host request of a client's message (``document`` is msgpack from the peer:
         the request checks its fields)."""
@@ -129,7 +130,7 @@ class HostWorker:
                 return GetState()
 
 
-def _field(document: dict[str, Any], key: str) -> Any:
+def _field(document: Message, key: str) -> Any:
     """A field of a peer's msgpack message (None when missing): whatever it is, the request
     made of it checks it."""
     return document.get(key)

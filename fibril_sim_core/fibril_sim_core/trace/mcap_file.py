@@ -18,7 +18,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 import zstandard
@@ -260,7 +260,7 @@ class _Bytes:
         self.at += size
         return out
 
-    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:  # binary fields (struct)
+    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:  # (integer formats only: BHIQ)
         return fmt.unpack(self.take(fmt.size))
 
     def string(self) -> str:

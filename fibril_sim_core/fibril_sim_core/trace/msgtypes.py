@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    import numpy as np
     from rosbags.typesys.store import Typestore
 
 _ACTUATOR_APPLICATION = """\
@@ -127,6 +128,111 @@ EXTERNAL_INPUT = "fibril_msgs/msg/ExternalInput"
 FRAME_TIMING = "fibril_msgs/msg/FrameTiming"
 MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
 STATE_SNAPSHOT = "fibril_msgs/msg/StateSnapshot"
+
+
+# -- what rosbags decodes them to ----------------------------------------------------------
+# rosbags generates a class per message type and is untyped here: these Protocols say which
+# fields the reader reads, with their types (a ``float64[]`` decodes to a numpy array).
+
+
+class Stamp(Protocol):
+    """A decoded builtin_interfaces/Time."""
+
+    sec: int
+    nanosec: int
+
+
+class Header(Protocol):
+    """A decoded std_msgs/Header."""
+
+    stamp: Stamp
+    frame_id: str
+
+
+class DecodedExternalInput(Protocol):
+    stamp: Stamp
+    episode: int
+    source_id: str
+    source_sequence: int
+    payload_type: str
+    payload_json: str
+    commit_tick: int
+    acceptance_sequence: int
+    accepted: bool
+    reject_reason: str
+
+
+class DecodedDeviceSample(Protocol):
+    header: Header
+    acquisition_stamp: Stamp
+    acquisition_episode_time_ns: int
+    delivery_episode_time_ns: int
+    episode: int
+    device_id: str
+    sample_type: str
+    values: np.ndarray
+    component_names: list[str]
+
+
+class DecodedActuatorApplication(Protocol):
+    stamp: Stamp
+    episode: int
+    tick: int
+    endpoint: str
+    actuator: str
+    mode: str
+    commanded: float
+    released: float
+    applied: float
+
+
+class DecodedStateSnapshot(Protocol):
+    stamp: Stamp
+    episode: int
+    tick: int
+    episode_time_ns: int
+    qpos: np.ndarray
+    qvel: np.ndarray
+    act: np.ndarray
+    ctrl: np.ndarray
+    actuator_force: np.ndarray
+    sensordata: np.ndarray
+    xpos: np.ndarray
+    xquat: np.ndarray
+
+
+class DecodedFrameTiming(Protocol):
+    stamp: Stamp
+    episode: int
+    tick: int
+    episode_time_ns: int
+    session_time_ns: int
+    wall_step_time: float
+    real_time_factor: float
+
+
+class DecodedString(Protocol):
+    """A decoded std_msgs/String (the episodes topic)."""
+
+    data: str
+
+
+_M = TypeVar("_M")
+
+
+class Decoded(Generic[_M]):
+    """A marker a reader passes to say, for type checkers, which shape it expects the
+    messages it reads to decode to (nothing is checked at run time)."""
+
+    __slots__ = ()
+
+
+EXTERNAL_INPUT_SHAPE: Decoded[DecodedExternalInput] = Decoded()
+DEVICE_SAMPLE_SHAPE: Decoded[DecodedDeviceSample] = Decoded()
+ACTUATOR_APPLICATION_SHAPE: Decoded[DecodedActuatorApplication] = Decoded()
+STATE_SNAPSHOT_SHAPE: Decoded[DecodedStateSnapshot] = Decoded()
+FRAME_TIMING_SHAPE: Decoded[DecodedFrameTiming] = Decoded()
+STRING_SHAPE: Decoded[DecodedString] = Decoded()
 
 # Newest ROS 2 distribution first; the standard types we use (Header, Time) are identical
 # across them, so any of these produces the same wire format and type hashes.

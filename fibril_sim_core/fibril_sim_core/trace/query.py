@@ -22,8 +22,10 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+from .._document import Node, NodeMap
 from ..errors import TraceError
 from .reader import TraceReader
 
@@ -174,12 +176,50 @@ def _query(reader: TraceReader, selector: str) -> QueryResult:
     return QueryResult(selector, ["time_ns", "episode", *columns], rows)
 
 
-def _layout_list(reader: TraceReader, key: str) -> list[Any]:
+def _layout_list(reader: TraceReader, key: str) -> list[Node]:
     value = reader.layout.get(key, [])
     if not isinstance(value, list):
         msg = f"{reader.path}: trace layout {key!r} is not a list"
         raise TraceError(msg)
     return value
+
+
+def _layout_names(reader: TraceReader, key: str) -> list[str]:
+    """A layout list of names (bodies, actuators)."""
+    items = _layout_list(reader, key)
+    names = [item for item in items if isinstance(item, str)]
+    if len(names) != len(items):
+        msg = f"{reader.path}: trace layout {key!r} is not a list of names"
+        raise TraceError(msg)
+    return names
+
+
+def _layout_entries(reader: TraceReader, key: str) -> dict[str, NodeMap]:
+    """A layout list of named objects (joints, sensors), by name."""
+    entries: dict[str, NodeMap] = {}
+    for entry in _layout_list(reader, key):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            msg = f"{reader.path}: trace layout {key!r} has an entry that is not a named object"
+            raise TraceError(msg)
+        entries[entry["name"]] = entry
+    return entries
+
+
+def _layout_map(reader: TraceReader, key: str) -> NodeMap:
+    value = reader.layout.get(key, {})
+    if not isinstance(value, Mapping):
+        msg = f"{reader.path}: trace layout {key!r} is not an object"
+        raise TraceError(msg)
+    return value
+
+
+def _layout_int(reader: TraceReader, entry: NodeMap, key: str) -> int:
+    """An address or size of a layout entry (``int()`` of it, as written)."""
+    value = entry.get(key)
+    if not isinstance(value, (int, float, str)):
+        msg = f"{reader.path}: trace layout entry {entry.get('name')!r} has no {key!r}"
+        raise TraceError(msg)
+    return int(value)
 
 
 def _snapshot_rows(reader: TraceReader, pick: Callable[[StateSnapshot], Sequence[float]]
@@ -188,7 +228,7 @@ def _snapshot_rows(reader: TraceReader, pick: Callable[[StateSnapshot], Sequence
 
 
 def _body(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
-    bodies = _layout_list(reader, "bodies")
+    bodies = _layout_names(reader, "bodies")
     if sel.name not in bodies:
         raise _unknown_name(sel, "body", bodies)
     index = bodies.index(sel.name)
@@ -198,45 +238,46 @@ def _body(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
 
 
 def _joint(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
-    joints = {j["name"]: j for j in _layout_list(reader, "joints")}
+    joints = _layout_entries(reader, "joints")
     joint = joints.get(sel.name)
     if joint is None:
         raise _unknown_name(sel, "joint", joints)
-    widths = _JOINT_COLUMNS.get(joint.get("type", ""))
+    kind = joint.get("type", "")
+    widths = _JOINT_COLUMNS.get(kind) if isinstance(kind, str) else None
     if widths is None:
         msg = f"{reader.path}: joint {sel.name!r} has unknown type {joint.get('type')!r} in layout"
         raise TraceError(msg)
     if sel.field == "position":
-        columns, start = widths[0], int(joint["qposadr"])
+        columns, start = widths[0], _layout_int(reader, joint, "qposadr")
         stop = start + len(columns)
         return list(columns), _snapshot_rows(reader, lambda s: s.qpos[start:stop].tolist())
-    columns, start = widths[1], int(joint["dofadr"])
+    columns, start = widths[1], _layout_int(reader, joint, "dofadr")
     stop = start + len(columns)
     return list(columns), _snapshot_rows(reader, lambda s: s.qvel[start:stop].tolist())
 
 
 def _sensor(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
-    sensors = {s["name"]: s for s in _layout_list(reader, "sensors")}
+    sensors = _layout_entries(reader, "sensors")
     sensor = sensors.get(sel.name)
     if sensor is None:
         raise _unknown_name(sel, "sensor", sensors)
-    start, dim = int(sensor["adr"]), int(sensor["dim"])
+    start, dim = _layout_int(reader, sensor, "adr"), _layout_int(reader, sensor, "dim")
     stop = start + dim
     columns = ["value"] if dim == 1 else [f"value_{i}" for i in range(dim)]
     return columns, _snapshot_rows(reader, lambda s: s.sensordata[start:stop].tolist())
 
 
 def _actuator(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
-    endpoints = reader.layout.get("endpoints", {})
+    endpoints = _layout_map(reader, "endpoints")
     if sel.name not in endpoints:
         raise _unknown_name(sel, "actuator endpoint", endpoints)
     if sel.field == "applied":
         rows: list[Row] = [(a.time_ns, a.episode, a.applied)
                            for a in reader.actuator_applications(sel.name)]
         return ["applied"], rows
-    actuators = _layout_list(reader, "actuators")
+    actuators = _layout_names(reader, "actuators")
     actuator = endpoints[sel.name]
-    if actuator not in actuators:
+    if not isinstance(actuator, str) or actuator not in actuators:
         msg = f"{reader.path}: endpoint {sel.name!r} binds actuator {actuator!r}, not in layout"
         raise TraceError(msg)
     index = actuators.index(actuator)
@@ -244,10 +285,15 @@ def _actuator(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]
 
 
 def _device(reader: TraceReader, sel: _Selector) -> tuple[list[str], list[Row]]:
-    devices = reader.layout.get("devices", {})
+    devices = _layout_map(reader, "devices")
     if sel.name not in devices:
         raise _unknown_name(sel, "device", devices)
-    names = list(devices[sel.name].get("component_names", []))
+    device = devices[sel.name]
+    listed = device.get("component_names", []) if isinstance(device, Mapping) else None
+    if not isinstance(listed, (list, tuple)):
+        msg = f"{reader.path}: trace layout device {sel.name!r} has no component_names list"
+        raise TraceError(msg)
+    names: list[str] = list(listed)
     rows: list[Row] = []
     for out in reader.device_outputs(sel.name):
         if not names:

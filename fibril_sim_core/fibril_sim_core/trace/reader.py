@@ -18,7 +18,7 @@ import heapq
 import json
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 from rosbags.serde import SerdeError
@@ -50,7 +50,7 @@ from .writer import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import TracebackType
 
 __all__ = ["TraceReader", "TraceWarning"]
@@ -62,18 +62,10 @@ class TraceWarning(UserWarning):
     """Part of a trace was missing or damaged and was skipped (``salvage=True``)."""
 
 
-#: A message rosbags decoded (a class it generates per message type; rosbags is untyped here).
-DecodedMessage: TypeAlias = Any
+_M = TypeVar("_M")  # what a message type decodes to (msgtypes.Decoded*)
 
 
-class _Stamp(Protocol):
-    """A decoded builtin_interfaces/Time message."""
-
-    sec: int
-    nanosec: int
-
-
-def _ns(stamp: _Stamp) -> int:
+def _ns(stamp: msgtypes.Stamp) -> int:
     return int(stamp.sec) * _NS_PER_S + int(stamp.nanosec)
 
 
@@ -131,8 +123,8 @@ class TraceReader:
             custom = {}
         # The JSON objects the writer was given; ``query`` reads the layout by the keys
         # ``plan.trace_layout`` writes (a damaged one fails there as a TraceError or TypeError).
-        self.provenance: dict[str, Any] = _json_entry(path, custom, PROVENANCE_KEY)
-        self.layout: dict[str, Any] = _json_entry(path, custom, LAYOUT_KEY)
+        self.provenance: dict[str, Node] = _json_entry(path, custom, PROVENANCE_KEY)
+        self.layout: dict[str, Node] = _json_entry(path, custom, LAYOUT_KEY)
         timestep = self.layout.get("timestep_ns")
         if not isinstance(timestep, int) or isinstance(timestep, bool) or timestep <= 0:
             msg = f"{path}: trace layout has no positive integer 'timestep_ns' (got {timestep!r})"
@@ -187,7 +179,8 @@ class TraceReader:
 
     def external_inputs(self) -> Iterator[IngressRecord]:
         """Every input the ingress saw, accepted or rejected."""
-        for msg, _ in self._messages(self._connections_on(INPUTS_TOPIC)):
+        for msg, _ in self._messages(self._connections_on(INPUTS_TOPIC),
+                                     msgtypes.EXTERNAL_INPUT_SHAPE):
             yield IngressRecord(
                 episode=msg.episode,
                 source_id=msg.source_id,
@@ -208,7 +201,7 @@ class TraceReader:
         else:
             connections = self._connections_on(device_topic(device_id))
         timestep = self.timestep_ns
-        for msg, _ in self._messages(connections):
+        for msg, _ in self._messages(connections, msgtypes.DEVICE_SAMPLE_SHAPE):
             if device_id is not None and msg.device_id != device_id:
                 continue  # another id that sanitizes to the same topic
             yield DeviceOutput(
@@ -232,7 +225,7 @@ class TraceReader:
         else:
             connections = self._connections_on(actuator_topic(endpoint))
         timestep = self.timestep_ns
-        for msg, _ in self._messages(connections):
+        for msg, _ in self._messages(connections, msgtypes.ACTUATOR_APPLICATION_SHAPE):
             if endpoint is not None and msg.endpoint != endpoint:
                 continue
             yield ActuatorApplication(
@@ -250,7 +243,8 @@ class TraceReader:
 
     def snapshots(self) -> Iterator[StateSnapshot]:
         """Post-physics state snapshots; ``xpos`` is (nbody, 3) and ``xquat`` (nbody, 4)."""
-        for msg, _ in self._messages(self._connections_on(STATE_TOPIC)):
+        for msg, _ in self._messages(self._connections_on(STATE_TOPIC),
+                                     msgtypes.STATE_SNAPSHOT_SHAPE):
             yield StateSnapshot(
                 episode=msg.episode,
                 tick=msg.tick,
@@ -268,7 +262,8 @@ class TraceReader:
 
     def frame_timings(self) -> Iterator[FrameTiming]:
         """Host frame timings."""
-        for msg, _ in self._messages(self._connections_on(FRAME_TIMING_TOPIC)):
+        for msg, _ in self._messages(self._connections_on(FRAME_TIMING_TOPIC),
+                                     msgtypes.FRAME_TIMING_SHAPE):
             yield FrameTiming(
                 episode=msg.episode,
                 tick=msg.tick,
@@ -282,7 +277,8 @@ class TraceReader:
         """The seed and keyframe of every episode in the trace, in order (empty for traces
         written before episodes were recorded: then ``provenance["seed"]`` is episode 0's)."""
         out = []
-        for msg, _ in self._messages(self._connections_on(EPISODES_TOPIC)):
+        for msg, _ in self._messages(self._connections_on(EPISODES_TOPIC),
+                                     msgtypes.STRING_SHAPE):
             try:
                 item = json.loads(msg.data)
                 out.append(EpisodeStart(int(item["episode"]), int(item["seed"]),
@@ -360,8 +356,10 @@ class TraceReader:
     def _connections_under(self, prefix: str) -> list[ChannelInfo]:
         return [c for c in self._index.channels.values() if c.topic.startswith(prefix)]
 
-    def _messages(self, connections: list[ChannelInfo]) -> Iterator[tuple[DecodedMessage, int]]:
-        """Decoded messages of these channels in log-time order (write order among ties)."""
+    def _messages(self, connections: list[ChannelInfo], shape: msgtypes.Decoded[_M]
+                  ) -> Iterator[tuple[_M, int]]:
+        """Decoded messages of these channels in log-time order (write order among ties);
+        ``shape``: what their type decodes to."""
         if not connections:
             return
         wanted = {c.id: c for c in connections}
@@ -369,7 +367,8 @@ class TraceReader:
                   if c.index_length is None or not c.index_offsets
                   or any(cid in c.index_offsets for cid in wanted)]
         chunks.sort(key=lambda c: (c.start, c.number))
-        deserialize = self._typestore.deserialize_cdr
+        # (rosbags returns its generated class, typed object: the shape the caller named)
+        deserialize = cast("Callable[[bytes, str], _M]", self._typestore.deserialize_cdr)
         seen = dict.fromkeys(wanted, 0)
         skipped = False
         heap: list[tuple[int, int, int, int, bytes]] = []
@@ -474,7 +473,7 @@ def _embedded_metadata(path: Path, mcap_path: Path, index: McapIndex) -> dict[st
     return information
 
 
-def _json_entry(path: Path, custom: dict[str, Node], key: str) -> dict[str, Any]:
+def _json_entry(path: Path, custom: dict[str, Node], key: str) -> dict[str, Node]:
     """A JSON object kept as custom data of the bag (provenance, layout)."""
     text = custom.get(key)
     if text is None:
