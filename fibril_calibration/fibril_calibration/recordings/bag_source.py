@@ -15,7 +15,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -27,6 +27,13 @@ if TYPE_CHECKING:  # rosbags loads on use
     from rosbags.typesys.store import Typestore
 
 __all__ = ["BagSource"]
+
+
+class _MotorCommand(Protocol):
+    """A decoded fibril_msgs/MotorCommand, as far as a stream reads it."""
+
+    mode: int
+    value: float
 
 
 def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
@@ -91,7 +98,8 @@ class BagSource(Source):
         self.warnings: tuple[str, ...] = self._check_storage()
         self._typestore: Typestore | None = None
         self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
-        self._messages: dict[str, list[Any]] = {}  # decoded ROS messages (the boundary)
+        # decoded ROS messages (the boundary: read by attribute, see message_fields)
+        self._messages: dict[str, list[object]] = {}
         self._joints: dict[str, _JointTable | None] = {}
 
     def _storage_files(self) -> list[Path]:
@@ -229,10 +237,10 @@ class BagSource(Source):
             self.prefetch([topic])
         return self._raw[topic]
 
-    def messages(self, topic: str) -> tuple[np.ndarray, list[Any]]:
+    def messages(self, topic: str) -> tuple[np.ndarray, list[object]]:
         """Log times (int64 ns) and decoded messages of ``topic``, in log order (cached)."""
         times, raws = self._recorded(topic)
-        decoded = self._messages.get(topic)
+        decoded: list[object] | None = self._messages.get(topic)
         if decoded is None:
             msgtype = self.message_type(topic)
             if self._typestore is None:
@@ -318,15 +326,16 @@ class BagSource(Source):
             times = log_times
         if field is None:  # a MotorCommand: the mode rides along
             modes = []
-            for n, message in enumerate(messages):
+            commands = cast("list[_MotorCommand]", messages)  # the type was checked above
+            for n, message in enumerate(commands):
                 mode = int(message.mode)
                 if not 0 <= mode < len(MOTOR_MODES):
                     raise SourceError(f"{label}: MotorCommand {n} at "
                                       f"{when(times[n], self.start_ns())} has mode "
                                       f"{mode}; expected 0..{len(MOTOR_MODES) - 1}")
                 modes.append(MOTOR_MODES[mode])
-            values = np.fromiter((m.value for m in messages), dtype=np.float64,
-                                 count=len(messages)).reshape(-1, 1)
+            values = np.fromiter((m.value for m in commands), dtype=np.float64,
+                                 count=len(commands)).reshape(-1, 1)
             stream = Stream(label, times, values, ("value",), tuple(modes),
                             origin_ns=self.start_ns())
         else:
