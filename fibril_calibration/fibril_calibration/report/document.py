@@ -17,8 +17,8 @@ from typing import Literal, Required, TypedDict, cast
 from .._json import JsonValue, json_object
 from ..request.input_timing import TimingStats
 
-__all__ = ["SCOPES", "ErrorSummary", "ProfileLikelihood", "ResultDocument", "Scope",
-           "read_error_summary", "read_result"]
+__all__ = ["SCOPES", "ErrorSummary", "IdentifiedParameter", "ParameterProfile",
+           "ProfileLikelihood", "ResultDocument", "Scope", "read_error_summary", "read_result"]
 
 Scope = Literal["training", "validation"]
 #: The scopes in the order the report shows them (typed: a TypedDict is read with their names).
@@ -106,7 +106,7 @@ class IdentifiedParameter(TypedDict, total=False):
     id: str
     identifiable: bool
     standard_deviation: float | None
-    interval_95: Interval | None
+    interval_95: Sequence[float] | None  # finite ends, or None
     interval_95_crosses_bounds: bool
 
 
@@ -195,6 +195,18 @@ class ScoredSet(TypedDict, total=False):
     values: Mapping[str, float]
 
 
+class SolvedParameter(TypedDict, total=False):
+    """One entry of the solver's ``parameters``."""
+
+    id: Required[str]
+    value: Required[float]
+    initial: Required[float]
+    lower: Required[float]
+    upper: Required[float]
+    nominal: float | None
+    unit: str | None
+
+
 class ResultDocument(TypedDict, total=False):
     """A calibration result (``fibril_calibration/result``) or an ``--evaluate`` document
     (``fibril_calibration/evaluation``), as far as the report reads it."""
@@ -209,6 +221,7 @@ class ResultDocument(TypedDict, total=False):
     candidate_plan: CandidatePlan
     #: scope → episodes (an ``--evaluate`` document: their ids only)
     episodes: Mapping[str, Sequence[Episode | str]]
+    parameters: list[SolvedParameter]
     parameter_contract: list[ContractEntry]
     fitted_parameters: Mapping[str, float]
     likelihood_interpretation_valid: bool
