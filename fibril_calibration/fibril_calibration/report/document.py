@@ -12,10 +12,12 @@ every key (the report shows what is there; a mismatch is a writer bug the report
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Required, TypedDict, cast
+from typing import TYPE_CHECKING, Literal, Required, TypedDict, cast
 
 from .._json import JsonValue, json_object
-from ..request.input_timing import TimingStats
+
+if TYPE_CHECKING:  # (types only: the report package loads nothing of the request layer)
+    from ..request.input_timing import TimingStats
 
 __all__ = ["SCOPES", "ErrorSummary", "IdentifiedParameter", "ParameterProfile",
            "ProfileLikelihood", "ResultDocument", "Scope", "read_error_summary", "read_result"]

@@ -56,8 +56,8 @@ def report_result(document: Mapping[str, JsonValue], folder: Path, *, where: str
     return write_report(document, folder, series, result_path=result_path)
 
 
-def export_fitted_mjcf(document: Mapping[str, JsonValue], request: CalibrationRequest, path: Path, *,
-                       result_path: str | None) -> str:
+def export_fitted_mjcf(document: Mapping[str, JsonValue], request: CalibrationRequest,
+                       path: Path, *, result_path: str | None) -> str:
     """``--export-mjcf``: the request's model with the result's fitted overlay, written from
     MjSpec; its compiled-model hash equals the fitted plan's (checked). Returns that hash."""
     from fibril_sim_core.mjcf_export import export_mjcf
