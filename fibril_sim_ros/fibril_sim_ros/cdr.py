@@ -97,28 +97,32 @@ def _zero_padding(message: Msg, data: bytes) -> bytes:
     return bytes(byte if keep else 0 for byte, keep in zip(data, kept, strict=True))
 
 
-def _sentinel(kind: str, k: int, length: int = 1) -> Any:
+def _sentinel(kind: str, k: int, length: int = 1) -> tuple[float, ...]:
+    """Distinct values of field ``k``, flat (a time: sec, nanosec; a sequence: its elements)."""
     if kind == "time":
         return (0x3A000000 + 0x10101 * k, 0x2B000000 + 0x10101 * k)
     if kind == "f64":
-        return 1.234567891e17 + 1.0e9 * k
+        return (1.234567891e17 + 1.0e9 * k,)
     if kind == "f64s":
-        return [1.234567891e17 + 1.0e9 * k + 1.0e3 * j for j in range(length)]
+        return tuple(1.234567891e17 + 1.0e9 * k + 1.0e3 * j for j in range(length))
     if kind == "i64":
-        return 0x5C00000000000000 + 0x1000001 * k
-    return 0x6D000000 + 0x10101 * k  # u32
+        return (0x5C00000000000000 + 0x1000001 * k,)
+    return (0x6D000000 + 0x10101 * k,)  # u32
 
 
-def _assign(msg: Any, path: str, kind: str, value: Any) -> None:
+def _assign(msg: Any, path: str, kind: str, values: tuple[float, ...]) -> None:
+    """Set the field at ``path`` (a message is untyped: read and set by attribute)."""
     *parents, name = path.split(".")
     target = msg
     for parent in parents:  # (a number indexes a sequence of messages)
         target = target[int(parent)] if parent.isdigit() else getattr(target, parent)
     if kind == "time":
         stamp = getattr(target, name)
-        stamp.sec, stamp.nanosec = value
+        stamp.sec, stamp.nanosec = values
+    elif kind == "f64s":
+        setattr(target, name, list(values))
     else:
-        setattr(target, name, value)
+        setattr(target, name, values[0])
 
 
 class Template:
@@ -141,13 +145,8 @@ class Template:
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
-            value = _sentinel(kind, k, length)
-            if kind == "f64s":
-                fmt, probe = f"<{length}d", struct.pack(f"<{length}d", *value)
-            elif kind == "time":
-                fmt, probe = _FORMATS[kind], struct.pack(_FORMATS[kind], *value)
-            else:
-                fmt, probe = _FORMATS[kind], struct.pack(_FORMATS[kind], value)
+            fmt = f"<{length}d" if kind == "f64s" else _FORMATS[kind]
+            probe = struct.pack(fmt, *_sentinel(kind, k, length))
             offset = data.find(probe)
             if offset < 0 or data.find(probe, offset + 1) >= 0:
                 raise ValueError(f"template: field {path!r} not found once in the layout")
