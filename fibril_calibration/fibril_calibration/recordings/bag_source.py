@@ -24,7 +24,10 @@ from .sources import MOTOR_COMMAND, MOTOR_MODES, Source, SourceError, SourceInfo
     check_stream, listing, when
 
 if TYPE_CHECKING:  # rosbags loads on use
+    from rosbags.rosbag2 import Reader
     from rosbags.typesys.store import Typestore
+
+    from .bag_readers import Rosbag2PyReader
 
 __all__ = ["BagSource"]
 
@@ -80,6 +83,7 @@ class BagSource(Source):
         # rosbag2_py cannot open the bag or read / decode a topic the request maps.
         self.auto = auto and reader == "rosbag2_py"
         self.reader_fallback: str | None = None
+        self._reader: Reader | Rosbag2PyReader
         try:
             if reader == "rosbag2_py":
                 from .bag_readers import Rosbag2PyReader
@@ -130,12 +134,13 @@ class BagSource(Source):
                 warnings.extend(f"{where}: {w}" for w in _check_sqlite3(file, where))
         return tuple(dict.fromkeys(warnings))
 
-    def _rosbags_reader(self) -> Any:
+    def _rosbags_reader(self) -> Reader:
         from rosbags.rosbag2 import Reader
 
         return Reader(self.path) if self.format == "rosbag2" else _storage_reader(self.path)
 
     def _index_connections(self) -> None:
+        # (rosbags' Connection or bag_readers.Connection: each reader takes back its own)
         self._connections: dict[str, list[Any]] = {}
         for connection in self._reader.connections:
             self._connections.setdefault(connection.topic, []).append(connection)
@@ -447,7 +452,7 @@ def _joint_columns(raws: Sequence[bytes]) -> _JointTable | None:
     return _JointTable(sec * 1_000_000_000 + nanosec, tuple(names), arrays)
 
 
-def _storage_reader(path: Path) -> Any:
+def _storage_reader(path: Path) -> Reader:
     """rosbags' reader of one storage file (a raw .mcap / .db3)."""
     from rosbags.rosbag2 import Reader
 
