@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:  # (types only: this module stays light)
+    from ._json import JsonValue
+    from .report.document import IdentifiedParameter, ParameterProfile, ResultDocument
 
 
 @dataclass(frozen=True)
@@ -25,17 +29,19 @@ class FittedParameter:
     upper: float
 
 
-def fitted_parameters(document: Mapping[str, Any]) -> dict[str, FittedParameter]:
+def fitted_parameters(document: Mapping[str, JsonValue]) -> dict[str, FittedParameter]:
     """``{id: FittedParameter}`` in the request's order, from a result document."""
+    result = cast("ResultDocument", document)  # (the result document's shape)
     local = {p["id"]: p for p in
-             (document.get("local_identifiability") or {}).get("parameters", [])}
+             (result.get("local_identifiability") or {}).get("parameters", [])}
     profile = {p["parameter"]: p for p in
-               (document.get("profile_likelihood") or {}).get("parameters", [])}
+               (result.get("profile_likelihood") or {}).get("parameters", [])}
     out = {}
-    for entry in document["parameters"]:
+    for entry in result["parameters"]:
         pid = entry["id"]
-        analysis = local.get(pid, {})
-        interval = (profile.get(pid, {}).get("confidence_interval")
+        analysis: IdentifiedParameter = local.get(pid, {})
+        no_profile: ParameterProfile = {}
+        interval = (profile.get(pid, no_profile).get("confidence_interval")
                     or analysis.get("interval_95"))
         out[pid] = FittedParameter(
             id=pid, value=float(entry["value"]), sd=analysis.get("standard_deviation"),

@@ -15,7 +15,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .errors import CalibrationError
 

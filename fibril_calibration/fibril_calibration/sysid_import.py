@@ -29,7 +29,6 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from fibril_sim_core.overlays import (
     ComponentTarget,
@@ -39,6 +38,7 @@ from fibril_sim_core.overlays import (
 )
 
 from ._atomic import write_atomic
+from ._json import JsonObject, json_list
 from .errors import CalibrationError
 
 __all__ = ["main", "sidecar_gains_overlay", "sysid_overlay"]
@@ -49,7 +49,7 @@ _PER_JOINT = (("armature", "joint_armature", "armature", "kg_m2"),
 
 
 def sysid_overlay(path: Path, joints: Sequence[str], *, motors: Sequence[str] = (),
-                  tick_s: float = 0.001) -> dict[str, Any]:
+                  tick_s: float = 0.001) -> JsonObject:
     """The overlay artifact document of a ``sysid_best_params.json``."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -97,7 +97,7 @@ def sysid_overlay(path: Path, joints: Sequence[str], *, motors: Sequence[str] = 
 
 def sidecar_gains_overlay(path: Path, *, position: Sequence[str] = ("ee_x", "ee_y", "ee_z"),
                           orientation: Sequence[str] = ("ee_rx", "ee_ry", "ee_rz")
-                          ) -> dict[str, Any]:
+                          ) -> JsonObject:
     """The overlay artifact document of a run sidecar's impedance gains (a request takes the
     same gains with ``sidecar_gains:``)."""
     from .recordings.franka_sidecar import SidecarProblem, gain_overlays  # not for --help
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CalibrationError as exc:
         print(f"sysid_import: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.output}: {len(document['parameters'])} parameter(s)")
+    print(f"{args.output}: {len(json_list(document['parameters']))} parameter(s)")
     return 0
 
 

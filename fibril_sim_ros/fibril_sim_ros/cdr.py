@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rclpy.serialization import deserialize_message, serialize_message
+
+if TYPE_CHECKING:
+    from rclpy.type_support import Msg
 
 # A template field: (attribute path, kind) or (attribute path, kind, length).
 Field = tuple[str, str] | tuple[str, str, int]
@@ -29,7 +32,7 @@ _SIZES = {"boolean": 1, "octet": 1, "byte": 1, "char": 1, "int8": 1, "uint8": 1,
           "double": 8}
 
 
-def canonical_bytes(message: Any) -> bytes:
+def canonical_bytes(message: Msg) -> bytes:
     """``message`` as rclpy serializes it, with zeros in the alignment padding.
 
     rclpy (Fast CDR) skips padding bytes, leaving whatever its new buffer held there (seen: a
@@ -45,7 +48,7 @@ def canonical_bytes(message: Any) -> bytes:
     return zeroed
 
 
-def _zero_padding(message: Any, data: bytes) -> bytes:
+def _zero_padding(message: Msg, data: bytes) -> bytes:
     """``data`` (``message`` in CDR, 4-byte encapsulation header first) with every byte that
     is not part of a value set to zero."""
     kept = bytearray(len(data))
@@ -94,28 +97,32 @@ def _zero_padding(message: Any, data: bytes) -> bytes:
     return bytes(byte if keep else 0 for byte, keep in zip(data, kept, strict=True))
 
 
-def _sentinel(kind: str, k: int, length: int = 1) -> Any:
+def _sentinel(kind: str, k: int, length: int = 1) -> tuple[float, ...]:
+    """Distinct values of field ``k``, flat (a time: sec, nanosec; a sequence: its elements)."""
     if kind == "time":
         return (0x3A000000 + 0x10101 * k, 0x2B000000 + 0x10101 * k)
     if kind == "f64":
-        return 1.234567891e17 + 1.0e9 * k
+        return (1.234567891e17 + 1.0e9 * k,)
     if kind == "f64s":
-        return [1.234567891e17 + 1.0e9 * k + 1.0e3 * j for j in range(length)]
+        return tuple(1.234567891e17 + 1.0e9 * k + 1.0e3 * j for j in range(length))
     if kind == "i64":
-        return 0x5C00000000000000 + 0x1000001 * k
-    return 0x6D000000 + 0x10101 * k  # u32
+        return (0x5C00000000000000 + 0x1000001 * k,)
+    return (0x6D000000 + 0x10101 * k,)  # u32
 
 
-def _assign(msg: Any, path: str, kind: str, value: Any) -> None:
+def _assign(msg: Any, path: str, kind: str, values: tuple[float, ...]) -> None:
+    """Set the field at ``path`` (a message is untyped: read and set by attribute)."""
     *parents, name = path.split(".")
     target = msg
     for parent in parents:  # (a number indexes a sequence of messages)
         target = target[int(parent)] if parent.isdigit() else getattr(target, parent)
     if kind == "time":
         stamp = getattr(target, name)
-        stamp.sec, stamp.nanosec = value
+        stamp.sec, stamp.nanosec = values
+    elif kind == "f64s":
+        setattr(target, name, list(values))
     else:
-        setattr(target, name, value)
+        setattr(target, name, values[0])
 
 
 class Template:
@@ -127,7 +134,7 @@ class Template:
     format too, packed from the prototype's bytes (about 6x faster than copying the template
     and patching each field, which mattered at one message per physics tick)."""
 
-    def __init__(self, prototype: Any, fields: Sequence[Field]) -> None:
+    def __init__(self, prototype: Msg, fields: Sequence[Field]) -> None:
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
@@ -138,13 +145,8 @@ class Template:
         for k, field in enumerate(fields):
             path, kind = field[0], field[1]
             length = field[2] if len(field) > 2 else 1
-            value = _sentinel(kind, k, length)
-            if kind == "f64s":
-                fmt, probe = f"<{length}d", struct.pack(f"<{length}d", *value)
-            elif kind == "time":
-                fmt, probe = _FORMATS[kind], struct.pack(_FORMATS[kind], *value)
-            else:
-                fmt, probe = _FORMATS[kind], struct.pack(_FORMATS[kind], value)
+            fmt = f"<{length}d" if kind == "f64s" else _FORMATS[kind]
+            probe = struct.pack(fmt, *_sentinel(kind, k, length))
             offset = data.find(probe)
             if offset < 0 or data.find(probe, offset + 1) >= 0:
                 raise ValueError(f"template: field {path!r} not found once in the layout")
@@ -194,7 +196,7 @@ def _flat_packer(pack: Callable[..., bytes], slots: Sequence[bytes | None]) -> P
     on every call would cost as much as the packing."""
     names = [f"v{n}" for n in range(sum(slot is None for slot in slots))]
     numbers = iter(names)
-    env: dict[str, Any] = {"pack": pack}
+    env: dict[str, object] = {"pack": pack}
     arguments = []
     for j, slot in enumerate(slots):
         if slot is None:
@@ -204,5 +206,4 @@ def _flat_packer(pack: Callable[..., bytes], slots: Sequence[bytes | None]) -> P
             arguments.append(f"c{j}")
     source = f"def packed({', '.join(names)}):\n    return pack({', '.join(arguments)})\n"
     exec(source, env)  # noqa: S102 - our own fixed names, no outside text
-    packed: Packer = env["packed"]
-    return packed
+    return cast(Packer, env["packed"])  # (the function just defined)

@@ -11,7 +11,6 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
@@ -68,7 +67,7 @@ class CommandSubscriptions:
             inputs.stop()
 
     def _callback(self, entry: InputEntry,
-                  convert: Callable[[Any], m.Payloads]) -> Callable[[Any], None]:
+                  convert: Callable[[object], m.Payloads]) -> Callable[[object], None]:
         topic = entry.topic
         submit = self._submit
         sequences = self._sequences
@@ -82,7 +81,7 @@ class CommandSubscriptions:
                 except IngressError as exc:
                     self._rejected(topic, str(exc))
 
-        def callback(msg: Any) -> None:  # (an rclpy message)
+        def callback(msg: object) -> None:  # (an rclpy message)
             try:
                 payloads = convert(msg)
             except ValueError as exc:

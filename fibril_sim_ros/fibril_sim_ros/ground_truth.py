@@ -19,7 +19,6 @@ its speed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -117,7 +116,7 @@ class FramePublisher:
             return None
         ns = observation.session_time_ns
         sec, nanosec = ns // _NS, ns % _NS
-        values: list[Any] = []
+        values: list[float] = []
         for (x, y, z), (w, qx, qy, qz) in zip(observation.frame_position.tolist(),
                                               observation.frame_orientation.tolist()):
             values += (sec, nanosec, x, y, z, qx, qy, qz, w)
@@ -129,7 +128,7 @@ class FramePublisher:
                 values += (sec, nanosec, x, y, z, qx, qy, qz, w)
         return self._pack(*values)
 
-    def static(self, frames: Sequence[StaticFrame], stamp_ns: int) -> Any:
+    def static(self, frames: Sequence[StaticFrame], stamp_ns: int) -> TFMessage:
         """The fixed bodies' transforms (published once, transient local)."""
         stamp = _stamp(stamp_ns)
         prefix = self._prefix

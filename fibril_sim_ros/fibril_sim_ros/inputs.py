@@ -22,14 +22,19 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import ExitStack
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.guard_condition import GuardCondition
 from rclpy.subscription import Subscription
+
+if TYPE_CHECKING:  # rclpy's type stubs (its C extension's classes)
+    from rclpy.context import Context
+    from rclpy.impl._rclpy_pybind11 import Subscription as SubscriptionHandle, WaitSet
+    from rclpy.waitable import Waitable
 
 _rclpy: ModuleType | None
 try:
@@ -54,13 +59,13 @@ class InputGroup(CallbackGroup):
     subscription's events is woken by each of its messages too (the DDS listener is shared),
     which made the node's executor spin through its whole wait set once per command."""
 
-    def can_execute(self, entity: Any) -> bool:
+    def can_execute(self, entity: object) -> bool:
         return False
 
-    def beginning_execution(self, entity: Any) -> bool:
+    def beginning_execution(self, entity: object) -> bool:
         return False
 
-    def ending_execution(self, entity: Any) -> None:
+    def ending_execution(self, entity: object) -> None:
         pass
 
 
@@ -68,7 +73,8 @@ class InputThread:
     """Serves ``subscriptions`` and ``events`` (their QoS event handlers, waitables of one
     event each), created in an InputGroup, until ``stop``."""
 
-    def __init__(self, context: Any, subscriptions: list[Subscription[Any]], events: list[Any],
+    def __init__(self, context: Context, subscriptions: Sequence[Subscription[object]],
+                 events: Sequence[Waitable[object]],
                  on_error: Callable[[BaseException], None]) -> None:
         self._context = context
         self._subscriptions = subscriptions
@@ -80,8 +86,11 @@ class InputThread:
         self._serving = threading.Lock()  # held while a borrower uses the wait set
         self._want = False  # a borrower asked for the wait set
         self._lent = False  # this thread is parked; the borrower serves
-        self._wait_set: Any = None
-        self._entries: list[tuple[Any, Any, Any]] = []
+        self._wait_set: WaitSet | None = None
+        # (handle, message class, callback) per subscription; a callback takes the message
+        # (rclpy types it as taking the message and, optionally, its info)
+        self._entries: list[tuple[SubscriptionHandle[object], type[object],
+                                  Callable[..., None]]] = []
         self._thread = threading.Thread(target=self._run, name="fibril-sim-inputs",
                                         daemon=True)
 
@@ -155,7 +164,9 @@ class InputThread:
         subscriptions = self._subscriptions
         try:
             with ExitStack() as handles:
-                handles.enter_context(self._context.handle)
+                context = self._context.handle
+                assert context is not None  # (the node's context: initialised)
+                handles.enter_context(context)
                 for subscription in subscriptions:
                     handles.enter_context(subscription.handle)
                 handles.enter_context(self._guard.handle)
@@ -163,7 +174,7 @@ class InputThread:
                     handles.enter_context(event)
                 assert _rclpy is not None  # (an InputThread is made only when available())
                 self._wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0,
-                                                len(self._events), self._context.handle)
+                                                len(self._events), context)
                 self._entries = [(s.handle, s.msg_type, s.callback) for s in subscriptions]
                 while not self._stopping:
                     if self._want:
@@ -189,6 +200,7 @@ class InputThread:
         message waiting (``drain``), or one per ready subscription (the host in sync mode:
         one answer per period, and no extra take that finds nothing)."""
         wait_set, entries, events = self._wait_set, self._entries, self._events
+        assert wait_set is not None  # (set while the thread serves)
         wait_set.clear_entities()
         indices = [wait_set.add_subscription(h) for h, _, _ in entries]
         wait_set.add_guard_condition(self._guard.handle)
@@ -204,7 +216,8 @@ class InputThread:
             if not wait_set.is_ready("subscription", index):
                 continue
             while True:
-                taken = handle.take_message(msg_type, False)
+                # (None when nothing is left: rclpy's stub says a tuple)
+                taken: tuple[object, object] | None = handle.take_message(msg_type, False)
                 if taken is None:
                     break
                 callback(taken[0])
@@ -212,7 +225,7 @@ class InputThread:
                     break
 
 
-def _run(coroutine: Any) -> None:
+def _run(coroutine: Coroutine[object, None, object]) -> None:
     """Run a waitable's ``execute`` coroutine that never suspends (a QoS event callback)."""
     try:
         coroutine.send(None)

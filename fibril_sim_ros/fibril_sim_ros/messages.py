@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -40,7 +40,8 @@ MESSAGE_CLASSES: dict[str, type] = {
     b.IMAGE: Image, b.ODOMETRY: Odometry, b.BOOL: Bool, b.DEVICE_SAMPLE: DeviceSample,
 }
 
-Payloads = list[tuple[str, dict[str, Any]]]
+#: [(target endpoint, motor command payload)] of one command message
+Payloads = list[tuple[str, dict[str, object]]]
 
 
 def stamp(ns: int) -> Time:
@@ -330,8 +331,10 @@ _MAIN: dict[str, Callable[[b.OutputEntry, DeviceDescriptor, float], Build]] = {
 
 
 # --------------------------------------------------------------------------- inputs
-def input_converter(entry: b.InputEntry) -> Callable[[Any], Payloads]:
-    """A function ROS message → [(endpoint, payload)]; ValueError names what is malformed."""
+def input_converter(entry: b.InputEntry) -> Callable[[object], Payloads]:
+    """A function ROS message → [(endpoint, payload)]; ValueError names what is malformed.
+    (It takes the message class of ``entry.type``: the subscription's; typed ``object``, as
+    rclpy's message classes are untyped.)"""
     scale, offset = entry.scale, entry.offset
 
     def value(x: float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rclpy.node import Node
@@ -192,16 +192,16 @@ class StandardControl:
     def timestep_ns(self) -> int:
         return int(self._node.plan.timebase.timestep_ns)
 
-    def set_paused(self, paused: bool) -> dict[str, Any]:
+    def set_paused(self, paused: bool) -> Mapping[str, object]:
         return self._node.set_paused(paused)
 
-    def step(self, ticks: int) -> dict[str, Any]:
+    def step(self, ticks: int) -> Mapping[str, object]:
         return self._node.step(ticks)
 
-    def reset(self) -> dict[str, Any]:
+    def reset(self) -> Mapping[str, object]:
         return self._node.reset()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> Mapping[str, object]:
         return self._node.connection.state()
 
     def entity_names(self) -> tuple[str, ...]:
@@ -210,7 +210,7 @@ class StandardControl:
     def entity_states(self, names: list[str] | None) -> tuple[int, list[EntityState]]:
         return self._node.connection.entity_states(names)
 
-    def set_entity_state(self, payload: dict[str, Any]) -> None:
+    def set_entity_state(self, payload: dict[str, object]) -> None:
         self._node.connection.submit(external_input(
             ENTITY_SOURCE, next(self._sequence), ENTITY_PAYLOAD_TYPE, payload))
 

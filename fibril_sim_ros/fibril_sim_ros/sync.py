@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.records import FrameTiming
@@ -163,7 +163,7 @@ class SyncDriver:
                 self.condition.notify_all()
 
     # ------------------------------------------------------------------ control
-    def set_running(self, running: bool) -> dict[str, Any]:
+    def set_running(self, running: bool) -> dict[str, object]:
         """Resume (free running in lockstep) or pause; returns the host state."""
         connection = self.node.connection
         with self.lock:
@@ -179,14 +179,14 @@ class SyncDriver:
             self._release_held()
             return connection.resume()
 
-    def run_ticks(self, ticks: int) -> dict[str, Any]:
+    def run_ticks(self, ticks: int) -> dict[str, object]:
         """Advance ``ticks`` while paused, in control periods, waiting for the answers after
         each (the host waits at each period's end, see ``on_frame``)."""
         connection = self.node.connection
         with self.lock:
             if not self.ready:
                 self._wait_ready()
-            state: dict[str, Any] = {}
+            state: dict[str, object] = {}
             left = ticks
             try:
                 while left > 0 and not self.stopping:

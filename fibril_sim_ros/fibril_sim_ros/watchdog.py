@@ -19,7 +19,7 @@ import gc
 import math
 from array import array
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class GcPauses:
         self.generation = 0
         self.count = 0  # collections of at least _GC_KEEP_S
 
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
         now = self._now()
         if phase == "start":
             self._start = now

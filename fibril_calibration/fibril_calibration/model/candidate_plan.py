@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from fibril_sim_core.errors import FibrilError
 from fibril_sim_core.manifest import SimulationManifest, load_manifest
@@ -22,6 +22,7 @@ from fibril_sim_core.overlays import (OverlayError, OverlayParameter, ParameterO
                                       overlay_document)
 from fibril_sim_core.plan import SimulationBuilder, SimulationPlan
 
+from .._json import JsonObject, JsonValue
 from ..parameters import CalibrationParameter
 
 if TYPE_CHECKING:
@@ -131,6 +132,6 @@ class CandidatePlanBuilder:
         self.builder.release(plan)
 
     def overlay_document(self, values: CalibrationParameterValues, *, id: str | None = None,
-                         source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                         source: Mapping[str, JsonValue] | None = None) -> JsonObject:
         """The portable overlay artifact of ``values`` (loads as a manifest parameter_overlay)."""
         return overlay_document(self.overlay_parameters(values), id=id, source=source)

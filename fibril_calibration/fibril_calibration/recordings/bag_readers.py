@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 __all__ = ["BAG_READERS", "Rosbag2PyReader", "choose_reader", "import_rosbag2_py"]
 
@@ -82,6 +82,23 @@ class Connection:
     serialization_format: str = "cdr"
 
 
+class _TopicMetadata(Protocol):
+    """rosbag2_py's TopicMetadata, as far as it is read here."""
+
+    name: str
+    type: str
+
+
+class _SequentialReader(Protocol):
+    """rosbag2_py's SequentialReader (untyped: a ROS installation's), as far as it is used
+    here (``set_filter`` and ``close`` are probed: not every distribution has them)."""
+
+    def open(self, storage_options: object, converter_options: object, /) -> None: ...
+    def get_all_topics_and_types(self) -> list[_TopicMetadata]: ...
+    def has_next(self) -> bool: ...
+    def read_next(self) -> tuple[str, bytes, int]: ...
+
+
 class Rosbag2PyReader:
     """A bag read with rosbag2_py, behind the subset of rosbags' Reader that BagSource uses
     (``open``, ``connections``, ``messages(connections=...)``, ``close``)."""
@@ -95,9 +112,9 @@ class Rosbag2PyReader:
         self._storage_id = _STORAGE_IDS.get(format, "")
         self.connections: list[Connection] = []
 
-    def _reader(self) -> Any:  # rosbag2_py.SequentialReader (untyped)
+    def _reader(self) -> _SequentialReader:
         m = self._module
-        reader = m.SequentialReader()
+        reader: _SequentialReader = m.SequentialReader()
         try:
             reader.open(m.StorageOptions(uri=str(self.path), storage_id=self._storage_id),
                         m.ConverterOptions(input_serialization_format="cdr",

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -24,9 +24,19 @@ from .sources import MOTOR_COMMAND, MOTOR_MODES, Source, SourceError, SourceInfo
     check_stream, listing, when
 
 if TYPE_CHECKING:  # rosbags loads on use
+    from rosbags.rosbag2 import Reader
     from rosbags.typesys.store import Typestore
 
+    from .bag_readers import Rosbag2PyReader
+
 __all__ = ["BagSource"]
+
+
+class _MotorCommand(Protocol):
+    """A decoded fibril_msgs/MotorCommand, as far as a stream reads it."""
+
+    mode: int
+    value: float
 
 
 def _errors() -> tuple[tuple[type[BaseException], ...], ...]:
@@ -73,6 +83,7 @@ class BagSource(Source):
         # rosbag2_py cannot open the bag or read / decode a topic the request maps.
         self.auto = auto and reader == "rosbag2_py"
         self.reader_fallback: str | None = None
+        self._reader: Reader | Rosbag2PyReader
         try:
             if reader == "rosbag2_py":
                 from .bag_readers import Rosbag2PyReader
@@ -91,7 +102,8 @@ class BagSource(Source):
         self.warnings: tuple[str, ...] = self._check_storage()
         self._typestore: Typestore | None = None
         self._raw: dict[str, tuple[np.ndarray, list[bytes]]] = {}
-        self._messages: dict[str, list[Any]] = {}  # decoded ROS messages (the boundary)
+        # decoded ROS messages (the boundary: read by attribute, see message_fields)
+        self._messages: dict[str, list[object]] = {}
         self._joints: dict[str, _JointTable | None] = {}
 
     def _storage_files(self) -> list[Path]:
@@ -122,12 +134,13 @@ class BagSource(Source):
                 warnings.extend(f"{where}: {w}" for w in _check_sqlite3(file, where))
         return tuple(dict.fromkeys(warnings))
 
-    def _rosbags_reader(self) -> Any:
+    def _rosbags_reader(self) -> Reader:
         from rosbags.rosbag2 import Reader
 
         return Reader(self.path) if self.format == "rosbag2" else _storage_reader(self.path)
 
     def _index_connections(self) -> None:
+        # (rosbags' Connection or bag_readers.Connection: each reader takes back its own)
         self._connections: dict[str, list[Any]] = {}
         for connection in self._reader.connections:
             self._connections.setdefault(connection.topic, []).append(connection)
@@ -229,10 +242,10 @@ class BagSource(Source):
             self.prefetch([topic])
         return self._raw[topic]
 
-    def messages(self, topic: str) -> tuple[np.ndarray, list[Any]]:
+    def messages(self, topic: str) -> tuple[np.ndarray, list[object]]:
         """Log times (int64 ns) and decoded messages of ``topic``, in log order (cached)."""
         times, raws = self._recorded(topic)
-        decoded = self._messages.get(topic)
+        decoded: list[object] | None = self._messages.get(topic)
         if decoded is None:
             msgtype = self.message_type(topic)
             if self._typestore is None:
@@ -318,15 +331,16 @@ class BagSource(Source):
             times = log_times
         if field is None:  # a MotorCommand: the mode rides along
             modes = []
-            for n, message in enumerate(messages):
+            commands = cast("list[_MotorCommand]", messages)  # the type was checked above
+            for n, message in enumerate(commands):
                 mode = int(message.mode)
                 if not 0 <= mode < len(MOTOR_MODES):
                     raise SourceError(f"{label}: MotorCommand {n} at "
                                       f"{when(times[n], self.start_ns())} has mode "
                                       f"{mode}; expected 0..{len(MOTOR_MODES) - 1}")
                 modes.append(MOTOR_MODES[mode])
-            values = np.fromiter((m.value for m in messages), dtype=np.float64,
-                                 count=len(messages)).reshape(-1, 1)
+            values = np.fromiter((m.value for m in commands), dtype=np.float64,
+                                 count=len(commands)).reshape(-1, 1)
             stream = Stream(label, times, values, ("value",), tuple(modes),
                             origin_ns=self.start_ns())
         else:
@@ -438,7 +452,7 @@ def _joint_columns(raws: Sequence[bytes]) -> _JointTable | None:
     return _JointTable(sec * 1_000_000_000 + nanosec, tuple(names), arrays)
 
 
-def _storage_reader(path: Path) -> Any:
+def _storage_reader(path: Path) -> Reader:
     """rosbags' reader of one storage file (a raw .mcap / .db3)."""
     from rosbags.rosbag2 import Reader
 

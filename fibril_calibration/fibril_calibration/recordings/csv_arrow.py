@@ -16,8 +16,8 @@ It is used only where it gives exactly what the numpy path gives, and otherwise 
   every I/O error returns None: the numpy path then reads the file and names the line and the
   column at fault, with the messages it has always had. Arrow's own errors give no line.
 
-pyarrow has no type stubs: the modules are loaded with ``importlib`` (typed ``Any``, the I/O
-boundary) and nothing else of them leaves this module.
+pyarrow has no type stubs: the modules are loaded with ``importlib`` (a ``ModuleType``: what is
+read of it is untyped, the I/O boundary) and nothing else of them leaves this module.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -44,8 +45,8 @@ WHOLE_BYTES = 64 << 20
 class Arrow:
     """The two pyarrow modules the reader uses."""
 
-    pa: Any  # pyarrow
-    csv: Any  # pyarrow.csv
+    pa: ModuleType  # pyarrow
+    csv: ModuleType  # pyarrow.csv
 
 
 @functools.lru_cache(maxsize=1)

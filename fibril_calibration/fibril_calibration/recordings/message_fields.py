@@ -9,7 +9,8 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any
+from operator import attrgetter
+from typing import Protocol, SupportsFloat
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,23 @@ __all__ = ["FieldError", "accessor", "short_type"]
 Row = tuple[float, ...] | npt.NDArray[np.generic]
 #: a decoded message (rosbags or rclpy: a boundary, read by attribute) → its row
 Accessor = Callable[[object], Row]
+
+
+class _Elements(Protocol):
+    """An array field of a message (a list, tuple or numpy array)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> SupportsFloat: ...
+
+
+class _Vector(Protocol):
+    x: float
+    y: float
+    z: float
+
+
+class _Quaternion(_Vector, Protocol):
+    w: float
 
 
 def short_type(msgtype: str) -> str:
@@ -54,22 +72,17 @@ def accessor(field: str, first: object, msgtype: str, label: str, path: Path | N
         raise SourceError(f"{label}: only the last part of {field!r} may have an [index]")
     names = [name for name, _ in steps]
     index = steps[-1][1]
-    node: Any = first  # message fields: read by attribute
-    parent = None
+    node: object = first  # message fields: read by attribute
+    parent: object = None
     for n, name in enumerate(names):
         if not hasattr(node, name):
             at = ".".join(names[:n]) or msgtype
             raise SourceError(f"{label}: {msgtype} has no field {'.'.join(names[:n + 1])!r} "
                               f"({at}: {_listed(_fields(node), 'fields', path, topic)})")
         parent, node = node, getattr(node, name)
-    chain = tuple(names)
-
-    def walk(message: object) -> tuple[Any, Any]:
-        parent: object = None
-        node: Any = message
-        for name in chain:
-            parent, node = node, getattr(node, name)
-        return parent, node
+    # A message is untyped (the boundary): each accessor reads its field with an attrgetter
+    # of the whole path and declares what it expects there (a Protocol, an array).
+    dotted = ".".join(names)
 
     if index is not None:
         if not isinstance(node, (np.ndarray, list, tuple)):
@@ -82,8 +95,10 @@ def accessor(field: str, first: object, msgtype: str, label: str, path: Path | N
                 raise SourceError(f"{label}: index {position} is out of range (the first "
                                   f"message has {size} element(s))")
 
+            read = attrgetter(dotted)
+
             def by_position(message: object) -> Row:
-                values = walk(message)[1]
+                values: _Elements = read(message)
                 try:
                     return (float(values[position]),)
                 except IndexError:
@@ -99,10 +114,11 @@ def accessor(field: str, first: object, msgtype: str, label: str, path: Path | N
             raise SourceError(f"{label}: no element named {index!r}; the first message's "
                               f"{_listed(listed, 'names', path, topic)}")
         cache = _NamedIndex(listed, listed.index(index))
+        read, read_names = attrgetter(dotted), attrgetter(".".join([*names[:-1], "name"]))
 
         def by_name(message: object) -> Row:
-            parent, values = walk(message)
-            current = parent.name
+            values: _Elements = read(message)
+            current: list[str] = read_names(message)
             if current != cache.names:
                 current = list(current)
                 if index not in current:
@@ -116,7 +132,7 @@ def accessor(field: str, first: object, msgtype: str, label: str, path: Path | N
                                   f"{len(current)} name(s)") from None
 
         return by_name, (field,)
-    return _leaf(node, walk, field, msgtype, label)
+    return _leaf(node, dotted, field, msgtype, label)
 
 
 def _listed(names: Sequence[str], what: str, path: Path | None, topic: str) -> str:
@@ -133,17 +149,19 @@ class _NamedIndex:
     position: int
 
 
-def _leaf(node: Any, walk: Callable[[object], tuple[Any, Any]], field: str, msgtype: str,
+def _leaf(node: object, dotted: str, field: str, msgtype: str,
           label: str) -> tuple[Accessor, tuple[str, ...]]:
+    """The accessor of the field at ``dotted`` (``node`` in the first message)."""
+    read = attrgetter(dotted)
     if isinstance(node, bool):
-        return (lambda m: (float(walk(m)[1]),)), (field,)
+        return (lambda m: (float(read(m)),)), (field,)
     if isinstance(node, (int, float, np.number)):
-        return (lambda m: (float(walk(m)[1]),)), (field,)
+        return (lambda m: (float(read(m)),)), (field,)
     if isinstance(node, np.ndarray) and node.dtype.kind in "fiub":
         width = int(node.size)
 
         def array(message: object) -> Row:
-            values: npt.NDArray[np.generic] = walk(message)[1]
+            values: npt.NDArray[np.generic] = read(message)
             if values.size != width:
                 raise FieldError(f"{field} has {values.size} element(s), the first message "
                                   f"{width}")
@@ -153,20 +171,21 @@ def _leaf(node: Any, walk: Callable[[object], tuple[Any, Any]], field: str, msgt
     fields = set(_fields(node))
     if {"x", "y", "z", "w"} <= fields:  # a quaternion: calibration uses w, x, y, z
         def quaternion(message: object) -> Row:
-            q = walk(message)[1]
+            q: _Quaternion = read(message)
             return (q.w, q.x, q.y, q.z)
 
         return quaternion, ("w", "x", "y", "z")
     if {"x", "y", "z"} <= fields:
         def vector(message: object) -> Row:
-            v = walk(message)[1]
+            v: _Vector = read(message)
             return (v.x, v.y, v.z)
 
         return vector, ("x", "y", "z")
     if "data" in fields:
-        inner = node.data
+        inner = getattr(node, "data")
         if isinstance(inner, (int, float, np.number)) and not isinstance(inner, bool):
-            return (lambda m: (float(walk(m)[1].data),)), (field,)
+            read_data = attrgetter(f"{dotted}.data")
+            return (lambda m: (float(read_data(m)),)), (field,)
     raise SourceError(f"{label}: {field!r} of {msgtype} is a {type(node).__name__} with fields "
                       f"{', '.join(sorted(fields)) or 'none'}; name a numeric field, array, "
                       f"vector or quaternion")

@@ -12,13 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fibril_sim_core.reporting import (AggCanvas, agg_canvas, axes_title, few_ticks, figure,
                                        write_png)
 
+from .document import SCOPES, ErrorSummary, ProfileLikelihood
 from .physical_errors import FLOOR
 from .series import SignalSeries
 
@@ -216,16 +217,16 @@ def _style(name: str) -> dict[str, str]:
     return dict(_SET_STYLE.get(name, dict(color="tab:green", linestyle="-.")))
 
 
-def error_bars(summary: Mapping[str, Any]) -> Figure:
+def error_bars(summary: ErrorSummary) -> Figure:
     """Per signal component and scope: RMS error of each set (a marker each) and the hold-last
     floor (a grey bar-wide dash), on a log axis. Markers, not bars: a bar is a patch of its
     own, and a log axis has no zero for a bar to stand on anyway."""
-    scopes = [s for s in ("training", "validation") if summary.get(s)]
-    fig = figure(9.0, 3.6 * len(scopes))
+    blocks = [(s, block) for s in SCOPES if (block := summary.get(s))]
+    fig = figure(9.0, 3.6 * len(blocks))
     fig.subplots_adjust(left=0.14, right=0.98, top=0.93, bottom=0.2, hspace=0.9)
-    axes = fig.subplots(len(scopes), 1, squeeze=False)[:, 0]
-    for ax, scope in zip(axes, scopes):
-        rows = summary[scope]["signals"]
+    axes = fig.subplots(len(blocks), 1, squeeze=False)[:, 0]
+    for ax, (scope, block) in zip(axes, blocks):
+        rows = block["signals"]
         columns = list(rows[0]["rms"]) if rows else []
         sets = [c for c in columns if c != FLOOR]
         width = 0.6 / max(1, len(sets))
@@ -248,7 +249,7 @@ def error_bars(summary: Mapping[str, Any]) -> Figure:
     return fig
 
 
-def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
+def profile_figure(profile: ProfileLikelihood, fitted: Mapping[str, float],
                    deviations: Mapping[str, float | None]) -> Figure:
     """Δ objective per profiled parameter, the χ² threshold, the profile interval and, dashed,
     the local quadratic ((p - p̂) / SD)² the Wald interval assumes."""
@@ -264,11 +265,11 @@ def profile_figure(profile: Mapping[str, Any], fitted: Mapping[str, float],
     threshold = profile.get("threshold_delta_objective")
     for i, (ax, entry) in enumerate(zip(axes, entries)):
         few_ticks(ax, x=True)
-        points = [(p["value"], max(p["delta_objective"], 0.0)) for p in entry["points"]
-                  if p.get("delta_objective") is not None]
+        points = [(p["value"], max(delta, 0.0)) for p in entry["points"]
+                  if (delta := p.get("delta_objective")) is not None]
         interval = entry.get("confidence_interval")
         if interval and threshold is not None:  # the refined crossings are profile points too
-            points += [(v, threshold) for v in interval if v is not None]
+            points += [(v, threshold) for v in interval]  # finite ends (a found interval)
         points.sort()
         x = np.array([p[0] for p in points])
         y = np.array([p[1] for p in points])

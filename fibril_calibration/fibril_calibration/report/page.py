@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from fibril_sim_core.reporting import (Raw, ReportFolder, escape, image, note, number, page,
                                        table)
 
+from .._json import JsonValue
 from . import figures
+from .document import (SCOPES, IdentifiedParameter, Interval, ParameterProfile,
+                       ResultDocument, read_error_summary)
 from .physical_errors import FLOOR, error_summary
 from .series import SignalSeries, floor_entries, score_entries
 
@@ -40,7 +42,7 @@ def reason_text(code: str) -> str:
     return REASONS.get(code, code)
 
 
-def render(document: Mapping[str, Any], series: Sequence[SignalSeries], folder: ReportFolder,
+def render(document: ResultDocument, series: Sequence[SignalSeries], folder: ReportFolder,
            *, result_path: str | None = None) -> str:
     """Draw every figure into ``folder`` and return the page."""
     names = [n for n in (document.get("scores") or {})
@@ -64,9 +66,9 @@ def render(document: Mapping[str, Any], series: Sequence[SignalSeries], folder: 
 
 # ------------------------------------------------------------------ sections
 
-def _summary(document: Mapping[str, Any], result_path: str | None) -> str:
+def _summary(document: ResultDocument, result_path: str | None) -> str:
     fit = document.get("fit")
-    rows: list[tuple[str, Any]] = []
+    rows: list[tuple[str, object]] = []
     parts = []
     if fit is None:
         parts.append(note("An --evaluate result: parameter sets scored without a fit, so there "
@@ -106,7 +108,7 @@ def _summary(document: Mapping[str, Any], result_path: str | None) -> str:
                                  .items()) or "n/a")]
     parts.append(table(["item", "value"], rows))
     parts.append("<h3>Data sources</h3>")
-    source_rows: list[tuple[Any, ...]] = []
+    source_rows: list[tuple[str, str, str, str, object]] = []
     for scope, episodes in (document.get("episodes") or {}).items():
         for episode in episodes:
             if not isinstance(episode, Mapping):  # an --evaluate document: ids only
@@ -123,7 +125,7 @@ def _summary(document: Mapping[str, Any], result_path: str | None) -> str:
     return "\n".join(parts)
 
 
-def _source_text(source: Mapping[str, Any]) -> str:
+def _source_text(source: Mapping[str, JsonValue]) -> str:
     if not source:
         return "samples files of the request"
     keep = []
@@ -134,7 +136,7 @@ def _source_text(source: Mapping[str, Any]) -> str:
                                         if k != "input_timing")
 
 
-def _parameters(document: Mapping[str, Any]) -> str:
+def _parameters(document: ResultDocument) -> str:
     contract = document.get("parameter_contract") or []
     if not contract:
         return note("The result lists no parameters.")
@@ -150,11 +152,12 @@ def _parameters(document: Mapping[str, Any]) -> str:
     rows, classes = [], []
     for p in contract:
         pid = p["id"]
-        ident = identifiability.get(pid, {})
-        profile = profiles.get(pid, {})
+        ident: IdentifiedParameter = identifiability.get(pid, {})
+        profile: ParameterProfile = profiles.get(pid, {})
         wald = ident.get("interval_95")
         marks = []
-        if pid in fractions and fractions[pid] is not None and fractions[pid] <= near:
+        fraction = fractions.get(pid)
+        if fraction is not None and fraction <= near:
             marks.append("value at a bound")
         if ident.get("interval_95_crosses_bounds"):
             marks.append("Wald interval crosses a bound")
@@ -182,25 +185,26 @@ def _parameters(document: Mapping[str, Any]) -> str:
     return body
 
 
-def _interval(interval: Any) -> str:
+def _interval(interval: Interval | None) -> str:
     if not interval or interval[0] is None:
         return "n/a"
     return f"[{number(interval[0], 6)}, {number(interval[1], 6)}]"
 
 
-def _errors(document: Mapping[str, Any], series: Sequence[SignalSeries], names: Sequence[str],
+def _errors(document: ResultDocument, series: Sequence[SignalSeries], names: Sequence[str],
             folder: ReportFolder) -> str:
     if not series:
         summary = document.get("error_summary")
         origin = note("From the result's error_summary (no time series re-simulated).")
     else:
-        summary = error_summary(score_entries(series, names), floor_entries(series))
+        summary = read_error_summary(error_summary(score_entries(series, names),
+                                                   floor_entries(series)))
         origin = note("Recomputed from the re-simulated residuals of every reference sample; "
                       "the same numbers are in the result JSON (error_summary) and on stderr.")
     if not summary or not (summary.get("training") or summary.get("validation")):
         return note("No parameter set could be scored, so there is no physical-unit error.")
     parts = [origin, note(summary.get("floor") or "")]
-    for scope in ("training", "validation"):
+    for scope in SCOPES:
         block = summary.get(scope)
         if not block:
             parts.append(f"<h3>{scope}</h3>" + note(f"No {scope} episodes in the request."))
@@ -221,7 +225,7 @@ def _errors(document: Mapping[str, Any], series: Sequence[SignalSeries], names: 
     return "\n".join(parts)
 
 
-def _gain(rms: Mapping[str, Any]) -> str:
+def _gain(rms: Mapping[str, float | None]) -> str:
     a, b = rms.get("nominal"), rms.get("fitted")
     if a is None or b is None or a == 0:
         return "n/a"
@@ -262,7 +266,7 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:60]
 
 
-def _profiles(document: Mapping[str, Any], folder: ReportFolder) -> str:
+def _profiles(document: ResultDocument, folder: ReportFolder) -> str:
     profile = document.get("profile_likelihood")
     if "fit" not in document:
         return note("Not computed: an --evaluate result has no fit to profile.")
@@ -288,7 +292,7 @@ def _profiles(document: Mapping[str, Any], folder: ReportFolder) -> str:
     return "\n".join(parts)
 
 
-def _identifiability(document: Mapping[str, Any], folder: ReportFolder) -> str:
+def _identifiability(document: ResultDocument, folder: ReportFolder) -> str:
     local = document.get("local_identifiability")
     if not local:
         return note("Not computed: an --evaluate result has no fit, so no Jacobian at an "
@@ -334,7 +338,7 @@ def _identifiability(document: Mapping[str, Any], folder: ReportFolder) -> str:
     return "\n".join(parts)
 
 
-def _residuals(document: Mapping[str, Any], series: Sequence[SignalSeries],
+def _residuals(document: ResultDocument, series: Sequence[SignalSeries],
                folder: ReportFolder) -> str:
     name = "fitted" if any("fitted" in s.errors for s in series) else None
     if name is None:
@@ -359,7 +363,7 @@ def _residuals(document: Mapping[str, Any], series: Sequence[SignalSeries],
     return "\n".join(text)
 
 
-def _input_timing(document: Mapping[str, Any]) -> str:
+def _input_timing(document: ResultDocument) -> str:
     timing = document.get("input_timing")
     if not timing:
         return note("No recorded input came from a recording source (bag / trace), so no "

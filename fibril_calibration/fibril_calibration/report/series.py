@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._json import JsonObject, JsonValue
 from ..errors import CalibrationError, EvaluationError
+from .document import SCOPES, ResultDocument, read_result
 
 if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request is loaded
     from ..request.document import CalibrationRequest
@@ -47,7 +49,7 @@ class SignalSeries:
         return values
 
 
-def stale_reason(document: Mapping[str, Any], request: CalibrationRequest) -> str | None:
+def stale_reason(document: ResultDocument, request: CalibrationRequest) -> str | None:
     """Why the files on disk are not what the result was computed from (None: they are)."""
     recorded = document.get("request") or {}
     if recorded.get("sha256") != request.sha256:
@@ -56,18 +58,21 @@ def stale_reason(document: Mapping[str, Any], request: CalibrationRequest) -> st
     provenance = (document.get("candidate_plan") or {}).get("provenance") or {}
     nominal = request.nominal_plan.provenance
     for key, label in (("manifest_sha256", "manifest"), ("model_sha256", "model")):
-        if key in provenance and provenance[key] != nominal[key]:
+        recorded_hash = provenance.get(key)
+        if key in provenance and recorded_hash != nominal[key]:
             path = nominal.get(f"{label}_path") or nominal.get("manifest_path")
             return (f"{label} {str(path)!r} changed since the result ({key} "
-                    f"{str(nominal[key])[:16]}, the result's {str(provenance[key])[:16]})")
+                    f"{str(nominal[key])[:16]}, the result's {str(recorded_hash)[:16]})")
     files = provenance.get("model_files")
     if files is not None and dict(files) != dict(nominal["model_files"]):
         changed = sorted(k for k in set(files) | set(nominal["model_files"])
                          if files.get(k) != nominal["model_files"].get(k))
         return f"model file(s) {', '.join(changed)} changed since the result"
     episodes = document.get("episodes") or {}
-    for scope in ("training", "validation"):
-        known = {e["id"]: e.get("content_sha256") for e in episodes.get(scope) or ()}
+    for scope in SCOPES:
+        # an --evaluate document lists episode ids only: no hash to check them by
+        known = {e["id"]: e.get("content_sha256") for e in episodes.get(scope) or ()
+                 if not isinstance(e, str)}
         for episode in request.episodes(scope):
             if episode.id in known and known[episode.id] != episode.content_sha256:
                 return (f"episode {episode.id!r}: its recorded data changed since the result "
@@ -76,13 +81,14 @@ def stale_reason(document: Mapping[str, Any], request: CalibrationRequest) -> st
     return None
 
 
-def load_request(document: Mapping[str, Any], where: str) -> CalibrationRequest:
+def load_request(document: Mapping[str, JsonValue], where: str) -> CalibrationRequest:
     """The result's request, loaded from disk and checked against the result's hashes."""
     from fibril_sim_core.errors import FibrilError
 
     from ..request.document import load_calibration_request
 
-    path = (document.get("request") or {}).get("path")
+    result = read_result(document)
+    path = (result.get("request") or {}).get("path")
     if not path:
         raise CalibrationError(f"{where}: the result names no request (request.path)")
     if not Path(path).is_file():
@@ -91,7 +97,7 @@ def load_request(document: Mapping[str, Any], where: str) -> CalibrationRequest:
         request = load_calibration_request(path)
     except FibrilError as exc:
         raise CalibrationError(f"{where}: its request no longer loads: {exc}") from None
-    reason = stale_reason(document, request)
+    reason = stale_reason(result, request)
     if reason is not None:
         raise CalibrationError(f"{where}: {reason}; re-run the calibration")
     return request
@@ -157,13 +163,14 @@ def _vector(request: CalibrationRequest, values: Mapping[str, float]) -> np.ndar
     return np.array([float(values[pid]) for pid in request.parameter_ids], dtype=np.float64)
 
 
-def score_entries(series: Sequence[SignalSeries], names: Sequence[str]) -> dict[str, Any]:
+def score_entries(series: Sequence[SignalSeries], names: Sequence[str]
+                  ) -> dict[str, JsonObject]:
     """``{set: {scope: {"signals": [...]}}}`` recomputed from the series (the report's table)."""
     from .physical_errors import aggregate
 
-    out: dict[str, Any] = {}
+    out: dict[str, JsonObject] = {}
     for name in names:
-        entry: dict[str, Any] = {}
+        entry: JsonObject = {}
         for scope in ("training", "validation"):
             parts = [(s.signal, s.components, s.unit, s.errors[name]) for s in series
                      if s.scope == scope and name in s.errors]
@@ -172,10 +179,10 @@ def score_entries(series: Sequence[SignalSeries], names: Sequence[str]) -> dict[
     return out
 
 
-def floor_entries(series: Sequence[SignalSeries]) -> dict[str, Any]:
+def floor_entries(series: Sequence[SignalSeries]) -> JsonObject:
     from .physical_errors import aggregate
 
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for scope in ("training", "validation"):
         parts = [(s.signal, s.components, s.unit, s.floor) for s in series if s.scope == scope]
         out[scope] = {"signals": aggregate(parts)} if parts else None

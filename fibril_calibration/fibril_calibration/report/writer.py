@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fibril_sim_core.reporting import ReportFolder, require_matplotlib
 
+from .._json import JsonValue
+from .document import ResultDocument, read_result
 from .series import SignalSeries, load_request, simulate_series
 
 if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request is loaded
@@ -16,7 +18,7 @@ if TYPE_CHECKING:  # the request module loads MuJoCo: imported where a request i
 __all__ = ["export_fitted_mjcf", "report_result", "write_report"]
 
 
-def write_report(document: Mapping[str, Any], folder: Path,
+def write_report(document: Mapping[str, JsonValue], folder: Path,
                  series: Sequence[SignalSeries] = (), *,
                  result_path: str | None = None) -> Path:
     """Draw ``document`` (and ``series``) into ``folder``; returns its index.html. Nothing is
@@ -25,36 +27,37 @@ def write_report(document: Mapping[str, Any], folder: Path,
     from .page import render
 
     with ReportFolder(Path(folder)) as staged:
-        text = render(document, series, staged, result_path=result_path)
+        text = render(read_result(document), series, staged, result_path=result_path)
         return staged.commit(text)
 
 
-def parameter_sets(document: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+def parameter_sets(document: ResultDocument) -> dict[str, dict[str, float]]:
     """The scored sets of a result (nominal, fitted) or an --evaluate document."""
     return {name: dict(entry["values"]) for name, entry in (document.get("scores") or {}).items()
-            if isinstance(entry, Mapping) and entry.get("values")}
+            if entry.get("values")}
 
 
-def report_result(document: Mapping[str, Any], folder: Path, *, where: str,
+def report_result(document: Mapping[str, JsonValue], folder: Path, *, where: str,
                   request: CalibrationRequest | None = None, result_path: str | None = None,
                   progress: Callable[[str], None] | None = None) -> Path:
     """Re-simulate the result's parameter sets on its own request (checked against the
     result's hashes unless ``request`` is the one just fitted) and write the report."""
     if request is None:
         request = load_request(document, where)
+    result = read_result(document)
     if progress is not None:
-        progress(f"report: re-simulating {len(parameter_sets(document))} parameter set(s)")
-    provenance = (document.get("candidate_plan") or {}).get("provenance") or {}
+        progress(f"report: re-simulating {len(parameter_sets(result))} parameter set(s)")
+    provenance = (result.get("candidate_plan") or {}).get("provenance") or {}
     from .physical_errors import units_of
 
-    series = simulate_series(request, parameter_sets(document), units_of(document),
+    series = simulate_series(request, parameter_sets(result), units_of(document),
                              fitted_compiled_sha256=provenance.get("compiled_model_sha256"),
                              where=where)
     return write_report(document, folder, series, result_path=result_path)
 
 
-def export_fitted_mjcf(document: Mapping[str, Any], request: CalibrationRequest, path: Path, *,
-                       result_path: str | None) -> str:
+def export_fitted_mjcf(document: Mapping[str, JsonValue], request: CalibrationRequest,
+                       path: Path, *, result_path: str | None) -> str:
     """``--export-mjcf``: the request's model with the result's fitted overlay, written from
     MjSpec; its compiled-model hash equals the fitted plan's (checked). Returns that hash."""
     from fibril_sim_core.mjcf_export import export_mjcf
@@ -64,16 +67,17 @@ def export_fitted_mjcf(document: Mapping[str, Any], request: CalibrationRequest,
     from ..errors import CalibrationError
     from ..recordings.time_offsets import is_time_offset
 
-    values = document.get("fitted_parameters")
+    result = read_result(document)
+    values = result.get("fitted_parameters")
     if not values:
         raise CalibrationError(f"--export-mjcf {str(path)!r}: the result has no fitted values "
                                f"(an --evaluate result)")
     fitted = [p for p in request.parameters if not is_time_offset(p)]
     overlays: tuple[OverlayParameter, ...] = CandidatePlanBuilder(
         request.manifest, fitted).overlay_parameters(values)
-    provenance = (document.get("candidate_plan") or {}).get("provenance") or {}
+    provenance = (result.get("candidate_plan") or {}).get("provenance") or {}
     expected = provenance.get("compiled_model_sha256")
-    request_info = document.get("request") or {}
+    request_info = result.get("request") or {}
     comment = (f"Fitted model written by fibril_sim from calibration result "
                f"{result_path or '(not saved)'} of request {request_info.get('path')} "
                f"(sha256 {request_info.get('sha256')}); fitted values: "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import mujoco
 
@@ -115,7 +115,7 @@ def parse_parameters(value: object, where: s.Where) -> tuple[CalibrationParamete
     return tuple(out)
 
 
-def _targets(body: Mapping[str, Any], at: s.Where) -> tuple[ParameterTarget, ...]:
+def _targets(body: Mapping[str, object], at: s.Where) -> tuple[ParameterTarget, ...]:
     if ("target" in body) == ("targets" in body):
         raise at.fail("give exactly one of 'target' (one typed target) or 'targets' (a list)")
     if "target" in body:

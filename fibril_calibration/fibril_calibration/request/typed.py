@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, Unpack, cast
 
 import numpy.typing as npt
 
@@ -210,6 +210,29 @@ def _json(payload: Mapping[str, JsonValue]) -> str:
     return json.dumps(payload, separators=(", ", ": "))
 
 
+class _Column(Protocol):
+    def to_numpy(self) -> npt.ArrayLike: ...
+
+
+class DataFrameLike(Protocol):
+    """What ``Episode.from_dataframe`` reads of a pandas DataFrame (pandas is not a
+    dependency): a column, or several, by name."""
+
+    def __getitem__(self, key: str | list[str], /) -> _Column: ...
+
+
+class ArrayOptions(TypedDict, total=False):
+    """``Episode.from_arrays``' keyword options that ``from_dataframe`` passes on."""
+
+    initial_state: Sequence[Mapping[str, JsonValue]] | None
+    residual_scales: Mapping[str, float] | float | None
+    alignment: str
+    scale_semantics: str | None
+    episode_seed: int | None
+    weight: float | None
+    horizon_steps: int | None
+
+
 @dataclass(frozen=True)
 class Episode(_Part):
     """One recorded episode (``training[i]`` / ``validation[i]``): its signals by observation
@@ -277,10 +300,10 @@ class Episode(_Part):
                    commands=tuple(commands))
 
     @classmethod
-    def from_dataframe(cls, id: str, frame: Any, *, time: str = "t",
+    def from_dataframe(cls, id: str, frame: DataFrameLike, *, time: str = "t",
                        inputs: Mapping[str, tuple[str, str]] | None = None,
                        signals: Mapping[str, str | Sequence[str]] | None = None,
-                       **options: Any) -> Episode:
+                       **options: Unpack[ArrayOptions]) -> Episode:
         """An episode from a pandas DataFrame: ``time`` names its seconds column,
         ``inputs={endpoint: (column, mode)}``, ``signals={observation: column or columns}``;
         the other options as in ``from_arrays``."""

@@ -271,7 +271,8 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
                     ) -> None:
             kind = type(record)
             if kind is DeviceOutput:
-                found: list[Any] | None = devices.get(record.device_id)
+                found: list[DeviceOutput] | list[ActuatorApplication] | None = devices.get(
+                    record.device_id)
             elif kind is ActuatorApplication:
                 found = applications.get(record.endpoint)
             else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from scipy.optimize import OptimizeResult, least_squares
@@ -36,7 +35,7 @@ def least_squares_with_callback(
     jac: Callable[..., np.ndarray],
     callback: Callable[[OptimizeResult], None],
     cost: Callable[[np.ndarray], float],
-    **options: Any,
+    **options: object,
 ) -> OptimizeResult:
     """``least_squares(fun, x0, jac=jac, callback=callback, method="trf", **options)``.
 
