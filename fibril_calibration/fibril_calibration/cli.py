@@ -279,11 +279,11 @@ def _set_folder(name: str) -> str:
 def _write_metrics(options: CalibrateOptions, documents: Mapping[str, MetricsDocuments], *,
                    single: bool) -> list[Path]:
     """metrics.json files of each parameter set (one set: straight under --metrics)."""
-    from .metrics_json import write_metrics
-
     folder = options.metrics
     if folder is None:
         return []
+    from .metrics_json import write_metrics
+
     written: list[Path] = []
     for name, episodes in documents.items():
         target = folder if single else folder / _set_folder(name)
@@ -293,10 +293,10 @@ def _write_metrics(options: CalibrateOptions, documents: Mapping[str, MetricsDoc
 
 def _sysid_params(options: CalibrateOptions, result: CalibrationResult) -> JsonObject | None:
     """``--output-sysid-params``: the fitted plan's values in the lab's shape."""
-    from .sysid_export import fitted_joints, sysid_document, trajectories
-
     if options.output_sysid_params is None:
         return None
+    from .sysid_export import fitted_joints, sysid_document, trajectories
+
     plan = result.fitted_plan
     joints = ([j for j in options.sysid_joints.split(",") if j] if options.sysid_joints
               else fitted_joints(result.request, plan))
@@ -313,10 +313,10 @@ def _sim_replays(options: CalibrateOptions, request: CalibrationRequest,
                  ) -> dict[str, list[SimReplay]]:
     """``--write-sim-csv``: each parameter set's replays (a plan of None: the set is built
     here from its ``--evaluate`` name)."""
-    from .sim_csv import replays, set_plan
-
     if options.write_sim_csv is None:
         return {}
+    from .sim_csv import replays, set_plan
+
     made = {}
     for name, (plan, values) in plans.items():
         if plan is None or values is None:
@@ -331,6 +331,8 @@ def _write_lab_files(options: CalibrateOptions, sysid: JsonObject | None,
                      single: bool) -> list[Path]:
     """Write sysid_best_params.json and the sim CSVs + sidecars; the metrics.json documents
     then name them (``sysid_params``, ``sim_csv`` / ``sim_sidecar``). The sim CSVs written."""
+    if sysid is None and not made:  # no lab format asked for: nothing to import
+        return []
     from .metrics_json import name_sim_files, name_sysid_params
     from .result import strict_object, to_json
     from .sim_csv import write_sim_csvs
@@ -457,14 +459,16 @@ def _check_report_options(options: CalibrateOptions) -> None:
 def _report_outputs(options: CalibrateOptions, document: Mapping[str, JsonValue],
                     request: CalibrationRequest, progress: Progress | None,
                     result_path: Path | None = None) -> None:
-    from .report import export_fitted_mjcf, report_result
-
     result_path = result_path or options.output
     if options.export_mjcf is not None:
+        from .report.writer import export_fitted_mjcf
+
         export_fitted_mjcf(document, request, options.export_mjcf,
                            result_path=None if result_path is None else str(result_path))
     folder = options.report
     if folder is not None:
+        from .report.writer import report_result
+
         index = report_result(document, folder, where=str(folder), request=request,
                               result_path=None if result_path is None else str(result_path),
                               progress=progress)
@@ -475,11 +479,11 @@ def _report_outputs(options: CalibrateOptions, document: Mapping[str, JsonValue]
 def _error_lines(name: str, document: Mapping[str, JsonValue], quiet: bool) -> None:
     """The physical-unit error per signal and pooled (nominal, fitted, hold-last) on stderr:
     the numbers of the result's ``error_summary``."""
-    from ._json import json_object
-    from .report import error_lines
-
     if quiet:
         return
+    from ._json import json_object
+    from .report.physical_errors import error_lines
+
     summary = document.get("error_summary")
     for line in error_lines(None if summary is None else json_object(summary, "error_summary")):
         print(f"{name}: {line}", file=sys.stderr, flush=True)
