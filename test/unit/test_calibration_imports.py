@@ -47,9 +47,14 @@ MODEL = """<mujoco><option timestep="0.002"/>
   <sensor><jointpos name="position" joint="slide"/></sensor></mujoco>"""
 
 CLI = """
-import sys
+import gc, sys
 from fibril_sim_core.cli import main
 code = main(["calibrate", sys.argv[1], "--quiet", "--output", sys.argv[2]])
+# the stack loaded with the collector paused, then frozen; the collector runs again
+assert gc.isenabled() and gc.get_freeze_count() > 10_000, gc.get_freeze_count()
+frozen = gc.get_freeze_count()
+main(["calibrate", sys.argv[1], "--quiet", "--output", sys.argv[2]])
+assert gc.isenabled() and gc.get_freeze_count() == frozen  # loaded already: left alone
 names = ("fibril_sim_core.trace", "rosbags", "pyarrow", "fibril_calibration.report.writer",
          "fibril_calibration.sysid_export", "fibril_calibration.sim_csv",
          "fibril_calibration.metrics_json", "fibril_calibration.recordings.franka",
@@ -59,6 +64,8 @@ print(code, *[name for name in names if name in sys.modules])
 
 
 def test_a_csv_calibration_imports_no_other_formats_nor_writers(tmp_path: Path) -> None:
+    """Also: the calibration stack loads with the cyclic collector paused and is then frozen
+    (gc.freeze), once per process; the collector is on again for the fit."""
     model = mujoco.MjModel.from_xml_string(MODEL)
     (tmp_path / "model.xml").write_text(MODEL)
     (tmp_path / "manifest.yaml").write_text(
