@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _loaded_uncollected() -> Iterator[None]:
     """Load the calibration stack (NumPy, MuJoCo, SciPy, the request and solver modules) with
-    the cyclic garbage collector paused, then freeze what it made (``gc.freeze``): some 70 000
+    the cyclic garbage collector paused, then freeze what it made (``gc.freeze``): some 100 000
     long-lived objects (modules, classes, functions) that every later full collection, and
     the interpreter's collections at exit, would traverse again for nothing (about 0.1 s of
     CPU of a ``fibril_sim calibrate`` process). Only in a process that has not loaded the
