@@ -31,14 +31,15 @@ Whole process (``--whole-process``): the same recording posed as a CSV log (time
 sensors) with a calibration request file, ``fibril_sim calibrate request.yaml`` as a process of
 its own against a Python script that reads the CSV with NumPy and runs mujoco.sysid, each timed
 from process start to exit (imports, reading, fitting, writing the result), interleaved. Fibril
-runs twice: with its default central differences (what the issue's target compares; 2n
-rollouts per Jacobian) and with ``optimizer.jacobian: forward`` (n per Jacobian: mujoco.sysid's
-own scheme, the like-for-like row). Both tools run as installed packages do: from bytecode caches. mujoco.sysid's wheel came with its
-``__pycache__``; Fibril runs from its source tree, and with ``PYTHONDONTWRITEBYTECODE`` set (as
-in this project's containers) it would compile every one of its modules from source in every
-process (about 0.15-0.3 s). The processes therefore get ``PYTHONPYCACHEPREFIX`` pointing into
-the temporary folder (``PYTHONDONTWRITEBYTECODE`` unset) and one untimed warm-up run each: both
-tools then read the same kind of cache, and nothing is written into the source tree.
+runs twice: with its default central differences (what the issue's target compares; 2n rollouts
+per Jacobian) and with ``optimizer.jacobian: forward`` (n per Jacobian: mujoco.sysid's own
+scheme, the like-for-like row). Both tools run as installed packages do: from bytecode caches.
+mujoco.sysid's wheel came with its ``__pycache__``; Fibril runs from its source tree, and with
+``PYTHONDONTWRITEBYTECODE`` set (as in this project's containers) it would compile every one of
+its modules from source in every process (about 0.15-0.3 s). The processes therefore get
+``PYTHONPYCACHEPREFIX`` pointing into the temporary folder (``PYTHONDONTWRITEBYTECODE`` unset)
+and one untimed warm-up run each: both tools then read the same kind of cache, and nothing is
+written into the source tree.
 
 Usage: ``python bench/calibration_vs_mujoco_sysid.py [--repeats 5] [--problem arm]
 [--parallelism 2] [--processes] [--whole-process]``
