@@ -2,18 +2,19 @@
 
 A robot log can hold tens of millions of rows; a calibration maps a few of its columns. The
 file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that they are plain
-enough for a typed parser to read whole: with pyarrow installed (``csv_arrow``, optional) and
-a file of at least ``csv_arrow.MIN_BYTES`` (1 MiB; a smaller one is read by numpy in less time
-than pyarrow takes to import) the data rows must be *simple* (ASCII, no quote, no CR but in CRLF: Arrow checks each row's field
-count itself); without it *plain* (the header's number of fields, counted per line from the
-comma positions, no quote, no blank line). A simple file's wanted columns are parsed by
-Arrow, a plain one's by numpy's C reader over the whole file (``usecols``: only those columns
-are ever held). Otherwise, or when the parser refuses a value, the chunks are parsed one by
-one into preallocated arrays, a chunk numpy refuses with ``csv`` and ``float``, which name the
-line and column at fault. Every value is ``float(text)`` (``int(text)`` for a time in ns) bit
-for bit, whichever parser read it. Memory is the wanted columns plus one chunk (Arrow: plus
-a few blocks, and a second copy of the columns of a file under 64 MiB), however many columns
-and rows the file has. A UTF-8 byte order mark before the header is skipped.
+enough for a typed parser to read whole: with pyarrow installed (``csv_arrow``, optional) and a
+file of at least ``csv_arrow.MIN_BYTES`` (1 MiB; a smaller one is read by numpy in less time
+than pyarrow takes to import) the data rows must be *simple* (ASCII, no quote, no CR but in
+CRLF: Arrow checks each row's field count itself); without it *plain* (the header's number of
+fields, counted per line from the comma positions, no quote, no blank line). A simple file's
+wanted columns are parsed by Arrow, a plain one's by numpy's C reader over the whole file
+(``usecols``: only those columns are ever held). Otherwise, or when the parser refuses a value,
+the chunks are parsed one by one into preallocated arrays, a chunk numpy refuses with ``csv``
+and ``float``, which name the line and column at fault. Every value is ``float(text)``
+(``int(text)`` for a time in ns) bit for bit, whichever parser read it. Memory is the wanted
+columns plus one chunk (Arrow: plus a few blocks, and a second copy of the columns of a file
+under 64 MiB), however many columns and rows the file has. A UTF-8 byte order mark before the
+header is skipped.
 """
 
 from __future__ import annotations
