@@ -30,7 +30,16 @@ imports and model compilation included.
 Whole process (``--whole-process``): the same recording posed as a CSV log (time, controls,
 sensors) with a calibration request file, ``fibril_sim calibrate request.yaml`` as a process of
 its own against a Python script that reads the CSV with NumPy and runs mujoco.sysid, each timed
-from process start to exit (imports, reading, fitting, writing the result), interleaved.
+from process start to exit (imports, reading, fitting, writing the result), interleaved. Fibril
+runs twice: with its default central differences (what the issue's target compares; 2n rollouts
+per Jacobian) and with ``optimizer.jacobian: forward`` (n per Jacobian: mujoco.sysid's own
+scheme, the like-for-like row). Both tools run as installed packages do: from bytecode caches.
+mujoco.sysid's wheel came with its ``__pycache__``; Fibril runs from its source tree, and with
+``PYTHONDONTWRITEBYTECODE`` set (as in this project's containers) it would compile every one of
+its modules from source in every process (about 0.15-0.3 s). The processes therefore get
+``PYTHONPYCACHEPREFIX`` pointing into the temporary folder (``PYTHONDONTWRITEBYTECODE`` unset)
+and one untimed warm-up run each: both tools then read the same kind of cache, and nothing is
+written into the source tree.
 
 Usage: ``python bench/calibration_vs_mujoco_sysid.py [--repeats 5] [--problem arm]
 [--parallelism 2] [--processes] [--whole-process]``
@@ -406,11 +415,16 @@ def whole_process(problem: Problem, rec: Recording, folder: Path, repeats: int,
                 **{tool: [str(fibril_sim), "calibrate", str(path), "--quiet", "--output",
                           str(path.with_name("result.json"))]
                    for tool, path in requests.items()}}
+    # Bytecode caches for both tools, as installed packages have them (see the docstring).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    for command in commands.values():  # untimed: writes the caches
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
     walls: dict[str, list[float]] = {tool: [] for tool in commands}
     for repeat in range(repeats):
         for tool in (list(commands) if repeat % 2 == 0 else list(commands)[::-1]):
             start = time.perf_counter()
-            subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(commands[tool], check=True, stdout=subprocess.DEVNULL, env=env)
             walls[tool].append(time.perf_counter() - start)
     truth = {pid: t for pid, _, _, t, *_ in problem.parameters}
     fitted = {"mujoco.sysid script": json.loads((folder / "central" / "sysid.json").read_text())}

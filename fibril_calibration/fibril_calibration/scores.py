@@ -153,8 +153,6 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
 
     A scope the set cannot be evaluated on (an ``EvaluationError``: a rollout failure, a
     missing sample) scores as ``{"error": message}``; the other sets and scopes still score."""
-    from .metrics_json import metrics_documents  # only with --metrics
-
     request = problem.request
     out: JsonObject = {}
     for name, values, provenance in sets:
@@ -178,6 +176,8 @@ def score_sets(problem: CalibrationProblem, sets: Sequence[ParameterSet],
         if metrics is not None:
             scope = "validation" if request.validation else "training"
             if scope in evaluated:
+                from .metrics_json import metrics_documents  # only with --metrics
+
                 metrics[name] = metrics_documents(request, evaluated[scope], scope, name,
                                                   provenance)
         out[name] = entry

@@ -280,7 +280,7 @@ class SimulationBuilder:
         overlays = self._overlays(manifest, overlays)
         registry = self._registry_with_extensions(manifest)
         components = self._components(manifest, registry, overlays)
-        spec, model_key, parsed = self._parse_model(manifest)
+        spec, model_key, parsed = self._parse_model(manifest, fresh=False)
         targets = tuple(target for _, target in overlays.mujoco)
         family = self._family
         if family is not None and not family.matches(manifest, registry, components,
@@ -288,6 +288,8 @@ class SimulationBuilder:
             family = None
         model = self._written(family, overlays) if family is not None else None
         if model is None:
+            if spec is parsed.spec:  # the cached parse itself: the overlays go into a copy
+                spec = spec.copy()
             apply_mujoco_overlays(spec, overlays.mujoco, overlay_failure,
                                   inertials=self._inertials, model_key=model_key)
             for component in components:
@@ -447,17 +449,19 @@ class SimulationBuilder:
         self._resolved = (manifest, registry, key, components)
         return components
 
-    def _parse_model(self, manifest: SimulationManifest
+    def _parse_model(self, manifest: SimulationManifest, *, fresh: bool = True
                      ) -> tuple[mujoco.MjSpec, ModelKey | None, ParsedModel]:
         """A fresh MjSpec of the model (a copy of a cached parse while its files are
-        unchanged), the key of that parse and what is known of its files."""
+        unchanged), the key of that parse and what is known of its files. ``fresh=False``
+        returns a cached parse itself (``parsed.spec``, to be copied before any change): a
+        candidate whose values are written into a pooled model never needs the copy."""
         try:
             key = prov.included_file_keys(manifest.model)
         except OSError:
             key = None
         cached = self._models.get(key) if key is not None else None
         if cached is not None:
-            return cached.spec.copy(), key, cached
+            return (cached.spec.copy() if fresh else cached.spec), key, cached
         try:
             spec = mujoco.MjSpec.from_file(str(manifest.model))
         except Exception as exc:  # noqa: BLE001 - MuJoCo raises plain ValueError

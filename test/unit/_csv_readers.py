@@ -29,6 +29,7 @@ def csv_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if request.param == "pyarrow":
         pytest.importorskip("pyarrow.csv", reason="pyarrow is not installed (fast-csv extra)")
         assert csv_arrow.arrow() is not None
+        monkeypatch.setattr(csv_arrow, "MIN_BYTES", 0)  # the tests' logs are small
     else:
         hide_pyarrow(monkeypatch)
     return str(request.param)

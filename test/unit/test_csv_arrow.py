@@ -36,6 +36,12 @@ SPECIAL = ["nan", "NaN", "-nan", "inf", "-inf", "+inf", "Infinity", "-Infinity",
            "9007199254740993", "0.1", "0.30000000000000004"]
 
 
+@pytest.fixture(autouse=True)
+def _arrow_for_small_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logs here are small; pyarrow reads them anyway (``MIN_BYTES`` is a speed choice)."""
+    monkeypatch.setattr(csv_arrow, "MIN_BYTES", 0)
+
+
 def _bits(values: np.ndarray) -> np.ndarray:
     """float64 bit patterns, every NaN as one (a NaN is refused by the checks anyway)."""
     out = np.asarray(values, dtype=np.float64).copy()
@@ -240,3 +246,18 @@ def test_both_readers_name_line_and_column(tmp_path: Path, csv_reader: str) -> N
     path.write_text("time_ns,q,dq\n" + "\n".join(rows[:25]) + "\n")
     with pytest.raises(SourceError, match=r"NaN or infinite values.*\(line 22\)"):
         CsvSource(path, "time_ns", None).stream(columns=["dq"])
+
+
+def test_a_small_log_is_read_by_numpy_without_importing_pyarrow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``MIN_BYTES`` the numpy path reads (the same values) and pyarrow is not loaded."""
+    pytest.importorskip("pyarrow.csv")
+    path = tmp_path / "log.csv"
+    path.write_text("time_ns,a\n" + "".join(f"{1_763_146_355_421_617_551 + n},{n / 3!r}\n"
+                                            for n in range(100)))
+    arrow_read = CsvSource(path, "time_ns", None).column("a")
+    monkeypatch.setattr(csv_arrow, "MIN_BYTES", path.stat().st_size + 1)
+    monkeypatch.setattr(csv_arrow, "_load", _never)  # asking for pyarrow fails here
+    source = CsvSource(path, "time_ns", None)
+    assert source._layout.plain and not source._layout.simple
+    np.testing.assert_array_equal(_bits(source.column("a")), _bits(arrow_read))

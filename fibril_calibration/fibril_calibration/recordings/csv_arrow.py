@@ -32,9 +32,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ENABLED", "arrow", "read_typed"]
+__all__ = ["ENABLED", "MIN_BYTES", "arrow", "arrow_for", "read_typed"]
 
 ENABLED = True  # False: always the numpy path (a benchmark's comparison)
+# A smaller file takes the numpy path: numpy reads it in less time than pyarrow takes to import
+# (tens of ms), and the values are the same.
+MIN_BYTES = 1 << 20
 BLOCK_BYTES = 1 << 20  # Arrow's unit of parallel parsing (its default)
 # Up to this much text is parsed whole (all cores, the columns held twice for a moment);
 # more is streamed batch by batch into the arrays (memory: the arrays and a few blocks).
@@ -60,6 +63,11 @@ def _load() -> Arrow | None:
 def arrow() -> Arrow | None:
     """pyarrow, or None when it is not installed (or ``ENABLED`` is off)."""
     return _load() if ENABLED else None
+
+
+def arrow_for(size: int) -> Arrow | None:
+    """pyarrow for a file of ``size`` bytes: None below ``MIN_BYTES`` (or as ``arrow``)."""
+    return arrow() if size >= MIN_BYTES else None
 
 
 def read_typed(path: Path, start: int, width: int, delimiter: str, wanted: Mapping[str, int],

@@ -2,17 +2,19 @@
 
 A robot log can hold tens of millions of rows; a calibration maps a few of its columns. The
 file is read in chunks of ``CHUNK_BYTES`` to count its rows and check that they are plain
-enough for a typed parser to read whole: with pyarrow installed (``csv_arrow``, optional) the
-data rows must be *simple* (ASCII, no quote, no CR but in CRLF: Arrow checks each row's field
-count itself); without it *plain* (the header's number of fields, counted per line from the
-comma positions, no quote, no blank line). A simple file's wanted columns are parsed by
-Arrow, a plain one's by numpy's C reader over the whole file (``usecols``: only those columns
-are ever held). Otherwise, or when the parser refuses a value, the chunks are parsed one by
-one into preallocated arrays, a chunk numpy refuses with ``csv`` and ``float``, which name the
-line and column at fault. Every value is ``float(text)`` (``int(text)`` for a time in ns) bit
-for bit, whichever parser read it. Memory is the wanted columns plus one chunk (Arrow: plus
-a few blocks, and a second copy of the columns of a file under 64 MiB), however many columns
-and rows the file has. A UTF-8 byte order mark before the header is skipped.
+enough for a typed parser to read whole: with pyarrow installed (``csv_arrow``, optional) and a
+file of at least ``csv_arrow.MIN_BYTES`` (1 MiB; a smaller one is read by numpy in less time
+than pyarrow takes to import) the data rows must be *simple* (ASCII, no quote, no CR but in
+CRLF: Arrow checks each row's field count itself); without it *plain* (the header's number of
+fields, counted per line from the comma positions, no quote, no blank line). A simple file's
+wanted columns are parsed by Arrow, a plain one's by numpy's C reader over the whole file
+(``usecols``: only those columns are ever held). Otherwise, or when the parser refuses a value,
+the chunks are parsed one by one into preallocated arrays, a chunk numpy refuses with ``csv``
+and ``float``, which name the line and column at fault. Every value is ``float(text)``
+(``int(text)`` for a time in ns) bit for bit, whichever parser read it. Memory is the wanted
+columns plus one chunk (Arrow: plus a few blocks, and a second copy of the columns of a file
+under 64 MiB), however many columns and rows the file has. A UTF-8 byte order mark before the
+header is skipped.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class CsvLayout:
     """Header names, where the data rows start, how many there are, and whether every row
     is plain (the header's field count, no quotes, no blank line: numpy may read it whole) or
     simple (ASCII, no quote, no lone CR: pyarrow may read it whole). With pyarrow installed
-    only ``simple`` is found (``plain`` stays False), without it only ``plain``."""
+    (and a file of ``csv_arrow.MIN_BYTES`` or more) only ``simple`` is found (``plain`` stays
+    False), otherwise only ``plain``."""
 
     path: Path
     label: str  # "recording 'x.csv'"
@@ -100,7 +103,7 @@ def read_layout(path: Path, label: str, *, header: bool | None = None,
                              f"{{0: time_ns, 1: q1}})")
         names = tuple(name.strip() for name in row)
     rows = 0
-    fast = csv_arrow.arrow() is not None
+    fast = csv_arrow.arrow_for(path.stat().st_size) is not None
     plain = not fast
     simple = fast
     for _, chunk, count in _chunks(path, start):

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .bag_readers import choose_reader
-from .bag_source import BagSource
-from .franka import FrankaSource, FrankaTargetSource
 from .sources import SOURCE_FORMATS, CsvSource, Source, SourceError
+
+# Each format's reader is imported when a recording of that format is opened: a CSV log never
+# loads rosbags (its typestore, zstd, lz4, sqlite3) nor the Franka ring-log reader.
 
 __all__ = ["open_source"]
 
@@ -61,6 +61,8 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
         if path.is_dir():
             raise SourceError(f"recording {str(path)!r} is a folder, not a CSV file")
         if franka:
+            from .franka import FrankaSource, FrankaTargetSource
+
             if time_column is not None or time_unit is not None:
                 raise SourceError(f"recording {str(path)!r}: the {format} format takes its "
                                   f"time from seq (1 kHz ring log) or t_s; give no time_column")
@@ -83,6 +85,9 @@ def open_source(path: Path, format: str | None = None, *, time: str = "log",
     if format in ("mcap", "sqlite3") and path.is_dir():
         raise SourceError(f"recording {str(path)!r} is a folder (format rosbag2), not a "
                           f"{format} file")
+    from .bag_readers import choose_reader
+    from .bag_source import BagSource
+
     try:
         chosen = choose_reader(reader or "rosbags", f"recording {str(path)!r} reader")
     except ValueError as exc:

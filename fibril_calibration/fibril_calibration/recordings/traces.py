@@ -31,15 +31,17 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
+from fibril_sim_core.errors import TraceError
 from fibril_sim_core.records import IngressRecord
-from fibril_sim_core.trace import TraceError
-from fibril_sim_core.trace.query import QueryResult, TraceQueryError, query
-from fibril_sim_core.trace.reader import TraceReader
 
+# The trace stack (its reader, rosbags, the MCAP index) loads when a trace is opened: a request
+# reading a CSV log or inline samples never imports it.
 if TYPE_CHECKING:
     from types import TracebackType
 
     from fibril_sim_core.manifest import InputSpec
+    from fibril_sim_core.trace.query import QueryResult, TraceQueryError
+    from fibril_sim_core.trace.reader import TraceReader
 
 __all__ = ["Recording", "RecordingError", "Recordings", "Series", "TraceError",
            "TraceQueryError", "without_scenario_inputs"]
@@ -58,6 +60,15 @@ class _Record(Protocol):
 
 
 _R = TypeVar("_R")
+
+
+def __getattr__(name: str) -> type[TraceQueryError]:
+    """``TraceQueryError``, from the trace stack when first asked for (PEP 562)."""
+    if name == "TraceQueryError":
+        from fibril_sim_core.trace.query import TraceQueryError
+
+        return TraceQueryError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RecordingError(ValueError):
@@ -85,8 +96,10 @@ class Recording:
     """One open trace: episodes, accepted inputs and selector series (memoized per selector)."""
 
     def __init__(self, path: Path) -> None:
+        from fibril_sim_core.trace.reader import TraceReader
+
         self.path = path
-        self._reader = TraceReader(path)  # raises TraceError
+        self._reader: TraceReader = TraceReader(path)  # raises TraceError
         self._queries: dict[str, QueryResult] = {}
         self._episodes: tuple[int, ...] | None = None
         self._first: tuple[int | None] | None = None
@@ -151,6 +164,8 @@ class Recording:
     # ----------------------------------------------------------------- samples
     def query(self, selector: str) -> QueryResult:
         """The selector's table over every episode (raises TraceQueryError / TraceError)."""
+        from fibril_sim_core.trace.query import query
+
         result = self._queries.get(selector)
         if result is None:
             result = query(self._reader, selector)

@@ -23,7 +23,7 @@ from ..errors import CalibrationRequestError
 from ..model.observations import ObservationSpec
 from ..recordings.sources import MAX_VALUE
 from ..recordings.traces import (Recording, RecordingError, Recordings, TraceError,
-                                 TraceQueryError, without_scenario_inputs)
+                                 without_scenario_inputs)
 from .canonical import canonical_json
 from .csv_samples import _csv_samples
 from .inline_samples import inline_samples
@@ -402,6 +402,8 @@ def _trace_samples(value: object, where: s.Where, observation: ObservationSpec,
     if "columns" in body:
         columns = s.sequence(body["columns"], where.key("columns"))
     acquisition = observation.timestamp == "acquisition" and selector.startswith("device:")
+    from ..recordings.traces import TraceQueryError  # the trace stack: loaded with the trace
+
     try:
         series = recording.series(selector, number, columns=columns,
                                   acquisition_time=acquisition)
