@@ -344,9 +344,10 @@ def parse_signal(value: object, where: s.Where, observation: ObservationSpec, ti
     if loaded is not None:
         times, values = loaded
     elif "samples_from" in body:
-        # traces is None only for a recording source's signals (loaded), refused above
+        if traces is None:  # only a recording source's signals (loaded: refused above)
+            raise where.key("samples_from").fail("samples_from needs the episode's traces")
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
-                                                 observation, traces)  # type: ignore[arg-type]
+                                                 observation, traces)
     elif "samples" in body:
         times, values = inline_samples(body["samples"], where.key("samples"), observation)
     else:

@@ -176,9 +176,9 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            # Through the package (an rclpy without it fails here), which re-exports it
-            # without __all__.
-            from rclpy.experimental import EventsExecutor  # type: ignore[attr-defined]
+            # (an rclpy without it fails here; the module, not the package, which re-exports
+            # it without __all__)
+            from rclpy.experimental.events_executor import EventsExecutor
         except ImportError:
             pass
         else:
