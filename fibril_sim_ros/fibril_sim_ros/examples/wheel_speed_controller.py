@@ -185,13 +185,13 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            # (an rclpy without it fails here; the module, not the package, which re-exports
-            # it without __all__)
-            from rclpy.experimental.events_executor import EventsExecutor
+            # Through the package (an rclpy without it fails here); the module, as the package
+            # re-exports the executor without __all__.
+            from rclpy.experimental import events_executor
         except ImportError:
             pass
         else:
-            return EventsExecutor(context=context), 'events'
+            return events_executor.EventsExecutor(context=context), 'events'
     return SingleThreadedExecutor(context=context), 'single_threaded'
 
 
