@@ -21,10 +21,11 @@ import ctypes
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rclpy.publisher import Publisher
-from rclpy.type_support import Msg
+if TYPE_CHECKING:  # (annotations only: this module loads no more of rclpy than ctypes needs)
+    from rclpy.publisher import Publisher
+    from rclpy.type_support import Msg
 
 _publish_batch: ModuleType | None
 try:  # (our C extension: no stubs, so imported by name)
