@@ -107,7 +107,7 @@ class EpisodeTraces:
     base: Path
     plan: SimulationPlan
     recording: Recording | None
-    recording_where: s.Where | None
+    recording_where: s.Where  # the episode's 'recording' key (its errors name it)
     episode: int | None
     episode_where: s.Where
 
@@ -392,7 +392,7 @@ def _trace_samples(value: object, where: s.Where, observation: ObservationSpec,
         recording = open_recording(body["recording"], rw, traces.recordings, traces.base,
                                     traces.plan)
     elif traces.recording is not None:
-        rw = traces.recording_where  # type: ignore[assignment]  # set with recording
+        rw = traces.recording_where
         recording = traces.recording
     else:
         raise where.key("recording").fail(
