@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import threading
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, SupportsFloat, SupportsInt, TypeVar
 
 from rclpy.node import Node
 from rclpy.task import Future
@@ -112,10 +112,10 @@ class NodeServices:
             response.success = False
             response.message = str(exc)
             state = node.state_or_empty()
-        response.episode = int(state.get("episode", 0))
-        response.tick = int(state.get("tick", 0))
-        response.session_time_ns = int(state.get("session_time_ns", 0))
-        response.seed = int(state.get("seed", 0))
+        response.episode = _int(state, "episode")
+        response.tick = _int(state, "tick")
+        response.session_time_ns = _int(state, "session_time_ns")
+        response.seed = _int(state, "seed")
         return response
 
     def _on_set_paused(self, request: SetPaused.Request,
@@ -130,8 +130,8 @@ class NodeServices:
             response.message = str(exc)
             state = node.state_or_empty()
         response.paused = node.paused
-        response.tick = int(state.get("tick", 0))
-        response.session_time_ns = int(state.get("session_time_ns", 0))
+        response.tick = _int(state, "tick")
+        response.session_time_ns = _int(state, "session_time_ns")
         return response
 
     def get_state(self, request: GetState.Request,
@@ -139,24 +139,24 @@ class NodeServices:
         node = self._node
         state = node.state_or_empty()
         response.paused = node.paused
-        response.episode = int(state.get("episode", 0))
-        response.tick = int(state.get("tick", 0))
-        response.episode_time_ns = int(state.get("episode_time_ns", 0))
-        response.session_time_ns = int(state.get("session_time_ns", 0))
-        response.qpos = [float(v) for v in state.get("qpos", [])]
-        response.qvel = [float(v) for v in state.get("qvel", [])]
+        response.episode = _int(state, "episode")
+        response.tick = _int(state, "tick")
+        response.episode_time_ns = _int(state, "episode_time_ns")
+        response.session_time_ns = _int(state, "session_time_ns")
+        response.qpos = _floats(state, "qpos")
+        response.qvel = _floats(state, "qvel")
         if response.qpos:
             layout = node.publishing.layout
             response.joint_names = list(layout.joint_names)
             response.joint_positions = [response.qpos[i] for i in layout.joint_qpos]
             response.joint_velocities = [response.qvel[i] for i in layout.joint_dof]
-        response.seed = int(state.get("seed", 0))
+        response.seed = _int(state, "seed")
         response.mode = node.mode
         response.target_real_time_factor = float(node.target_rtf)
         # The host measures it in every mode (sync / lockstep frames included).
-        response.real_time_factor = float(state.get("real_time_factor", 0.0))
-        response.accepted_inputs = int(state.get("accepted_inputs", 0))
-        response.rejected_inputs = (int(state.get("rejected_inputs", 0))
+        response.real_time_factor = _float(state, "real_time_factor")
+        response.accepted_inputs = _int(state, "accepted_inputs")
+        response.rejected_inputs = (_int(state, "rejected_inputs")
                                     + node.commands.malformed)
         drops = dict(node.publishing.outbox.drops)
         response.drop_topics = list(drops)
@@ -168,12 +168,40 @@ class NodeServices:
         response.lateness_warning = watchdog.last_warning
         return response
 
-    def _fill(self, response: Step.Response, state: dict[str, Any]) -> None:
-        response.tick = int(state.get("tick", 0))
-        response.episode_time_ns = int(state.get("episode_time_ns", 0))
-        response.session_time_ns = int(state.get("session_time_ns", 0))
-        response.episode = int(state.get("episode", 0))
+    def _fill(self, response: Step.Response, state: Mapping[str, object]) -> None:
+        response.tick = _int(state, "tick")
+        response.episode_time_ns = _int(state, "episode_time_ns")
+        response.session_time_ns = _int(state, "session_time_ns")
+        response.episode = _int(state, "episode")
         response.paused = self._node.paused
+
+
+# The host's state is a document (a dict of numbers, lists of numbers, strings): read a field
+# as the type its response field has (absent: 0), narrowed here.
+def _int(state: Mapping[str, object], key: str) -> int:
+    value = state.get(key, 0)
+    if isinstance(value, SupportsInt):
+        return int(value)
+    raise TypeError(f"the host state's {key} is not a number: {value!r}")
+
+
+def _float(state: Mapping[str, object], key: str) -> float:
+    value = state.get(key, 0.0)
+    if isinstance(value, SupportsFloat):
+        return float(value)
+    raise TypeError(f"the host state's {key} is not a number: {value!r}")
+
+
+def _floats(state: Mapping[str, object], key: str) -> list[float]:
+    values = state.get(key, ())
+    if not isinstance(values, Iterable):
+        raise TypeError(f"the host state's {key} is not a list: {values!r}")
+    floats: list[float] = []
+    for value in values:
+        if not isinstance(value, SupportsFloat):
+            raise TypeError(f"the host state's {key} holds {value!r}, not a number")
+        floats.append(float(value))
+    return floats
 
 
 class StandardControl:

@@ -11,11 +11,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from fibril_sim_core.records import DeviceOutput, FrameTiming, StateObservation
 
-from .rcl_publish import publish_many, rcl_publisher
+from .rcl_publish import Send, publish_many, rcl_publisher
 
 # Writes waiting for the writer thread before a real-time host drops new ones (counted per
 # topic) rather than fall behind the clock.
@@ -28,10 +28,9 @@ WAKE_BATCH = 64
 # Serialized messages queued one behind the other are written in batches of at most this many.
 WRITE_BATCH = 256
 
-# A topic's writer, and what it writes: an rclpy message or its serialized bytes.
-Send = Callable[[Any], None]
-# A large output's conversion (on the writer thread): (topic, message) pairs.
-Convert = Callable[[DeviceOutput], Iterable[tuple[str, Any]]]
+# A large output's conversion (on the writer thread): (topic, message) pairs, each message an
+# rclpy message object or its serialized bytes (what a topic's ``Send`` takes).
+Convert = Callable[[DeviceOutput], Iterable[tuple[str, object]]]
 # Where a failed write is reported (a message; throttled by the caller's logger).
 Log = Callable[[str], None]
 
@@ -90,7 +89,12 @@ class Outbox:
                  on_frame: Callable[[FrameTiming], None] | None = None) -> None:
         self._publish = publish
         self._log = logger
-        self._queue: deque[tuple[Send, Any]] = deque()
+        # Each write waiting for the writer thread: a writer and its argument. Most are a
+        # topic's Send and its message; the writers below take another argument (the type of
+        # the pair is more than a deque can say), cast once here rather than per write.
+        self._queue: deque[tuple[Send, object]] = deque()
+        self._write_clock = cast(Send, publish.publish_clock)  # session time (int)
+        self._write_converted = cast(Send, self._convert)  # (Convert, DeviceOutput)
         self._work = threading.Event()  # the writer has something to do
         self._room = threading.Event()  # a blocked producer may go on
         self._busy = False  # the writer is writing (an item may be in flight)
@@ -178,7 +182,7 @@ class Outbox:
         if not self._stopping:
             self._log(f"publishing failed: {type(exc).__name__}: {exc}")
 
-    def write(self, send: Send, payload: Any, topic: str) -> None:
+    def write(self, send: Send, payload: object, topic: str) -> None:
         """Write one small message: at once, or behind what waits for the writer thread."""
         if not self._queued and not self._queue and not self._busy:
             send(payload)
@@ -187,10 +191,10 @@ class Outbox:
 
     def hand_off(self, convert: Convert, output: DeviceOutput, topics: Sequence[str]) -> None:
         """Queue a large message: converted and written on the writer thread."""
-        self._enqueue(self._convert, (convert, output), topics)
+        self._enqueue(self._write_converted, (convert, output), topics)
         self._work.set()
 
-    def _enqueue(self, send: Send, payload: Any, topics: Sequence[str]) -> None:
+    def _enqueue(self, send: Send, payload: object, topics: Sequence[str]) -> None:
         queue = self._queue
         if len(queue) >= BLOCKING_BACKLOG:
             if not self._blocking:
@@ -218,7 +222,7 @@ class Outbox:
             if not self._queued and not self._queue and not self._busy:
                 self._publish.publish_clock(session_time_ns)
                 return
-            self._queue.append((self._publish.publish_clock, session_time_ns))
+            self._queue.append((self._write_clock, session_time_ns))
         if kick:
             self._work.set()
 
@@ -227,7 +231,7 @@ class Outbox:
         if not self._queue and not self._busy:
             return
         done = threading.Event()
-        self._queue.append((_set, done))
+        self._queue.append((_SET, done))
         self._work.set()
         done.wait(timeout)
 
@@ -269,14 +273,17 @@ class Outbox:
             payloads: list[bytes] = []
             while queue and not self._stopping:
                 send, payload = popleft()
-                publisher = rcl_publisher(send) if type(payload) is bytes else None
-                if publisher is not None:
-                    # Serialized messages queued one behind the other go out as one batch (the
-                    # GIL released once for all of them: rcl_publish.publish_many).
-                    publishers.append(publisher)
-                    payloads.append(payload)
-                    if queue and len(payloads) < WRITE_BATCH:
-                        continue
+                if type(payload) is bytes:
+                    publisher = rcl_publisher(send)
+                    if publisher is not None:
+                        # Serialized messages queued one behind the other go out as one batch
+                        # (the GIL released once for all: rcl_publish.publish_many).
+                        publishers.append(publisher)
+                        payloads.append(payload)
+                        if queue and len(payloads) < WRITE_BATCH:
+                            continue
+                else:
+                    publisher = None
                 if payloads:
                     self._write_batch(publishers, payloads)
                     publishers, payloads = [], []
@@ -303,3 +310,6 @@ class Outbox:
 
 def _set(event: threading.Event) -> None:
     event.set()
+
+
+_SET = cast(Send, _set)  # a flush's marker in the queue (its argument: the Event)

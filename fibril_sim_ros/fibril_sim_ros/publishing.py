@@ -11,11 +11,10 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import QoSProfile
+from rclpy.type_support import Msg
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, JointState
 from std_msgs.msg import String
@@ -28,10 +27,10 @@ from fibril_sim_core.runtime.observation import StateLayout, static_frames
 from fibril_sim_core.runtime import SimulationConnection
 
 from . import messages as m
-from .rcl_publish import raw_sender
+from .rcl_publish import Send, raw_sender
 from .bridge import OUTPUT_QOS, Bridge
 from .ground_truth import FramePublisher, JointStates, TFMessage, tf_available
-from .outbox import Convert, Log, Outbox, Send
+from .outbox import Convert, Log, Outbox
 from .qos import CLOCK_QOS, LATCHED_QOS, profile, publisher_events
 
 # How often the node asks DDS which outputs have subscribers (unsubscribed volatile outputs
@@ -51,11 +50,11 @@ class _Route:
     """One bridge output of a device: its converter and publishers."""
 
     convert: Convert
-    publishers: list[Publisher[Any]]
+    publishers: list[Publisher[Msg]]
     topics: list[str]
     heavy: bool  # converted on the publisher thread
     latched: bool  # transient local: published even with no subscriber yet
-    single: Callable[[DeviceOutput], Any] | None  # output -> its one message: the hot path
+    single: Callable[[DeviceOutput], object] | None  # output -> its one message: the hot path
     send: Send  # the first topic's writer
     listened: bool = True
 
@@ -96,14 +95,14 @@ class Publishing:
         self._make_ground_truth()
 
     # ------------------------------------------------------------------ set-up
-    def _publisher(self, cls: type, topic: str, qos: QoSProfile) -> Publisher[Any]:
+    def _publisher(self, cls: type[Msg], topic: str, qos: QoSProfile) -> Publisher[Msg]:
         logger = self._node.get_logger()
         return self._node.create_publisher(cls, topic, qos,
                                            event_callbacks=publisher_events(logger, topic, qos))
 
     def _make_outputs(self) -> None:
         timestep_s = self._plan.timebase.timestep_s
-        publishers: dict[str, Publisher[Any]] = {}
+        publishers: dict[str, Publisher[Msg]] = {}
         self._routes: dict[str, list[_Route]] = {}  # device id -> its outputs
         self._senders: dict[str, Send] = {}
         devices = {d.id: d for d in self._plan.devices}
@@ -144,7 +143,7 @@ class Publishing:
             self._output_publishers[entry.topic] = joint_pub
             self._joint_topic = entry.topic
         self._frames: FramePublisher | None = None
-        self._tf_static_pub: Publisher[Any] | None = None
+        self._tf_static_pub: Publisher[Msg] | None = None
         if bridge.tf is not None:
             if tf_available():
                 # The robot description's links between two joints of one body move with

@@ -21,7 +21,11 @@ import ctypes
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # (annotations only: this module loads no more of rclpy than ctypes needs)
+    from rclpy.publisher import Publisher
+    from rclpy.type_support import Msg
 
 _publish_batch: ModuleType | None
 try:  # (our C extension: no stubs, so imported by name)
@@ -47,6 +51,17 @@ class _ErrorString(ctypes.Structure):
     _fields_ = [("str", ctypes.c_char * 1024)]
 
 
+class _Publish(Protocol):
+    """rcl_publish_serialized_message as bound by ``_bind`` (non-zero: it failed)."""
+
+    def __call__(self, publisher: int, message: _SerializedMessage, allocation: None, /
+                 ) -> int: ...
+
+
+# A topic's writer: a message object (rclpy's publish) or its serialized bytes (GIL-free).
+Send = Callable[[object], None]
+
+
 def _loaded(name: str) -> ctypes.CDLL | None:
     """The copy of ``name`` this process already loaded (rclpy's), by its path."""
     try:
@@ -63,47 +78,50 @@ def _loaded(name: str) -> ctypes.CDLL | None:
         return None
 
 
-_publish: Any = None
+_publish: _Publish | None = None
 _publish_address = 0
-_error: Any = None
-_reset: Any = None
+_error: Callable[[], _ErrorString] | None = None
+_reset: Callable[[], None] | None = None
 _topics: dict[int, str] = {}  # rcl_publisher_t address -> topic name, for error messages
 
 
-def _bind() -> bool:
+def _bind() -> _Publish | None:
+    """rcl's publish function, bound on first use (None: no librcl / librcutils)."""
     global _publish, _publish_address, _error, _reset
     if _publish is not None:
-        return True
+        return _publish
     rcl, rcutils = _loaded("librcl.so"), _loaded("librcutils.so")
     if rcl is None or rcutils is None:
-        return False
+        return None
     try:
         publish = rcl.rcl_publish_serialized_message
         error, reset = rcutils.rcutils_get_error_string, rcutils.rcutils_reset_error
     except AttributeError:
-        return False
+        return None
     publish.argtypes = [ctypes.c_void_p, ctypes.POINTER(_SerializedMessage), ctypes.c_void_p]
     publish.restype = ctypes.c_int
     error.argtypes, error.restype = [], _ErrorString
     reset.argtypes, reset.restype = [], None
     _publish, _error, _reset = publish, error, reset
     _publish_address = ctypes.cast(publish, ctypes.c_void_p).value or 0
-    return True
+    return publish
 
 
-def raw_sender(publisher: Any) -> Callable[[Any], None]:
+def raw_sender(publisher: Publisher[Msg]) -> Send:
     """A function that publishes ``bytes`` (a serialized message) GIL-free, and anything
     else (a message object) with ``publisher.publish``. The publisher must outlive every
     call (the node stops its writers before it destroys its publishers)."""
+    fallback: Send = publisher.publish
     pointer = getattr(getattr(publisher, "handle", None), "pointer", None)
-    if not isinstance(pointer, int) or not _bind():
-        plain: Callable[[Any], None] = publisher.publish
-        return plain
-    publish, fallback = _publish, publisher.publish
+    if not isinstance(pointer, int):
+        return fallback
+    publish = _bind()
+    if publish is None:
+        return fallback
     make = _SerializedMessage
     topic = publisher.topic_name
 
-    def send(payload: Any) -> None:
+    def send(payload: object) -> None:
         if type(payload) is not bytes:
             fallback(payload)
             return
@@ -116,7 +134,7 @@ def raw_sender(publisher: Any) -> Callable[[Any], None]:
     return send
 
 
-def rcl_publisher(send: Callable[[Any], None]) -> int | None:
+def rcl_publisher(send: Send) -> int | None:
     """The rcl_publisher_t address of a ``raw_sender`` (None for any other function)."""
     return getattr(send, "rcl_publisher", None)
 
@@ -134,6 +152,8 @@ def publish_many(publishers: list[int], payloads: list[bytes]) -> list[str]:
             start = failed + 1
         return failures
     publish, make = _publish, _SerializedMessage
+    if publish is None:  # (the addresses came from raw_sender, which bound it)
+        raise RuntimeError("publish_many: rcl_publish_serialized_message is not bound")
     for pointer, payload in zip(publishers, payloads):
         size = len(payload)
         if publish(pointer, make(payload, size, size), None):
@@ -148,6 +168,8 @@ def _failure(pointer: int) -> str:
 
 def _take_error() -> str:
     """rcl's error message of this thread's last failed call, cleared."""
+    if _error is None or _reset is None:  # (a failed write implies they are bound)
+        return "librcutils is not bound"
     reason: bytes = _error().str
     _reset()
     return reason.decode(errors="replace")

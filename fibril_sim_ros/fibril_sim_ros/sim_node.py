@@ -41,8 +41,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import rclpy
 from rclpy.exceptions import (InvalidHandle, ParameterException,
@@ -74,6 +74,13 @@ from .settings import (DEFAULT_LATENESS_WARN_MS, START_UP_ONLY, Mode, NodeConfig
 from .sync import SyncDriver
 from .watchdog import DeliveryWatchdog
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from rclpy.context import Context
+    from rclpy.parameter import AllowableParameterValue
+    from rclpy.qos import QoSProfile
+
 __all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "NODE_NAME", "NodeConfigError", "SimNode", "main",
            "run"]
 
@@ -94,6 +101,22 @@ FAST_FRAME_MAX_FACTOR = 100  # at most this many manifest frames in one fast fra
 SPIN_TIMEOUT_S = 0.2
 
 
+class _NodeKeywords(TypedDict, total=False):
+    """rclpy ``Node``'s keyword arguments that ``SimNode`` passes on (it sets the parameter
+    overrides itself: use_sim_time)."""
+
+    context: Context | None
+    cli_args: list[str] | None
+    namespace: str | None
+    use_global_arguments: bool
+    enable_rosout: bool
+    rosout_qos_profile: QoSProfile | int
+    start_parameter_services: bool
+    allow_undeclared_parameters: bool
+    automatically_declare_parameters_from_overrides: bool
+    enable_logger_service: bool
+
+
 # --------------------------------------------------------------------------- the node
 class SimNode(Node):
     """The live simulation: a runtime, its bridge topics, /clock and control services.
@@ -102,7 +125,7 @@ class SimNode(Node):
     bridge, timing) -> runtime (host, trace, server) -> wiring (publishers, watchdog,
     subscriptions, services), then started (``_begin``)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Unpack[_NodeKeywords]) -> None:
         super().__init__(NODE_NAME, parameter_overrides=[Parameter("use_sim_time", value=True)],
                          **kwargs)
         self.exit_code: int | None = None
@@ -291,7 +314,7 @@ class SimNode(Node):
         return _built(self._commands, "commands")
 
     # ------------------------------------------------------------------ control (services)
-    def step(self, ticks: int) -> dict[str, Any]:
+    def step(self, ticks: int) -> Mapping[str, object]:
         """Advance ``ticks`` while paused (in sync mode, period by period with the answers);
         the outputs are published before it returns. FibrilError while running."""
         self.publishing.refresh_listeners()  # a subscriber that came while paused gets these
@@ -307,7 +330,7 @@ class SimNode(Node):
         self.publishing.outbox.flush()  # its outputs are published before the reply
         return state
 
-    def set_paused(self, paused: bool) -> dict[str, Any]:
+    def set_paused(self, paused: bool) -> Mapping[str, object]:
         self.publishing.refresh_listeners()
         if self.sync is not None:  # pausing: the current period finishes first
             state = self.sync.set_running(not paused)
@@ -316,7 +339,8 @@ class SimNode(Node):
         self.paused = paused
         return state
 
-    def reset(self, keyframe: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    def reset(self, keyframe: str | None = None, seed: int | None = None
+              ) -> Mapping[str, object]:
         """A new episode; /clock goes on (SessionTime never goes back)."""
         state = self.connection.reset(keyframe, seed)
         if self.sync is None:  # (sync mode: the next period's /clock follows)
@@ -328,14 +352,15 @@ class SimNode(Node):
         """``~/get_state``'s answer (see node_services), as a call."""
         return _built(self._control_services, "control services").get_state(request, response)
 
-    def state_or_empty(self) -> dict[str, Any]:
+    def state_or_empty(self) -> Mapping[str, object]:
         try:
             return self.connection.state()
         except FibrilError:
             return {}
 
     # ------------------------------------------------------------------ parameters
-    def _on_parameters(self, parameters: list[Parameter[Any]]) -> SetParametersResult:
+    def _on_parameters(self, parameters: list[Parameter[AllowableParameterValue]]
+                       ) -> SetParametersResult:
         for parameter in parameters:
             if parameter.name in START_UP_ONLY:
                 return SetParametersResult(

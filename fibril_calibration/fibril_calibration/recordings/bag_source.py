@@ -312,8 +312,8 @@ class BagSource(Source):
                               f"position[joint_name], pose.pose.orientation)")
         table = self._joint_table(topic, msgtype)
         picked = table.pick(field) if table is not None and field is not None else None
-        if picked is not None:
-            times = table.header_ns if time == "header" else log_times  # type: ignore[union-attr]
+        if table is not None and picked is not None:
+            times = table.header_ns if time == "header" else log_times
             stream = Stream(f"{label} field {field!r}", times, picked[0], picked[1],
                             origin_ns=self.start_ns())
             check_stream(stream, values=check_values)

@@ -209,13 +209,13 @@ class FrankaSource(CsvSource):
 
     @property
     def times_ns(self) -> np.ndarray:
-        # the base's getter, past this override (a property's fget is untyped)
-        times: np.ndarray = CsvSource.times_ns.fget(self)  # type: ignore[attr-defined]
+        times = super().times_ns  # the time base read (or set) as CsvSource keeps it
         return times if self._keep is None else times[:self._keep]
 
     @times_ns.setter
     def times_ns(self, value: np.ndarray) -> None:
-        CsvSource.times_ns.fset(self, value)  # type: ignore[attr-defined]
+        # (super() reads a property but cannot set one: what CsvSource's setter does)
+        self._times = value
 
     def _forbidden(self, ring: Mapping[str, JsonValue]) -> list[tuple[int, int, str]]:
         """(start ns, end ns, reason) spans no window may cross."""

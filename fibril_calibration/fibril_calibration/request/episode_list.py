@@ -140,8 +140,7 @@ def _episode(value: object, where: s.Where, scope: str,
         raise where.key("recording_episode").fail(
             f"recording_episode {explicit} selects an episode of a trace, but the episode has "
             f"no 'recording' and no signal with 'samples_from'")
-    traces = EpisodeTraces(recordings, base, plan, recording,
-                            where.key("recording") if recording is not None else None,
+    traces = EpisodeTraces(recordings, base, plan, recording, where.key("recording"),
                             explicit, where.key("recording_episode"))
     timestep = plan.timebase.timestep_ns
     signals = []

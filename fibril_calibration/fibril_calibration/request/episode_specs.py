@@ -107,7 +107,7 @@ class EpisodeTraces:
     base: Path
     plan: SimulationPlan
     recording: Recording | None
-    recording_where: s.Where | None
+    recording_where: s.Where  # the episode's 'recording' key (its errors name it)
     episode: int | None
     episode_where: s.Where
 
@@ -344,9 +344,10 @@ def parse_signal(value: object, where: s.Where, observation: ObservationSpec, ti
     if loaded is not None:
         times, values = loaded
     elif "samples_from" in body:
-        # traces is None only for a recording source's signals (loaded), refused above
+        if traces is None:  # only a recording source's signals (loaded: refused above)
+            raise where.key("samples_from").fail("samples_from needs the episode's traces")
         selector, times, values = _trace_samples(body["samples_from"], where.key("samples_from"),
-                                                 observation, traces)  # type: ignore[arg-type]
+                                                 observation, traces)
     elif "samples" in body:
         times, values = inline_samples(body["samples"], where.key("samples"), observation)
     else:
@@ -391,7 +392,7 @@ def _trace_samples(value: object, where: s.Where, observation: ObservationSpec,
         recording = open_recording(body["recording"], rw, traces.recordings, traces.base,
                                     traces.plan)
     elif traces.recording is not None:
-        rw = traces.recording_where  # type: ignore[assignment]  # set with recording
+        rw = traces.recording_where
         recording = traces.recording
     else:
         raise where.key("recording").fail(

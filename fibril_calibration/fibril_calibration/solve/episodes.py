@@ -297,7 +297,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
             instance.advance(boundary - instance.tick)
             for index, row in reads:
                 # a pose signal's buffer and reader exist (None: captured or event-driven)
-                buffers[index][row] = readers[index](data)  # type: ignore[index, misc]
+                buffers[index][row] = readers[index](data)  # type: ignore[index, misc]  # (see above)
         end = max(schedule.end_tick, schedule.horizon + extra if (devices or applications)
                   else schedule.end_tick)
         instance.advance(end - instance.tick)
@@ -324,7 +324,7 @@ def run_episode(plan: SimulationPlan, schedule: EpisodeSchedule,
         observation = item.observation
         if item.ticks is not None:
             # filled after the rollout for every snapshot signal (ticks is not None)
-            tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]
+            tracks.append(Track(item.ticks * dt, buffers[index]))  # type: ignore[arg-type]  # (see above)
         elif observation.source == "device_output":
             tracks.append(_device_track(devices[observation.target], observation, decoders,
                                         limit, label))

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
@@ -105,10 +104,7 @@ class WheelSpeedController(Node):
     def __init__(self, *, default_sim_time: bool = True, context: Context | None = None) -> None:
         overrides = [Parameter('use_sim_time', value=True)] if default_sim_time else None
         super().__init__(NODE_NAME, parameter_overrides=overrides, context=context)
-        declared: dict[str, Any] = {  # (checked: a str or float each, as its default)
-            name: self._declare(name, default)
-            for name, default in asdict(ControllerSettings()).items()}
-        self.settings = ControllerSettings(**declared)
+        self.settings = self._declared()
         self.settings.check()
         s = self.settings
         self._pi = PiController(s.kp, s.ki, s.duty_limit, max_dt=MAX_MISSED_PERIODS / s.rate)
@@ -128,13 +124,26 @@ class WheelSpeedController(Node):
             f'{s.rate} Hz, {s.encoder_topic} -> {s.command_topic}, '
             f"use_sim_time {self.get_parameter('use_sim_time').value}")
 
-    def _declare(self, name: str, default: float | str) -> float | str:
-        """Declare one parameter; numbers accept integers too (``-p kp:=1``)."""
-        if isinstance(default, str):
-            text: object = self.declare_parameter(name, default).value
-            if not isinstance(text, str):
-                raise ValueError(f'parameter {name!r} must be a string, got {text!r}')
-            return text
+    def _declared(self) -> ControllerSettings:
+        """Every field of ControllerSettings declared as a parameter (its default the
+        field's), in field order."""
+        default, number, text = ControllerSettings(), self._number, self._text
+        return ControllerSettings(
+            kp=number('kp', default.kp), ki=number('ki', default.ki),
+            setpoint=number('setpoint', default.setpoint), rate=number('rate', default.rate),
+            duty_limit=number('duty_limit', default.duty_limit),
+            encoder_topic=text('encoder_topic', default.encoder_topic),
+            command_topic=text('command_topic', default.command_topic),
+            joint=text('joint', default.joint), executor=text('executor', default.executor))
+
+    def _text(self, name: str, default: str) -> str:
+        text: object = self.declare_parameter(name, default).value
+        if not isinstance(text, str):
+            raise ValueError(f'parameter {name!r} must be a string, got {text!r}')
+        return text
+
+    def _number(self, name: str, default: float) -> float:
+        """A number parameter: integers too (``-p kp:=1``)."""
         value: object = self.declare_parameter(
             name, default, ParameterDescriptor(dynamic_typing=True)).value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -176,13 +185,13 @@ def make_executor(kind: str, context: Context | None = None) -> tuple[Executor, 
     passes per control period here); where rclpy lacks it, the SingleThreadedExecutor."""
     if kind == 'events':
         try:
-            # Through the package (an rclpy without it fails here), which re-exports it
-            # without __all__.
-            from rclpy.experimental import EventsExecutor  # type: ignore[attr-defined]
+            # Through the package (an rclpy without it fails here); the module, as the package
+            # re-exports the executor without __all__.
+            from rclpy.experimental import events_executor
         except ImportError:
             pass
         else:
-            return EventsExecutor(context=context), 'events'
+            return events_executor.EventsExecutor(context=context), 'events'
     return SingleThreadedExecutor(context=context), 'single_threaded'
 
 
