@@ -499,11 +499,12 @@ def _plane_half_sizes(size: Sequence[float]) -> tuple[float, float]:
 
 
 def _rgba(model: mujoco.MjModel, geom: int) -> tuple[float, float, float, float]:
-    rgba = tuple(float(v) for v in model.geom_rgba[geom])
+    values = model.geom_rgba[geom]
     material = int(model.geom_matid[geom])
-    if material >= 0 and np.allclose(rgba, _DEFAULT_RGBA, atol=1e-6):
-        rgba = tuple(float(v) for v in model.mat_rgba[material])
-    return rgba  # type: ignore[return-value]
+    if material >= 0 and np.allclose(values, _DEFAULT_RGBA, atol=1e-6):
+        values = model.mat_rgba[material]
+    r, g, b, a = (float(v) for v in values)
+    return r, g, b, a
 
 
 def _material(model: mujoco.MjModel, geom: int) -> ET.Element:

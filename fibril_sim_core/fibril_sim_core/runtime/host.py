@@ -224,8 +224,8 @@ class SimulationHost:
         self._poke.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not item.done.wait(0.05):
-            # (mypy keeps ``failure`` None from the check above; the host thread sets it)
-            if self.failure is not None or not thread.is_alive():  # type: ignore[redundant-expr]
+            # (the host thread sets ``failure`` meanwhile: read it afresh, not narrowed above)
+            if self._current_failure() is not None or not thread.is_alive():
                 raise InstanceError(f"the simulation host stopped after an error: "
                                     f"{_describe(self.failure)}")
             if deadline is not None and time.monotonic() > deadline:
@@ -234,6 +234,10 @@ class SimulationHost:
         if item.error is not None:
             raise item.error
         return item.result
+
+    def _current_failure(self) -> BaseException | None:
+        """``failure`` as it is now (a call: a check of the attribute would stay narrowed)."""
+        return self.failure
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop at a tick boundary and join the host thread; raises InstanceError (and keeps
