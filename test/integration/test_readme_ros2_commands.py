@@ -210,17 +210,21 @@ class RunningNodes:
         self.stack: ExitStack | None = None
         self.env: dict[str, str] = {}
         self.process: RosProcess | None = None
+        self.seen: set[str] | None = None  # the running node's topics seen on the graph
         self.starts = 0
 
     def node(self, *, paused: bool = False, my_robot: bool = False,
              topics: Sequence[str] = ()) -> dict[str, str]:
         """The environment of the running node of that configuration, once it shows
         ``/fibril_sim`` and ``topics`` on the graph."""
-        if self.key != (paused, my_robot):
+        if self.key != (paused, my_robot) or (self.process and not self.process.alive()):
             self.stop()
             self._start(paused=paused, my_robot=my_robot)
         assert self.process is not None
-        wait_for_graph(self.env, self.process, nodes=['/fibril_sim'], topics=topics)
+        if self.seen is None or not set(topics) <= self.seen:  # not yet seen on the graph
+            wait_for_graph(self.env, self.process, nodes=['/fibril_sim'], topics=topics)
+            self.seen = (self.seen or set()) | set(topics)
+        assert self.process.alive(), self.process.context()
         return self.env
 
     def _start(self, *, paused: bool, my_robot: bool) -> None:
@@ -238,6 +242,15 @@ class RunningNodes:
         self.env = self.stack.enter_context(ros_domain(folder / 'log'))
         self.process = self.stack.enter_context(ros_process(node, self.env, folder / 'node.txt'))
         self.key = (paused, my_robot)
+        self.seen = None
+
+    def assert_survived(self) -> None:
+        """The node still runs after a command (a command that ends it fails its own test; the
+        next command gets a fresh node)."""
+        if self.process is not None and not self.process.alive():
+            context = self.process.context()
+            self.stop()
+            raise AssertionError(f'the node exited during the command: {context}')
 
     def stop(self) -> None:
         if self.stack is None:
@@ -440,7 +453,9 @@ def test_readme_command_runs(command: str, tmp_path: Path,
     if runner is None:
         pytest.fail(f'documented command {command!r}: no runner in this test')
     if runner in ON_A_RUNNING_NODE:
-        runner(_concrete(command, tmp_path), request.getfixturevalue('running_nodes'))
+        nodes = request.getfixturevalue('running_nodes')
+        runner(_concrete(command, tmp_path), nodes)
+        nodes.assert_survived()
         return
     with ros_domain(tmp_path / 'log') as env:
         runner(_concrete(command, tmp_path), env, tmp_path)
