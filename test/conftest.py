@@ -88,37 +88,43 @@ def _project_loggers_propagate():
     yield
 
 
-#: The test files that take longest, heaviest first (measured 2026-12-03, `--durations` and
-#: per-file totals: calibrations, node and CLI processes, pip and mypy runs). With
-#: ``--dist loadfile`` a file runs in one worker; pytest-xdist would hand out files by their
-#: number of tests (many small tests first), leaving files of one or two long tests to the end
-#: where one worker runs them alone. pytest.ini turns that off (``--no-loadscope-reorder``) and
-#: the files are collected in this order instead: the long ones start first and the many short
-#: files fill both workers at the end. A file missing here only runs later; none is left out.
+#: The test files that take longest, heaviest first (measured 2026-12-07, per-file totals of
+#: `--junitxml` times with -n 2: doc snippets, node and CLI processes, calibrations, the abuse
+#: test's idle-client probe, mypy). With ``--dist loadfile`` a file runs in one worker;
+#: pytest-xdist would hand out files by their number of tests (many small tests first), leaving
+#: files of one or two long tests to the end where one worker runs them alone. pytest.ini turns
+#: that off (``--no-loadscope-reorder``) and the files are collected in this order instead: the
+#: long ones start first and the many short files fill both workers at the end. A file missing
+#: here only runs later; none is left out.
 HEAVY_FILES = (
-    "integration/test_sim_node.py",
-    "integration/test_readme_ros2_commands.py",
-    "integration/test_panda_example.py",
     "docs/test_snippets.py",
-    "unit/test_trace_columns.py",
-    "unit/test_dask_calibration.py",
-    "unit/test_bad_input_fuzz.py",
-    "integration/test_ros2_launch.py",
-    "integration/test_calibrate_cli.py",
+    "integration/test_readme_ros2_commands.py",
+    "integration/test_server_abuse.py",
     "integration/test_sil_regression.py",
-    "integration/test_quadruped_leg_example.py",
-    "unit/test_ros_package_extension.py",
-    "unit/test_typing.py",
+    "integration/test_calibrate_cli.py",
+    "unit/test_bad_input_fuzz.py",
     "integration/test_sil_sync.py",
+    "integration/test_sim_node.py",
+    "unit/test_trace_columns.py",
+    "integration/test_ros2_launch.py",
+    "unit/test_dask_calibration.py",
+    "integration/test_panda_example.py",
+    "integration/test_sil_harness.py",
+    "integration/test_shutdown.py",
+    "unit/test_typing.py",
     "integration/test_ros2_tools.py",
-    "integration/test_serve.py",
     "unit/test_dask_experiment.py",
-    "unit/test_calibration_report.py",
     "unit/test_python_api.py",
     "integration/test_real_time_factor_range.py",
-    "integration/test_shutdown.py",
-    "integration/test_server_abuse.py",
+    "integration/test_serve.py",
+    "unit/test_ros_package_extension.py",
+    "integration/test_quadruped_leg_example.py",
+    "unit/test_calibration_report.py",
+    "launch/test_sil_demo_launch.py",
     "unit/test_trace_integrity.py",
+    "launch/test_sim_launch.py",
+    "unit/test_runtime.py",
+    "launch/test_sil_demo_regression.py",
     "integration/test_experiment_cli.py",
 )
 

@@ -50,14 +50,32 @@ def _answer(sock: zmq.Socket, timeout: float) -> dict[str, Any] | None:
 
 
 def send_raw(context: zmq.Context, address: str, frames: list[bytes],
-             timeout: float = 10.0) -> dict[str, Any] | None:
+             timeout: float = 10.0, *, until_closed: bool = False) -> dict[str, Any] | None:
     """Send ``frames`` as one message from a new, unauthenticated peer; the server's answer,
-    or None when none came in ``timeout`` (e.g. it closed the connection)."""
+    or None when none came in ``timeout`` (e.g. it closed the connection). ``until_closed``:
+    None as soon as the server closes the connection unanswered (a socket monitor sees it),
+    without waiting out ``timeout`` for an answer that cannot come any more."""
     sock = _socket(context, address)
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED) if until_closed else None
     try:
         sock.send_multipart(frames)
-        return _answer(sock, timeout)
+        if monitor is None:
+            return _answer(sock, timeout)
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            ready = dict(poller.poll(max(1, int(left * 1000))))
+            if sock in ready:  # an answer queued before the connection closed comes first
+                return protocol.unpack(sock.recv())
+            if monitor in ready:
+                return None  # closed by the server, unanswered
+        return None
     finally:
+        if monitor is not None:
+            sock.disable_monitor()
+            monitor.close(0)
         sock.close(0)
 
 

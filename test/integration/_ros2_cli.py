@@ -29,6 +29,7 @@ ROS2 = BIN / 'ros2'
 # Wall-time limits: generous, the machine may be busy.
 START_WALL = 90.0
 STOP_WALL = 60.0
+GRAPH_WATCH = Path(__file__).with_name('_graph_watch.py')
 
 
 def tools_missing() -> str | None:
@@ -145,26 +146,28 @@ def ros2(args: Sequence[str], env: dict[str, str], *, timeout: float = 120.0,
 
 def wait_for_graph(env: dict[str, str], process: RosProcess, *, topics: Sequence[str] = (),
                    nodes: Sequence[str] = (), timeout: float = START_WALL) -> None:
-    """Until ``ros2 topic list`` / ``ros2 node list`` have shown every topic and node (the
-    process still running), polling without the daemon; each poll waits 2 s for discovery
-    (0.5 s by default, too short on a busy machine)."""
-    seen_topics: set[str] = set()
-    seen_nodes: set[str] = set()
-    deadline = time.monotonic() + patience(timeout)
-    discovery = ['--no-daemon', '--spin-time', '2']
-    while True:
-        assert process.alive(), f'exited before it was up: {process.context()}'
-        if not set(topics) <= seen_topics:
-            seen_topics |= set(ros2(['topic', 'list', *discovery], env).stdout.split())
-        if not set(nodes) <= seen_nodes:
-            seen_nodes |= set(ros2(['node', 'list', *discovery], env).stdout.split())
-        if set(topics) <= seen_topics and set(nodes) <= seen_nodes:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f'within {timeout} s: topics {sorted(seen_topics)} (wanted {list(topics)}), '
-                f'nodes {sorted(seen_nodes)} (wanted {list(nodes)}): {process.context()}')
-        time.sleep(0.5)
+    """Until the ROS graph has shown every topic and node (the process still running): one
+    watcher process (``_graph_watch.py``, an rclpy node reading the graph the ``ros2 topic
+    list`` / ``ros2 node list`` tools read) answers as soon as discovery has happened, without
+    a CLI start and a fixed discovery spin per poll."""
+    timeout = patience(timeout)
+    watcher = subprocess.Popen(
+        [sys.executable, str(GRAPH_WATCH), str(timeout), *topics, '--nodes', *nodes], env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_default_sigint)
+    try:
+        while watcher.poll() is None:
+            assert process.alive(), f'exited before it was up: {process.context()}'
+            time.sleep(0.1)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+        output, _ = watcher.communicate()
+    if watcher.returncode != 0:
+        raise AssertionError(
+            f'within {timeout:.0f} s: the graph showed {output.strip()[-2000:]} (wanted topics '
+            f'{list(topics)}, nodes {list(nodes)}): {process.context()}')
+    assert process.alive(), f'exited before it was up: {process.context()}'
 
 
 def echo_once(env: dict[str, str], topic: str, msg_type: str | None = None, *,

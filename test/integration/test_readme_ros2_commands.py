@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ import pytest
 from _ros2_cli import (
     REPO,
     ROS2,
+    RosProcess,
     needs_tools,
     ros2,
     ros_domain,
@@ -183,33 +184,94 @@ def _run_until_up(topics: list[str], nodes: list[str], status: int) -> Callable[
     return run
 
 
-@contextmanager
-def _running_node(env: dict[str, str], tmp_path: Path, *, paused: bool = False,
-                  topics: Sequence[str] = (), my_robot: bool = False) -> Iterator[None]:
-    """The README's ``ros2 run fibril_sim_ros sim_node`` on the drivetrain example (or on the
-    quickstart's ``my_robot/``)."""
-    files = [f'manifest:={EXAMPLE}']
-    if my_robot:
-        folder = _my_robot(tmp_path)
-        files = [f'manifest:={folder / "simulation.yaml"}', '-p',
-                 f'bridge:={folder / "bridge.yaml"}']
-    node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p', *files,
-            *(['-p', 'start_paused:=true'] if paused else [])]
-    with ros_process(node, env, tmp_path / 'node.txt') as process:
-        wait_for_graph(env, process, nodes=['/fibril_sim'], topics=topics)
-        yield
-        process.interrupt()
+#: The runners of commands against a running node (they take RunningNodes), not processes of
+#: their own (they take the command's environment and folder): whether the node is paused and
+#: whether the command changes the simulation's state.
+ON_A_RUNNING_NODE: dict[Callable[..., None], tuple[bool, bool]] = {}
 
 
-def _param_set_on_running_node(command: list[str], env: dict[str, str],
-                               tmp_path: Path) -> None:
-    with _running_node(env, tmp_path):
-        result = _once_the_node_is_found(command[1:], env)
-        assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
-            result.stdout)
-        name, value = command[-2:]
-        got = _once_the_node_is_found(['param', 'get', '/fibril_sim', name], env).stdout
-        assert value in got, got
+def _against_a_running_node(runner: Callable[..., None], *, paused: bool = False,
+                            changes_state: bool = False) -> Callable[..., None]:
+    ON_A_RUNNING_NODE[runner] = (paused, changes_state)
+    return runner
+
+
+class RunningNodes:
+    """The README's ``ros2 run fibril_sim_ros sim_node`` on the drivetrain example (paused or
+    not) or on the quickstart's ``my_robot/``, each on a ROS domain of its own, started once for
+    the commands that run against a running node (ordered so that the commands of one
+    configuration follow each other, see RUN_ORDER): one node start per configuration, not one
+    per command. At most one runs at a time; a command that changes the simulation's state
+    (pausing it) has its node stopped after it, so a later command gets a fresh one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.key: tuple[bool, bool] | None = None
+        self.stack: ExitStack | None = None
+        self.env: dict[str, str] = {}
+        self.process: RosProcess | None = None
+        self.seen: set[str] | None = None  # the running node's topics seen on the graph
+        self.starts = 0
+
+    def node(self, *, paused: bool = False, my_robot: bool = False,
+             topics: Sequence[str] = ()) -> dict[str, str]:
+        """The environment of the running node of that configuration, once it shows
+        ``/fibril_sim`` and ``topics`` on the graph."""
+        if self.key != (paused, my_robot) or (self.process and not self.process.alive()):
+            self.stop()
+            self._start(paused=paused, my_robot=my_robot)
+        assert self.process is not None
+        if self.seen is None or not set(topics) <= self.seen:  # not yet seen on the graph
+            wait_for_graph(self.env, self.process, nodes=['/fibril_sim'], topics=topics)
+            self.seen = (self.seen or set()) | set(topics)
+        assert self.process.alive(), self.process.context()
+        return self.env
+
+    def _start(self, *, paused: bool, my_robot: bool) -> None:
+        self.starts += 1
+        folder = self.folder / f'node-{self.starts}'
+        folder.mkdir()
+        files = [f'manifest:={EXAMPLE}']
+        if my_robot:
+            robot = _my_robot(self.folder)
+            files = [f'manifest:={robot / "simulation.yaml"}', '-p',
+                     f'bridge:={robot / "bridge.yaml"}']
+        node = [str(ROS2), 'run', 'fibril_sim_ros', 'sim_node', '--ros-args', '-p', *files,
+                *(['-p', 'start_paused:=true'] if paused else [])]
+        self.stack = ExitStack()
+        self.env = self.stack.enter_context(ros_domain(folder / 'log'))
+        self.process = self.stack.enter_context(ros_process(node, self.env, folder / 'node.txt'))
+        self.key = (paused, my_robot)
+        self.seen = None
+
+    def assert_survived(self) -> None:
+        """The node still runs after a command (a command that ends it fails its own test; the
+        next command gets a fresh node)."""
+        if self.process is not None and not self.process.alive():
+            context = self.process.context()
+            self.stop()
+            raise AssertionError(f'the node exited during the command: {context}')
+
+    def stop(self) -> None:
+        if self.stack is None:
+            return
+        try:
+            if self.process is not None and self.process.alive():
+                self.process.interrupt()
+        finally:
+            stack, self.stack, self.process, self.key = self.stack, None, None, None
+            stack.close()
+
+
+@_against_a_running_node
+def _param_set_on_running_node(command: list[str], nodes: RunningNodes) -> None:
+    env = nodes.node()
+    result = _once_the_node_is_found(command[1:], env)
+    assert result.returncode == 0 and 'Set parameter successful' in result.stdout, (
+        result.stdout)
+    name, value = command[-2:]
+    got = _once_the_node_is_found(['param', 'get', '/fibril_sim', name], env).stdout
+    assert value in got, got
 
 
 def _once_the_node_is_found(args: list[str], env: dict[str, str]
@@ -224,36 +286,41 @@ def _once_the_node_is_found(args: list[str], env: dict[str, str]
         time.sleep(1.0)
 
 
-def _echo_once_on_running_node(command: list[str], env: dict[str, str],
-                               tmp_path: Path) -> None:
+@_against_a_running_node
+def _echo_once_on_running_node(command: list[str], nodes: RunningNodes) -> None:
     topic = command[3]
-    with _running_node(env, tmp_path, topics=[topic], my_robot=_uses_my_robot(command)):
-        output = run_until_discovered(command[1:], env)
+    env = nodes.node(topics=[topic], my_robot=_uses_my_robot(command))
+    output = run_until_discovered(command[1:], env)
     assert output.rstrip().endswith('---'), output
 
 
-def _publish_once_on_running_node(command: list[str], env: dict[str, str],
-                                  tmp_path: Path) -> None:
+@_against_a_running_node
+def _publish_once_on_running_node(command: list[str], nodes: RunningNodes) -> None:
     """``ros2 topic pub --once TOPIC TYPE MSG``: it waits for the node's subscription, publishes
     and exits 0; the node accepts the command (its accepted inputs count it)."""
     topic = command[4]
-    with _running_node(env, tmp_path, topics=[topic], my_robot=_uses_my_robot(command)):
-        result = ros2(command[1:], env)
-        assert result.returncode == 0 and 'publishing' in result.stdout, result.stdout
+    env = nodes.node(topics=[topic], my_robot=_uses_my_robot(command))
+    result = ros2(command[1:], env)
+    assert result.returncode == 0 and 'publishing' in result.stdout, result.stdout
 
 
-def _service_call(*, paused: bool, ok: bool = True) -> Callable[..., None]:
+def _service_call(*, paused: bool, ok: bool = True,
+                  changes_state: bool = False) -> Callable[..., None]:
     """A service call answered; a simulation_interfaces one (``ok``) with ``result: 1``
-    (RESULT_OK)."""
-    def run(command: list[str], env: dict[str, str], tmp_path: Path) -> None:
-        with _running_node(env, tmp_path, paused=paused):
-            result = ros2(command[1:], env)
+    (RESULT_OK). ``changes_state``: the node is stopped after it (a later command gets a fresh
+    one)."""
+    def run(command: list[str], nodes: RunningNodes) -> None:
+        try:
+            result = ros2(command[1:], nodes.node(paused=paused))
+        finally:
+            if changes_state:
+                nodes.stop()
         assert result.returncode == 0 and 'response:' in result.stdout, result.stdout
         if not ok:
             return
         assert re.search(r'response:.*result=1\b', result.stdout, re.S) or re.search(
             r'result:\s+result: 1\b', result.stdout), result.stdout
-    return run
+    return _against_a_running_node(run, paused=paused, changes_state=changes_state)
 
 
 SIM_TOPICS = ['/clock', '/wheel_encoder', '/motor/command']
@@ -273,7 +340,8 @@ RUNNERS: list[tuple[str, Callable[..., None]]] = [
     (r'^ros2 topic pub --once /\S+ \S+ ', _publish_once_on_running_node),
     (r'^ros2 service call /fibril_sim/get_state \S+$', _service_call(paused=False, ok=False)),
     # pausing a running simulation; stepping a paused one
-    (r'^ros2 service call /fibril_sim/set_simulation_state \S+ ', _service_call(paused=False)),
+    (r'^ros2 service call /fibril_sim/set_simulation_state \S+ ',
+     _service_call(paused=False, changes_state=True)),
     (r'^ros2 service call /fibril_sim/step_simulation \S+ ', _service_call(paused=True)),
 ]
 
@@ -344,13 +412,50 @@ def test_every_readme_command_has_a_runner(command: str) -> None:
     assert _runner(command) is not None, f'documented command {command!r}: no runner in this test'
 
 
+def _node_order(command: str) -> tuple[int, ...]:
+    """Where a command runs in RUN_ORDER: the processes of their own first, then the commands
+    against a running node, grouped by the node's configuration (my_robot/ or the drivetrain
+    example, paused or not), a command that changes the simulation's state last in its group."""
+    runner = _runner(command)
+    if runner not in ON_A_RUNNING_NODE:
+        return (0,)
+    paused, changes_state = ON_A_RUNNING_NODE[runner]
+    return (1, _uses_my_robot(shlex.split(_synopsis(command))), paused, changes_state)
+
+
+#: RUN_COMMANDS in the order they run (sorted stably by _node_order).
+RUN_ORDER = sorted(RUN_COMMANDS, key=_node_order)
+
+
+def test_commands_against_a_running_node_are_grouped_by_its_configuration() -> None:
+    """The state-changing command (pausing) comes after every other one on the same node."""
+    groups = [_node_order(c) for c in RUN_ORDER]
+    assert groups == sorted(groups)
+    assert (False, True) in ON_A_RUNNING_NODE.values()  # set_simulation_state is one
+
+
+@pytest.fixture(scope='module')
+def running_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNodes]:
+    nodes = RunningNodes(tmp_path_factory.mktemp('running_nodes'))
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
 @pytest.mark.ros
 @pytest.mark.slow
 @needs_tools
-@pytest.mark.parametrize('command', RUN_COMMANDS)
-def test_readme_command_runs(command: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize('command', RUN_ORDER)
+def test_readme_command_runs(command: str, tmp_path: Path,
+                             request: pytest.FixtureRequest) -> None:
     runner = _runner(command)
     if runner is None:
         pytest.fail(f'documented command {command!r}: no runner in this test')
+    if runner in ON_A_RUNNING_NODE:
+        nodes = request.getfixturevalue('running_nodes')
+        runner(_concrete(command, tmp_path), nodes)
+        nodes.assert_survived()
+        return
     with ros_domain(tmp_path / 'log') as env:
         runner(_concrete(command, tmp_path), env, tmp_path)

@@ -16,6 +16,7 @@ pytest.importorskip(
 
 import os  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 import unittest  # noqa: E402
 
 import launch_testing.actions  # noqa: E402
@@ -70,7 +71,13 @@ class TestSimLaunch(unittest.TestCase):
         self.assertTrue(all(r.success for r in replies))
         self.assertEqual(replies[1].tick - replies[0].tick, 250)
         self.assertEqual(replies[1].episode_time_ns, 500_000_000)
-        for _ in range(50):
+        # until the last step's /clock has arrived, then 0.5 s more: none goes past it
+        deadline = time.monotonic() + patience(2.5)
+        while not clocks or max(clocks) < replies[1].session_time_ns:
+            rclpy.spin_once(self.node, timeout_sec=0.05)
+            if time.monotonic() > deadline:
+                break
+        for _ in range(10):
             rclpy.spin_once(self.node, timeout_sec=0.05)
         self.assertTrue(clocks and max(clocks) == replies[1].session_time_ns)
 
