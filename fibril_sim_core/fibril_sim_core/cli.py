@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 COMMANDS_GROUP = "fibril_sim.commands"
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+# `fibril_sim serve --idle-probe`: a tenth of a second up to a day.
+_MIN_IDLE_PROBE_S = 0.1
+_MAX_IDLE_PROBE_S = 86_400.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=int,
                        help="episode seed (default: the manifest's scenario.seed, else 0)")
     serve.add_argument("--trace", type=Path, help="write a rosbag2/MCAP trace into this new folder")
+    serve.add_argument("--idle-probe", type=float, metavar="SECONDS",
+                       help="check a client that made no request for this long for being "
+                            "gone; a gone one is dropped with its subscriptions (default 30)")
     serve.set_defaults(handler=_serve)
 
     trace = commands.add_parser("trace", help="read traces")
@@ -485,6 +492,7 @@ def _serve(args: argparse.Namespace) -> int:
     token = _read_token(args.token_file) if args.token_file is not None else None
     if args.tcp is not None and token is None:
         raise FibrilError("--tcp needs --token-file: TCP clients must prove a shared token")
+    idle_probe = _idle_probe(args.idle_probe, ServerOptions.idle_probe)
     plan = SimulationBuilder().build(args.manifest)
     changes: _RuntimeChanges = {}
     if args.rtf is not None:
@@ -495,7 +503,7 @@ def _serve(args: argparse.Namespace) -> int:
         changes["start_paused"] = True
     options = dataclasses.replace(plan.manifest.runtime, **changes)
     server = ServerOptions(socket=args.socket, unix=args.tcp is None, tcp=args.tcp,
-                           token=token)
+                           token=token, idle_probe=idle_probe)
     trace = None
     if args.trace is not None:
         trace = TraceWriter(args.trace, provenance=plan.run_provenance(args.seed),
@@ -513,6 +521,16 @@ def _serve(args: argparse.Namespace) -> int:
           f"{runtime.instance.tick}" + (f"; trace closed: {args.trace}" if trace else ""),
           file=sys.stderr)
     return code
+
+
+def _idle_probe(seconds: float | None, default: float) -> float:
+    """``--idle-probe``: a finite number of seconds from 0.1 to a day."""
+    if seconds is None:
+        return default
+    if not math.isfinite(seconds) or not _MIN_IDLE_PROBE_S <= seconds <= _MAX_IDLE_PROBE_S:
+        raise FibrilError(f"--idle-probe {seconds:g}: must be a number of seconds from "
+                          f"{_MIN_IDLE_PROBE_S:g} to {_MAX_IDLE_PROBE_S:g}")
+    return seconds
 
 
 def _read_token(path: Path) -> bytes:
