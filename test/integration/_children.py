@@ -80,6 +80,17 @@ class Child:
         self._stderr.close()
 
 
+def refusal_line(*args: str | Path) -> str:
+    """Run ``fibril_sim ARGS`` expecting a user error: exit 2 and one line on stderr, no
+    traceback; that line."""
+    result = subprocess.run([sys.executable, "-m", "fibril_sim_core.cli", *map(str, args)],
+                            capture_output=True, text=True, env=environment(), timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
     """Until ``condition()``; ``timeout`` is a quiet machine's, scaled by ``patience``."""
     deadline = time.monotonic() + patience(timeout)
