@@ -19,7 +19,7 @@ pytest.importorskip('rclpy')
 
 from sensor_msgs.msg import JointState  # noqa: E402
 
-from _patience import speed_factor  # noqa: E402
+from _patience import patience, speed_factor  # noqa: E402
 from fibril_sim_ros.testing import example_controller_command  # noqa: E402
 
 pytest_plugins = ['fibril_sim_ros.testing_pytest']  # the `fibril_sim` fixture
@@ -43,7 +43,9 @@ def wheel_speed(samples: list[JointState], window: int = 25) -> list[tuple[float
 @pytest.mark.ros
 @pytest.mark.parametrize('sync', [False, True], ids=['real-time', 'sync'])
 def test_wheel_reaches_setpoint_without_overshoot(fibril_sim, sync: bool) -> None:
-    lockstep = dict(sync_topics=['/motor/command'], control_period=0.002)
+    # (a busy machine may hold the controller's answer for seconds: sync_timeout scales too)
+    lockstep = dict(sync_topics=['/motor/command'], control_period=0.002,
+                    sync_timeout=patience(5.0))
     paced = dict(start_paused=False, real_time_factor=0.25 / speed_factor())
     sim = fibril_sim(MANIFEST, seed=0,
                      controller=example_controller_command(setpoint=SETPOINT),

@@ -15,12 +15,14 @@ import pytest
 
 pytest.importorskip('rclpy')
 
+from _patience import patience  # noqa: E402
 from fibril_sim_core.trace import TraceReader  # noqa: E402
 from fibril_sim_ros.testing import SimHarnessError, example_controller_command  # noqa: E402
 
 pytest_plugins = ['fibril_sim_ros.testing_pytest']
 
 MANIFEST = Path(__file__).parents[2] / 'config' / 'examples' / 'drivetrain' / 'simulation.yaml'
+# (a busy machine may hold a controller's answer for seconds: sync_timeout scales by patience)
 LOCKSTEP = dict(sync_topics=['/motor/command'], control_period=0.002)
 TICKS = 200  # 0.2 s of sim time: 100 control periods
 # A controller that is up (on sim time, its publisher exists) but never answers.
@@ -87,7 +89,7 @@ def test_sync_mode_is_reproducible_across_three_runs(fibril_sim, tmp_path: Path)
     for run in range(3):
         trace = tmp_path / f'run{run}'
         sim = fibril_sim(MANIFEST, seed=5, trace_dir=trace, controller=example_controller_command(),
-                         **LOCKSTEP)
+                         sync_timeout=patience(5.0), **LOCKSTEP)
         reply = sim.step(TICKS)
         assert reply.tick == TICKS
         sim.close()  # SIGTERM: the node closes its trace complete
@@ -119,7 +121,7 @@ def test_lockstep_is_identical_under_load_with_a_controller_answering_every_cloc
         for run in range(3):
             trace = tmp_path / f'run{run}'
             sim = fibril_sim(MANIFEST, seed=5, trace_dir=trace, controller=CLOCK_ANSWERER,
-                             **LOCKSTEP)
+                             sync_timeout=patience(5.0), **LOCKSTEP)
             assert sim.step(TICKS).tick == TICKS
             sim.close()
             runs.append(_trace_content(trace))
