@@ -35,9 +35,8 @@ def server(tmp_path: Path):
     token = tmp_path / "token"
     token.write_bytes(TOKEN)
     token.chmod(0o600)
-    # Gone clients are noticed after 2 s without a request, not the default 30 s.
     child = Child(["serve", MANIFEST, "--tcp", "127.0.0.1:0", "--token-file", token,
-                   "--mode", "fast", "--paused", "--idle-probe", "2"], tmp_path)
+                   "--mode", "fast", "--paused"], tmp_path)
     try:
         line = child.first_line()
         assert line.startswith("serving tcp://127.0.0.1:"), line
