@@ -51,7 +51,9 @@ def generate_test_description():
                         'sil_demo.launch.py')
     return LaunchDescription([
         IncludeLaunchDescription(PythonLaunchDescriptionSource(demo), launch_arguments={
-            'sync': 'true', 'setpoint': str(SETPOINT), 'seed': '0'}.items()),
+            'sync': 'true', 'setpoint': str(SETPOINT), 'seed': '0',
+            # (a busy machine may hold the controller's answer for seconds)
+            'sync_timeout': str(patience(5.0))}.items()),
         launch_testing.actions.ReadyToTest()])
 
 

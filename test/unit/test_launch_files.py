@@ -135,12 +135,14 @@ def test_sim_launch_bad_argument_names_it(share: Path, argument: str, value: str
 
 def test_sil_demo_starts_sim_and_controller(share: Path) -> None:
     include, controller = _run(ROOT / 'launch' / 'sil_demo.launch.py',
-                               {'setpoint': '8', 'sync': 'true', 'seed': '3'})
+                               {'setpoint': '8', 'sync': 'true', 'seed': '3',
+                                'sync_timeout': '12.5'})
     (source,) = include.args
     assert source.args == (str(share / 'fibril_sim_ros' / 'launch' / 'sim.launch.py'),)
     arguments = dict(include.kwargs['launch_arguments'])
     assert arguments['sync_topics'] == '/motor/command'
     assert arguments['seed'] == '3'
+    assert arguments['sync_timeout'] == '12.5'
     assert controller.kwargs['executable'] == 'sil_controller'
     assert controller.kwargs['parameters'] == [
         {'use_sim_time': True, 'setpoint': 8.0, 'kp': 0.01, 'ki': 0.7, 'rate': 500.0}]
