@@ -8,6 +8,11 @@ Both are set before any test imports rclpy, and child processes inherit them.
 Rendering (the camera device, render observations) uses an offscreen OpenGL context: unless
 MUJOCO_GL is set already, EGL is chosen when libEGL is installed, else OSMesa when libOSMesa
 is (CI installs one); with neither, the rendering tests skip and say why.
+
+A suite started as a background job (``make test &``, a CI step run with ``&``) inherits
+SIGINT ignored, and so would every child it starts: the tests that stop a node, a launch or a
+trace writer with SIGINT (as Ctrl-C does) need it to act, so it is set back to Python's default
+here, in the session and each worker, before any child is started.
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ from __future__ import annotations
 import ctypes.util
 import fcntl
 import os
+import signal
 import tempfile
 
 import pytest
 
 os.environ.setdefault('FASTDDS_BUILTIN_TRANSPORTS', 'SHM')
+
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _own_domain(pool: range = range(101, 201)) -> str:
