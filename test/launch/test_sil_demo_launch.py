@@ -67,7 +67,8 @@ class TestSilDemo(unittest.TestCase):
             for _ in range(30):  # 1.5 s in 50 ms steps; sync mode waits for the controller
                 future = client.call_async(Step.Request(steps=50))
                 rclpy.spin_until_future_complete(node, future, timeout_sec=patience(60.0))
-                self.assertTrue(future.done() and future.result().success)
+                self.assertTrue(future.done() and future.result().success,
+                                future.result() if future.done() else 'no answer to ~/step')
             for _ in range(20):
                 rclpy.spin_once(node, timeout_sec=0.05)
             times = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in samples]
