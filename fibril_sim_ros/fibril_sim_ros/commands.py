@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from rclpy.callback_groups import CallbackGroup, MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.subscription import Subscription
 
 from fibril_sim_core.errors import IngressError
 from fibril_sim_core.ingress import external_input
@@ -44,6 +45,7 @@ class CommandSubscriptions:
         group: CallbackGroup = (InputGroup() if input_thread_available()
                                 else MutuallyExclusiveCallbackGroup())
         subscriptions = []
+        self._by_topic: dict[str, list[Subscription[object]]] = {}
         for entry in bridge.inputs:
             qos = profile(entry.qos)
             for target in entry.targets:
@@ -52,6 +54,7 @@ class CommandSubscriptions:
                 m.MESSAGE_CLASSES[entry.type], entry.topic,
                 self._callback(entry, m.input_converter(entry)), qos, callback_group=group,
                 event_callbacks=subscription_events(logger, entry.topic, qos)))
+            self._by_topic.setdefault(entry.topic, []).append(subscriptions[-1])
         if isinstance(group, InputGroup):
             self.inputs = InputThread(
                 node.context, subscriptions,
@@ -60,6 +63,13 @@ class CommandSubscriptions:
         else:
             logger.info("command subscriptions served by the executor (no input thread: "
                         "FIBRIL_SIM_INPUT_THREAD=0 or rclpy without it)")
+
+    def matched(self, topic: str) -> bool:
+        """Every publisher the ROS graph shows on ``topic`` is matched by this node's
+        subscriptions (sync mode waits for this before the first period: a controller's
+        answer to it is published once, and a writer not yet matched would send it to no one)."""
+        known = self._node.count_publishers(topic)
+        return all(s.get_publisher_count() >= known for s in self._by_topic.get(topic, ()))
 
     def stop(self) -> None:
         inputs, self.inputs = self.inputs, None

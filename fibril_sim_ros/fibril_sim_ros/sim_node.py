@@ -425,6 +425,10 @@ class SimNode(Node):
             host.frame_ticks = ticks
 
     # ------------------------------------------------------------------ lifecycle
+    def inputs_matched(self, topic: str) -> bool:
+        """Every publisher the graph shows on input ``topic`` is matched (sync mode)."""
+        return self.commands.matched(topic)
+
     def fail(self, message: str) -> None:
         """A fatal runtime error (sync timeout, host failure): log it and stop with status 1."""
         self.get_logger().fatal(message)

@@ -20,9 +20,12 @@ Which answer belongs to which period is decided by the node alone, never by the 
 - no ``/clock`` is published outside the periods (none at start, none at reset): a controller
   answers only the clocks that end a period;
 - the first period starts only once every subscription the ROS graph shows on an output
-  topic is matched (``SimNode.outputs_matched``): a controller's readers get the first
+  topic is matched (``Publishing.outputs_matched``): a controller's readers get the first
   period's samples, as they get every later one (its writes reach a subscriber process in
-  order, the samples before the ``/clock``);
+  order, the samples before the ``/clock``); and once every publisher it shows on a sync
+  topic is matched by the node's subscription (``SyncNode.inputs_matched``): a controller
+  answers each ``/clock`` once (a timer on sim time fires once for a time), so an answer
+  written before the match would be lost and the node would wait for it in vain;
 - ``/clock`` is re-sent to a controller that has not answered only before the first answer
   (discovery), so a slow controller is not asked twice later.
 """
@@ -46,8 +49,8 @@ DISCOVERY_TIMEOUT_S = 10.0
 # Before the first answer, the current /clock is sent again this often (wall seconds), for a
 # controller whose clock subscription matched after it was published.
 REPUBLISH_S = 1.0
-# Sync mode starts once every output subscription the graph shows is matched, or this long
-# after the controllers were seen.
+# Sync mode starts once every output subscription and sync-topic publisher the graph shows is
+# matched, or this long (or half sync_timeout if longer) after the controllers were seen.
 UNMATCHED_GRACE_S = 3.0
 
 
@@ -65,6 +68,8 @@ class SyncNode(Protocol):
     def publishing(self) -> Publishing: ...
 
     def count_publishers(self, topic: str) -> int: ...
+
+    def inputs_matched(self, topic: str) -> bool: ...
 
     def fail(self, message: str) -> None: ...
 
@@ -222,10 +227,13 @@ class SyncDriver:
             clock = node.publishing.clock_subscribers() >= 1
             if not missing and clock:
                 found = time.monotonic() if found is None else found
-                matched = node.publishing.outputs_matched()
-                # A subscription that never matches (a QoS it asks for and the node does not
-                # offer, logged as a QoS mismatch) must not keep sync mode from starting.
-                if matched or time.monotonic() - found > UNMATCHED_GRACE_S:
+                matched = node.publishing.outputs_matched() and all(
+                    node.inputs_matched(t) for t in self.topics)
+                # An endpoint that never matches (a QoS it asks for and the node does not
+                # offer, logged as a QoS mismatch) must not keep sync mode from starting; a
+                # busy machine (a long sync_timeout) may take longer to match than a quiet one.
+                if matched or time.monotonic() - found > max(UNMATCHED_GRACE_S,
+                                                             0.5 * self.timeout):
                     time.sleep(0.3)  # (the controller's side of the same matches)
                     node.publishing.refresh_listeners()  # the first period is published to them all
                     self.ready = True
