@@ -527,8 +527,15 @@ class Answerer:
     def __init__(self, peer: Peer, answer: bool = True) -> None:
         self.seen: set[int] = set()
         self.answer = answer
+        self.peer = peer
         self.motor = peer.publisher(MotorCommand, "/motor/command")
-        peer.subscribe(Clock, "/clock", CLOCK, on_message=self._on_clock)
+        self.clock = peer.subscribe(Clock, "/clock", CLOCK, on_message=self._on_clock)
+
+    def close(self) -> None:
+        """Leave the graph: a later run must not take this one's endpoints for its own."""
+        self.answer = False
+        self.peer.unsubscribe(self.clock)
+        self.peer.node.destroy_publisher(self.motor)
 
     def _on_clock(self, msg: Clock) -> None:
         now = ns(msg.clock)
@@ -541,19 +548,23 @@ class Answerer:
 
 def _sync_run(peer: Peer, tmp_path: Path, name: str, periods: int) -> list[tuple[int, str]]:
     trace = tmp_path / f"{name}.trace"
+    # The answerer first: a controller answers each /clock once, and the node starts its first
+    # period once the publishers it sees are matched. Created after the node, it could miss
+    # that (the node taking a previous run's answerer, still in the graph, for it).
+    answerer = Answerer(peer)
     sim = SimProcess(tmp_path, {"manifest": MANIFEST, "seed": 1, "trace_dir": trace,
                                 "sync_topics": ["/motor/command"], "control_period": 0.01,
                                 # (wall seconds the node waits for this process's answer: a
                                 # starved answerer is slow, not absent)
                                 "sync_timeout": patience(5.0)}, name=name)
-    answerer = Answerer(peer)
     try:
         wait_until(lambda: len(answerer.seen) >= periods, patience(30.0),
-                   f"{periods} sync periods", sim.log)
+                   f"{periods} sync periods", lambda: f"{sim.log()}\nthe answerer answered "
+                   f"the /clock times (ns) {sorted(answerer.seen)[:5]}")
         sim.process.send_signal(signal.SIGINT)
         assert sim.wait(patience(5.0)) == 130, sim.log()
     finally:
-        answerer.answer = False
+        answerer.close()
         sim.stop()
     with TraceReader(trace) as reader:
         return [(r.commit_tick, r.payload_json) for r in reader.external_inputs()
@@ -577,7 +588,7 @@ def test_sync_mode_fails_loudly_naming_a_topic_that_never_answers(peer, tmp_path
         assert sim.wait(30) == 1, sim.log()
         assert "sync: no message on /motor/command within sync_timeout 1 s" in sim.stderr()
     finally:
-        del silent
+        silent.close()
         sim.stop()
 
 
