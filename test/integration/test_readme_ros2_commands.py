@@ -323,6 +323,17 @@ def _service_call(*, paused: bool, ok: bool = True,
     return _against_a_running_node(run, paused=paused, changes_state=changes_state)
 
 
+def _resume(command: list[str], nodes: RunningNodes) -> None:
+    try:
+        result = ros2(command[1:], nodes.node(paused=True))
+    finally:
+        nodes.stop()  # (it runs now: a later command gets a fresh one)
+    assert result.returncode == 0 and re.search(r'success=True.*paused=False', result.stdout,
+                                                re.S), result.stdout
+
+
+_resume_a_paused_node = _against_a_running_node(_resume, paused=True, changes_state=True)
+
 SIM_TOPICS = ['/clock', '/wheel_encoder', '/motor/command']
 RUNNERS: list[tuple[str, Callable[..., None]]] = [
     (r'^ros2 run \S+ \S+ --help$', _run_to_completion),
@@ -343,6 +354,8 @@ RUNNERS: list[tuple[str, Callable[..., None]]] = [
     (r'^ros2 service call /fibril_sim/set_simulation_state \S+ ',
      _service_call(paused=False, changes_state=True)),
     (r'^ros2 service call /fibril_sim/step_simulation \S+ ', _service_call(paused=True)),
+    # resuming a paused node (it answers success=True, paused=False)
+    (r'^ros2 service call /fibril_sim/set_paused \S+ ', _resume_a_paused_node),
 ]
 
 
