@@ -37,7 +37,8 @@ minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
    at 1 kHz, latency 1 ms) and the Panda (``/joint_states`` at 500 Hz and ``/tf`` at 100 Hz
    on), each untraced and traced, in the same minutes:
    * the machine's own timer noise: a child process's ``time.sleep(0.001)`` loop, its
-     overshoot p50 / p99 / max (at the node's ``thread_priority`` when it has one);
+     overshoot p50 / p99 / max (at the node's ``thread_priority``: by default 10 in real time,
+     where this process may raise priorities, as the node does);
    * the node's delivery lateness as it measures it (``get_state``: each output's write time
      minus its due wall time), p50 / p99 / max, and p99 as a ratio to the sleep loop's p99;
      target p99 <= 2 x sleep p99 + 1 ms;
@@ -55,7 +56,7 @@ minute to minute; each pair runs back to back). ``--no-realtime`` skips phase 1.
    ``--baseline DIR`` runs another checkout's node too, interleaved.
 
 Usage: ``python bench/ros_rtf.py [--seconds 10] [--fast-seconds 5] [--commands 20]
-[--repeats 5] [--no-realtime] [--ground-truth] [--live [--hogs 1] [--priority 10]
+[--repeats 5] [--no-realtime] [--ground-truth] [--live [--hogs 1] [--priority 0]
 [--live-repeats 1] [--robots drivetrain panda] [--baseline DIR]]``
 """
 
@@ -91,6 +92,7 @@ from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 
 from fibril_sim_core.trace import TraceReader  # noqa: E402
+from fibril_sim_ros.priority import DEFAULT_THREAD_PRIORITY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "config" / "examples" / "drivetrain" / "drivetrain.xml"
@@ -613,15 +615,17 @@ def _child(*args: str, **kwargs: Any) -> subprocess.Popen:
 
 
 def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
-             node_command: list[str] | None, priority: int = 0) -> dict:
+             node_command: list[str] | None, priority: int | None = None) -> dict:
     """One node at rtf 1 with the controller, the sleep loop and the hogs beside it."""
     import json
 
     settle = 3.0
     name = f"live-{robot}-{'traced' if traced else 'untraced'}-{priority}"
     params: dict[str, Any] = dict(real_time_factor=1.0)
-    if priority:
+    if priority is not None:
         params["thread_priority"] = priority
+    else:  # the node's default, where this process may (as the node's)
+        priority = DEFAULT_THREAD_PRIORITY
     if traced:
         shutil.rmtree(scratch / f"{name}.trace", ignore_errors=True)
         params["trace_dir"] = scratch / f"{name}.trace"
@@ -675,8 +679,8 @@ def live_run(scratch: Path, robot: str, traced: bool, seconds: float, hogs: int,
 def live(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="fibril-ros-live-"))
     (scratch / "bench.yaml").write_text(MANIFEST)
-    nodes: dict[str, tuple[list[str] | None, int]] = {"node": (None, 0)}
-    if args.priority:
+    nodes: dict[str, tuple[list[str] | None, int | None]] = {"node": (None, None)}
+    if args.priority >= 0:
         nodes[f"node, thread_priority {args.priority}"] = (None, args.priority)
     if args.baseline is not None:
         nodes["baseline"] = (baseline_command(args.baseline.resolve()), 0)
@@ -772,8 +776,9 @@ def main() -> None:
                         help="--live: interleaved repeats (medians reported)")
     parser.add_argument("--robots", nargs="+", default=["drivetrain", "panda"],
                         choices=["drivetrain", "panda"], help="--live: which robots")
-    parser.add_argument("--priority", type=int, default=10,
-                        help="--live: also run the node with this thread_priority (0: not)")
+    parser.add_argument("--priority", type=int, default=0,
+                        help="--live: also run the node with this thread_priority (default 0: "
+                             "what a user who may not raise priorities gets; -1: not)")
     parser.add_argument("--controller", help=argparse.SUPPRESS)  # child processes of --live
     parser.add_argument("--sleep-noise", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--hog", type=float, help=argparse.SUPPRESS)

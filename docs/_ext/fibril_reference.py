@@ -365,8 +365,10 @@ SIM_NODE_PARAMETERS = {
     "lateness_warn_ms": ("ms", "real time: an output written later than this after its due "
                                "time counts as late; the watchdog warns (at most once a "
                                "second) with the cause it sees (settable while running)"),
-    "thread_priority": ("", "real time: run the delivery threads N steps nicer-first (nice -N; "
-                            "needs root or CAP_SYS_NICE); 0: unchanged"),
+    "thread_priority": ("", "real time: run the delivery threads at nice -N where the process "
+                            "may (root, CAP_SYS_NICE or a nice limit; otherwise one INFO line); "
+                            "as fast as possible and in sync mode they keep the process's "
+                            "priority; 0: unchanged"),
 }
 
 

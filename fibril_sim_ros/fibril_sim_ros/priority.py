@@ -4,9 +4,12 @@ On a busy machine the host thread waking for a due sample waits for a CPU behind
 runnable process, and for the GIL behind the node's other Python threads. Lowering the nice
 value of the threads on the delivery path (the host, the publisher and the command threads,
 and the executor's) gives them a larger share of the CPU and a sooner wake-up under Linux's
-scheduler, without the risk of a real-time scheduling class (a node switched to as fast as
-possible would hold a CPU to itself). Needs root or CAP_SYS_NICE; without it the threads stay
-as they are and the node says so.
+scheduler, without the risk of a real-time scheduling class. The node does it in real time
+only (by default, nice -10, where the process may: root, CAP_SYS_NICE, or an RLIMIT_NICE that
+allows it, as ros2_control's update loop asks for a real-time class where it may), and puts the
+threads back at the process's own nice value as fast as possible or in sync mode, where a
+boosted host stepping flat out would crowd out everything else. Where it may not, the threads
+stay as they are and the node says so.
 """
 
 from __future__ import annotations
@@ -16,10 +19,21 @@ import threading
 from collections.abc import Iterable
 
 MAX_BOOST = 20
+# The delivery threads' nice value in real time is minus this, unless set otherwise.
+DEFAULT_THREAD_PRIORITY = 10
 
 
 def boost(threads: Iterable[threading.Thread | None], amount: int) -> str | None:
     """Run each started thread at nice ``-amount`` (1..20); returns why not, or None."""
+    problem = set_nice(threads, -amount)
+    if problem is not None:
+        return (f"thread_priority {amount}: {problem} (needs root, CAP_SYS_NICE or an "
+                f"RLIMIT_NICE of at least {20 + amount}); the node's threads keep their priority")
+    return None
+
+
+def set_nice(threads: Iterable[threading.Thread | None], nice: int) -> str | None:
+    """Set each started thread's nice value; returns why not, or None."""
     if not hasattr(os, "setpriority"):
         return "thread priorities need Linux (os.setpriority per thread)"
     for thread in threads:
@@ -27,10 +41,9 @@ def boost(threads: Iterable[threading.Thread | None], amount: int) -> str | None
         if tid is None:
             continue
         try:
-            os.setpriority(os.PRIO_PROCESS, tid, -amount)  # a Linux thread id: that thread
+            os.setpriority(os.PRIO_PROCESS, tid, nice)  # a Linux thread id: that thread
         except PermissionError:
-            return (f"thread_priority {amount}: not permitted (needs root or CAP_SYS_NICE); "
-                    f"the node's threads keep their priority")
+            return "not permitted"
         except ProcessLookupError:  # the thread ended meanwhile
             continue
     return None

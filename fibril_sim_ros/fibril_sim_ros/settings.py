@@ -19,7 +19,7 @@ from fibril_sim_core.manifest import RuntimeOptions, real_time_factor_problem
 from fibril_sim_core.runtime.server import ServerOptions
 from fibril_sim_core.timebase import Timebase
 
-from .priority import MAX_BOOST
+from .priority import DEFAULT_THREAD_PRIORITY, MAX_BOOST
 
 Mode = Literal["realtime", "fast", "sync"]
 #: A parameter lookup: its value, or None when it has none (an unset string array).
@@ -119,7 +119,7 @@ class NodeSettings:
             timeout = finite_number("sync_timeout", get("sync_timeout"))
             if not timeout > 0:
                 raise NodeConfigError(f"parameter 'sync_timeout' must be > 0, got {timeout!r}")
-        priority = _integer("thread_priority", get("thread_priority"), 0)
+        priority = _integer("thread_priority", get("thread_priority"), DEFAULT_THREAD_PRIORITY)
         if not 0 <= priority <= MAX_BOOST:
             raise NodeConfigError(f"parameter 'thread_priority' must be in 0..{MAX_BOOST}, "
                                   f"got {priority}")

@@ -4,7 +4,7 @@
         [-p real_time_factor:=1.0] [-p start_paused:=false] [-p seed:=N] [-p trace_dir:=DIR]
         [-p clock_period:=0.0] [-p sync_topics:="[/motor/command]"] [-p sync_timeout:=5.0]
         [-p control_period:=0.002] [-p server_socket:=PATH|auto] [-p lateness_warn_ms:=10]
-        [-p thread_priority:=0]
+        [-p thread_priority:=10]
     python -m fibril_sim_ros.sim_node --ros-args ...        (same, in the venv)
 
 It only adapts: a SimulationRuntime steps the instance on its own host thread; subscription
@@ -19,8 +19,8 @@ is installed (SimulationServices); topic ``~/frame_timing``.
 Real time: the host holds each output until its due wall time (acquisition + latency on the
 paced clock); a watchdog measures how late each is written, WARNs (at most once a second)
 past ``lateness_warn_ms`` with the cause it sees, and ``get_state`` reports the percentiles
-(see ``watchdog`` and docs/real_time.md). ``thread_priority`` N runs the delivery path's
-threads at nice -N (see ``priority``).
+(see ``watchdog`` and docs/real_time.md). In real time the delivery path's threads run at
+nice -``thread_priority`` (10; 0: as the process) where the process may (see ``priority``).
 
 Sync mode (``sync_topics`` given): the node steps one control period, publishes its outputs and
 ``/clock``, then waits until every sync topic has answered (a message received after that
@@ -67,7 +67,7 @@ from .bridge import Bridge, load_bridge
 from .commands import CommandSubscriptions
 from .node_services import NodeServices
 from .outbox import OutboxMode
-from .priority import boost
+from .priority import DEFAULT_THREAD_PRIORITY, boost, set_nice
 from .publishing import Publishing
 from .settings import (DEFAULT_LATENESS_WARN_MS, START_UP_ONLY, Mode, NodeConfigError,
                        NodeSettings, NodeTiming, finite_number, lateness_threshold)
@@ -138,6 +138,12 @@ class SimNode(Node):
         self._runtime: SimulationRuntime | None = None
         self._trace: TraceWriter | None = None
         self.sync: SyncDriver | None = None
+        # The delivery threads' priority (see _apply_priority), once they run.
+        self._boosted_threads: list[threading.Thread | None] = []
+        self._boost = 0
+        self._thread_priority = 0
+        self._process_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self._priority_problem_said = False
         self._commands: CommandSubscriptions | None = None
         self._control_services: NodeServices | None = None
         self._publishing: Publishing | None = None
@@ -170,8 +176,9 @@ class SimNode(Node):
         # Real time: an output written later than this after its due time is a WARN (at most
         # one a second, with the cause; see watchdog).
         declare("lateness_warn_ms", DEFAULT_LATENESS_WARN_MS, number)
-        # The delivery path's threads at nice -N (see priority); 0: as the process.
-        declare("thread_priority", 0)
+        # In real time the delivery path's threads at nice -N where permitted (see priority);
+        # 0: as the process.
+        declare("thread_priority", DEFAULT_THREAD_PRIORITY)
 
     def _param(self, name: str) -> object:
         try:
@@ -287,14 +294,13 @@ class SimNode(Node):
         # From here on (the start-up collection above is no cause of a late output: it ended
         # before pacing began, and was named as the cause of the first outputs' lateness).
         self.watchdog.gc.install()
-        amount = settings.thread_priority
-        if amount and self._runtime is not None:  # (the calling thread spins the executor)
+        self._thread_priority = settings.thread_priority
+        if self._runtime is not None:  # (the calling thread spins the executor)
             inputs = self.commands.inputs
-            problem = boost([self._runtime.host.thread, self.publishing.outbox.thread,
-                             inputs.thread if inputs is not None else None,
-                             threading.current_thread()], amount)
-            if problem is not None:
-                self.get_logger().warning(problem)
+            self._boosted_threads = [self._runtime.host.thread, self.publishing.outbox.thread,
+                                     inputs.thread if inputs is not None else None,
+                                     threading.current_thread()]
+            self._apply_priority()
         if self.sync is not None:
             self.sync.start(paused=settings.start_paused, inputs=self.commands.inputs)
         elif not settings.start_paused:
@@ -394,9 +400,27 @@ class SimNode(Node):
         self.target_rtf = rtf
         self.get_logger().info(f"real_time_factor set to {rtf:g}")
 
+    def _apply_priority(self) -> None:
+        """The delivery threads at nice -thread_priority in real time, else at the process's
+        own nice value (see priority). Not permitted: said once, at INFO for the default."""
+        amount = self._thread_priority if self.mode == "realtime" else 0
+        if amount == self._boost or not self._boosted_threads:
+            return
+        if amount:
+            problem = boost(self._boosted_threads, amount)
+        else:
+            problem = set_nice(self._boosted_threads, self._process_nice)
+        if problem is None:
+            self._boost = amount
+        elif not self._priority_problem_said:
+            self._priority_problem_said = True
+            log = self.get_logger()
+            (log.info if amount == DEFAULT_THREAD_PRIORITY else log.warning)(problem)
+
     def _apply_mode(self) -> None:
         """Fast mode: long frames (from the manifest's on, see ``_adapt_fast_frame``), /clock
         interleaved with the outputs; else a frame a clock."""
+        self._apply_priority()
         with self._mode_lock:
             fast = self.mode == "fast"
             self.publishing.outbox.set_mode(OutboxMode(

@@ -9,6 +9,7 @@ order; the last of them stops it with SIGTERM and replays its trace offline.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import statistics
 import time
@@ -292,23 +293,49 @@ def test_malformed_commands_are_rejected_with_a_logged_reason(live) -> None:
     assert len(live.encoder) > count and live.sim.alive()  # still publishing
 
 
+def _set_real_time_factor(peer: Peer, rtf: float) -> None:
+    request = SetParameters.Request(parameters=[ParameterMsg(
+        name="real_time_factor", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
+                                                      double_value=rtf))])
+    result = peer.call(SetParameters, "/fibril_sim/set_parameters", request)
+    assert result.results[0].successful, result.results[0].reason
+
+
 def test_get_state_and_real_time_factor_parameter(live) -> None:
     state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
     assert state.mode == "realtime" and not state.paused and state.seed == 3
     assert state.target_real_time_factor == live.rtf
     assert state.real_time_factor > 0  # (its value is checked below, at a factor any load allows)
     assert state.episode == 0 and state.tick > 0 and len(state.qpos) == 8
-    request = SetParameters.Request(parameters=[ParameterMsg(
-        name="real_time_factor", value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
-                                                      double_value=0.5))])
-    result = live.peer.call(SetParameters, "/fibril_sim/set_parameters", request)
-    assert result.results[0].successful, result.results[0].reason
+    _set_real_time_factor(live.peer, 0.5)
     time.sleep(2.0)
     state = live.peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
     assert state.target_real_time_factor == 0.5
     # Paced at the new factor: never faster than asked (a busy machine may make it slower:
     # the measured pace is a figure for bench/, not an outcome to assert).
     assert 0 < state.real_time_factor < 0.7, state.real_time_factor
+
+
+def _boosted_threads(pid: int) -> int:
+    """How many threads of process ``pid`` run at nice -10."""
+    count = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            count += os.getpriority(os.PRIO_PROCESS, int(task.name)) == -10
+        except ProcessLookupError:
+            pass
+    return count
+
+
+def test_real_time_delivery_threads_run_at_a_higher_priority_where_permitted(live) -> None:
+    """By default (thread_priority 10) in real time: the host, publisher, command and
+    executor threads; a user who may not raise priorities is told so once, at INFO, and the
+    node runs as before."""
+    if os.geteuid() == 0:
+        assert _boosted_threads(live.sim.process.pid) >= 4
+    else:
+        assert _boosted_threads(live.sim.process.pid) == 0
+        assert "thread_priority 10: not permitted" in live.sim.log()
 
 
 def test_qos_mismatches_are_logged_not_silent(live) -> None:
@@ -424,6 +451,14 @@ def test_as_fast_as_possible_keeps_clock_after_the_messages(peer, live, tmp_path
                    sim.log)
         last = peer.call(GetState, "/fibril_sim/get_state", GetState.Request())
         assert last.mode == "fast" and last.session_time_ns - first.session_time_ns > 1e9
+        # As fast as possible the delivery threads keep the process's priority (a boosted
+        # host stepping flat out would crowd out everything else); in real time, boosted.
+        assert _boosted_threads(sim.process.pid) == 0
+        if os.geteuid() == 0:
+            _set_real_time_factor(peer, 1.0)
+            assert _boosted_threads(sim.process.pid) >= 4
+            _set_real_time_factor(peer, 0.0)
+            assert _boosted_threads(sim.process.pid) == 0
         # Frames grow past the manifest's 10 ms (10 ticks) toward ~20 ms of wall time each,
         # so the per-frame overhead is paid less often; services are still answered (above).
         wait_until(lambda: len(frames) > 3, 10, "~/frame_timing", sim.log)
