@@ -16,6 +16,12 @@ with one motor endpoint per actuator, a calibration request (YAML) whose signals
 mujoco.sysid a ``.npz`` of the same arrays and a script. Commands run interleaved (each repeat
 in a rotated order); medians, and for calibrate the ratio to mujoco.sysid, are printed.
 
+Both tools run as installed packages do, from bytecode caches: with ``PYTHONDONTWRITEBYTECODE``
+set (as in this project's containers) Fibril, run from its source tree, would compile every
+module in every process while mujoco.sysid's wheel came with its caches. The children get
+``PYTHONPYCACHEPREFIX`` in the temporary folder (``PYTHONDONTWRITEBYTECODE`` unset) and every
+command one untimed warm-up run.
+
 Needs mujoco.sysid's optional dependencies: ``pip install -r bench/requirements.txt``.
 
 Usage: ``python bench/cli_startup.py [--repeats 7] [--problem spring_mass]``
@@ -135,9 +141,16 @@ def fibril_sim() -> str:
     return found
 
 
-def run(command: list[str]) -> tuple[float, str]:
+def child_environment(folder: Path) -> dict[str, str]:
+    """Bytecode caches for every child, in ``folder`` (see the module docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+    return env
+
+
+def run(command: list[str], env: dict[str, str]) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
@@ -170,12 +183,15 @@ def main() -> None:
             commands.update(write_problem(problem, record(problem), folder / name))
             truths[name] = {pid: t for pid, _, _, t, *_ in problem.parameters}
         labels = list(commands)
+        env = child_environment(folder)
+        for label in labels:  # untimed: the bytecode caches are written
+            run(commands[label], env)
         walls: dict[str, list[float]] = {label: [] for label in labels}
         errors: dict[str, float] = {}
         for repeat in range(args.repeats):
             shift = repeat % len(labels)
             for label in labels[shift:] + labels[:shift]:
-                wall, stdout = run(commands[label])
+                wall, stdout = run(commands[label], env)
                 walls[label].append(wall)
                 problem_name = next((n for n in names if label.endswith(" " + n)), None)
                 if problem_name is not None and repeat == 0:
