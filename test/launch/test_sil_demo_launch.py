@@ -44,7 +44,8 @@ SETPOINT = 10.0
 def generate_test_description():
     return sim_launch_description(
         MANIFEST, seed=0, sync_topics=['/motor/command'], control_period=0.002,
-        controller=example_controller_command(setpoint=SETPOINT))
+        # (wall seconds the controller may take to answer: a busy machine may hold it)
+        sync_timeout=patience(5.0), controller=example_controller_command(setpoint=SETPOINT))
 
 
 class TestSilDemo(unittest.TestCase):
