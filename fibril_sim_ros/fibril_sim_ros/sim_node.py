@@ -498,6 +498,10 @@ class SimNode(Node):
         trace, self._trace = self._trace, None
         if trace is not None:
             trace.close()
+        if self._boost:  # (the executor's thread is the caller's in a process embedding the
+            # node: it, and the processes it starts from now on, get the process's priority)
+            set_nice(self._boosted_threads, self._process_nice)
+            self._boost = 0
         if runtime is not None:
             instance = runtime.instance
             self.get_logger().info(

@@ -7,6 +7,8 @@ hook can reach the host thread."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +49,7 @@ def test_a_held_up_host_is_warned_about_and_get_state_says_so(capfd, hold, cause
     rclpy.init(context=context, args=["--ros-args", "-p", f"manifest:={MANIFEST}",
                                       "-p", "lateness_warn_ms:=200"])
     started = time.monotonic()
+    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     node = SimNode(context=context)
     try:
         listener = rclpy.create_node("watchdog_listener", context=context)
@@ -73,6 +76,9 @@ def test_a_held_up_host_is_warned_about_and_get_state_says_so(capfd, hold, cause
         elapsed = time.monotonic() - started
         node.destroy_node()
         context.try_shutdown()
+    # In real time the node raised its threads' priority, this (the creating) thread's too
+    # where permitted; closed, it gives this process's thread its priority back.
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == nice
     err = capfd.readouterr().err
     warnings = [line for line in err.splitlines()
                 if "WARN" in line and "real-time delivery" in line]
