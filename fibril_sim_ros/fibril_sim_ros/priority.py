@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 MAX_BOOST = 20
 # The delivery threads' nice value in real time is minus this, unless set otherwise.
@@ -47,3 +47,40 @@ def set_nice(threads: Iterable[threading.Thread | None], nice: int) -> str | Non
         except ProcessLookupError:  # the thread ended meanwhile
             continue
     return None
+
+
+class DeliveryPriority:
+    """The delivery threads' nice value as the node's mode changes: -``amount`` in real time,
+    the process's own otherwise and once closed. Not permitted: said once through ``say``
+    (the node logs it at INFO for the default amount, at WARN for one set explicitly)."""
+
+    def __init__(self, amount: int, say: Callable[[str], object]) -> None:
+        self.amount = amount
+        self._say = say
+        self._threads: list[threading.Thread | None] = []
+        self._process_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.boosted = 0  # the amount the threads run at now
+        self._said = False
+
+    def start(self, threads: Iterable[threading.Thread | None], real_time: bool) -> None:
+        self._threads = list(threads)
+        self.apply(real_time)
+
+    def apply(self, real_time: bool) -> None:
+        amount = self.amount if real_time else 0
+        if amount == self.boosted or not self._threads:
+            return
+        if amount:
+            problem = boost(self._threads, amount)
+        else:
+            problem = set_nice(self._threads, self._process_nice)
+        if problem is None:
+            self.boosted = amount
+        elif not self._said:
+            self._said = True
+            self._say(problem)
+
+    def close(self) -> None:
+        """The threads back at the process's priority: in a process embedding the node the
+        executor's thread is the caller's, and the processes it starts inherit its priority."""
+        self.apply(real_time=False)

@@ -67,7 +67,7 @@ from .bridge import Bridge, load_bridge
 from .commands import CommandSubscriptions
 from .node_services import NodeServices
 from .outbox import OutboxMode
-from .priority import DEFAULT_THREAD_PRIORITY, boost, set_nice
+from .priority import DEFAULT_THREAD_PRIORITY, DeliveryPriority
 from .publishing import Publishing
 from .settings import (DEFAULT_LATENESS_WARN_MS, START_UP_ONLY, Mode, NodeConfigError,
                        NodeSettings, NodeTiming, finite_number, lateness_threshold)
@@ -138,12 +138,8 @@ class SimNode(Node):
         self._runtime: SimulationRuntime | None = None
         self._trace: TraceWriter | None = None
         self.sync: SyncDriver | None = None
-        # The delivery threads' priority (see _apply_priority), once they run.
-        self._boosted_threads: list[threading.Thread | None] = []
-        self._boost = 0
-        self._thread_priority = 0
-        self._process_nice = os.getpriority(os.PRIO_PROCESS, 0)
-        self._priority_problem_said = False
+        # The delivery threads' priority in real time (see priority), once they run.
+        self._priority: DeliveryPriority | None = None
         self._commands: CommandSubscriptions | None = None
         self._control_services: NodeServices | None = None
         self._publishing: Publishing | None = None
@@ -294,13 +290,15 @@ class SimNode(Node):
         # From here on (the start-up collection above is no cause of a late output: it ended
         # before pacing began, and was named as the cause of the first outputs' lateness).
         self.watchdog.gc.install()
-        self._thread_priority = settings.thread_priority
         if self._runtime is not None:  # (the calling thread spins the executor)
             inputs = self.commands.inputs
-            self._boosted_threads = [self._runtime.host.thread, self.publishing.outbox.thread,
-                                     inputs.thread if inputs is not None else None,
-                                     threading.current_thread()]
-            self._apply_priority()
+            log = self.get_logger()
+            amount = settings.thread_priority
+            self._priority = DeliveryPriority(
+                amount, log.info if amount == DEFAULT_THREAD_PRIORITY else log.warning)
+            self._priority.start([self._runtime.host.thread, self.publishing.outbox.thread,
+                                  inputs.thread if inputs is not None else None,
+                                  threading.current_thread()], self.mode == "realtime")
         if self.sync is not None:
             self.sync.start(paused=settings.start_paused, inputs=self.commands.inputs)
         elif not settings.start_paused:
@@ -400,27 +398,11 @@ class SimNode(Node):
         self.target_rtf = rtf
         self.get_logger().info(f"real_time_factor set to {rtf:g}")
 
-    def _apply_priority(self) -> None:
-        """The delivery threads at nice -thread_priority in real time, else at the process's
-        own nice value (see priority). Not permitted: said once, at INFO for the default."""
-        amount = self._thread_priority if self.mode == "realtime" else 0
-        if amount == self._boost or not self._boosted_threads:
-            return
-        if amount:
-            problem = boost(self._boosted_threads, amount)
-        else:
-            problem = set_nice(self._boosted_threads, self._process_nice)
-        if problem is None:
-            self._boost = amount
-        elif not self._priority_problem_said:
-            self._priority_problem_said = True
-            log = self.get_logger()
-            (log.info if amount == DEFAULT_THREAD_PRIORITY else log.warning)(problem)
-
     def _apply_mode(self) -> None:
         """Fast mode: long frames (from the manifest's on, see ``_adapt_fast_frame``), /clock
-        interleaved with the outputs; else a frame a clock."""
-        self._apply_priority()
+        interleaved with the outputs; else a frame a clock; the delivery threads' priority."""
+        if self._priority is not None:
+            self._priority.apply(real_time=self.mode == "realtime")
         with self._mode_lock:
             fast = self.mode == "fast"
             self.publishing.outbox.set_mode(OutboxMode(
@@ -449,10 +431,6 @@ class SimNode(Node):
             host.frame_ticks = ticks
 
     # ------------------------------------------------------------------ lifecycle
-    def inputs_matched(self, topic: str) -> bool:
-        """Every publisher the graph shows on input ``topic`` is matched (sync mode)."""
-        return self.commands.matched(topic)
-
     def fail(self, message: str) -> None:
         """A fatal runtime error (sync timeout, host failure): log it and stop with status 1."""
         self.get_logger().fatal(message)
@@ -498,10 +476,8 @@ class SimNode(Node):
         trace, self._trace = self._trace, None
         if trace is not None:
             trace.close()
-        if self._boost:  # (the executor's thread is the caller's in a process embedding the
-            # node: it, and the processes it starts from now on, get the process's priority)
-            set_nice(self._boosted_threads, self._process_nice)
-            self._boost = 0
+        if self._priority is not None:
+            self._priority.close()
         if runtime is not None:
             instance = runtime.instance
             self.get_logger().info(

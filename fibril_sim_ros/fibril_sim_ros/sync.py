@@ -23,7 +23,7 @@ Which answer belongs to which period is decided by the node alone, never by the 
   topic is matched (``Publishing.outputs_matched``): a controller's readers get the first
   period's samples, as they get every later one (its writes reach a subscriber process in
   order, the samples before the ``/clock``); and once every publisher it shows on a sync
-  topic is matched by the node's subscription (``SyncNode.inputs_matched``): a controller
+  topic is matched by the node's subscription (``CommandSubscriptions.matched``): a controller
   answers each ``/clock`` once (a timer on sim time fires once for a time), so an answer
   written before the match would be lost and the node would wait for it in vain;
 - ``/clock`` is re-sent to a controller that has not answered only before the first answer
@@ -58,6 +58,12 @@ class SyncTimeout(FibrilError):
     """A sync topic did not answer a control period in time."""
 
 
+class MatchedInputs(Protocol):
+    """The node's command subscriptions, as far as the start of sync mode asks them."""
+
+    def matched(self, topic: str) -> bool: ...
+
+
 class SyncNode(Protocol):
     """What the sync driver uses of the node (``SimNode``), once it runs."""
 
@@ -67,9 +73,10 @@ class SyncNode(Protocol):
     @property
     def publishing(self) -> Publishing: ...
 
-    def count_publishers(self, topic: str) -> int: ...
+    @property
+    def commands(self) -> MatchedInputs: ...
 
-    def inputs_matched(self, topic: str) -> bool: ...
+    def count_publishers(self, topic: str) -> int: ...
 
     def fail(self, message: str) -> None: ...
 
@@ -228,7 +235,7 @@ class SyncDriver:
             if not missing and clock:
                 found = time.monotonic() if found is None else found
                 matched = node.publishing.outputs_matched() and all(
-                    node.inputs_matched(t) for t in self.topics)
+                    node.commands.matched(t) for t in self.topics)
                 # An endpoint that never matches (a QoS it asks for and the node does not
                 # offer, logged as a QoS mismatch) must not keep sync mode from starting; a
                 # busy machine (a long sync_timeout) may take longer to match than a quiet one.

@@ -44,10 +44,14 @@ class _Node:
         self.connection = None
         self.failures: list[str] = []
 
+    @property
+    def commands(self) -> _Node:  # (the command subscriptions: ``matched``)
+        return self
+
     def count_publishers(self, topic: str) -> int:
         return 1
 
-    def inputs_matched(self, topic: str) -> bool:
+    def matched(self, topic: str) -> bool:
         return self.match.is_set()
 
     def fail(self, message: str) -> None:
