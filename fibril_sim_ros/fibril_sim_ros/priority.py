@@ -82,5 +82,7 @@ class DeliveryPriority:
 
     def close(self) -> None:
         """The threads back at the process's priority: in a process embedding the node the
-        executor's thread is the caller's, and the processes it starts inherit its priority."""
+        executor's thread is the caller's, and the processes it starts inherit its priority.
+        (Only the live ones: an ended thread's id may belong to another thread by now.)"""
+        self._threads = [t for t in self._threads if t is not None and t.is_alive()]
         self.apply(real_time=False)
