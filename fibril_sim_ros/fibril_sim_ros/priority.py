@@ -21,15 +21,16 @@ from collections.abc import Callable, Iterable
 MAX_BOOST = 20
 # The delivery threads' nice value in real time is minus this, unless set otherwise.
 DEFAULT_THREAD_PRIORITY = 10
+NOT_PERMITTED = "not permitted"
 
 
 def boost(threads: Iterable[threading.Thread | None], amount: int) -> str | None:
     """Run each started thread at nice ``-amount`` (1..20); returns why not, or None."""
     problem = set_nice(threads, -amount)
-    if problem is not None:
-        return (f"thread_priority {amount}: {problem} (needs root, CAP_SYS_NICE or an "
-                f"RLIMIT_NICE of at least {20 + amount}); the node's threads keep their priority")
-    return None
+    if problem == NOT_PERMITTED:
+        problem += f" (needs root, CAP_SYS_NICE or an RLIMIT_NICE of at least {20 + amount})"
+    return None if problem is None else (f"thread_priority {amount}: {problem}; the node's "
+                                         f"threads keep their priority")
 
 
 def set_nice(threads: Iterable[threading.Thread | None], nice: int) -> str | None:
@@ -43,7 +44,7 @@ def set_nice(threads: Iterable[threading.Thread | None], nice: int) -> str | Non
         try:
             os.setpriority(os.PRIO_PROCESS, tid, nice)  # a Linux thread id: that thread
         except PermissionError:
-            return "not permitted"
+            return NOT_PERMITTED
         except ProcessLookupError:  # the thread ended meanwhile
             continue
     return None

@@ -151,13 +151,13 @@ class Peer:
         ``Step`` is preceded by ``Step(steps=0)`` (changes nothing), re-sent until answered, so
         that its reply has a way back (the node may be a new process since the client's last
         call): seen beside two hogs, a first ``Step(1)`` got no reply in 130 s."""
+        step = cls.__name__ == "Step"
+        if step and request.steps:
+            self.call(cls, name, cls.Request(steps=0), timeout)  # (idempotent: re-sent)
         client = self._client(cls, name)
         timeout = patience(timeout)
         assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
-        idempotent = cls.__name__ in _IDEMPOTENT or (
-            cls.__name__ == "Step" and request.steps == 0)
-        if not idempotent and cls.__name__ == "Step":
-            self.call(cls, name, cls.Request(steps=0), timeout)
+        idempotent = cls.__name__ in _IDEMPOTENT or (step and not request.steps)
         attempt = 2.0 if idempotent else timeout
         deadline = time.monotonic() + timeout
         while True:
