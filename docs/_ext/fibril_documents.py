@@ -132,7 +132,8 @@ def experiment_keys() -> list[Key]:
         k("execution", "workers", "int", "runs in parallel (processes), at most `cpu_budget`",
           "1"),
         k("execution", "cpu_budget", "int", "CPUs the experiment may use", "workers"),
-        k("execution", "seed", "int", "the episode seed of every run", "the manifest's"),
+        k("execution", "seed", "int", "the episode seed of every run (also the result's "
+          "`execution.seed`)", "the scenario's: the `scenario` file's, else the manifest's"),
         k("execution", "backend", "str", "`local` or `dask` (see Experiments on a Dask "
           "cluster)", "local"),
         k("execution", "scheduler", "str", "dask: `local:N` or `tcp://HOST:PORT`", ""),

@@ -908,3 +908,57 @@ def test_invalid_value_error_names_the_experiment_file_and_variant(tmp_path: Pat
     reason = _by_id(document)["odd"]["error_reason"]
     assert str(tmp_path / "example" / "odd.yaml") in reason
     assert "variants[1].parameter_values.wheel_damping" in reason
+
+
+# ------------------------------------------------------------------ episode seed
+def _seed_rows(trace: str) -> list[Any]:
+    """The noisy encoder's samples: what the episode seed decides."""
+    return [row[2:] for row in query(trace, "device:wheel_encoder").rows]
+
+
+def test_run_records_carry_the_episode_seed_the_runs_used(tmp_path: Path) -> None:
+    """Every run record (a run failing before its plan is built too) names the episode seed,
+    the trace was written under it, and the device noise follows it: ``execution.seed`` when
+    given, else the scenario's (the experiment's scenario file, else the manifest's, the
+    plan's ``episode_seed``)."""
+    folder = _example(tmp_path / "example")
+    manifest = yaml.safe_load((folder / "simulation.yaml").read_text())
+    manifest["scenario"]["seed"] = 41
+    _dump(folder / "simulation.yaml", manifest)
+    scenario = yaml.safe_load((folder / "drive-start.yaml").read_text())
+    _dump(folder / "seeded-start.yaml", {**scenario, "seed": 5})
+    variants = [GOOD, _variant("bad", nope=1.0)]
+    cases: dict[str, tuple[dict[str, Any], int]] = {}
+    for name, scenario_file, execution, expected in (
+            ("manifest-seed", None, {}, 41), ("explicit-41", None, {"seed": 41}, 41),
+            ("execution-seed", None, {"seed": 7}, 7),
+            ("scenario-seed", "seeded-start.yaml", {}, 5),
+            ("both", "seeded-start.yaml", {"seed": 9}, 9)):
+        doc = _experiment_doc(variants=variants, metrics=MIXED_METRICS[:1], steps=50,
+                              **execution)
+        if scenario_file is None:
+            del doc["scenario"]
+        else:
+            doc["scenario"] = scenario_file
+        cases[name] = (_run(folder, name, doc), expected)
+    rows: dict[str, list[Any]] = {}
+    for name, (document, seed) in cases.items():
+        assert document["execution"]["seed"] == seed, name
+        runs = _by_id(document)
+        assert [r["status"] for r in document["runs"]] == [
+            "succeeded", "succeeded", "invalid_parameter"], name
+        for run in document["runs"]:
+            assert run["episode_seed"] == seed, (name, run["id"])
+        for run_id in ("baseline", "good"):
+            with TraceReader(runs[run_id]["trace"]) as reader:
+                assert reader.provenance["episode_seed"] == seed
+                assert [e.seed for e in reader.episodes()] == [seed]
+        # The plan's own seed is the manifest's, whatever the run started from.
+        assert runs["baseline"]["plan"]["provenance"]["episode_seed"] == 41
+        rows[name] = _seed_rows(runs["baseline"]["trace"])
+        assert len(rows[name]) >= 20
+    # The noise follows the recorded seed: the same seed gives the same samples.
+    assert rows["manifest-seed"] == rows["explicit-41"]
+    assert rows["execution-seed"] != rows["manifest-seed"]
+    assert rows["scenario-seed"] != rows["manifest-seed"]
+    assert rows["both"] != rows["scenario-seed"]

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import mujoco
 import numpy as np
 import pytest
 import yaml
@@ -253,3 +254,69 @@ def test_lab_output_mistakes_are_one_line_errors(tmp_path: Path,
                  "--write-sim-csv", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
     assert "not from a franka_sysid recording" in err and err.count("\n") == 1
+
+
+def _raw_rollout(real: dict[str, np.ndarray], sidecar: dict[str, Any], values: dict[str, float],
+                 rows: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(q, dq) at each of ``rows``, by MuJoCo alone from the MJCF: start at q_init at rest,
+    then hold row j's target (position, and orientation as the rotation vector from the
+    anchor: the site actuators' setpoints) for the ticks from t_s[j] to t_s[j+1]."""
+    model = mujoco.MjModel.from_xml_path(str(EXAMPLE / "model" / "panda_impedance.xml"))
+    for pid, value in values.items():  # the request's overlay targets, set by hand
+        kind, joint = pid.split("_joint")
+        dof = model.jnt_dofadr[model.joint(f"joint{joint}").id]
+        getattr(model, f"dof_{kind}")[dof] = value
+    data = mujoco.MjData(model)
+    qadr = [model.jnt_qposadr[model.joint(j).id] for j in JOINTS]
+    dadr = [model.jnt_dofadr[model.joint(j).id] for j in JOINTS]
+    data.qpos[qadr] = sidecar["q_init"]
+    ax, ay, az, aw = sidecar["q_anchor_xyzw"]
+    anchor_inverse = np.empty(4)
+    mujoco.mju_negQuat(anchor_inverse, np.array([aw, ax, ay, az]))
+    actuators = [model.actuator(name).id for name in MOTORS]
+    dt = model.opt.timestep
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in range(max(rows) + 1):
+        if k in rows:
+            out[k] = (data.qpos[qadr].copy(), data.qvel[dadr].copy())
+        if k + 1 >= len(real["t_s"]):
+            break
+        relative, rotvec = np.empty(4), np.empty(3)
+        target = np.array([real[f"quat_des_{c}"][k] for c in "wxyz"])
+        mujoco.mju_mulQuat(relative, anchor_inverse, target)
+        mujoco.mju_quat2Vel(rotvec, relative, 1.0)
+        data.ctrl[actuators] = [*(real[f"x_des_{c}"][k] for c in "xyz"), *rotvec]
+        for _ in range(round((real["t_s"][k + 1] - real["t_s"][k]) / dt)):
+            mujoco.mj_step(model, data)
+    return out
+
+
+def test_sim_csv_row_k_is_the_state_under_target_k_minus_1(tmp_path: Path) -> None:
+    """The document's time base, checked directly: row k's joint state is MuJoCo's after the
+    targets of rows 0..k-1 each held for one row period (row k's own target not yet acting),
+    here by a rollout of the MJCF that shares nothing with Fibril's replay."""
+    request = _request(tmp_path)
+    assert main(["calibrate", str(request), "--quiet", "--evaluate", "nominal",
+                 "--write-sim-csv", str(tmp_path / "s")]) == 0
+    folder = tmp_path / "s" / "nominal" / "loop-03"
+    sim = read_sim_csv(folder / "loop-03_sim.csv")
+    sidecar = json.loads((folder / "loop-03_sim.json").read_text())
+    real = read_real_csv(EXAMPLE / "calibration_data" / "loop-03.csv")
+    real_sidecar = json.loads((EXAMPLE / "calibration_data" / "loop-03.json").read_text())
+    nominal = {p["id"]: p["nominal"] for p in yaml.safe_load(request.read_text())["parameters"]}
+    assert sidecar["applied_params"]["values"] == nominal
+    last = len(sim["t_s"]) - 1
+    rows = [0, 1, 2, 7, 50, last]
+    expected = _raw_rollout(real, real_sidecar, nominal, rows)
+    for k in rows:
+        q, dq = expected[k]
+        np.testing.assert_allclose([sim[f"q{i}"][k] for i in range(1, 8)], q, rtol=0,
+                                   atol=1e-10, err_msg=f"row {k}")
+        np.testing.assert_allclose([sim[f"dq{i}"][k] for i in range(1, 8)], dq, rtol=0,
+                                   atol=1e-8, err_msg=f"row {k}")
+    # ... and not the state under target k (one row period more) nor under target k-2: the
+    # check tells the neighbouring conventions apart.
+    q_late = _raw_rollout(real, real_sidecar, nominal, [51])[51][0]
+    q_early = _raw_rollout(real, real_sidecar, nominal, [49])[49][0]
+    row = np.array([sim[f"q{i}"][50] for i in range(1, 8)])
+    assert np.max(np.abs(row - q_late)) > 1e-6 and np.max(np.abs(row - q_early)) > 1e-6

@@ -65,7 +65,8 @@ class Execution:
     workers: int = 1
     cpu_budget: int = 1
     mujoco_internal_threads: int = 1
-    seed: int = 0
+    #: None: the seed of the scenario the runs use (``runner.episode_seed``).
+    seed: int | None = None
     #: ``local`` (``workers`` forked processes) or ``dask`` (each run a task on a cluster).
     backend: Backend = Backend()
 
@@ -243,5 +244,6 @@ def _execution(raw: Node, where: Where) -> Execution:
         timeout_seconds=s.number(body["timeout_seconds"], where.key("timeout_seconds"),
                                  positive=True),
         workers=workers, cpu_budget=cpu_budget, mujoco_internal_threads=threads,
-        seed=s.integer(body.get("seed", 0), where.key("seed"), minimum=0),
+        seed=(s.integer(body["seed"], where.key("seed"), minimum=0) if "seed" in body
+              else None),
         backend=parse_backend(body, where))

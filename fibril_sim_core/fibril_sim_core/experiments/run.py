@@ -98,6 +98,8 @@ class RunJob:
     role: str
     values: Mapping[str, Node]
     trace: Path
+    #: The episode seed the run starts from (``runner.episode_seed``).
+    episode_seed: int
     #: (path here, path to report) pairs: a Dask worker builds from its copy of the
     #: submitter's files and reports the submitter's paths.
     shown: tuple[tuple[str, str], ...] = ()
@@ -135,7 +137,7 @@ def _execute_run(job: RunJob) -> RunRecord:
     clock = time.perf_counter()
     record: RunRecord = {"id": job.run_id, "role": job.role, "started_at": started}
     experiment = load_experiment(job.experiment)
-    record["episode_seed"] = experiment.execution.seed
+    record["episode_seed"] = job.episode_seed
     baseline = load_overlay_artifact(experiment.baseline_overlay)
     declared = {p.id: _plain(p.value) for p in baseline.parameters}
     try:
@@ -219,12 +221,12 @@ def _simulate(plan: SimulationPlan, scenario: ScenarioSpec | None, execution: Ex
     warnings = [getattr(mujoco.mjtWarning, name) for name in _NUMERICAL_WARNINGS]
     trace = None
     wall = 0.0
-    provenance = plan.run_provenance(execution.seed)
+    provenance = plan.run_provenance(job.episode_seed)
     for here, shown in job.shown:
         provenance = remap(provenance, here, shown)
     try:
         trace = TraceWriter(job.trace, provenance=provenance, layout=dict(plan.layout))
-        instance = plan.create_instance(execution.seed, scenario=scenario, trace=trace,
+        instance = plan.create_instance(job.episode_seed, scenario=scenario, trace=trace,
                                         collect=False)
         model, data = instance.model, instance.data
         chunk = 1 if observers else _CHUNK_TICKS
@@ -331,7 +333,8 @@ def _finish(record: RunRecord, clock: float, job: RunJob, status: str,
 
 def failed_record(job: RunJob, status: str, reason: str) -> RunRecord:
     """The record of a run that never reported back (its worker died)."""
-    return _finish({"id": job.run_id, "role": job.role, "started_at": None},
+    return _finish({"id": job.run_id, "role": job.role, "started_at": None,
+                    "episode_seed": job.episode_seed},
                    time.perf_counter(), job, status, reason)
 
 

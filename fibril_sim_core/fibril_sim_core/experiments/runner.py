@@ -133,10 +133,11 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                                   f"experiment run (only run traces: folders holding a "
                                   f"rosbag2 metadata.yaml or .mcap files); not replaced")
     baseline_values = {p.id: p.value for p in baseline.parameters}
+    seed = episode_seed(experiment)
     jobs = [RunJob(experiment.path, BASELINE_ID, "baseline", baseline_values,
-                   traces / BASELINE_ID)]
+                   traces / BASELINE_ID, seed)]
     jobs += [RunJob(experiment.path, v.id, "variant", {**baseline_values, **v.parameter_values},
-                    traces / v.id) for v in experiment.variants]
+                    traces / v.id, seed) for v in experiment.variants]
     if not backend.is_dask:
         _new_folder(traces, existing)
         records = _run_all(jobs, experiment.execution.workers, progress)
@@ -169,6 +170,17 @@ def _is_trace_folder(path: Path) -> bool:
         if not ((entry / "metadata.yaml").is_file() or any(entry.glob("*.mcap"))):
             return False
     return True
+
+
+def episode_seed(experiment: Experiment) -> int:
+    """The episode seed every run starts from: ``execution.seed``, else the seed of the
+    scenario the runs use (the experiment's scenario file replaces the manifest's scenario,
+    seed included; without one, the manifest's: the plan's ``episode_seed``)."""
+    if experiment.execution.seed is not None:
+        return experiment.execution.seed
+    if experiment.scenario is not None:
+        return load_scenario(experiment.scenario).seed
+    return load_manifest(experiment.manifest).scenario.seed
 
 
 def _check_start(experiment: Experiment) -> None:
@@ -294,7 +306,7 @@ def _document(experiment: Experiment, baseline: OverlayArtifact,
         "execution": {"steps": execution.steps, "timeout_seconds": execution.timeout_seconds,
                       "workers": execution.workers, "cpu_budget": execution.cpu_budget,
                       "mujoco_internal_threads": execution.mujoco_internal_threads,
-                      "seed": execution.seed, "backend": dict(backend)},
+                      "seed": episode_seed(experiment), "backend": dict(backend)},
         "traces": str(traces),
         "summary": {"runs": len(records),
                     "succeeded": sum(1 for r in records if r["success"]),
