@@ -38,7 +38,7 @@ import numpy as np
 from .._json import JsonObject
 
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
-from .csv_layout import TIME_NAMES, guess_time_column
+from .csv_layout import TIME_NAMES, ambiguous_time, guess_time_column, time_candidates
 
 __all__ = [
     "MAX_VALUE",
@@ -214,6 +214,11 @@ class CsvSource(Source):
         self.first_line = self._layout.first_line  # the file's line of data row 0
         if time_column is None:
             time_column, implied = guess_time_column(self.header)
+            found = time_candidates(self.header)
+            if len(found) > 1:
+                raise SourceError(f"{label}: its time column is ambiguous: "
+                                  f"{ambiguous_time(found)}; pick one with time_column: (on "
+                                  f"the source)")
             if time_column is None:
                 raise SourceError(f"{label}: name its time column (time_column: ...; found "
                                   f"without it only when exactly one column is called "
