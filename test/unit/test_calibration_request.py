@@ -625,3 +625,50 @@ def test_the_specification_example_loads_and_evaluates(tmp_path: Path) -> None:
     assert {d.sample_type.split("/")[1] for d in STANDARD_DECODERS} == {
         "digital_input_sample", "encoder_sample", "rangefinder_sample",
         "motor_feedback_sample", "body_kinematics_sample", "imu_sample"}
+
+
+def test_a_long_model_name_list_is_never_cut(tmp_path: Path) -> None:
+    """A model with 60 joints, 60 sensors and 61 bodies whose names make a list too long for a
+    one-line error: an unknown name gives the count, where every name is (the model file) and
+    the closest names, never a list cut after 16 with "..." (issue 24: errors never truncate
+    a list the user needs); an unknown qpos / decoder component likewise."""
+    from fibril_calibration.model.observations import parse_observation
+
+    from fibril_sim_core import SimulationBuilder
+    from fibril_sim_core import schema as s
+
+    bodies = "".join(f'<body name="left_leg_segment_body_{n:02d}" pos="0 0 0.1">'
+                     f'<joint name="left_leg_segment_joint_{n:02d}" type="hinge"/>'
+                     f'<geom type="sphere" size="0.01" mass="0.1"/>' for n in range(60))
+    sensors = "".join(f'<jointpos name="left_leg_segment_sensor_{n:02d}" '
+                      f'joint="left_leg_segment_joint_{n:02d}"/>' for n in range(60))
+    model = tmp_path / "chain.xml"
+    model.write_text(f'<mujoco><worldbody>{bodies}{"</body>" * 60}</worldbody>'
+                     f'<sensor>{sensors}</sensor></mujoco>')
+    manifest = tmp_path / "chain.yaml"
+    manifest.write_text(yaml.safe_dump({"schema_version": {"major": 3, "minor": 1},
+                                        "model": "chain.xml", "components": []}))
+    plan = SimulationBuilder().build(manifest)
+    where = s.Where("request.yaml", "observations[0]", CalibrationRequestError)
+    registry = CalibrationDeviceOutputDecoderRegistry.standard()
+
+    def fails(raw: dict[str, Any]) -> str:
+        with pytest.raises(CalibrationRequestError) as info:
+            parse_observation(raw, where, plan, registry)
+        text = str(info.value)
+        assert " ..." not in text and len(text) < 1000, text
+        return text
+
+    text = fails({"id": "q", "source": "joint_position", "name": "left_leg_segmnt_joint_07"})
+    assert ("no MuJoCo joint named 'left_leg_segmnt_joint_07' in the compiled model; 60 joints "
+            f"in the model (every name: the model file {str(model)!r} and its includes); the "
+            "closest: left_leg_segment_joint_") in text
+    assert text.split("the closest: ")[1].startswith("left_leg_segment_joint_07")
+    text = fails({"id": "s", "source": "sensor", "name": "left_leg_sensor_12"})
+    assert "; 60 sensors in the model (every name: the model file" in text
+    assert text.split("the closest: ")[1].startswith("left_leg_segment_sensor_12")
+    text = fails({"id": "b", "source": "body_position", "name": "left_leg_segment_bdy_03"})
+    assert "; 61 bodies in the model (every name: the model file" in text
+    text = fails({"id": "raw", "source": "qpos", "indices": ["qpos[60]"]})
+    assert "unknown component 'qpos[60]' of qpos; 60 components of qpos (qpos[0] to " \
+           "qpos[59])" in text

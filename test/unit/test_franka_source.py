@@ -289,6 +289,34 @@ def test_bad_targets_files_name_file_column_and_row(tmp_path: Path, edit: str,
         source.stream(columns=["targets.x_des_x"])
 
 
+def test_nan_in_a_derived_target_group_names_the_line(tmp_path: Path) -> None:
+    """A NaN quat_des cell under rotvec_des (a column computed from several): the error names
+    the CSV line and the time into the recording, in the run's file and in its targets file
+    (issue 24 item 7: CSV errors name lines; it gave only a time)."""
+    ticks = int(DURATION * 1000)
+    x_des = np.tile([0.5, 0.0, 0.4], (ticks, 1))
+    quat_des = np.tile([0.0, 0.0, 0.6, 0.8], (ticks, 1))
+    quat_des[10:13, 3] = np.nan  # rows 10-12: lines 12-14
+    run = _write_run(tmp_path, desired=(x_des, quat_des))
+    sidecar = json.loads(run.with_suffix(".json").read_text())
+    sidecar["q_anchor_xyzw"] = [0.0, 0.0, 0.0, 1.0]
+    run.with_suffix(".json").write_text(json.dumps(sidecar))
+    source = open_source(run, "franka_sysid")
+    with pytest.raises(SourceError) as info:
+        source.stream(columns=["rotvec_des"])
+    assert ("columns quat_des_*: 3 row(s) with NaN, the first at 0.01 s into the recording "
+            "(stamp 0.010000000 s) (line 12)") in str(info.value)
+    rows = [[k, SEQ_FIRST + 20 * k, SEQ_FIRST + 20 * k + 1, 0.1, 0.2, 0.3, 0.0, 0.0, 0.6, 0.8]
+            for k in range(30)]
+    rows[3][9] = "nan"  # target 3: line 5, in force from seq 5061 (0.061 s)
+    _write_targets(run, rows)
+    source = open_source(run, "franka_sysid")
+    with pytest.raises(SourceError) as info:
+        source.stream(columns=["targets.rotvec_des"])
+    assert "run_targets.csv' columns quat_des_*: 1 row(s) with NaN" in str(info.value)
+    assert "(stamp 0.061000000 s) (line 5)" in str(info.value)
+
+
 # --------------------------------------------------------------------------- metrics tracking
 
 def _link2_pose(manifest: Path, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

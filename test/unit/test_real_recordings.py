@@ -289,7 +289,7 @@ def test_csv_errors_name_lines_and_bag_errors_name_messages(arm: dict[str, Any],
     path.write_text("\n".join(gap) + "\n")
     doc = rig.request(arm["manifest"], {"path": str(path), "time_column": "t_s",
                                         "max_gap": 0.02}, csv_log=True)
-    rig.request_fails(tmp_path, doc, "has a gap of", "(line 60 to line 61)")
+    rig.request_fails(tmp_path, doc, "has a gap of", "between line 60 and line 61")
     rows = [line.split(",") for line in lines]
     rows[20][3] = "nan"  # line 21: dropped below
     rows[41][0] = rows[40][0]  # line 42 repeats line 41's time
@@ -298,7 +298,8 @@ def test_csv_errors_name_lines_and_bag_errors_name_messages(arm: dict[str, Any],
     doc = rig.request(arm["manifest"], {"path": str(path), "time_column": "t_s"},
                       csv_log=True)
     doc["training"][0]["signals"]["q"]["on_invalid"] = "drop"
-    rig.request_fails(tmp_path, doc, "two samples at", "(line 41 and line 42)")
+    doc["training"][0]["initial_state"][0]["qpos_from"]["on_invalid"] = "drop"
+    rig.request_fails(tmp_path, doc, "two samples at", "on line 41 and line 42")
     # a bag: header stamps going backwards at message 3 of /joint_states
     from fibril_calibration.recordings.formats import open_source
     from fibril_calibration.recordings.sources import SourceError
@@ -331,3 +332,85 @@ def test_csv_errors_name_lines_and_bag_errors_name_messages(arm: dict[str, Any],
         assert "s into the recording (stamp 16999999" in str(info.value)
     finally:
         source.close()
+
+
+def _stamp(ns: int) -> str:
+    return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+
+def test_error_times_are_seconds_into_the_recording_with_the_stamp(arm: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    """Item 5: a repeated reference time, a gap over max_gap, a stream with no sample in a
+    window and a window that does not fit give their times as seconds into the recording
+    with the file's stamp in parentheses (before: bare epoch seconds ``1.76314636e+09 s``,
+    or seconds "after the origin" without the stamp)."""
+    names = ["time_ns", "tau1", "tau2", "q1", "q2", "dq1", "dq2"]
+    exported = _export(tmp_path / "plain.csv", arm, delimiter=",", header=names)
+    lines = exported.read_text().splitlines()
+    stamps = [int(line.split(",")[0]) for line in lines[1:]]  # stamps[i]: line i + 2
+    first = stamps[0]
+
+    def into(ns: int) -> str:
+        return f"{(ns - first) / 1e9:.9g} s"
+
+    rows = [line.split(",") for line in lines]
+    rows[41][0] = rows[40][0]  # line 42 repeats line 41's time
+    path = tmp_path / "repeat.csv"
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(path)}, csv_log=True)
+    text = rig.request_fails(tmp_path, doc, "two samples at "
+                             f"{into(stamps[39])} into the recording (stamp "
+                             f"{_stamp(stamps[39])} s) on line 41 and line 42",
+                             "reference times must increase strictly")
+    assert "e+09" not in text
+    # a gap (the rows of lines 61-80 missing): both ends as seconds into it, with stamps
+    gap = tmp_path / "gap.csv"
+    gap.write_text("\n".join([lines[0], *lines[1:60], *lines[80:]]) + "\n")
+    doc = rig.request(arm["manifest"], {"path": str(gap), "max_gap": 0.02}, csv_log=True)
+    rig.request_fails(tmp_path, doc, "between line 60 and line 61, from "
+                      f"{into(stamps[58])} to {into(stamps[79])} into the recording (stamps "
+                      f"{_stamp(stamps[58])} s to {_stamp(stamps[79])} s), more than max_gap")
+    # a window with no sample of the signal: the signal's span, with its stamps
+    doc = rig.request(arm["manifest"], {"path": str(exported)}, csv_log=True,
+                      windows=[[0.1, 0.2]])
+    signal = doc["training"][0]["signals"]["q"]
+    state = tmp_path / "state.csv"
+    state.write_text("\n".join([lines[0], *(line for line in lines[1:]
+                                            if int(line.split(",")[0]) - first >= 3 * 10**8)])
+                     + "\n")
+    late = [s for s in stamps if s - first >= 3 * 10**8]
+    doc["sources"] = {"state": {"path": str(state)}}
+    signal["source"] = "state"
+    rig.request_fails(tmp_path, doc, "has no sample in the window (its samples span "
+                      f"{into(late[0])} to {into(late[-1])} into the recording (stamps "
+                      f"{_stamp(late[0])} s to {_stamp(late[-1])} s))")
+    # no window fits after a late start: the start and end, with their stamps
+    doc = rig.request(arm["manifest"], {"path": str(exported)}, csv_log=True,
+                      windows={"every": 0.2, "start": 0.9})
+    rig.request_fails(tmp_path, doc, "no window of 0.2 s fits from 0.9 s to "
+                      f"{into(stamps[-1])} into the recording (stamps "
+                      f"{_stamp(first + 900_000_000)} s to {_stamp(stamps[-1])} s)")
+
+
+def test_error_stamps_are_the_files_own_under_an_offset(arm: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """Item 2 + 5: a stream of a source with an ``offset`` is moved onto the episode's time
+    base; its errors still give the stamp written in its file (with the seconds into the
+    recording on the episode's base)."""
+    command, state = _split(arm, tmp_path, -0.25)  # the state's clock 0.25 s ahead
+    lines = state.read_text().splitlines()
+    state.write_text("\n".join([lines[0], *lines[1:60], *lines[80:]]) + "\n")
+    file_ns = [round(float(line.split(",")[0]) * 1e9) for line in lines[1:]]
+    doc = rig.request(arm["manifest"], "command", csv_log=True,
+                      sources={"command": {"path": str(command)},
+                               "state": {"path": str(state), "offset": -0.25}})
+    episode = doc["training"][0]
+    episode["signals"]["q"].update(source="state", max_gap=0.02)
+    for entry in episode["initial_state"]:
+        for key in ("qpos_from", "qvel_from"):
+            entry[key]["source"] = "state"
+    origin = file_ns[0] - 250_000_000  # the command log's first time: the episode's origin
+    rig.request_fails(tmp_path, doc, "between line 60 and line 61, from "
+                      f"{(file_ns[58] - 250_000_000 - origin) / 1e9:.9g} s to "
+                      f"{(file_ns[79] - 250_000_000 - origin) / 1e9:.9g} s into the recording "
+                      f"(stamps {_stamp(file_ns[58])} s to {_stamp(file_ns[79])} s)")

@@ -321,6 +321,38 @@ def test_csv_info_columns_rate_gaps_and_bad_cells(tmp_path: Path) -> None:
     assert (info.delimiter, info.header, info.rows, info.time_column) == ("\t", False, 10, None)
 
 
+def test_csv_info_with_two_time_columns_says_which_and_how_to_pick(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CSV with ``time`` and ``t_s``: recording info says the time column is ambiguous,
+    names both and how a request picks one (it said "no column named t_s, time, ..."); the
+    calibration request's own error names both too."""
+    from fibril_calibration.recording_cli import main
+    from fibril_calibration.recordings.formats import open_source
+    from fibril_calibration.recordings.recording_info import as_dict
+
+    path = tmp_path / "both.csv"
+    path.write_text("time,t_s,q1\n" + "".join(f"{1763146355421617551 + n * 10**6},"
+                                               f"{n / 1000},{0.1 * n}\n" for n in range(10)))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert ("time       ambiguous: columns 'time' and 't_s' both name the time; a request "
+            "picks one with time_column: (on its source)") in out, out
+    assert "no column named" not in out
+    with pytest.raises(SourceError) as error:
+        open_source(path)
+    text = str(error.value)
+    assert "its time column is ambiguous: columns 'time' and 't_s' both name the time" in text
+    assert "pick one with time_column:" in text
+    info = recording_info(path)
+    assert isinstance(info, CsvInfo)
+    assert info.time_column is None and info.time_candidates == ("time", "t_s")
+    assert as_dict(info)["time_candidates"] == ("time", "t_s")
+    # no time-named column at all: the old wording
+    path.write_text("stamp,q1\n1,0.1\n2,0.2\n")
+    assert main([str(path)]) == 0
+    assert "no column named t_s, time, timestamp" in capsys.readouterr().out
+
+
 def test_a_bag_without_definitions_says_how_to_give_one(bags: dict[str, Any], tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 5: a sqlite3 bag whose custom type has no definition in it: the request error

@@ -37,6 +37,8 @@ snapshots, so no extra ``mj_forward`` ever runs.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +50,7 @@ from fibril_sim_core import schema as s
 
 from .._json import JsonObject
 from ..errors import EvaluationError
+from ..recordings.sources import LISTING_LIMIT
 from .decoders import CalibrationDeviceOutputDecoderRegistry
 
 if TYPE_CHECKING:
@@ -200,25 +203,27 @@ def parse_observation(raw: object, where: s.Where, plan: SimulationPlan,
     sample_type = None
     timestamp = None
     indices_raw = body.get("indices")
+    listed = f"every name: the model file {str(plan.manifest.model)!r} and its includes"
     if source in ("joint_position", "joint_velocity"):
-        jid = _lookup(model, _OBJ.mjOBJ_JOINT, name, where.key("name"), "joint")
+        jid = _lookup(model, _OBJ.mjOBJ_JOINT, name, where.key("name"), "joint", listed)
         kind = _JOINT_TYPES[int(model.jnt_type[jid])]
         components = (_JOINT_POSITION if source == "joint_position" else _JOINT_VELOCITY)[kind]
         indices = None
     elif source == "sensor":
-        sid = _lookup(model, _OBJ.mjOBJ_SENSOR, name, where.key("name"), "sensor")
+        sid = _lookup(model, _OBJ.mjOBJ_SENSOR, name, where.key("name"), "sensor", listed)
         dim = int(model.sensor_dim[sid])
         assert name is not None  # a NAMED_SOURCES selector
         components = (name,) if dim == 1 else tuple(f"{name}[{i}]" for i in range(dim))
         indices = None
     elif source in ("body_position", "body_quaternion"):
-        _lookup(model, _OBJ.mjOBJ_BODY, name, where.key("name"), "body")
+        _lookup(model, _OBJ.mjOBJ_BODY, name, where.key("name"), "body", listed)
         components = ("x", "y", "z") if source == "body_position" else ("qw", "qx", "qy", "qz")
         indices = None
     elif source in INDEXED_SOURCES:
         size = {"qpos": model.nq, "qvel": model.nv, "sensordata": model.nsensordata}[source]
         indices = _indices(indices_raw, where.key("indices"), size,
-                           tuple(f"{source}[{i}]" for i in range(size)), source)
+                           tuple(f"{source}[{i}]" for i in range(size)), source,
+                           f"{source}[0] to {source}[{size - 1}]")
         components = tuple(f"{source}[{i}]" for i in indices)
     elif source == "actuator_application":
         endpoints = plan.endpoints
@@ -229,7 +234,7 @@ def parse_observation(raw: object, where: s.Where, plan: SimulationPlan,
             indices = (APPLICATION_COMPONENTS.index("applied"),)
         else:
             indices = _indices(indices_raw, where.key("indices"), len(APPLICATION_COMPONENTS),
-                               APPLICATION_COMPONENTS, source)
+                               APPLICATION_COMPONENTS, source, "")
         components = tuple(APPLICATION_COMPONENTS[i] for i in indices)
     else:  # device_output
         devices = {d.id: d for d in plan.devices}
@@ -260,7 +265,8 @@ def parse_observation(raw: object, where: s.Where, plan: SimulationPlan,
             components = decoder.components
         else:
             indices = _indices(indices_raw, where.key("indices"), len(decoder.components),
-                               decoder.components, f"{sample_type}")
+                               decoder.components, f"{sample_type}",
+                               f"every name: the decoder registered for {sample_type!r}")
             components = tuple(decoder.components[i] for i in indices)
     return ObservationSpec(observation_id, source, name, indices, sample_type, every, timestamp,
                            tuple(components))
@@ -272,21 +278,41 @@ def _what(source: str) -> str:
             "actuator_application": "actuator endpoint", "device_output": "device"}[source]
 
 
+_PLURAL = {"body": "bodies"}
+
+
+def _offered(names: Sequence[str], label: str, what: str, listed: str, near: str | None) -> str:
+    """The names an error offers: ``label: a, b, c`` whole, or when that is too long for a
+    one-line error (the CLI cuts one at 1000 characters), how many ``what`` there are, where
+    every one is listed and the few closest to ``near``: never a list cut off mid-way."""
+    text = ", ".join(names)
+    if len(text) <= LISTING_LIMIT:
+        return f"{label}: {text}"
+    close = difflib.get_close_matches(near, names, n=5, cutoff=0.5) if near else []
+    return (f"{len(names)} {what} ({listed})"
+            + (f"; the closest: {', '.join(close)}" if close else ""))
+
+
 def _lookup(model: mujoco.MjModel, objtype: mujoco.mjtObj, name: str | None, where: s.Where,
-            kind: str) -> int:
+            kind: str, listed: str) -> int:
+    """``name``'s id; an unknown name is an error offering the model's names (``listed``
+    says where every one is, for a list too long to give whole)."""
     index = mujoco.mj_name2id(model, objtype, name) if name else -1
     if index < 0:
         from fibril_sim_core.components.base import names_of
 
         known = [n for n in names_of(model, objtype) if not n.startswith("__fibril__")]
-        shown = ", ".join(known[:16]) + (" ..." if len(known) > 16 else "")
+        what = f"{_PLURAL.get(kind, kind + 's')} in the model"
         raise where.fail(f"no MuJoCo {kind} named {name!r} in the compiled model"
-                         + (f"; known: {shown}" if known else ""))
+                         + (f"; {_offered(known, 'known', what, listed, name)}" if known
+                            else ""))
     return index
 
 
 def _indices(raw: object, where: s.Where, size: int, names: tuple[str, ...],
-             what: str) -> tuple[int, ...]:
+             what: str, listed: str) -> tuple[int, ...]:
+    """The selected indices (ints, or component names); ``listed`` says where every
+    component name is, for a list too long to give whole in an error."""
     items = s.sequence(raw, where)
     if not items:
         raise where.fail("expected at least one index")
@@ -295,8 +321,8 @@ def _indices(raw: object, where: s.Where, size: int, names: tuple[str, ...],
         at = where.key(i)
         if isinstance(item, str):
             if item not in names:
-                raise at.fail(f"unknown component {item!r} of {what}; components: "
-                              f"{', '.join(names[:16])}" + (" ..." if len(names) > 16 else ""))
+                offered = _offered(names, "components", f"components of {what}", listed, item)
+                raise at.fail(f"unknown component {item!r} of {what}; {offered}")
             index = names.index(item)
         else:
             index = s.integer(item, at, minimum=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .csv_layout import guess_time_column, sniff
+from .csv_layout import ambiguous_time, guess_time_column, sniff, time_candidates
 from .sources import TIME_UNITS, SourceError
 
 __all__ = ["ColumnInfo", "CsvInfo", "csv_info", "csv_text", "number_text", "rate_and_jitter"]
@@ -48,6 +48,7 @@ class CsvInfo:
     gap_count: int
     backwards: int  # rows whose time is before the previous row's
     kind: str = "csv"
+    time_candidates: tuple[str, ...] = ()  # every time-named column (two or more: ambiguous)
 
 
 def rate_and_jitter(intervals: np.ndarray) -> tuple[float | None, float | None]:
@@ -145,7 +146,8 @@ def csv_info(path: Path, gap_factor: float) -> CsvInfo:
                     gaps.append((int(data_lines[i + 1]), float(t[i] - t[0]) / _NS,
                                  float(step[i]) / _NS))
     return CsvInfo(str(path), dialect.delimiter, dialect.header, rows, columns, time_name,
-                   unit, duration, rate, jitter, threshold, tuple(gaps), gap_count, backwards)
+                   unit, duration, rate, jitter, threshold, tuple(gaps), gap_count, backwards,
+                   time_candidates=time_candidates(names))
 
 
 def _unit_from_values(exact: np.ndarray, floats: np.ndarray) -> str:
@@ -181,7 +183,10 @@ def csv_text(info: CsvInfo) -> str:
                                                                  repr(info.delimiter))
     lines = [f"recording  {info.path}  (csv, {info.rows} rows, {len(info.columns)} columns, "
              f"{delimiter}-delimited, {'header row' if info.header else 'no header row'})"]
-    if info.time_column is None:
+    if len(info.time_candidates) > 1:
+        lines.append(f"time       ambiguous: {ambiguous_time(info.time_candidates)}; a request "
+                     f"picks one with time_column: (on its source)")
+    elif info.time_column is None:
         lines.append("time       no column named t_s, time, timestamp, time_s/ms/us/ns: name "
                      "it with time_column and time_unit")
     else:

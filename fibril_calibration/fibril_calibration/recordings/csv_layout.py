@@ -7,7 +7,8 @@
 * The time column is found without being named when exactly one column is called ``t_s``,
   ``time``, ``timestamp``, ``time_s``, ``time_ms``, ``time_us`` or ``time_ns``; the ones with a
   unit suffix imply their unit (``t_s``: seconds), ``time`` / ``timestamp`` take it from their
-  values' size (19 digits: ns since the epoch, 16: us, 13: ms, otherwise s).
+  values' size (19 digits: ns since the epoch, 16: us, 13: ms, otherwise s). Two or more such
+  columns are ambiguous: the user picks one (``time_column``), every one is named.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["IMPLIED_UNITS", "TIME_NAMES", "Dialect", "guess_time_column", "looks_like_data",
-           "sniff"]
+__all__ = ["IMPLIED_UNITS", "TIME_NAMES", "Dialect", "ambiguous_time", "guess_time_column",
+           "looks_like_data", "sniff", "time_candidates"]
 
 IMPLIED_UNITS = {"t_s": "s", "time_s": "s", "time_ms": "ms", "time_us": "us", "time_ns": "ns"}
 TIME_NAMES = ("t_s", "time", "timestamp", "time_s", "time_ms", "time_us", "time_ns")
@@ -74,10 +75,23 @@ def sniff(path: Path, label: str, delimiter: str | None = None) -> Dialect:
     return Dialect(tuple(c.strip() for c in cells), delimiter, True, 2, tuple(cells))
 
 
+def time_candidates(names: Sequence[str]) -> tuple[str, ...]:
+    """The columns whose name says they are time (one of ``TIME_NAMES``), in file order."""
+    return tuple(n for n in names if n.strip().lower() in TIME_NAMES)
+
+
 def guess_time_column(names: Sequence[str]) -> tuple[str | None, str | None]:
     """The column whose name says it is time (exactly one of ``TIME_NAMES``), and its unit
     when the name implies one."""
-    found = [n for n in names if n.strip().lower() in TIME_NAMES]
+    found = time_candidates(names)
     if len(found) != 1:
         return None, None
     return found[0], IMPLIED_UNITS.get(found[0].strip().lower())
+
+
+def ambiguous_time(found: Sequence[str]) -> str:
+    """Several time-named columns, every one named: ``columns 'time' and 't_s' both name the
+    time`` (a user picks one with ``time_column``; guessing would fit on the wrong clock)."""
+    quoted = [repr(n) for n in found]
+    joined = f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    return f"columns {joined} {'both' if len(found) == 2 else 'all'} name the time"

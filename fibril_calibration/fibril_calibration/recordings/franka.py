@@ -43,7 +43,7 @@ from .._json import JsonObject, JsonValue, json_list, json_object
 
 from .franka_sidecar import (TARGET_KINDS, Abort, RingLogIssues, SidecarProblem,
                              anchor_relative, check_schema, parse_abort, ring_log_issues)
-from .sources import CsvSource, SourceError, SourceInfo, Stream, check_times
+from .sources import CsvSource, SourceError, SourceInfo, Stream, check_times, when
 
 __all__ = ["FrankaSource", "FrankaTargetSource", "RingTargets", "episode_recording"]
 
@@ -568,12 +568,15 @@ def _rotvec(source: CsvSource, sidecar: Mapping[str, JsonValue], sidecar_path: P
 
 
 def _finite_columns(source: CsvSource, column: Column, stem: str, axes: str) -> np.ndarray:
-    """The columns ``stem + axis`` side by side; a row with NaN is a SourceError."""
+    """The columns ``stem + axis`` side by side; a row with NaN is a SourceError naming the
+    count, the first one's time and its line of the file."""
     values = np.column_stack([column(f"{stem}{c}") for c in axes])
     bad = ~np.all(np.isfinite(values), axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
+        times = source.times_ns
         raise SourceError(f"recording {str(source.path)!r} columns {stem}*: "
                           f"{int(bad.sum())} row(s) with NaN, the first at "
-                          f"{source.times_ns[first] / 1e9:.9g} s")
+                          f"{when(times[first], int(times[0]))} (line "
+                          f"{first + source.first_line})")
     return values

@@ -38,7 +38,7 @@ import numpy as np
 from .._json import JsonObject
 
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
-from .csv_layout import TIME_NAMES, guess_time_column
+from .csv_layout import TIME_NAMES, ambiguous_time, guess_time_column, time_candidates
 
 __all__ = [
     "MAX_VALUE",
@@ -103,18 +103,31 @@ class Stream:
     origin_ns: int | None = None  # the recording's start (None: the stream's first time)
     first_line: int = 0  # a CSV log: the file's line of row 0 (0: a bag, messages counted)
     rows: np.ndarray | None = None  # each sample's row in the file (None: sample k is row k)
+    offset_ns: int = 0  # added to the file's times (a source's ``offset``): stamps subtract it
 
     def __len__(self) -> int:
         return int(self.times_ns.shape[0])
 
+    def index(self, k: int) -> str:
+        """Sample ``k``'s line (CSV: ``line 57``) or message (bag: ``message 55``)."""
+        row = int(self.rows[k]) if self.rows is not None else int(k)
+        return f"line {row + self.first_line}" if self.first_line else f"message {row}"
+
     def place(self, k: int) -> str:
         """Where sample ``k`` is in the file: ``line 57`` (CSV) or ``message 55 at 0.12 s
         into the recording (stamp ...)`` (bag)."""
-        row = int(self.rows[k]) if self.rows is not None else int(k)
         if self.first_line:
-            return f"line {row + self.first_line}"
+            return self.index(k)
         origin = self.origin_ns if self.origin_ns is not None else int(self.times_ns[0])
-        return f"message {row} at {when(self.times_ns[k], origin)}"
+        return f"{self.index(k)} at {self.when(self.times_ns[k], origin)}"
+
+    def when(self, time_ns: SupportsInt, origin_ns: int | None) -> str:
+        """``when`` of a time on this stream's time base: the stamp is the file's own."""
+        return when(time_ns, origin_ns, offset_ns=self.offset_ns)
+
+    def span(self, first_ns: SupportsInt, last_ns: SupportsInt, origin_ns: int) -> str:
+        """``span`` of two times on this stream's time base: the stamps are the file's own."""
+        return span(first_ns, last_ns, origin_ns, offset_ns=self.offset_ns)
 
 
 @dataclass(frozen=True)
@@ -201,6 +214,11 @@ class CsvSource(Source):
         self.first_line = self._layout.first_line  # the file's line of data row 0
         if time_column is None:
             time_column, implied = guess_time_column(self.header)
+            found = time_candidates(self.header)
+            if len(found) > 1:
+                raise SourceError(f"{label}: its time column is ambiguous: "
+                                  f"{ambiguous_time(found)}; pick one with time_column: (on "
+                                  f"the source)")
             if time_column is None:
                 raise SourceError(f"{label}: name its time column (time_column: ...; found "
                                   f"without it only when exactly one column is called "
@@ -333,12 +351,23 @@ def _add(seen: set[str], name: str) -> bool:
 
 # --------------------------------------------------------------------------- checks
 
-def when(time_ns: SupportsInt, origin_ns: int | None) -> str:
+def when(time_ns: SupportsInt, origin_ns: int | None, *, offset_ns: int = 0) -> str:
     """A time in an error: seconds into the recording, the absolute stamp in parentheses
-    (``2.5 s into the recording (stamp 1700000002.500000000 s)``)."""
+    (``2.5 s into the recording (stamp 1700000002.500000000 s)``). A time moved by a source's
+    ``offset_ns`` (onto an episode's time base) shows the file's own stamp, ``time - offset``,
+    which is what the user finds in the file."""
     t = int(time_ns)
     origin = t if origin_ns is None else int(origin_ns)
-    return f"{(t - origin) / 1e9:.9g} s into the recording (stamp {_stamp(t)} s)"
+    return f"{(t - origin) / 1e9:.9g} s into the recording (stamp {_stamp(t - offset_ns)} s)"
+
+
+def span(first_ns: SupportsInt, last_ns: SupportsInt, origin_ns: int, *,
+         offset_ns: int = 0) -> str:
+    """Two times in an error, as ``when`` gives one: ``0.3 s to 1.5 s into the recording
+    (stamps 1700000000.300000000 s to 1700000001.500000000 s)``."""
+    first, last = int(first_ns), int(last_ns)
+    return (f"{(first - origin_ns) / 1e9:.9g} s to {(last - origin_ns) / 1e9:.9g} s into the "
+            f"recording (stamps {_stamp(first - offset_ns)} s to {_stamp(last - offset_ns)} s)")
 
 
 def _stamp(time_ns: int) -> str:

@@ -182,11 +182,13 @@ def source_episodes(value: object, where: s.Where, scope: str,
     origin = spec.origin_ns
     if origin is None:
         origin = min(int(m.stream.times_ns[0]) for m in used)
+    _check_repeated(signals, origin)
     last = max(int(m.stream.times_ns[-1]) for m in used)
     # ``every`` windows start where every mapped stream has data (on the tick grid)
     covered = max(int(m.stream.times_ns[0]) for m in used) - origin
     windows, listed = parse_windows(body.get("windows"), where.key("windows"), last - origin,
-                                    dt, max(0, -(-covered // dt) * dt))
+                                    dt, max(0, -(-covered // dt) * dt),
+                                    origin - spec.offset_ns)
     use = _recording_use(used, spec, windows, origin)
     if "windows" in body and scope == "validation" and any(w.validation for w in windows):
         raise where.key("windows").key("validation_every").fail(
@@ -215,8 +217,8 @@ def source_episodes(value: object, where: s.Where, scope: str,
             stop = int(np.searchsorted(times, end, "right"))
             if stop <= first:
                 raise ww.fail(f"{label}: {mapped.stream.label} has no sample in the window "
-                              f"(its samples span {(times[0] - origin) / _NS:g} s to "
-                              f"{(times[-1] - origin) / _NS:g} s after the origin)")
+                              f"(its samples span "
+                              f"{mapped.stream.span(times[0], times[-1], origin)})")
             relative = (times[first:stop] - start).astype(np.int64)
             values = np.ascontiguousarray(mapped.stream.values[first:stop], dtype=np.float64)
             signal = parse_signal(item.settings, item.where, item.observation, dt,
@@ -275,7 +277,8 @@ def _open_entry(body: Mapping[str, object], where: s.Where, sources: SourceSet) 
 def _signals(body: Mapping[str, object], sw: s.Where, observations: Mapping[str, ObservationSpec],
              plan: SimulationPlan, entry: EntrySource) -> list[_MappedSignal]:
     """The entry's signals in observation declaration order, each stream checked: as many
-    values per sample as the observation, strictly increasing times."""
+    values per sample as the observation (strictly increasing times: ``_check_repeated``,
+    once the episode's origin is known)."""
     raw_signals = signal_entries(body, sw, observations, "recorded data")
     signals: list[_MappedSignal] = []
     for observation_id, observation in observations.items():
@@ -294,16 +297,23 @@ def _signals(body: Mapping[str, object], sw: s.Where, observations: Mapping[str,
                           f"({', '.join(mapped.stream.components)}); observation "
                           f"{observation_id!r} ({observation.source}) has "
                           f"{observation.dimension} ({', '.join(observation.components)})")
-        repeated = np.flatnonzero(np.diff(mapped.stream.times_ns) == 0)
-        if repeated.size:
-            k = int(repeated[0]) + 1
-            t = int(mapped.stream.times_ns[k])
-            raise at.fail(f"{mapped.stream.label}: two samples at {t / _NS:.9g} s "
-                          f"({mapped.stream.place(k - 1)} and {mapped.stream.place(k)}); "
-                          f"reference times must increase strictly")
         settings = {k: v for k, v in raw.items() if k not in STREAM_KEYS}
         signals.append(_MappedSignal(observation, settings, at, mapped))
     return signals
+
+
+def _check_repeated(signals: Sequence[_MappedSignal], origin: int) -> None:
+    """Reference times increase strictly; a repeated time is named as seconds into the
+    recording (the file's stamp in parentheses) with the two lines or messages."""
+    for item in signals:
+        stream = item.mapped.stream
+        repeated = np.flatnonzero(np.diff(stream.times_ns) == 0)
+        if repeated.size:
+            k = int(repeated[0]) + 1
+            raise item.where.fail(f"{stream.label}: two samples at "
+                                  f"{stream.when(stream.times_ns[k], origin)} on "
+                                  f"{stream.index(k - 1)} and {stream.index(k)}; reference "
+                                  f"times must increase strictly")
 
 
 def _source_info(source: Source, spec: SourceSpec, where: s.Where,

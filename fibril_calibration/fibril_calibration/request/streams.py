@@ -21,7 +21,6 @@ __all__ = ["STREAM_KEYS", "EntrySource", "MappedStream", "SourceLookup", "check_
 
 STREAM_KEYS = ("topic", "field", "type", "time", "column", "columns", "max_gap", "source",
                "valid", "on_invalid")
-_NS = 1_000_000_000
 
 
 class SourceLookup(Protocol):
@@ -77,9 +76,10 @@ def map_stream(body: Mapping[str, object], where: s.Where, entry: EntrySource, *
     if spec.offset_ns:
         stream = mapped.stream
         mapped = MappedStream(replace(stream, times_ns=stream.times_ns + spec.offset_ns,
-                                 origin_ns=None if stream.origin_ns is None
-                                 else stream.origin_ns + spec.offset_ns),
-                         mapped.where, mapped.max_gap_ns, spec)
+                                      origin_ns=None if stream.origin_ns is None
+                                      else stream.origin_ns + spec.offset_ns,
+                                      offset_ns=stream.offset_ns + spec.offset_ns),
+                              mapped.where, mapped.max_gap_ns, spec)
     return mapped
 
 
@@ -173,10 +173,10 @@ def check_gaps(mapped: MappedStream, start: int, end: int, origin: int, label: s
     if wide.size:
         i = int(wide[0])
         stream = mapped.stream
-        ends = [("the window start" if i == 0 else stream.place(first + i - 1)),
-                ("the window end" if first + i >= stop else stream.place(first + i))]
+        ends = [("the window start" if i == 0 else stream.index(first + i - 1)),
+                ("the window end" if first + i >= stop else stream.index(first + i))]
         raise mapped.where.fail(
-            f"{label}: {mapped.stream.label} has a gap of {gaps[i] / 1e6:.6g} ms from "
-            f"{(edges[i] - origin) / _NS:.9g} s to {(edges[i + 1] - origin) / _NS:.9g} s after "
-            f"the origin ({ends[0]} to {ends[1]}), more than max_gap {limit / 1e6:g} ms")
+            f"{label}: {stream.label} has a gap of {gaps[i] / 1e6:.6g} ms between {ends[0]} "
+            f"and {ends[1]}, from {stream.span(edges[i], edges[i + 1], origin)}, more than "
+            f"max_gap {limit / 1e6:g} ms")
 

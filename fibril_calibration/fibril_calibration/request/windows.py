@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from fibril_sim_core import schema as s
 
+from ..recordings.sources import span
+
 __all__ = ["MAX_WINDOWS", "Window", "parse_windows"]
 
 _NS = 1_000_000_000
@@ -36,11 +38,13 @@ class Window:
 
 
 def parse_windows(value: object, where: s.Where, span_ns: int, timestep_ns: int = 1,
-                  default_start_ns: int = 0) -> tuple[tuple[Window, ...], bool]:
+                  default_start_ns: int = 0, origin_ns: int | None = None
+                  ) -> tuple[tuple[Window, ...], bool]:
     """The windows (and whether they were listed explicitly); ``span_ns`` is the recording's
     length after its origin (the default end), ``timestep_ns`` the plan's physics timestep
     (the shortest ``every`` / ``length``), ``default_start_ns`` where ``every`` windows start
-    without a ``start`` (where every mapped stream has data)."""
+    without a ``start`` (where every mapped stream has data), ``origin_ns`` the origin's
+    stamp in the recording, for errors that give the stamps (None: seconds only)."""
     if value is None:
         return (Window(0, 0, span_ns),), False
     if isinstance(value, (list, tuple)):
@@ -75,9 +79,11 @@ def parse_windows(value: object, where: s.Where, span_ns: int, timestep_ns: int 
     if end - start < length:
         late = ("" if "start" in body or not default_start_ns else
                 f"; every mapped stream has data from {start / _NS:g} s on")
-        raise where.fail(f"no window of {length / _NS:g} s fits between {start / _NS:g} s and "
-                         f"{end / _NS:g} s (the recording spans {span_ns / _NS:g} s after its "
-                         f"origin{late})")
+        between = (f"{start / _NS:.9g} s to {end / _NS:.9g} s into the recording"
+                   if origin_ns is None else
+                   span(origin_ns + start, origin_ns + end, origin_ns))
+        raise where.fail(f"no window of {length / _NS:g} s fits from {between} (the "
+                         f"recording spans {span_ns / _NS:.9g} s{late})")
     count = (end - start - length) // every + 1
     if count > MAX_WINDOWS:
         nearest = -(-(end - start - length) // (MAX_WINDOWS - 1))
