@@ -14,8 +14,7 @@ CORE = REPO / "fibril_sim_core"
 
 # Bottom to top: data flows request → episodes → problem → solve → analysis → report (drawing
 # a result) → result.
-BASE = {"errors", "_json", "_atomic", "parameters", "loss_spec", "losses", "alignment",
-        "evaluation"}
+BASE = {"errors", "_json", "_atomic", "parameters", "loss_spec", "alignment", "evaluation"}
 LAYERS = ("base", "recordings", "model", "request", "solve", "analysis", "report", "top")
 # The top layer in order, bottom to top: the solver and what it returns, the result document
 # (and its typed reading), the documents written from a result or its scores, the engine that

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..evaluation import Evaluation, ResidualBlock
 from ..loss_spec import LossSpec
-from ..losses import data_only_loss, robustified_squares
+from .losses import data_only_loss, robustified_squares
 from .differentiation import Evaluator, FiniteDifference, Linearization
 
 PRIOR_EPISODE = "__prior__"

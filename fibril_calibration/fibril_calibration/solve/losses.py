@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .loss_spec import LossSpec
+from ..loss_spec import LossSpec
 
 
 def _huber(z: np.ndarray, rho: np.ndarray) -> None:
