@@ -32,13 +32,14 @@ from .model.candidate_plan import (CandidatePlanBuilder, CandidatePlanBuilderPro
                                    OverlayingBuilder)
 from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
+from .parameter_sets import nominal_set, score_sets
 from .parameters import CalibrationParameter
 from .recordings.time_offsets import candidate_builder as offset_aware
 from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
 from .request.document import CalibrationRequest, load_calibration_request
 from .request.gravity_check import gravcomp_warnings
 from .result import build_result_document, strict, to_json
-from .scores import input_timing, nominal_set, score_sets, scores_text, signal_units
+from .scores import input_timing, scores_text, signal_units
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate

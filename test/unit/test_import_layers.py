@@ -22,7 +22,7 @@ LAYERS = ("base", "recordings", "model", "request", "solve", "analysis", "report
 # one. Within the top, too, no module imports one above it.
 TOP = (("outcome", "solver"),
        ("result", "fitted"),
-       ("scores", "metrics_json", "sim_csv", "sysid_export", "sysid_import"),
+       ("scores", "metrics_json", "parameter_sets", "sim_csv", "sysid_export", "sysid_import"),
        ("engine",),
        ("calibration", "cli", "recording_cli", "mujoco_sysid"))
 
