@@ -388,7 +388,7 @@ def _evaluate(options: CalibrateOptions, progress: Progress | None,
         from ._json import json_object
         from .result import strict, to_json
         from .parameter_sets import evaluate_parameter_sets
-        from .scores import scores_text, signal_units
+        from .analysis.scores import scores_text, signal_units
 
     if options.output_overlay is not None:
         raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")

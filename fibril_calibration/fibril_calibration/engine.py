@@ -26,6 +26,7 @@ from fibril_sim_core.plan import SimulationPlan
 
 from ._atomic import write_atomic
 from ._json import JsonObject, JsonValue, json_object
+from .analysis.scores import input_timing, scores_text, signal_units
 from .analysis.verdict import FitCriteria
 from .fitted import FittedParameter, fitted_parameters
 from .model.candidate_plan import (CandidatePlanBuilder, CandidatePlanBuilderProtocol,
@@ -39,7 +40,6 @@ from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
 from .request.document import CalibrationRequest, load_calibration_request
 from .request.gravity_check import gravcomp_warnings
 from .result import build_result_document, strict, to_json
-from .scores import input_timing, scores_text, signal_units
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate

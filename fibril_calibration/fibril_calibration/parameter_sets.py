@@ -23,7 +23,7 @@ from .errors import CalibrationError, EvaluationError
 from .model.candidate_plan import CandidatePlanBuilder
 from .recordings.time_offsets import candidate_builder as offset_aware
 from .result import recording_warnings, strict_object
-from .scores import input_timing, score
+from .analysis.scores import input_timing, score
 from .solve.problem import CalibrationProblem, Progress
 
 if TYPE_CHECKING:

@@ -17,12 +17,12 @@ CORE = REPO / "fibril_sim_core"
 BASE = {"errors", "_json", "_atomic", "parameters", "loss_spec", "alignment", "evaluation"}
 LAYERS = ("base", "recordings", "model", "request", "solve", "analysis", "report", "top")
 # The top layer in order, bottom to top: the solver and what it returns, the result document
-# (and its typed reading), the documents written from a result or its scores, the engine that
-# runs a calibration, and the front doors (Python, the command lines, mujoco.sysid) that start
-# one. Within the top, too, no module imports one above it.
+# (and its typed reading), the parameter sets scored and the documents written from a result
+# or its scores, the engine that runs a calibration, and the front doors (Python, the command
+# lines, mujoco.sysid) that start one. Within the top, too, no module imports one above it.
 TOP = (("outcome", "solver"),
        ("result", "fitted"),
-       ("scores", "metrics_json", "parameter_sets", "sim_csv", "sysid_export", "sysid_import"),
+       ("metrics_json", "parameter_sets", "sim_csv", "sysid_export", "sysid_import"),
        ("engine",),
        ("calibration", "cli", "recording_cli", "mujoco_sysid"))
 

@@ -9,7 +9,7 @@ rotation vector).
 
 Every calibration result carries ``scores`` for the ``nominal`` (initial) parameter set beside
 the ``fitted`` one, training and validation; which sets are scored, and ``fibril_sim calibrate
---evaluate``'s document of sets scored without fitting, are ``parameter_sets``' (above).
+--evaluate``'s document of sets scored without fitting, are the top's ``parameter_sets``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import mujoco
 import numpy as np
 import numpy.typing as npt
 
-from ._json import JsonObject, JsonValue, json_list, json_object
-from .analysis.units import NO_UNIT, device_unit
-from .request.input_timing import InputTiming, describe_timing
+from .._json import JsonObject, JsonValue, json_list, json_object
+from ..request.input_timing import InputTiming, describe_timing
+from .units import NO_UNIT, device_unit
 
 if TYPE_CHECKING:
-    from .evaluation import Evaluation
-    from .request.document import CalibrationRequest
+    from ..evaluation import Evaluation
+    from ..request.document import CalibrationRequest
 
 __all__ = ["input_timing", "score", "scores_text", "signal_units"]
 
