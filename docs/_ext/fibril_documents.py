@@ -215,7 +215,7 @@ def calibration_keys() -> list[Key]:
     from fibril_calibration.request.validity import ON_INVALID
     from fibril_calibration.alignment import ALIGNMENTS
     from fibril_calibration.parameters import PARAMETERIZATIONS
-    from fibril_calibration.losses import LOSS_TYPES
+    from fibril_calibration.loss_spec import LOSS_TYPES
 
     one_of = lambda names: "one of " + ", ".join(f"`{n}`" for n in names)  # noqa: E731
     ep = "training[]"

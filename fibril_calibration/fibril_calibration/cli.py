@@ -387,7 +387,8 @@ def _evaluate(options: CalibrateOptions, progress: Progress | None,
         from .request.document import load_calibration_request
         from ._json import json_object
         from .result import strict, to_json
-        from .scores import evaluate_parameter_sets, scores_text, signal_units
+        from .parameter_sets import evaluate_parameter_sets
+        from .analysis.scores import scores_text, signal_units
 
     if options.output_overlay is not None:
         raise CalibrationError("--output-overlay writes a fit; --evaluate does not fit")

@@ -26,19 +26,20 @@ from fibril_sim_core.plan import SimulationPlan
 
 from ._atomic import write_atomic
 from ._json import JsonObject, JsonValue, json_object
+from .analysis.scores import input_timing, scores_text, signal_units
 from .analysis.verdict import FitCriteria
 from .fitted import FittedParameter, fitted_parameters
 from .model.candidate_plan import (CandidatePlanBuilder, CandidatePlanBuilderProtocol,
                                    OverlayingBuilder)
 from .model.decoders import CalibrationDeviceOutputDecoderRegistry
 from .outcome import CalibrationOutcome
+from .parameter_sets import nominal_set, score_sets
 from .parameters import CalibrationParameter
 from .recordings.time_offsets import candidate_builder as offset_aware
 from .recordings.time_offsets import OffsetAwareBuilder, is_time_offset
 from .request.document import CalibrationRequest, load_calibration_request
 from .request.gravity_check import gravcomp_warnings
 from .result import build_result_document, strict, to_json
-from .scores import input_timing, nominal_set, score_sets, scores_text, signal_units
 from .solve.optimizer import Tolerances
 from .solve.problem import CalibrationProblem, Progress
 from .solver import SolverOptions, calibrate

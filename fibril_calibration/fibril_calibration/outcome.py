@@ -16,7 +16,7 @@ from .analysis.identifiability import InformationMatrix, LocalAnalysis
 from .analysis.profile_likelihood import ProfileLikelihood
 from .analysis.summaries import ResidualSummary
 from .analysis.verdict import FitVerdict
-from .losses import LossSpec
+from .loss_spec import LossSpec
 from .parameters import CalibrationParameter
 
 OUTCOME_VERSION = 1

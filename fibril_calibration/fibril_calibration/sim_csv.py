@@ -53,7 +53,7 @@ from .recordings.sources import SourceError
 from .request.input_timing import SourceSummary
 from .recordings.time_offsets import candidate_builder
 from .result import strict, strict_object, to_json
-from .scores import nominal_set, overlay_values
+from .parameter_sets import nominal_set, overlay_values
 
 if TYPE_CHECKING:
     from fibril_sim_core.overlays import OverlayParameter

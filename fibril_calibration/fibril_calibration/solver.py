@@ -33,7 +33,7 @@ from .analysis.summaries import ResidualSummary, summarize
 from .analysis.verdict import FitCriteria, judge
 from .errors import CalibrationRequestError
 from .evaluation import NuisanceDegrees, ResidualModel
-from .losses import LossSpec
+from .loss_spec import LossSpec
 from .outcome import CalibrationOutcome, EvaluationCounts
 from .parameters import CalibrationParameter, CoordinateMap
 from .solve.differentiation import Evaluator, FiniteDifference

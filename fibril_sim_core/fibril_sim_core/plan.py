@@ -81,8 +81,10 @@ class SimulationPlan:
     def robot_description(self, frame_prefix: str = "") -> str:
         """The URDF of the compiled model (links named like the TF frames; see
         ``robot_description``), its mesh files resolved from the MJCF's own directories."""
-        # Imported here (and below): robot_description imports the runtime package, which
-        # imports this module.
+        # Imported here (and below): robot_description needs only runtime.observation
+        # (StaticFrame), but loading it runs runtime/__init__, whose connection and runtime
+        # modules import this one at their top; a module-level import would be a circle at
+        # import time (ImportError), though the source import graph shows none.
         from .robot_description import urdf_from_model
 
         spec = mujoco.MjSpec.from_file(str(self.manifest.model))

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from fibril_calibration.engine import run_calibration
 from fibril_calibration.request import load_calibration_request
-from fibril_calibration.scores import evaluate_parameter_sets
+from fibril_calibration.parameter_sets import evaluate_parameter_sets
 from fibril_sim_core.overlays import overlay_document
 
 REPO = Path(__file__).resolve().parents[1].parent

@@ -13,7 +13,8 @@ from fibril_calibration.analysis.identifiability import analyze
 from fibril_calibration.solve.differentiation import Evaluator, FiniteDifference
 from fibril_calibration.errors import CalibrationRequestError, EvaluationError
 from fibril_calibration.evaluation import ResidualBlock
-from fibril_calibration.losses import LossSpec, data_only_loss, robustified_squares, unit_loss
+from fibril_calibration.loss_spec import LossSpec
+from fibril_calibration.solve.losses import data_only_loss, robustified_squares, unit_loss
 from fibril_calibration.parameters import (
     CalibrationParameter,
     CoordinateMap,

@@ -176,7 +176,7 @@ def test_a_set_that_could_not_be_simulated_is_named(tmp_path: Path) -> None:
 
 
 def test_device_output_signals_are_in_their_physical_units(tmp_path: Path) -> None:
-    from fibril_calibration.report.physical_errors import device_unit
+    from fibril_calibration.analysis.units import device_unit
 
     motor = "fibril_sim/motor_feedback_sample/v1"
     assert device_unit(motor, ["current"]) == device_unit(motor, [2]) == "A"

@@ -132,12 +132,12 @@ def test_window_count_is_capped() -> None:
 # --------------------------------------------------------------------------- 3. scores
 
 def test_a_failing_score_keeps_the_finished_fit(arm: dict[str, Any], monkeypatch: Any) -> None:
-    from fibril_calibration import engine, scores
+    from fibril_calibration import engine, parameter_sets
 
     request = _load(arm["folder"], rig.request(arm["manifest"], {"path": str(arm["mcap"])},
                                                windows={"every": 0.2, "validation_every": 4}))
     nominal = np.array([p.initial for p in request.parameters])
-    real = scores.score_sets
+    real = parameter_sets.score_sets
 
     def failing(problem: Any, sets: Any, metrics: Any = None) -> Any:
         evaluate = problem.evaluate

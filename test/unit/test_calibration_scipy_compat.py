@@ -13,7 +13,7 @@ from _calibration_models import NumpyModel, Signal
 
 from fibril_calibration.solve import least_squares_compat
 from fibril_calibration.solve.least_squares_compat import least_squares_with_callback
-from fibril_calibration.losses import LossSpec
+from fibril_calibration.loss_spec import LossSpec
 from fibril_calibration.solve.optimizer import Tolerances
 from fibril_calibration.parameters import CalibrationParameter
 from fibril_calibration.solver import SolverOptions, calibrate

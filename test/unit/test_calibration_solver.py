@@ -10,7 +10,7 @@ import pytest
 from _calibration_models import BatchNumpyModel, NumpyModel, Signal
 from scipy.stats import norm
 
-from fibril_calibration.losses import LossSpec
+from fibril_calibration.loss_spec import LossSpec
 from fibril_calibration.parameters import CalibrationParameter, Prior
 from fibril_calibration.solver import SolverOptions, calibrate
 from fibril_calibration.analysis.verdict import FitCriteria

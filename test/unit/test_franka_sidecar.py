@@ -298,7 +298,7 @@ def test_target_csv_is_a_source_for_open_loop_replay(tmp_path: Path) -> None:
     assert loaded.source["format"] == "franka_target"
     assert loaded.source["controller"] == "v4_chirp_excitation_target"
     assert len(loaded.recorded_inputs) > 0
-    from fibril_calibration.scores import evaluate_parameter_sets
+    from fibril_calibration.parameter_sets import evaluate_parameter_sets
 
     scored = evaluate_parameter_sets(request, ["nominal"])["scores"]["nominal"]["training"]
     assert 0 < scored["signals"][0]["rms"][0] < 0.1  # the impedance follows its target

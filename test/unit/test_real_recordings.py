@@ -256,7 +256,7 @@ def test_an_unstable_rollout_names_window_and_largest_values(arm: dict[str, Any]
     rollout unstable: the error names the episode, the window's span in the recording and the
     largest input and initial value."""
     import mujoco
-    from fibril_calibration.scores import evaluate_parameter_sets
+    from fibril_calibration.parameter_sets import evaluate_parameter_sets
 
     rows = [line.split(",") for line in arm["csv"].read_text().splitlines()]
     for n in range(40, 60):

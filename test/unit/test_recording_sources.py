@@ -19,7 +19,7 @@ import _recording_rig as rig
 import numpy as np
 import pytest
 from fibril_calibration.engine import run_calibration
-from fibril_calibration.scores import evaluate_parameter_sets
+from fibril_calibration.parameter_sets import evaluate_parameter_sets
 from fibril_calibration.recordings.sources import SourceError
 from fibril_calibration.recordings.formats import open_source
 

@@ -1,6 +1,7 @@
 """What a solution means: local identifiability and covariance (``identifiability``), profile
-likelihood intervals (``profile_likelihood``), residual summaries (``summaries``) and the fit
-verdict (``verdict``).
+likelihood intervals (``profile_likelihood``), residual summaries (``summaries``), the fit
+verdict (``verdict``) and a parameter set's scores in physical units (``scores``, with the
+observations' units in ``units``).
 
 Above ``solve`` (a profile re-optimizes), below the outcome, result and engine.
 

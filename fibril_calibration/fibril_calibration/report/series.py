@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._json import JsonObject, JsonValue
+from ..analysis.units import NO_UNIT
 from ..errors import CalibrationError, EvaluationError
 from .document import SCOPES, ResultDocument, read_result
 
@@ -109,7 +110,7 @@ def simulate_series(request: CalibrationRequest, sets: Mapping[str, Mapping[str,
     """Replay each parameter set on every episode; ``fitted_compiled_sha256`` (the result's
     fitted plan) is checked against the plan built at the ``fitted`` values."""
     from ..solve.problem import CalibrationProblem
-    from .physical_errors import NO_UNIT, hold_last_error
+    from .physical_errors import hold_last_error
 
     observations = {o.id: o for o in request.observations}
     errors: dict[tuple[str, str, str], dict[str, np.ndarray]] = {}

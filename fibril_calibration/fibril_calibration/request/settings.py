@@ -11,7 +11,7 @@ from fibril_sim_core import schema as s
 from fibril_sim_core.execution.backend import Backend, parse_backend
 
 from .._json import JsonObject
-from ..losses import LOSS_TYPES, LossSpec
+from ..loss_spec import LOSS_TYPES, LossSpec
 
 __all__ = ["OBJECTIVE_VERSION", "OPTIMIZER_TYPES", "RESERVED_CONTEXT_KEYS", "AnalysisSpec",
            "ExecutionSpec", "FitSpec", "ObjectiveSpec", "OptimizerSpec", "ProfileLikelihoodSpec",

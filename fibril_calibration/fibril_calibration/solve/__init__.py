@@ -1,5 +1,6 @@
 """Solving a calibration problem: the episodes run on candidate plans (``episodes``), the
-residual problem over them (``problem``), the robust objective (``objective``), derivatives
+residual problem over them (``problem``), the robust objective (``objective``) and its loss
+kernels (``losses``; the loss names a request may use are the base's ``loss_spec``), derivatives
 (``differentiation``), the bounded least-squares optimizer (``optimizer``) and its starting
 point (``starting_point``).
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..evaluation import Evaluation, ResidualBlock
-from ..losses import LossSpec, data_only_loss, robustified_squares
+from ..loss_spec import LossSpec
+from .losses import data_only_loss, robustified_squares
 from .differentiation import Evaluator, FiniteDifference, Linearization
 
 PRIOR_EPISODE = "__prior__"
