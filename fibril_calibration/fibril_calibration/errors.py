@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from fibril_sim_core.errors import FibrilError
 
+# An error lists names (topics, columns, joints, elements) only while the list stays short
+# enough to be read whole in a one-line error; a longer one is counted and pointed to instead.
+LISTING_LIMIT = 400
+
 
 class CalibrationError(FibrilError):
     """Base of every error the calibration engine raises for bad input or a failed run."""

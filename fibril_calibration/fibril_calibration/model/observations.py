@@ -49,8 +49,7 @@ import numpy.typing as npt
 from fibril_sim_core import schema as s
 
 from .._json import JsonObject
-from ..errors import EvaluationError
-from ..recordings.sources import LISTING_LIMIT
+from ..errors import LISTING_LIMIT, EvaluationError
 from .decoders import CalibrationDeviceOutputDecoderRegistry
 
 if TYPE_CHECKING:

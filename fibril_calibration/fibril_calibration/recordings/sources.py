@@ -36,7 +36,7 @@ from typing import SupportsInt
 import numpy as np
 
 from .._json import JsonObject
-
+from ..errors import LISTING_LIMIT
 from .csv_columns import CsvProblem, read_cell, read_columns, read_layout
 from .csv_layout import TIME_NAMES, ambiguous_time, guess_time_column, time_candidates
 
@@ -60,11 +60,6 @@ MOTOR_COMMAND = "fibril_msgs/msg/MotorCommand"
 # corrupt log (it would overflow squared residuals or make the simulation unstable).
 MAX_VALUE = 1e12
 MOTOR_MODES = ("duty", "voltage", "torque", "velocity", "position")  # MotorCommand.MODE_* order
-
-
-# An error lists names (topics, columns, elements) only while the list stays short enough
-# to be read whole in a one-line error; a longer one is counted and pointed to instead.
-LISTING_LIMIT = 400
 
 
 def listing(names: Sequence[str], what: str, path: Path, extra: str = "") -> str:
