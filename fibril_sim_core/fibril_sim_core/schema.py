@@ -11,7 +11,6 @@ import math
 import re
 import reprlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 import yaml
@@ -20,23 +19,57 @@ from ._document import Node
 from .errors import FibrilError
 
 
-@dataclass(frozen=True)
 class Where:
-    """A position in a document: file plus key path, used to word errors."""
+    """A position in a document: file plus key path, used to word errors.
+
+    The key path is composed only when it is read (an error, a duplicate's report): a request
+    of recorded inputs or inline samples makes tens of thousands of positions that no error
+    ever names, and composing their paths was a third of its parse time. Immutable."""
+
+    __slots__ = ("file", "error", "_parent", "_name", "_path")
 
     file: str
-    path: str = ""
-    error: type[FibrilError] = FibrilError
+    error: type[FibrilError]
+    _parent: Where | None
+    _name: str | int
+    _path: str | None
+
+    def __init__(self, file: str, path: str = "", error: type[FibrilError] = FibrilError
+                 ) -> None:
+        self.file, self.error = file, error
+        self._parent, self._name, self._path = None, "", path
+
+    @property
+    def path(self) -> str:
+        if self._path is None:
+            parent = self._parent.path if self._parent is not None else ""
+            name = self._name
+            if isinstance(name, int):
+                self._path = f"{parent}[{name}]"
+            else:
+                name = _key_name(name)
+                self._path = f"{parent}.{name}" if parent else name
+        return self._path
 
     def key(self, name: str | int) -> Where:
-        if isinstance(name, int):
-            return Where(self.file, f"{self.path}[{name}]", self.error)
-        name = _key_name(name)
-        return Where(self.file, f"{self.path}.{name}" if self.path else name, self.error)
+        child = Where.__new__(Where)
+        child.file, child.error = self.file, self.error
+        child._parent, child._name, child._path = self, name, None
+        return child
 
     def fail(self, message: str) -> FibrilError:
         where = f"{self.file}: {self.path}" if self.path else self.file
         return self.error(f"{where}: {message}".replace("\r", " ").replace("\n", " "))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Where) and (self.file, self.path, self.error)
+                == (other.file, other.path, other.error))
+
+    def __hash__(self) -> int:
+        return hash((self.file, self.path, self.error))
+
+    def __repr__(self) -> str:
+        return f"Where(file={self.file!r}, path={self.path!r}, error={self.error.__name__})"
 
 
 #: Bounds on what one YAML document may cost to read (see ``load_yaml``).

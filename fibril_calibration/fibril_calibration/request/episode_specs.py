@@ -224,7 +224,7 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
     and each recorded-input replay), unique among the inputs committed at the same tick."""
     endpoints = plan.endpoints
     records: list[tuple[int, int, IngressRecord, s.Where]] = []
-    acceptances: dict[int | tuple[int, int], str] = {}  # acceptance (per tick) → its key
+    acceptances: dict[int | tuple[int, int], s.Where] = {}  # acceptance (per tick) → its key
     for i, item in enumerate(s.sequence(value, where)):
         at = where.key(i)
         body = s.mapping(item, at)
@@ -252,8 +252,9 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
             if key in acceptances:
                 tick = f" at commit_tick {commit_tick}" if acceptance_per_tick else ""
                 raise at.key("acceptance_sequence").fail(
-                    f"acceptance_sequence {acceptance}{tick} is also used by {acceptances[key]}")
-            acceptances[key] = at.path
+                    f"acceptance_sequence {acceptance}{tick} is also used by "
+                    f"{acceptances[key].path}")
+            acceptances[key] = at
             endpoint = endpoints.get(source)
             if endpoint is None:
                 raise at.key("source_id").fail(f"unknown source {source!r}; the plan's actuator "
@@ -278,7 +279,7 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
         record = IngressRecord(0, source, sequence, payload_type, text, accepted, commit_tick,
                                acceptance, "", 0)
         records.append((commit_tick, acceptance, record, at))
-    last: dict[str, tuple[int, str]] = {}
+    last: dict[str, tuple[int, s.Where]] = {}
     for _, _, record, at in sorted((r for r in records if r[2].accepted),
                                    key=lambda r: (r[0], r[1])):
         previous = last.get(record.source_id)
@@ -286,8 +287,8 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
             raise at.key("source_sequence").fail(
                 f"source_sequence {record.source_sequence} of {record.source_id!r} does not "
                 f"increase in recorded commit/acceptance order (after {previous[0]} at "
-                f"{previous[1]})")
-        last[record.source_id] = (record.source_sequence, at.path)
+                f"{previous[1].path})")
+        last[record.source_id] = (record.source_sequence, at)
     return tuple(r[2] for r in records)
 
 
