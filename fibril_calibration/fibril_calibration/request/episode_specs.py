@@ -30,6 +30,7 @@ from .inline_samples import inline_samples
 from .input_timing import SourceSummary
 
 if TYPE_CHECKING:
+    from fibril_sim_core.components import Endpoint
     from fibril_sim_core.plan import SimulationPlan
     from fibril_sim_core.recorded_inputs import RecordedInputs
 
@@ -225,6 +226,7 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
     endpoints = plan.endpoints
     records: list[tuple[int, int, IngressRecord, s.Where]] = []
     acceptances: dict[int | tuple[int, int], s.Where] = {}  # acceptance (per tick) → its key
+    parsers: dict[str, Endpoint] = {}  # one per source: parsing a payload keeps no state
     for i, item in enumerate(s.sequence(value, where)):
         at = where.key(i)
         body = s.mapping(item, at)
@@ -267,8 +269,11 @@ def parse_recorded_inputs(value: object, where: s.Where, plan: SimulationPlan, *
                 raise at.key("payload_json").fail(f"the payload must be a JSON object, got "
                                                   f"{type(payload).__name__}")
             given = "payload_json" if "payload_json" in body else "payload"
+            parser = parsers.get(source)
+            if parser is None:
+                parser = parsers[source] = endpoint.create()
             try:
-                endpoint.create().parse(payload)
+                parser.parse(payload)
             except ValueError as exc:
                 raise at.key(given).fail(str(exc)) from None
             for name, number in payload.items():
