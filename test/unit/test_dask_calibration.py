@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,7 +21,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import _recording_rig as rig  # type: ignore[import-not-found]  # noqa: E402  # beside this file
+from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
 from fibril_calibration.engine import run_calibration  # noqa: E402
 from fibril_sim_core.execution import Backend  # noqa: E402
 
@@ -143,17 +148,42 @@ def test_a_task_limit_bounds_the_tasks_in_flight(cluster: Any) -> None:
     assert any(b[0] < a[1] for a, b in zip(free, free[1:]))
 
 
-def test_calibrate_with_an_unreachable_scheduler_fails_within_10_s_with_one_line(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_with_an_unreachable_scheduler_fails_with_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The ROS entry point (``ros2 run fibril_calibration calibrate``) takes --scheduler too;
-    the scheduler is reached before the request's episodes are decoded."""
+    the scheduler is reached before the request's episodes are decoded (the time limit is
+    shortened here; the whole command's is tested below)."""
     from fibril_calibration.cli import main
+    from fibril_sim_core.execution import dask_session
 
-    start = time.monotonic()
+    monkeypatch.setattr(dask_session, "CONNECT_SECONDS", 1.0)
     code = main([str(DRIVETRAIN / "calibration.yaml"), "--quiet", "--scheduler",
                  "tcp://127.0.0.1:9"])
-    assert time.monotonic() - start < 10.0
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("calibrate: error: Dask scheduler tcp://127.0.0.1:9: cannot connect")
+    assert err.startswith("calibrate: error: Dask scheduler tcp://127.0.0.1:9: cannot connect "
+                          "within 1 s")
+
+
+def _closed_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
+
+
+def test_a_whole_calibrate_command_with_an_unreachable_scheduler_fails_within_10_s(
+        tmp_path: Path) -> None:
+    """``fibril_sim calibrate ... --scheduler ADDRESS`` as a user runs it: one line, no
+    traceback, exit status 2; the connection's limit (5 s) leaves the imports room within the
+    issue's 10 s (the wall-time bound here is loose: busy machines)."""
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "fibril_sim_core.cli", "calibrate",
+                           str(DRIVETRAIN / "calibration.yaml"), "--scheduler", address],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          timeout=patience(120.0))
+    elapsed = time.monotonic() - start
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"fibril_sim: error: Dask scheduler {address}: cannot connect within "
+                           f"5 s (Timed out trying to connect to {address} after 5 s)\n")
+    assert elapsed < patience(10.0)
