@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _recording_rig as rig  # type: ignore[import-not-found]  # noqa: E402  # beside this file
+from _dask_rig import OTHER_MUJOCO, late_worker  # type: ignore[import-not-found]  # noqa: E402
 from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
 from fibril_calibration.engine import run_calibration  # noqa: E402
 from fibril_sim_core.execution import Backend  # noqa: E402
@@ -146,6 +147,26 @@ def test_a_task_limit_bounds_the_tasks_in_flight(cluster: Any) -> None:
     # (both workers run on this machine: time.monotonic is one clock)
     assert all(a[1] <= b[0] for a, b in zip(bounded, bounded[1:]))
     assert any(b[0] < a[1] for a, b in zip(free, free[1:]))
+
+
+def test_a_worker_that_joins_later_with_another_mujoco_version_takes_no_work(
+        cluster: Any, tmp_path: Path) -> None:
+    """A worker that joins after the versions were checked (here: after the values were
+    shared, which it receives on joining) refuses every task with the connect-time error,
+    naming itself and both versions; the first refusal stops ``map``."""
+    import mujoco
+    from fibril_sim_core.execution import ExecutionError
+    from fibril_sim_core.execution.dask_session import open_session
+
+    with open_session(Backend("dask", cluster.scheduler_address)) as session:
+        shared = session.scatter(b"")
+        with late_worker(session.client, tmp_path / "late") as late:
+            with pytest.raises(ExecutionError) as caught:
+                session.map(_interval, shared, range(6))  # (every idle worker takes one)
+    assert str(caught.value) == (
+        f"Dask worker {late} has mujoco {OTHER_MUJOCO}, this machine {mujoco.__version__}: "
+        f"the versions must match (results would differ); it joined after the versions were "
+        f"checked, its tasks were refused")
 
 
 def test_calibrate_with_an_unreachable_scheduler_fails_with_one_line(

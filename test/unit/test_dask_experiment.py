@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from fibril_sim_core.experiments.experiment import ExperimentError, load_experim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
+from _dask_rig import OTHER_MUJOCO, late_worker  # type: ignore[import-not-found]  # noqa: E402
 
 distributed = pytest.importorskip("distributed")
 
@@ -186,6 +187,32 @@ def test_a_worker_with_another_mujoco_version_is_refused(cluster: Any, example: 
     assert f"has mujoco 0.0.1, this machine {mujoco.__version__}" in message
     assert "no work was sent" in message
     assert not traces.exists()
+
+
+def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_the_run(
+        cluster: Any, example: Path, tmp_path: Path) -> None:
+    """A worker that joins once the versions were checked (started here when the command
+    reports its connection) refuses the run it is given: the command stops with the
+    connect-time error naming it and both versions."""
+    import mujoco
+
+    path = _experiment(example, "late", steps=10, variants=4)
+    joined: list[str] = []
+    with ExitStack() as stack:
+        spy = stack.enter_context(distributed.Client(cluster.scheduler_address,
+                                                     set_as_default=False))
+
+        def join_when_connected(line: str) -> None:
+            if line.startswith("dask: "):
+                joined.append(stack.enter_context(late_worker(spy, tmp_path / "late")))
+
+        with pytest.raises(ExecutionError) as caught:  # (5 runs: every idle worker takes one)
+            run_experiment(path, traces=example / "late.traces", environ={},
+                           scheduler=cluster.scheduler_address, progress=join_when_connected)
+    assert str(caught.value) == (
+        f"Dask worker {joined[0]} has mujoco {OTHER_MUJOCO}, this machine "
+        f"{mujoco.__version__}: the versions must match (results would differ); it joined "
+        f"after the versions were checked, its tasks were refused")
 
 
 def test_an_unreachable_scheduler_fails_within_10_s_with_one_line(

@@ -3,6 +3,8 @@
 ``local:N`` starts a ``LocalCluster`` of N single-threaded worker processes on this machine;
 any other address connects to a running scheduler. Before any work is sent, every worker's
 library versions are compared with this process's: a mismatch is an error naming the worker.
+A worker that joins later is checked when it receives the run's shared values (``scatter``):
+if its versions differ, every task it is given fails with that error, which stops the command.
 
 What every task of a run needs (a calibration's episodes, an experiment's files) is sent once
 per worker as a worker plugin (``DaskSession.scatter``) and kept there deserialized; tasks name
@@ -125,10 +127,12 @@ class DaskSession:
 
     def scatter(self, value: _V) -> Shared[_V]:
         """``value`` sent once to every worker, those that join later included, and kept
-        there (deserialized) until the session closes; tasks receive the handle."""
+        there (deserialized) until the session closes; tasks receive the handle. A worker
+        whose versions differ from this process's keeps a WorkerVersionError instead, which
+        its tasks raise."""
         shared: Shared[_V] = Shared(uuid.uuid4().hex)
         name = f"fibril_sim-shared-{shared.key}"
-        self.client.register_plugin(_Keep(shared.key, value), name=name)
+        self.client.register_plugin(_Keep(shared.key, value, self.versions), name=name)
         self.plugins.append(name)
         return shared
 
@@ -151,7 +155,8 @@ class DaskSession:
             limit: int | None = None) -> list[TaskOutcome]:
         """``function(value, item)`` for each item as one task each, ``value`` the one
         ``shared`` holds on the worker, at most ``limit`` in flight (all at once when None);
-        ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order."""
+        ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order. A worker
+        with other versions (WorkerVersionError) stops it at once."""
         futures: dict[DaskFuture[_R], int] = {}
         outcomes: list[TaskOutcome | None] = [None] * len(items)
         pending = iter(enumerate(items))
@@ -170,6 +175,8 @@ class DaskSession:
                 i = futures.pop(future)
                 try:
                     outcomes[i] = (True, future.result())
+                except WorkerVersionError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - handed to the caller, in order
                     outcomes[i] = (False, exc)
                 before = set(futures)
@@ -350,12 +357,26 @@ class _NotAScheduler(Exception):
 def check_versions(client: dict[str, str], workers: dict[str, dict[str, str]]) -> None:
     """Every worker must import the client's versions of the checked packages."""
     for worker, theirs in sorted(workers.items()):
-        for name, ours in client.items():
-            if theirs.get(name) != ours:
-                raise ExecutionError(
-                    f"Dask worker {public_address(worker)} has {name} "
+        mismatch = version_mismatch(worker, client, theirs)
+        if mismatch is not None:
+            raise ExecutionError(f"{mismatch}; no work was sent")
+
+
+def version_mismatch(worker: str, client: dict[str, str], theirs: dict[str, str]
+                     ) -> str | None:
+    """What differs between the client's versions and a worker's (None: nothing)."""
+    for name, ours in client.items():
+        if theirs.get(name) != ours:
+            return (f"Dask worker {public_address(worker)} has {name} "
                     f"{theirs.get(name, 'not installed')}, this machine {ours}: the versions "
-                    f"must match (results would differ); no work was sent")
+                    f"must match (results would differ)")
+    return None
+
+
+class WorkerVersionError(ExecutionError):
+    """A worker that joined after the versions were checked has other versions: raised by
+    each task it is given (see ``_Keep.setup``); ``DaskSession.map`` and the experiment
+    runner stop the command with it."""
 
 
 @dataclass(frozen=True)
@@ -369,10 +390,20 @@ class Shared(Generic[_V]):
         """The value, on a worker of the session that shared it."""
         with _KEPT_LOCK:
             try:
-                return cast("_V", _KEPT[self.key])  # (kept by scatter for this handle)
+                kept = _KEPT[self.key]
             except KeyError:
                 raise ExecutionError(f"shared value {self.key} is not on this Dask worker "
                                      f"(its session has closed)") from None
+        if isinstance(kept, _Refused):
+            raise WorkerVersionError(kept.message)
+        return cast("_V", kept)  # (kept by scatter for this handle)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """Kept instead of a shared value by a worker whose versions differ from the client's."""
+
+    message: str
 
 
 _KEPT: dict[str, object] = {}
@@ -380,15 +411,21 @@ _KEPT_LOCK = threading.Lock()
 
 
 class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # a base class of type Any (Dask's)
-    """Puts a shared value into the worker process's ``_KEPT`` (and takes it out)."""
+    """Puts a shared value into the worker process's ``_KEPT`` (and takes it out); on a
+    worker whose versions differ from the client's (one that joined after ``open_session``
+    checked them), the reason instead."""
 
-    def __init__(self, key: str, value: object) -> None:
+    def __init__(self, key: str, value: object, versions: dict[str, str]) -> None:
         self.key = key
         self.held = value
+        self.versions = versions
 
-    def setup(self, worker: object) -> None:
+    def setup(self, worker: Any) -> None:  # (a distributed.Worker)
+        mismatch = version_mismatch(str(worker.address), self.versions, versions())
+        kept = self.held if mismatch is None else _Refused(
+            f"{mismatch}; it joined after the versions were checked, its tasks were refused")
         with _KEPT_LOCK:
-            _KEPT[self.key] = self.held
+            _KEPT[self.key] = kept
 
     def teardown(self, worker: object) -> None:
         with _KEPT_LOCK:
