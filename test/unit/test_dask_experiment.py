@@ -32,7 +32,8 @@ from fibril_sim_core.experiments.experiment import ExperimentError, load_experim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
-from _dask_rig import OTHER_MUJOCO, late_worker  # type: ignore[import-not-found]  # noqa: E402
+from _dask_rig import (OTHER_MUJOCO, OtherMujoco,  # type: ignore[import-not-found]  # noqa: E402
+                       late_worker)
 
 distributed = pytest.importorskip("distributed")
 
@@ -155,32 +156,17 @@ def test_a_long_trace_streams_back_in_chunks(cluster: Any, example: Path,
 
 
 # ------------------------------------------------------------------ refused before any work
-class _OtherMujoco(distributed.WorkerPlugin):  # type: ignore[name-defined,misc]  # Dask's, untyped
-    """Makes a worker report another MuJoCo version (restored on teardown)."""
-
-    name = "fibril-test-other-mujoco"
-
-    def setup(self, worker: Any) -> None:
-        import mujoco
-        self.version = mujoco.__version__
-        mujoco.__version__ = "0.0.1"
-
-    def teardown(self, worker: Any) -> None:
-        import mujoco
-        mujoco.__version__ = self.version
-
-
 def test_a_worker_with_another_mujoco_version_is_refused(cluster: Any, example: Path) -> None:
     path = _experiment(example, "versions", steps=10, variants=1)
     traces = example / "versions.traces"
     with distributed.Client(cluster) as client:
-        client.register_plugin(_OtherMujoco())
+        client.register_plugin(OtherMujoco())
         try:
             with pytest.raises(ExecutionError) as caught:
                 run_experiment(path, traces=traces, environ={},
                                scheduler=cluster.scheduler_address)
         finally:
-            client.unregister_worker_plugin(_OtherMujoco.name)
+            client.unregister_worker_plugin(OtherMujoco.name)
     message = str(caught.value)
     import mujoco
     assert message.startswith("Dask worker tcp://127.0.0.1:")
@@ -196,7 +182,7 @@ def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_t
     connect-time error naming it and both versions."""
     import mujoco
 
-    path = _experiment(example, "late", steps=10, variants=4)
+    path = _experiment(example, "late", steps=10, variants=7)
     joined: list[str] = []
     with ExitStack() as stack:
         spy = stack.enter_context(distributed.Client(cluster.scheduler_address,
@@ -206,7 +192,7 @@ def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_t
             if line.startswith("dask: "):
                 joined.append(stack.enter_context(late_worker(spy, tmp_path / "late")))
 
-        with pytest.raises(ExecutionError) as caught:  # (5 runs: every idle worker takes one)
+        with pytest.raises(ExecutionError) as caught:  # (8 runs: every idle worker takes one)
             run_experiment(path, traces=example / "late.traces", environ={},
                            scheduler=cluster.scheduler_address, progress=join_when_connected)
     assert str(caught.value) == (
