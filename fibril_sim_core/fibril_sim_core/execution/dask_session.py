@@ -20,7 +20,6 @@ import importlib
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -334,7 +333,7 @@ async def _identify(scheduler: str) -> None:
     try:
         # (Dask's connect reports an unanswered TCP connection itself at CONNECT_SECONDS.)
         reply = await asyncio.wait_for(ask(), CONNECT_SECONDS + _GRACE_SECONDS / 2)
-    except TimeoutError:
+    except TimeoutError:  # (asyncio.wait_for's, since Python 3.11)
         raise _NotAScheduler("it accepted the connection but never answered as a Dask "
                              "scheduler") from None
     except distributed.comm.CommClosedError:
