@@ -180,6 +180,7 @@ def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_t
     """A worker that joins once the versions were checked (started here when the command
     reports its connection) refuses the run it is given: the command stops with the
     connect-time error naming it and both versions."""
+    import dask
     import mujoco
 
     path = _experiment(example, "late", steps=10, variants=7)
@@ -191,8 +192,11 @@ def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_t
         def join_when_connected(line: str) -> None:
             if line.startswith("dask: "):
                 joined.append(stack.enter_context(late_worker(spy, tmp_path / "late")))
+                # The runs go to the late worker alone: left to the scheduler, the workers
+                # that were there first may take all of them on a busy machine.
+                stack.enter_context(dask.annotate(workers=joined, allow_other_workers=False))
 
-        with pytest.raises(ExecutionError) as caught:  # (8 runs: every idle worker takes one)
+        with pytest.raises(ExecutionError) as caught:
             run_experiment(path, traces=example / "late.traces", environ={},
                            scheduler=cluster.scheduler_address, progress=join_when_connected)
     assert str(caught.value) == (
