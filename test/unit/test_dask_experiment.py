@@ -9,11 +9,13 @@ import copy
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,12 @@ from fibril_sim_core.experiments.runner import run_experiment
 from fibril_sim_core.execution import (Backend, ExecutionError, collect_bundle, public_address,
                                        resolve_backend)
 from fibril_sim_core.experiments.experiment import ExperimentError, load_experiment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
+from _dask_rig import (OTHER_MUJOCO, OtherMujoco,  # type: ignore[import-not-found]  # noqa: E402
+                       late_worker)
 
 distributed = pytest.importorskip("distributed")
 
@@ -148,32 +156,17 @@ def test_a_long_trace_streams_back_in_chunks(cluster: Any, example: Path,
 
 
 # ------------------------------------------------------------------ refused before any work
-class _OtherMujoco(distributed.WorkerPlugin):  # type: ignore[name-defined,misc]  # Dask's, untyped
-    """Makes a worker report another MuJoCo version (restored on teardown)."""
-
-    name = "fibril-test-other-mujoco"
-
-    def setup(self, worker: Any) -> None:
-        import mujoco
-        self.version = mujoco.__version__
-        mujoco.__version__ = "0.0.1"
-
-    def teardown(self, worker: Any) -> None:
-        import mujoco
-        mujoco.__version__ = self.version
-
-
 def test_a_worker_with_another_mujoco_version_is_refused(cluster: Any, example: Path) -> None:
     path = _experiment(example, "versions", steps=10, variants=1)
     traces = example / "versions.traces"
     with distributed.Client(cluster) as client:
-        client.register_plugin(_OtherMujoco())
+        client.register_plugin(OtherMujoco())
         try:
             with pytest.raises(ExecutionError) as caught:
                 run_experiment(path, traces=traces, environ={},
                                scheduler=cluster.scheduler_address)
         finally:
-            client.unregister_worker_plugin(_OtherMujoco.name)
+            client.unregister_worker_plugin(OtherMujoco.name)
     message = str(caught.value)
     import mujoco
     assert message.startswith("Dask worker tcp://127.0.0.1:")
@@ -182,15 +175,45 @@ def test_a_worker_with_another_mujoco_version_is_refused(cluster: Any, example: 
     assert not traces.exists()
 
 
+def test_a_worker_that_joins_after_the_check_with_another_mujoco_version_stops_the_run(
+        cluster: Any, example: Path, tmp_path: Path) -> None:
+    """A worker that joins once the versions were checked (started here when the command
+    reports its connection) refuses the run it is given: the command stops with the
+    connect-time error naming it and both versions."""
+    import dask
+    import mujoco
+
+    path = _experiment(example, "late", steps=10, variants=7)
+    joined: list[str] = []
+    with ExitStack() as stack:
+        spy = stack.enter_context(distributed.Client(cluster.scheduler_address,
+                                                     set_as_default=False))
+
+        def join_when_connected(line: str) -> None:
+            if line.startswith("dask: "):
+                joined.append(stack.enter_context(late_worker(spy, tmp_path / "late")))
+                # The runs go to the late worker alone: left to the scheduler, the workers
+                # that were there first may take all of them on a busy machine.
+                stack.enter_context(dask.annotate(workers=joined, allow_other_workers=False))
+
+        with pytest.raises(ExecutionError) as caught:
+            run_experiment(path, traces=example / "late.traces", environ={},
+                           scheduler=cluster.scheduler_address, progress=join_when_connected)
+    assert str(caught.value) == (
+        f"Dask worker {joined[0]} has mujoco {OTHER_MUJOCO}, this machine "
+        f"{mujoco.__version__}: the versions must match (results would differ); it joined "
+        f"after the versions were checked, its tasks were refused")
+
+
 def test_an_unreachable_scheduler_fails_within_10_s_with_one_line(
         example: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The experiment entry point's one-line failure. The connection's time limit is shortened
-    here (what a user waits for, 8 s, is tested through the calibrate entry point in
+    here (what a user waits for, 5 s, is tested through the calibrate entry point in
     test_dask_calibration.py; both reach the scheduler through the same session)."""
     from fibril_sim_core.execution import dask_session
 
-    assert dask_session.CONNECT_SECONDS == 8.0
+    assert dask_session.CONNECT_SECONDS == 5.0
     monkeypatch.setattr(dask_session, "CONNECT_SECONDS", 1.0)
     path = _experiment(example, "unreachable", steps=10, variants=1)
     code = cli.main(["experiment", "run", str(path), "--output", str(example / "u.json"),
@@ -201,6 +224,68 @@ def test_an_unreachable_scheduler_fails_within_10_s_with_one_line(
     assert err.startswith("fibril_sim: error: Dask scheduler tcp://127.0.0.1:9: cannot "
                           "connect within 1 s")
     assert not (example / "u.json").exists() and not (example / "u.traces").exists()
+
+
+@contextmanager
+def _listening(answer: bytes) -> Iterator[str]:
+    """The address of a TCP server here that accepts, sends ``answer`` (nothing when empty)
+    and keeps the connection open: not a Dask scheduler."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(connection)
+            if answer:
+                connection.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in accepted:
+            connection.close()
+        server.close()
+
+
+@pytest.mark.parametrize("answer, reason", [
+    (b"", "it accepted the connection but never answered as a Dask scheduler)"),
+    (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/html\r\n\r\n<html>no</html>\r\n",
+     "its answer is not Dask's ("),
+], ids=["silent", "http"])
+def test_a_server_that_is_no_dask_scheduler_fails_within_the_limit_with_one_line(
+        answer: bytes, reason: str, example: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's own connect waits forever for a handshake from a server that accepts and never
+    answers, and raises whatever decoding a foreign answer raised; both are the one-line
+    error, within the time limit (shortened here)."""
+    from fibril_sim_core.execution import dask_session
+
+    monkeypatch.setattr(dask_session, "CONNECT_SECONDS", 1.0)
+    path = _experiment(example, "foreign", steps=10, variants=1)
+    codes: list[int] = []
+    with _listening(answer) as address:
+        command = threading.Thread(target=lambda: codes.append(cli.main(
+            ["experiment", "run", str(path), "--output", str(example / "f.json"),
+             "--scheduler", address])), daemon=True)  # (a hang fails the test, not the suite)
+        command.start()
+        command.join(patience(8.0))  # the 1 s limit, its grace and a margin
+        assert not command.is_alive(), "still connecting"
+    assert codes == [2]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"fibril_sim: error: Dask scheduler {address}: cannot connect within "
+                          f"1 s ({reason}")
+    assert not (example / "f.json").exists()
 
 
 # ------------------------------------------------------------------ failure isolation

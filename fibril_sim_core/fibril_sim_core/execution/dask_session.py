@@ -3,6 +3,8 @@
 ``local:N`` starts a ``LocalCluster`` of N single-threaded worker processes on this machine;
 any other address connects to a running scheduler. Before any work is sent, every worker's
 library versions are compared with this process's: a mismatch is an error naming the worker.
+A worker that joins later is checked when it receives the run's shared values (``scatter``):
+if its versions differ, every task it is given fails with that error, which stops the command.
 
 What every task of a run needs (a calibration's episodes, an experiment's files) is sent once
 per worker as a worker plugin (``DaskSession.scatter``) and kept there deserialized; tasks name
@@ -13,6 +15,7 @@ megabytes again on every other worker.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -86,7 +89,13 @@ try:
 except ImportError:  # pragma: no cover - depends on the installation
     distributed = None
 
-CONNECT_SECONDS = 8.0
+#: How long reaching a scheduler may take, all of it: the TCP connection, Dask's handshake and
+#: the client's registration. Short enough that a whole command with an unreachable address
+#: (imports included, a few seconds on a busy machine) fails within the issue's 10 s.
+CONNECT_SECONDS = 5.0
+#: How much longer than CONNECT_SECONDS the command waits for the connection attempt's thread
+#: (which reports its own failures at CONNECT_SECONDS) before giving up on it.
+_GRACE_SECONDS = 1.0
 WORKERS_SECONDS = 60.0
 #: Packages whose versions must be the same on the client and on every worker.
 CHECKED_PACKAGES = ("mujoco", "numpy", "scipy", "fibril_sim_core", "fibril_calibration")
@@ -117,10 +126,12 @@ class DaskSession:
 
     def scatter(self, value: _V) -> Shared[_V]:
         """``value`` sent once to every worker, those that join later included, and kept
-        there (deserialized) until the session closes; tasks receive the handle."""
+        there (deserialized) until the session closes; tasks receive the handle. A worker
+        whose versions differ from this process's keeps a WorkerVersionError instead, which
+        its tasks raise."""
         shared: Shared[_V] = Shared(uuid.uuid4().hex)
         name = f"fibril_sim-shared-{shared.key}"
-        self.client.register_plugin(_Keep(shared.key, value), name=name)
+        self.client.register_plugin(_Keep(shared.key, value, self.versions), name=name)
         self.plugins.append(name)
         return shared
 
@@ -143,7 +154,8 @@ class DaskSession:
             limit: int | None = None) -> list[TaskOutcome]:
         """``function(value, item)`` for each item as one task each, ``value`` the one
         ``shared`` holds on the worker, at most ``limit`` in flight (all at once when None);
-        ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order."""
+        ``(True, result)`` or ``(False, exception)`` per item, in ``items`` order. A worker
+        with other versions (WorkerVersionError) stops it at once."""
         futures: dict[DaskFuture[_R], int] = {}
         outcomes: list[TaskOutcome | None] = [None] * len(items)
         pending = iter(enumerate(items))
@@ -162,6 +174,8 @@ class DaskSession:
                 i = futures.pop(future)
                 try:
                     outcomes[i] = (True, future.result())
+                except WorkerVersionError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - handed to the caller, in order
                     outcomes[i] = (False, exc)
                 before = set(futures)
@@ -220,12 +234,12 @@ def open_session(backend: Backend, progress: Callable[[str], None] | None = None
                 dashboard_address=":0", silence_logs=logging.ERROR)
             client = distributed.Client(cluster)
         else:
-            client = distributed.Client(backend.scheduler, timeout=f"{CONNECT_SECONDS}s")
+            client = _connect(backend.scheduler)
     except (OSError, TimeoutError) as exc:
         if cluster is not None:
             cluster.close()
-        raise ExecutionError(f"Dask scheduler {address}: cannot connect within "
-                             f"{CONNECT_SECONDS:g} s ({_first_line(exc)})") from None
+        raise ExecutionError(f"Dask scheduler {address}: cannot start ({_first_line(exc)})"
+                             ) from None
     session = DaskSession(backend, client, versions(), cluster=cluster)
     try:
         try:
@@ -248,15 +262,120 @@ def open_session(backend: Backend, progress: Callable[[str], None] | None = None
             cluster.close()
 
 
+def _connect(scheduler: str) -> DaskClient:
+    """A client of the scheduler at ``scheduler`` within CONNECT_SECONDS, whatever listens
+    there; any failure is one ExecutionError naming the address.
+
+    Dask bounds the TCP connection but not the handshake read after it: a server that accepts
+    and never answers (a plain web server, a wrong port) would hold ``Client()`` forever, and
+    one that answers something else raises whatever decoding its bytes raised. So the attempt
+    runs in a daemon thread (it never keeps the process alive) and first asks the address, in
+    an event loop of its own with a deadline, who it is; this thread stops waiting after
+    CONNECT_SECONDS (plus a grace). A client the abandoned attempt still makes is closed."""
+    attempt = _Attempt(scheduler)
+    threading.Thread(target=attempt.run, name="fibril_sim-dask-connect", daemon=True).start()
+    attempt.done.wait(CONNECT_SECONDS + _GRACE_SECONDS)
+    with attempt.lock:
+        attempt.abandoned = True
+        client, error = attempt.client, attempt.error
+    if client is not None:
+        return client
+    reason = "no answer" if error is None else _first_line(error)
+    raise ExecutionError(f"Dask scheduler {public_address(scheduler)}: cannot connect within "
+                         f"{CONNECT_SECONDS:g} s ({reason})")
+
+
+@dataclass
+class _Attempt:
+    """One connection attempt (``run`` in its own thread); the waiting thread reads ``client``
+    or ``error`` under ``lock`` and sets ``abandoned``."""
+
+    scheduler: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+    client: DaskClient | None = None
+    error: BaseException | None = None
+    abandoned: bool = False
+
+    def run(self) -> None:
+        try:
+            asyncio.run(_identify(self.scheduler))
+            client: DaskClient = distributed.Client(self.scheduler,
+                                                    timeout=f"{CONNECT_SECONDS:g}s")
+        except BaseException as exc:  # noqa: BLE001 - reported by the waiting thread
+            with self.lock:
+                self.error = exc
+            self.done.set()
+            return
+        with self.lock:
+            keep = not self.abandoned
+            if keep:
+                self.client = client
+        if not keep:  # too late: nobody will use it
+            client.close()
+        self.done.set()
+
+
+async def _identify(scheduler: str) -> None:
+    """Raises unless a Dask scheduler answers at ``scheduler`` within CONNECT_SECONDS (what
+    the error message says: its reason)."""
+    async def ask() -> object:
+        comm = await distributed.comm.connect(
+            scheduler, timeout=f"{CONNECT_SECONDS:g}s",
+            **distributed.Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity"})
+            reply: object = await comm.read()
+            return reply
+        finally:
+            comm.abort()
+
+    try:
+        # (Dask's connect reports an unanswered TCP connection itself at CONNECT_SECONDS.)
+        reply = await asyncio.wait_for(ask(), CONNECT_SECONDS + _GRACE_SECONDS / 2)
+    except TimeoutError:  # (asyncio.wait_for's, since Python 3.11)
+        raise _NotAScheduler("it accepted the connection but never answered as a Dask "
+                             "scheduler") from None
+    except distributed.comm.CommClosedError:
+        raise _NotAScheduler("it closed the connection without answering as a Dask "
+                             "scheduler") from None
+    except OSError:
+        raise  # its first line names the address and the time limit
+    except Exception as exc:  # noqa: BLE001 - whatever decoding a foreign answer raised
+        raise _NotAScheduler(f"its answer is not Dask's ({type(exc).__name__})") from None
+    kind = reply.get("type") if isinstance(reply, dict) else None
+    if kind != "Scheduler":
+        raise _NotAScheduler(f"it answered as a Dask {kind}, not a scheduler" if kind
+                             else "its answer is not a Dask scheduler's")
+
+
+class _NotAScheduler(Exception):
+    """What answers at the address is not a Dask scheduler."""
+
+
 def check_versions(client: dict[str, str], workers: dict[str, dict[str, str]]) -> None:
     """Every worker must import the client's versions of the checked packages."""
     for worker, theirs in sorted(workers.items()):
-        for name, ours in client.items():
-            if theirs.get(name) != ours:
-                raise ExecutionError(
-                    f"Dask worker {public_address(worker)} has {name} "
+        mismatch = version_mismatch(worker, client, theirs)
+        if mismatch is not None:
+            raise ExecutionError(f"{mismatch}; no work was sent")
+
+
+def version_mismatch(worker: str, client: dict[str, str], theirs: dict[str, str]
+                     ) -> str | None:
+    """What differs between the client's versions and a worker's (None: nothing)."""
+    for name, ours in client.items():
+        if theirs.get(name) != ours:
+            return (f"Dask worker {public_address(worker)} has {name} "
                     f"{theirs.get(name, 'not installed')}, this machine {ours}: the versions "
-                    f"must match (results would differ); no work was sent")
+                    f"must match (results would differ)")
+    return None
+
+
+class WorkerVersionError(ExecutionError):
+    """A worker that joined after the versions were checked has other versions: raised by
+    each task it is given (see ``_Keep.setup``); ``DaskSession.map`` and the experiment
+    runner stop the command with it."""
 
 
 @dataclass(frozen=True)
@@ -270,10 +389,20 @@ class Shared(Generic[_V]):
         """The value, on a worker of the session that shared it."""
         with _KEPT_LOCK:
             try:
-                return cast("_V", _KEPT[self.key])  # (kept by scatter for this handle)
+                kept = _KEPT[self.key]
             except KeyError:
                 raise ExecutionError(f"shared value {self.key} is not on this Dask worker "
                                      f"(its session has closed)") from None
+        if isinstance(kept, _Refused):
+            raise WorkerVersionError(kept.message)
+        return cast("_V", kept)  # (kept by scatter for this handle)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """Kept instead of a shared value by a worker whose versions differ from the client's."""
+
+    message: str
 
 
 _KEPT: dict[str, object] = {}
@@ -281,15 +410,21 @@ _KEPT_LOCK = threading.Lock()
 
 
 class _Keep(distributed.WorkerPlugin if distributed is not None else object):  # type: ignore[misc]  # a base class of type Any (Dask's)
-    """Puts a shared value into the worker process's ``_KEPT`` (and takes it out)."""
+    """Puts a shared value into the worker process's ``_KEPT`` (and takes it out); on a
+    worker whose versions differ from the client's (one that joined after ``open_session``
+    checked them), the reason instead."""
 
-    def __init__(self, key: str, value: object) -> None:
+    def __init__(self, key: str, value: object, versions: dict[str, str]) -> None:
         self.key = key
         self.held = value
+        self.versions = versions
 
-    def setup(self, worker: object) -> None:
+    def setup(self, worker: Any) -> None:  # (a distributed.Worker)
+        mismatch = version_mismatch(str(worker.address), self.versions, versions())
+        kept = self.held if mismatch is None else _Refused(
+            f"{mismatch}; it joined after the versions were checked, its tasks were refused")
         with _KEPT_LOCK:
-            _KEPT[self.key] = self.held
+            _KEPT[self.key] = kept
 
     def teardown(self, worker: object) -> None:
         with _KEPT_LOCK:

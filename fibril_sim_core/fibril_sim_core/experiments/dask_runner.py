@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..execution.bundle import Bundle, collect_bundle, manifest_files
-from ..execution.dask_session import (DaskClient, DaskFuture, DaskSession, distributed,
-                                      worker_cache)
+from ..execution.dask_session import (DaskClient, DaskFuture, DaskSession, WorkerVersionError,
+                                      distributed, worker_cache)
 from .experiment import Experiment
 from .run import RUNTIME_FAILURE, RunJob, RunRecord, execute_run, failed_record, progress_line
 
@@ -105,6 +105,8 @@ def _collect(client: DaskClient, future: DaskFuture[_Outcome], job: RunJob) -> R
     """The run's record, its trace written here; a lost task is the run's runtime failure."""
     try:
         outcome: _Outcome = future.result()
+    except WorkerVersionError:
+        raise  # a worker that joined with other versions: the command stops
     except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost connection, ...
         return failed_record(job, RUNTIME_FAILURE, f"Dask task failed: {_first_line(exc)}")
     if not outcome.files:
