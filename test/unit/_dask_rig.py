@@ -1,7 +1,8 @@
 """Workers reporting another MuJoCo version: ``OtherMujoco``, a worker plugin that makes the
 workers present report it, and ``late_worker``, a worker that joins a running cluster late (the
 ``dask worker`` command as a user starts it, with a preload that changes ``mujoco.__version__``
-in that worker process only: the test process and the cluster's other workers keep theirs)."""
+in that worker process only: the test process and the cluster's other workers keep theirs).
+``run_without_dask``: a ``fibril_sim`` command that must not import Dask."""
 
 from __future__ import annotations
 
@@ -78,3 +79,15 @@ def worker_of(_: object, item: int) -> str:
     """A task (``DaskSession.map``): the address of the worker that ran it, a moment later."""
     time.sleep(0.2)
     return str(distributed.get_worker().address)
+
+
+def run_without_dask(arguments: list[str], cwd: Path) -> None:
+    """``fibril_sim ARGUMENTS`` in a fresh process without FIBRIL_DASK_SCHEDULER: it exits 0
+    and neither dask nor distributed was imported (the local default)."""
+    code = ("import sys; from fibril_sim_core import cli; "
+            f"code = cli.main({arguments!r}); "
+            "assert code == 0, code; "
+            "assert not {'dask', 'distributed'} & set(sys.modules), 'dask imported'")
+    env = {k: v for k, v in os.environ.items() if k != "FIBRIL_DASK_SCHEDULER"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=cwd,
+                   timeout=patience(300.0), capture_output=True)

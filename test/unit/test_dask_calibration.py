@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _recording_rig as rig  # type: ignore[import-not-found]  # noqa: E402  # beside this file
 from _dask_rig import (OTHER_MUJOCO, OtherMujoco,  # type: ignore[import-not-found]  # noqa: E402
-                       late_worker, worker_of)
+                       late_worker, run_without_dask, worker_of)
 from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
 from fibril_calibration.engine import run_calibration  # noqa: E402
 from fibril_sim_core.execution import Backend, ExecutionError  # noqa: E402
@@ -217,14 +217,8 @@ def test_the_local_default_never_imports_dask(tmp_path: Path) -> None:
     """``fibril_sim calibrate`` without --scheduler, FIBRIL_DASK_SCHEDULER or a dask
     ``execution.backend``: a whole fit, and neither dask nor distributed imported."""
     request = _bag_request(tmp_path)
-    code = ("import sys; from fibril_sim_core import cli; "
-            f"code = cli.main(['calibrate', {str(request)!r}, '--quiet', '--output', "
-            f"{str(tmp_path / 'fit.json')!r}]); "
-            "assert code == 0, code; "
-            "assert not {'dask', 'distributed'} & set(sys.modules), 'dask imported'")
-    env = {k: v for k, v in os.environ.items() if k != "FIBRIL_DASK_SCHEDULER"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path,
-                   timeout=patience(300.0), capture_output=True)
+    run_without_dask(["calibrate", str(request), "--quiet", "--output", str(tmp_path / "fit.json")],
+                     tmp_path)
     assert json.loads((tmp_path / "fit.json").read_text())["execution"]["backend"] == {
         "backend": "local", "scheduler": None}
 

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _patience import patience  # type: ignore[import-not-found]  # noqa: E402  # test/
 from _dask_rig import (OTHER_MUJOCO, OtherMujoco,  # type: ignore[import-not-found]  # noqa: E402
-                       late_worker)
+                       late_worker, run_without_dask)
 
 distributed = pytest.importorskip("distributed")
 
@@ -386,11 +385,5 @@ def test_the_bundle_ships_contents_by_hash_and_rebuilds_the_layout(tmp_path: Pat
 def test_the_local_default_never_imports_dask(tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE, tmp_path / "ex")
     path = _experiment(tmp_path / "ex", "plain", steps=20, variants=1)
-    code = ("import sys; from fibril_sim_core import cli; "
-            f"code = cli.main(['experiment', 'run', {str(path)!r}, '--output', "
-            f"{str(tmp_path / 'out.json')!r}]); "
-            "assert code == 0, code; "
-            "assert not {'dask', 'distributed'} & set(sys.modules), 'dask imported'")
-    env = {k: v for k, v in os.environ.items() if k != "FIBRIL_DASK_SCHEDULER"}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=tmp_path,
-                   timeout=300, capture_output=True)
+    run_without_dask(["experiment", "run", str(path), "--output", str(tmp_path / "out.json")],
+                     tmp_path)
