@@ -6,7 +6,6 @@ in flight."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
