@@ -265,13 +265,26 @@ def test_ground_truth_joint_states_at_the_declared_rate(live) -> None:
 def test_motor_command_and_float64_duty_turn_the_wheel(live) -> None:
     forward = live.wheel_speed(0.2, live.wait_sim(1.0) - 200 * MS)  # scenario: duty 0.5 at 0
     assert forward > 1.0
+    # Where the chassis was (the wheel rolls: x = angle × radius): the wall at x 2.8 m, reached
+    # after ~7.7 s of sim time, slows the wheel; a busy machine runs this test that late.
+    free = _last_angle(live) * WHEEL_RADIUS < 2.4
     live.send(live.motor, MotorCommand(mode=MotorCommand.MODE_DUTY, value=-0.5))
     # The 2 kg chassis takes a while to reverse: a window from the last 0.2 s of 2.5 s after.
     backward = live.wheel_speed(0.2, live.wait_sim(2.5) - 200 * MS)
-    assert -1.15 < backward / forward < -0.85, (forward, backward)
-    live.send(live.duty, Float64(data=-25.0))  # percent (scale 0.01): duty -0.25
+    assert backward < -1.0, (forward, backward)
+    if free:  # both free-running: the same speed either way
+        assert -1.15 < backward / forward < -0.85, (forward, backward)
+    # Forward again, slower (moving away from the wall before, so it stays clear of it).
+    live.send(live.duty, Float64(data=25.0))  # percent (scale 0.01): duty 0.25
     quarter = live.wheel_speed(0.2, live.wait_sim(2.5) - 200 * MS)
-    assert 0.15 < quarter / backward < 0.8, (backward, quarter)  # same sign, slower
+    assert -0.8 < quarter / backward < -0.15, (backward, quarter)  # other way, slower
+
+
+WHEEL_RADIUS = 0.05  # m, drivetrain.xml
+
+
+def _last_angle(live) -> float:
+    return float(snapshot(live.encoder, live.peer.lock)[-1][0].position[0])
 
 
 def test_malformed_commands_are_rejected_with_a_logged_reason(live) -> None:
