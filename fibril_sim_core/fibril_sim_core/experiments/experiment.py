@@ -65,7 +65,7 @@ class Execution:
     workers: int = 1
     cpu_budget: int = 1
     mujoco_internal_threads: int = 1
-    #: None: the seed of the scenario the runs use (``runner.episode_seed``).
+    #: None: the seed of the scenario the runs use (``runner._check_start`` decides it).
     seed: int | None = None
     #: ``local`` (``workers`` forked processes) or ``dask`` (each run a task on a cluster).
     backend: Backend = Backend()

@@ -98,7 +98,7 @@ class RunJob:
     role: str
     values: Mapping[str, Node]
     trace: Path
-    #: The episode seed the run starts from (``runner.episode_seed``).
+    #: The episode seed the run starts from (``runner._check_start`` decides it).
     episode_seed: int
     #: (path here, path to report) pairs: a Dask worker builds from its copy of the
     #: submitter's files and reports the submitter's paths.

@@ -122,7 +122,7 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                               os.environ if environ is None else environ,
                               experiment.execution.workers)
     baseline = load_overlay_artifact(experiment.baseline_overlay)
-    _check_start(experiment)
+    seed = _check_start(experiment)
     existing = traces.exists() or traces.is_symlink()
     if existing:
         if not overwrite:
@@ -133,7 +133,6 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
                                   f"experiment run (only run traces: folders holding a "
                                   f"rosbag2 metadata.yaml or .mcap files); not replaced")
     baseline_values = {p.id: p.value for p in baseline.parameters}
-    seed = episode_seed(experiment)
     jobs = [RunJob(experiment.path, BASELINE_ID, "baseline", baseline_values,
                    traces / BASELINE_ID, seed)]
     jobs += [RunJob(experiment.path, v.id, "variant", {**baseline_values, **v.parameter_values},
@@ -141,7 +140,8 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
     if not backend.is_dask:
         _new_folder(traces, existing)
         records = _run_all(jobs, experiment.execution.workers, progress)
-        return _document(experiment, baseline, records, traces, backend.describe())
+        return _document(experiment, baseline, records, traces, seed,
+                         backend.describe())
     # Dask is imported only when it is used; the trace folder is touched only once the
     # cluster is reachable and its workers' versions are checked.
     from ..execution.dask_session import open_session
@@ -150,7 +150,8 @@ def run_experiment(experiment: Experiment | str | Path, *, traces: Path,
     with open_session(backend, progress) as session:
         _new_folder(traces, existing)
         records = run_on_dask(session, experiment, jobs, progress)
-        return _document(experiment, baseline, records, traces, session.describe())
+        return _document(experiment, baseline, records, traces, seed,
+                         session.describe())
 
 
 def _new_folder(traces: Path, existing: bool) -> None:
@@ -172,27 +173,21 @@ def _is_trace_folder(path: Path) -> bool:
     return True
 
 
-def episode_seed(experiment: Experiment) -> int:
-    """The episode seed every run starts from: ``execution.seed``, else the seed of the
+def _check_start(experiment: Experiment) -> int:
+    """A broken manifest, fixed overlay or scenario is the experiment's error, not a run's.
+    Returns the episode seed every run starts from: ``execution.seed``, else the seed of the
     scenario the runs use (the experiment's scenario file replaces the manifest's scenario,
     seed included; without one, the manifest's: the plan's ``episode_seed``)."""
-    if experiment.execution.seed is not None:
-        return experiment.execution.seed
-    if experiment.scenario is not None:
-        return load_scenario(experiment.scenario).seed
-    return load_manifest(experiment.manifest).scenario.seed
-
-
-def _check_start(experiment: Experiment) -> None:
-    """A broken manifest, fixed overlay or scenario is the experiment's error, not a run's."""
     plan = SimulationBuilder().build(experiment.manifest)
+    seed = experiment.execution.seed
     if experiment.scenario is None:
-        return
+        return plan.episode_seed if seed is None else seed
     scenario = load_scenario(experiment.scenario)
     try:
         plan.create_instance(scenario=scenario, collect=False)
     except FibrilError as exc:
         raise ExperimentError(f"{experiment.scenario}: {exc}") from None
+    return scenario.seed if seed is None else seed
 
 
 def _run_all(jobs: list[RunJob], workers: int,
@@ -258,7 +253,7 @@ def _signal(pid: int, signum: int) -> bool:
 
 
 def _document(experiment: Experiment, baseline: OverlayArtifact,
-              records: list[RunRecord], traces: Path,
+              records: list[RunRecord], traces: Path, seed: int,
               backend: Mapping[str, JsonValue]) -> ExperimentResult:
     manifest = load_manifest(experiment.manifest)
     sources: dict[str, JsonValue] = {
@@ -306,7 +301,7 @@ def _document(experiment: Experiment, baseline: OverlayArtifact,
         "execution": {"steps": execution.steps, "timeout_seconds": execution.timeout_seconds,
                       "workers": execution.workers, "cpu_budget": execution.cpu_budget,
                       "mujoco_internal_threads": execution.mujoco_internal_threads,
-                      "seed": episode_seed(experiment), "backend": dict(backend)},
+                      "seed": seed, "backend": dict(backend)},
         "traces": str(traces),
         "summary": {"runs": len(records),
                     "succeeded": sum(1 for r in records if r["success"]),
