@@ -42,8 +42,8 @@ def inline_samples(value: object, where: s.Where,
         values[i] = [s.number(v, at.key("values").key(j)) for j, v in enumerate(row)]
         for j, v in enumerate(values[i]):
             if abs(v) > MAX_VALUE:
-                raise at.key("values").key(j).fail(f"{float(v)!r} cannot be a recorded value (beyond "
-                                                   f"{MAX_VALUE:g})")
+                raise at.key("values").key(j).fail(f"{float(v)!r} cannot be a recorded value "
+                                                   f"(beyond {MAX_VALUE:g})")
     return times, values
 
 
